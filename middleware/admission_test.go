@@ -1,0 +1,342 @@
+package middleware
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	wmw "github.com/ThreeDotsLabs/watermill/message/router/middleware"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
+
+	"github.com/spillway-go/spillway/cost"
+)
+
+// harness runs a real Watermill router on GoChannel with one handler behind
+// the given middlewares.
+type harness struct {
+	t      *testing.T
+	pubsub *gochannel.GoChannel
+	router *message.Router
+	done   chan struct{}
+}
+
+func newHarness(t *testing.T, h message.NoPublishHandlerFunc, mws ...message.HandlerMiddleware) *harness {
+	t.Helper()
+	logger := watermill.NopLogger{}
+	ps := gochannel.NewGoChannel(gochannel.Config{Persistent: true}, logger)
+	r, err := message.NewRouter(message.RouterConfig{CloseTimeout: 5 * time.Second}, logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.AddMiddleware(mws...)
+	r.AddConsumerHandler("h", "in", ps, h)
+	hs := &harness{t: t, pubsub: ps, router: r, done: make(chan struct{})}
+	go func() {
+		defer close(hs.done)
+		if err := r.Run(context.Background()); err != nil {
+			t.Error(err)
+		}
+	}()
+	<-r.Running()
+	t.Cleanup(hs.close)
+	return hs
+}
+
+func (h *harness) close() {
+	_ = h.router.Close()
+	<-h.done
+	_ = h.pubsub.Close()
+}
+
+func (h *harness) publish(msgs ...*message.Message) {
+	h.t.Helper()
+	if err := h.pubsub.Publish("in", msgs...); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+func costed(id string, vertices int64) *message.Message {
+	m := message.NewMessage(id, []byte("x"))
+	m.Metadata.Set(cost.MetadataKey, strconv.FormatInt(vertices, 10))
+	return m
+}
+
+func newBudgetMW(t *testing.T, cfg BudgetConfig) *Budget {
+	t.Helper()
+	m, err := NewBudget(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func TestBudgetConfigValidate(t *testing.T) {
+	if _, err := NewBudget(BudgetConfig{}); !errors.Is(err, ErrNoBudget) {
+		t.Fatalf("err = %v, want ErrNoBudget", err)
+	}
+}
+
+// Every charge is refunded when the handler fails; the message is nacked and
+// redelivered, and InUse returns to zero.
+func TestBudgetRefundsOnError(t *testing.T) {
+	vb := NewVertexBudget(100)
+	mw := newBudgetMW(t, BudgetConfig{Budget: vb})
+	var calls, done atomic.Int64
+	h := newHarness(t, func(msg *message.Message) error {
+		if vb.InUse() == 0 {
+			t.Error("handler ran without holding budget")
+		}
+		if calls.Add(1)%2 == 1 {
+			return errors.New("transient")
+		}
+		done.Add(1)
+		return nil
+	}, mw.Middleware)
+	for i := range 10 {
+		h.publish(costed(strconv.Itoa(i), 10))
+	}
+	waitFor(t, "all messages to succeed", func() bool { return done.Load() == 10 })
+	waitFor(t, "budget to drain", func() bool { return vb.InUse() == 0 })
+	if calls.Load() < 20 {
+		t.Fatalf("calls = %d, want at least 20 (each fails once)", calls.Load())
+	}
+}
+
+// A panicking handler is refunded too, whether Watermill's Recoverer turns
+// the panic into an error inside the budget or the router recovers it.
+func TestBudgetRefundsOnPanic(t *testing.T) {
+	for _, withRecoverer := range []bool{false, true} {
+		t.Run("recoverer="+strconv.FormatBool(withRecoverer), func(t *testing.T) {
+			vb := NewVertexBudget(100)
+			mw := newBudgetMW(t, BudgetConfig{Budget: vb})
+			mws := []message.HandlerMiddleware{mw.Middleware}
+			if withRecoverer {
+				mws = append(mws, wmw.Recoverer)
+			}
+			var calls, done atomic.Int64
+			h := newHarness(t, func(msg *message.Message) error {
+				if calls.Add(1) <= 3 {
+					panic("boom")
+				}
+				done.Add(1)
+				return nil
+			}, mws...)
+			h.publish(costed("a", 60))
+			waitFor(t, "message to succeed after panics", func() bool { return done.Load() == 1 })
+			waitFor(t, "budget to drain", func() bool { return vb.InUse() == 0 })
+			// With a leaked 60 the second message (60) could never fit.
+			h.publish(costed("b", 60))
+			waitFor(t, "second message", func() bool { return done.Load() == 2 })
+		})
+	}
+}
+
+// A message costlier than the whole budget is clamped and completes.
+func TestBudgetClampInRouter(t *testing.T) {
+	vb := NewVertexBudget(40_000)
+	mw := newBudgetMW(t, BudgetConfig{Budget: vb})
+	var done atomic.Int64
+	var clampedAlone atomic.Bool
+	h := newHarness(t, func(msg *message.Message) error {
+		if msg.UUID == "big" {
+			clampedAlone.Store(vb.InUse() == 40_000)
+		}
+		time.Sleep(time.Millisecond)
+		done.Add(1)
+		return nil
+	}, mw.Middleware)
+	h.publish(costed("s1", 5_000), costed("big", 41_000), costed("s2", 5_000))
+	waitFor(t, "all three, including the oversized one", func() bool { return done.Load() == 3 })
+	if !clampedAlone.Load() {
+		t.Fatal("the clamped message did not hold the whole budget while it ran")
+	}
+	if s := vb.Stats(); s.Clamped != 1 || s.InUse != 0 {
+		t.Fatalf("stats = %+v", s)
+	}
+}
+
+// An unstamped message is charged the whole budget, never treated as cheap.
+func TestBudgetMissingCostChargesCapacity(t *testing.T) {
+	vb := NewVertexBudget(1_000)
+	var got []Admission
+	var mu sync.Mutex
+	mw := newBudgetMW(t, BudgetConfig{Budget: vb, OnAdmission: func(_ *message.Message, a Admission) {
+		mu.Lock()
+		got = append(got, a)
+		mu.Unlock()
+	}})
+	var done atomic.Int64
+	h := newHarness(t, func(msg *message.Message) error {
+		done.Add(1)
+		return nil
+	}, mw.Middleware)
+	bad := message.NewMessage("bad", []byte("x"))
+	bad.Metadata.Set(cost.MetadataKey, "lots")
+	h.publish(message.NewMessage("missing", []byte("x")), bad, costed("ok", 7))
+	waitFor(t, "three messages", func() bool { return done.Load() == 3 })
+	mu.Lock()
+	defer mu.Unlock()
+	bySource := map[cost.Source]Admission{}
+	for _, a := range got {
+		bySource[a.Charge.Source] = a
+	}
+	for _, src := range []cost.Source{cost.SourceMissing, cost.SourceMalformed} {
+		a, ok := bySource[src]
+		if !ok || a.Granted != 1_000 || !a.Clamped || a.Outcome != Admitted {
+			t.Errorf("%v: admission = %+v, want the whole budget", src, a)
+		}
+	}
+	if a := bySource[cost.SourceHeader]; a.Granted != 7 || a.Clamped {
+		t.Errorf("header: admission = %+v", a)
+	}
+}
+
+// 500 concurrent messages of mixed cost through a real router: the handlers
+// never hold more than the capacity between them.
+func TestBudgetBoundHeldInRouter(t *testing.T) {
+	const capacity = 20_000
+	vb := NewVertexBudget(capacity)
+	mw := newBudgetMW(t, BudgetConfig{Budget: vb})
+	var inHandler, peak, done atomic.Int64
+	h := newHarness(t, func(msg *message.Message) error {
+		n, _ := strconv.ParseInt(msg.Metadata.Get(cost.MetadataKey), 10, 64)
+		cur := inHandler.Add(n)
+		for {
+			p := peak.Load()
+			if cur <= p || peak.CompareAndSwap(p, cur) {
+				break
+			}
+		}
+		time.Sleep(time.Duration(n%300) * time.Microsecond)
+		inHandler.Add(-n)
+		done.Add(1)
+		return nil
+	}, mw.Middleware)
+	msgs := make([]*message.Message, 500)
+	for i := range msgs {
+		msgs[i] = costed(strconv.Itoa(i), int64(1+(i*7919)%4000))
+	}
+	h.publish(msgs...)
+	waitFor(t, "500 messages", func() bool { return done.Load() == 500 })
+	if p := peak.Load(); p > capacity {
+		t.Fatalf("peak in handlers = %d > capacity %d", p, capacity)
+	}
+	if s := vb.Stats(); s.Waited == 0 {
+		t.Fatalf("the bound was never exercised: %+v", s)
+	}
+}
+
+// A message whose delivery is revoked while it waits steps aside: its
+// handler never runs and it is acked, and the step is counted.
+func TestBudgetRevokedWhileWaiting(t *testing.T) {
+	vb := NewVertexBudget(100)
+	revoke := make(chan struct{})
+	var outcomes sync.Map
+	mw := newBudgetMW(t, BudgetConfig{
+		Budget: vb,
+		Revoked: func(msg *message.Message) <-chan struct{} {
+			if msg.UUID == "waiter" {
+				return revoke
+			}
+			return nil
+		},
+		OnAdmission: func(msg *message.Message, a Admission) { outcomes.Store(msg.UUID, a.Outcome) },
+	})
+	release := make(chan struct{})
+	var ran sync.Map
+	h := newHarness(t, func(msg *message.Message) error {
+		ran.Store(msg.UUID, true)
+		if msg.UUID == "holder" {
+			<-release
+		}
+		return nil
+	}, mw.Middleware)
+	h.publish(costed("holder", 100))
+	waitFor(t, "holder admitted", func() bool { return vb.InUse() == 100 })
+	h.publish(costed("waiter", 10))
+	waitFor(t, "waiter queued", func() bool { return vb.Waiting() == 1 })
+	close(revoke)
+	waitFor(t, "waiter to step aside", func() bool { return mw.Revocations() == 1 })
+	if vb.Waiting() != 0 {
+		t.Fatal("revoked waiter still queued")
+	}
+	close(release)
+	waitFor(t, "holder done", func() bool { return vb.InUse() == 0 })
+	time.Sleep(50 * time.Millisecond) // a nack would be redelivered by now
+	if _, ok := ran.Load("waiter"); ok {
+		t.Fatal("revoked message's handler ran")
+	}
+	if o, _ := outcomes.Load("waiter"); o != Revoked {
+		t.Fatalf("outcome = %v, want revoked", o)
+	}
+}
+
+// A delivery already revoked when it reaches the budget never runs, even if
+// the budget has room.
+func TestBudgetRevokedBeforeAdmission(t *testing.T) {
+	vb := NewVertexBudget(100)
+	closed := make(chan struct{})
+	close(closed)
+	mw := newBudgetMW(t, BudgetConfig{Budget: vb, Revoked: func(*message.Message) <-chan struct{} { return closed }})
+	var ran atomic.Int64
+	h := newHarness(t, func(*message.Message) error { ran.Add(1); return nil }, mw.Middleware)
+	h.publish(costed("a", 1))
+	waitFor(t, "step aside", func() bool { return mw.Revocations() == 1 })
+	if ran.Load() != 0 {
+		t.Fatal("handler ran for a revoked delivery")
+	}
+}
+
+// When the message context ends while waiting (router shutdown), the handler
+// does not run, nothing is held, and the message is nacked, not acked.
+func TestBudgetCancelledOnClose(t *testing.T) {
+	vb := NewVertexBudget(100)
+	mw := newBudgetMW(t, BudgetConfig{Budget: vb})
+	release := make(chan struct{})
+	var ran sync.Map
+	waiterErr := make(chan error, 1)
+	// The outermost middleware sees what the router will do: a nil error
+	// acks, any other nacks.
+	observe := func(next message.HandlerFunc) message.HandlerFunc {
+		return func(msg *message.Message) ([]*message.Message, error) {
+			out, err := next(msg)
+			if msg.UUID == "waiter" {
+				waiterErr <- err
+			}
+			return out, err
+		}
+	}
+	h := newHarness(t, func(msg *message.Message) error {
+		ran.Store(msg.UUID, true)
+		if msg.UUID == "holder" {
+			<-release
+		}
+		return nil
+	}, observe, mw.Middleware)
+	waiter := costed("waiter", 50)
+	h.publish(costed("holder", 100))
+	waitFor(t, "holder admitted", func() bool { return vb.InUse() == 100 })
+	h.publish(waiter)
+	waitFor(t, "waiter queued", func() bool { return vb.Waiting() == 1 })
+
+	closed := make(chan struct{})
+	go func() { h.close(); close(closed) }()
+	waitFor(t, "waiter to give up", func() bool { return mw.Cancellations() == 1 })
+	close(release)
+	<-closed
+	if _, ok := ran.Load("waiter"); ok {
+		t.Fatal("handler ran for a message cancelled while waiting")
+	}
+	if err := <-waiterErr; !errors.Is(err, context.Canceled) {
+		t.Fatalf("waiter returned %v, want context.Canceled (a nack)", err)
+	}
+	if s := vb.Stats(); s.InUse != 0 || s.Waiting != 0 || s.Cancelled != 1 {
+		t.Fatalf("stats = %+v", s)
+	}
+}

@@ -1,0 +1,25 @@
+// Package middleware admits Watermill messages by the work they carry.
+//
+// [VertexBudget] is a weighted, FIFO semaphore measured in vertices (and,
+// optionally, in messages). [Budget] is the Watermill middleware that charges
+// each message's [cost.Charge] against a VertexBudget before the handler runs
+// and refunds it when the handler returns, fails or panics.
+//
+// Watermill's router starts one goroutine per delivered message and has no
+// concurrency limit of its own: concurrency is whatever the subscriber
+// releases without an ack. The budget therefore sits inside the handler
+// chain and blocks the message's goroutine, not the subscriber. While a
+// message waits it stays unacked, so the subscriber delivers nothing new
+// from that partition (watermill-kafka holds one unacked message per
+// partition) or that subscription (watermill-redisstream processes one
+// message at a time), and the broker session stays alive: Sarama heartbeats
+// on its own goroutine, and Redis needs no heartbeat at all.
+//
+// What a waiting message does hold is its redelivery deadline. On Kafka an
+// unacked message delays any rebalance, and past Rebalance.Timeout the
+// member is evicted and the message redelivered; on Redis Streams an entry
+// pending longer than MaxIdleTime is claimed by a peer even while the first
+// handler still runs. Size the budget so that admitted work drains within
+// half of that deadline, and give waiting messages a way to step aside when
+// their delivery is revoked ([BudgetConfig.Revoked]).
+package middleware
