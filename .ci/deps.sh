@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs what the test suite needs beyond Go modules, when it is missing.
+# Idempotent; safe to run on a developer machine (it only installs as root).
+set -euo pipefail
+
+need=()
+command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+
+if [ ${#need[@]} -eq 0 ]; then
+  exit 0
+fi
+if [ "$(id -u)" -ne 0 ]; then
+  echo "deps: missing ${need[*]}; install them (apt-get install ${need[*]}) or run as root" >&2
+  exit 0
+fi
+echo "deps: installing ${need[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null

@@ -1,0 +1,175 @@
+package cost
+
+import (
+	"math"
+	"strconv"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+)
+
+// MetadataKey is the message metadata key that carries a message's cost in
+// vertices, as a base-10 integer.
+const MetadataKey = "vertex_count"
+
+// FullBudget is a charge larger than any budget. A vertex budget clamps it to
+// its capacity at admission, so a message charged FullBudget runs alone. It is
+// the default charge for a message whose cost is unknown.
+const FullBudget int64 = math.MaxInt64
+
+// Source says where the vertex count of a [Charge] came from.
+type Source uint8
+
+const (
+	// SourceHeader: the count was read from the message's metadata.
+	SourceHeader Source = iota
+	// SourceMissing: the metadata had no count; the default was charged.
+	SourceMissing
+	// SourceMalformed: the metadata held a count that could not be trusted
+	// (not an integer, negative, overflowing, or zero for a non-empty
+	// payload); the default was charged.
+	SourceMalformed
+	// SourceComputed: the metadata had no usable count and the estimator
+	// counted the vertices of the payload itself.
+	SourceComputed
+)
+
+var sourceNames = [...]string{
+	SourceHeader:    "header",
+	SourceMissing:   "missing",
+	SourceMalformed: "malformed",
+	SourceComputed:  "computed",
+}
+
+// String returns "header", "missing", "malformed" or "computed".
+func (s Source) String() string {
+	if int(s) < len(sourceNames) {
+		return sourceNames[s]
+	}
+	return "Source(" + strconv.Itoa(int(s)) + ")"
+}
+
+// Charge is what admitting one message costs.
+//
+// Vertices is the work dimension. Messages is the per-message dimension, for
+// handlers whose cost is dominated by a fixed per-message price such as a
+// database round trip; a budget with a message limit bounds both.
+type Charge struct {
+	Vertices int64
+	Messages int64
+	Source   Source
+}
+
+// Estimator turns a message into a [Charge] without parsing its geometry in
+// the common case. It is immutable after construction and safe for
+// concurrent use.
+type Estimator struct {
+	defaultCost     int64
+	computeMissing  bool
+	messagesPerCall int64
+	key             string
+}
+
+// EstimatorOption configures an [Estimator].
+type EstimatorOption func(*Estimator)
+
+// WithComputeMissing makes the estimator count the payload's vertices when the
+// metadata has no usable count (missing or malformed), with the rule
+// [StampingPublisher] stamps by: [CountPayload], but at least 1 for a
+// non-empty payload and 0 for an empty one. A payload that cannot be decoded
+// is still charged the default. Counting costs a full parse (for GeoJSON), so
+// prefer stamping at ingest.
+func WithComputeMissing() EstimatorOption {
+	return func(e *Estimator) { e.computeMissing = true }
+}
+
+// WithMessageCost sets the Messages dimension of every charge (default 1).
+func WithMessageCost(n int64) EstimatorOption {
+	return func(e *Estimator) {
+		if n >= 0 {
+			e.messagesPerCall = n
+		}
+	}
+}
+
+// WithMetadataKey reads the count from key instead of [MetadataKey].
+func WithMetadataKey(key string) EstimatorOption {
+	return func(e *Estimator) {
+		if key != "" {
+			e.key = key
+		}
+	}
+}
+
+// NewEstimator returns an estimator that charges defaultCost vertices for a
+// message whose count is missing or malformed. The default should be high:
+// pass [FullBudget] (or the budget's capacity) so an unstamped message is
+// treated as the most expensive one, never the cheapest. A non-positive
+// defaultCost is replaced by FullBudget.
+func NewEstimator(defaultCost int64, opts ...EstimatorOption) *Estimator {
+	if defaultCost <= 0 {
+		defaultCost = FullBudget
+	}
+	e := &Estimator{defaultCost: defaultCost, messagesPerCall: 1, key: MetadataKey}
+	for _, o := range opts {
+		if o != nil {
+			o(e)
+		}
+	}
+	return e
+}
+
+// Default returns the charge, in vertices, given to a message of unknown cost.
+func (e *Estimator) Default() int64 { return e.defaultCost }
+
+// Estimate returns the charge for msg.
+func (e *Estimator) Estimate(msg *message.Message) Charge {
+	n, src := ParseCount(msg.Metadata.Get(e.key), len(msg.Payload))
+	if src != SourceHeader && e.computeMissing {
+		// Same rule as the stamping publisher, so a computed charge equals
+		// the one a stamped message would get.
+		if v, err := payloadCharge(msg.Payload); err == nil {
+			n, src = v, SourceComputed
+		}
+	}
+	if src != SourceHeader && src != SourceComputed {
+		n = e.defaultCost
+	}
+	return Charge{Vertices: n, Messages: e.messagesPerCall, Source: src}
+}
+
+// ParseCount parses a vertex_count metadata value for a payload of
+// payloadLen bytes. It returns the count and SourceHeader when the value can
+// be trusted, and (0, SourceMissing) or (0, SourceMalformed) otherwise. A
+// value is malformed when it is not a plain base-10 integer (signs other than
+// a leading '+', spaces, fractions and exponents are rejected), when it is
+// negative or overflows int64, or when it is zero although the payload is not
+// empty.
+func ParseCount(value string, payloadLen int) (int64, Source) {
+	if value == "" {
+		return 0, SourceMissing
+	}
+	if value[0] == '+' {
+		value = value[1:]
+	}
+	// No length shortcut: leading zeros are legal, and the overflow check
+	// below stops at the first digit too many.
+	if value == "" {
+		return 0, SourceMalformed
+	}
+	var n int64
+	for i := 0; i < len(value); i++ {
+		c := value[i]
+		if c < '0' || c > '9' {
+			return 0, SourceMalformed
+		}
+		d := int64(c - '0')
+		if n > (math.MaxInt64-d)/10 {
+			return 0, SourceMalformed
+		}
+		n = n*10 + d
+	}
+	if n == 0 && payloadLen > 0 {
+		return 0, SourceMalformed
+	}
+	return n, SourceHeader
+}

@@ -1,0 +1,135 @@
+package cost
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+)
+
+// ErrUnstampable is returned (wrapped, together with the decode error) by
+// [StampingPublisher.Publish] when a message's payload cannot be counted.
+var ErrUnstampable = errors.New("cost: message cannot be stamped")
+
+// StampingPublisher is a [message.Publisher] decorator that stamps each
+// message's vertex count into its metadata at ingest, so consumers can be
+// charged without parsing geometry. Create it with [NewStampingPublisher].
+//
+// Publish is all-or-nothing with respect to stamping: it counts every message
+// of the call before touching any of them, and if one payload cannot be
+// counted it returns an error wrapping [ErrUnstampable], leaves every
+// message's metadata as it was and publishes nothing. Once all counts are
+// known it stamps the messages and hands them to the wrapped publisher in one
+// call; if that call fails, the messages stay stamped.
+//
+// The count stamped is [CountPayload] of the payload, except that an empty
+// payload is stamped "0" and a non-empty payload whose geometry has no
+// vertices (an empty collection, a Feature with a null geometry) is stamped
+// "1": [ParseCount] distrusts a zero count for a non-empty payload, so
+// stamping 0 would make the message cost the full budget downstream.
+//
+// A StampingPublisher is immutable after construction and safe for concurrent
+// use if the wrapped publisher is. Publish writes to the metadata of the
+// messages it is given, so the same message must not be published from two
+// goroutines at once (watermill requires that anyway).
+type StampingPublisher struct {
+	pub       message.Publisher
+	key       string
+	overwrite bool
+}
+
+// StampOption configures a [StampingPublisher].
+type StampOption func(*StampingPublisher)
+
+// WithStampKey writes the count under key instead of [MetadataKey]. Pair it
+// with [WithMetadataKey] on the consuming side. An empty key is ignored.
+func WithStampKey(key string) StampOption {
+	return func(p *StampingPublisher) {
+		if key != "" {
+			p.key = key
+		}
+	}
+}
+
+// WithOverwrite makes the publisher count every payload and overwrite any
+// existing count, instead of trusting a count that [ParseCount] accepts. Use
+// it when producers cannot be trusted to stamp honestly.
+func WithOverwrite() StampOption {
+	return func(p *StampingPublisher) { p.overwrite = true }
+}
+
+// NewStampingPublisher wraps pub so that every message published through it
+// carries its vertex count. By default a message that already has a count
+// [ParseCount] accepts is left alone, and one whose count is missing or
+// malformed is counted and stamped. It panics if pub is nil.
+func NewStampingPublisher(pub message.Publisher, opts ...StampOption) *StampingPublisher {
+	if pub == nil {
+		panic("cost: NewStampingPublisher: nil publisher")
+	}
+	p := &StampingPublisher{pub: pub, key: MetadataKey}
+	for _, o := range opts {
+		if o != nil {
+			o(p)
+		}
+	}
+	return p
+}
+
+// Publish stamps messages that need it and publishes them all to topic with
+// the wrapped publisher. See [StampingPublisher] for the all-or-nothing
+// contract and the values stamped.
+func (p *StampingPublisher) Publish(topic string, messages ...*message.Message) error {
+	// First pass: count everything, mutate nothing. stamps[i] == "" means
+	// message i keeps its metadata.
+	var stamps []string
+	for i, msg := range messages {
+		if msg == nil {
+			return fmt.Errorf("%w: message %d of %d is nil", ErrUnstampable, i, len(messages))
+		}
+		if !p.overwrite {
+			if _, src := ParseCount(msg.Metadata.Get(p.key), len(msg.Payload)); src == SourceHeader {
+				continue
+			}
+		}
+		n, err := payloadCharge(msg.Payload)
+		if err != nil {
+			return fmt.Errorf("%w: message %d of %d (uuid %q): %w", ErrUnstampable, i, len(messages), msg.UUID, err)
+		}
+		if stamps == nil {
+			stamps = make([]string, len(messages))
+		}
+		stamps[i] = strconv.FormatInt(n, 10)
+	}
+	// Second pass: every count is known; stamp.
+	for i, s := range stamps {
+		if s == "" {
+			continue
+		}
+		msg := messages[i]
+		if msg.Metadata == nil {
+			msg.Metadata = make(message.Metadata, 1)
+		}
+		msg.Metadata.Set(p.key, s)
+	}
+	return p.pub.Publish(topic, messages...)
+}
+
+// Close closes the wrapped publisher.
+func (p *StampingPublisher) Close() error {
+	return p.pub.Close()
+}
+
+// payloadCharge is the vertex count stamped for, or computed from, a payload:
+// 0 for an empty payload, otherwise CountPayload raised to at least 1 so that
+// ParseCount accepts it for a non-empty payload.
+func payloadCharge(payload []byte) (int64, error) {
+	if len(payload) == 0 {
+		return 0, nil
+	}
+	n, err := CountPayload(payload)
+	if err != nil {
+		return 0, err
+	}
+	return max(int64(n), 1), nil
+}
