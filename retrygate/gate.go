@@ -1,0 +1,481 @@
+package retrygate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	wmw "github.com/ThreeDotsLabs/watermill/message/router/middleware"
+	"github.com/cenkalti/backoff/v5"
+)
+
+// Metadata keys the gate reads and writes. The dead-letter copy also
+// carries Watermill's PoisonQueue keys (see [Gate.Middleware]).
+const (
+	// AttemptKey: handler runs so far over the message's life, base 10.
+	// A message that carries a positive count is redelivered work.
+	AttemptKey = "spillway_attempt"
+	// DeferralsKey: how many times the message has been deferred.
+	DeferralsKey = "spillway_deferrals"
+	// NotBeforeKey: RFC 3339 time before which a deferred message should
+	// not run; the gate holds an early arrival until then.
+	NotBeforeKey = "spillway_not_before"
+	// OriginTopicKey: the topic the message was first consumed from.
+	OriginTopicKey = "spillway_origin_topic"
+	// LastErrorKey: the text of the handler's last error.
+	LastErrorKey = "spillway_last_error"
+	// DeadLetterCauseKey: on the dead-letter copy, "permanent" or
+	// "attempts_exhausted".
+	DeadLetterCauseKey = "spillway_dead_letter_cause"
+)
+
+// maxBackoffSteps bounds how far a message's backoff schedule is advanced
+// to resume it; any sane schedule has reached MaxInterval long before.
+const maxBackoffSteps = 64
+
+// maxAttemptCount bounds the attempt count read from metadata.
+const maxAttemptCount = 1 << 20
+
+// ErrNoPublisher is returned by [New] when Options.Publisher is nil.
+var ErrNoPublisher = errors.New("retrygate: Options.Publisher is nil")
+
+// Pressure is the saturation signal the gate defers on. It is the same
+// signal load shedding reads: *middleware.VertexBudget implements it.
+// SaturatedFor must be safe for concurrent use and cheap; the gate calls it
+// after every failure and on every redelivered arrival.
+type Pressure interface {
+	// SaturatedFor returns how long the consumer has been saturated
+	// without a break, or 0 if it is not saturated now.
+	SaturatedFor() time.Duration
+}
+
+// PressureFunc adapts a function to [Pressure].
+type PressureFunc func() time.Duration
+
+// SaturatedFor calls f.
+func (f PressureFunc) SaturatedFor() time.Duration { return f() }
+
+// Options are a gate's runtime dependencies.
+type Options struct {
+	// Publisher publishes deferred messages to the retry topic and failed
+	// ones to the dead-letter topic. Required. It is called from message
+	// goroutines and must be safe for concurrent use.
+	Publisher message.Publisher
+
+	// Pressure is the saturation signal. Nil: never saturated, so failed
+	// messages are always retried in process while the retry budget and
+	// MaxElapsedTime allow.
+	Pressure Pressure
+
+	// IsPermanent classifies handler errors: true dead-letters the message
+	// at once. Default [IsPermanent].
+	IsPermanent func(error) bool
+
+	// IsRedelivery reports broker-specific signs that a message is a
+	// redelivery (a Redis delivery count above one, say). A message whose
+	// AttemptKey metadata is positive is a redelivery whatever it says.
+	// Optional.
+	IsRedelivery func(*message.Message) bool
+
+	// OnOutcome, if set, is called once per delivery when its outcome is
+	// decided, from the message's goroutine, before the middleware
+	// returns. It must be fast, must not block and must not keep the Event
+	// beyond the call.
+	OnOutcome func(Event)
+
+	// Logger logs dead-letters and failed publishes. Default: none.
+	Logger watermill.LoggerAdapter
+}
+
+// Gate is a Watermill middleware that retries failed handlers with
+// exponential backoff and jitter, draws every retry from a shared retry
+// budget, defers failed and redelivered work instead of retrying it while
+// the consumer is saturated, and dead-letters messages that fail for good.
+//
+// Each delivery ends in exactly one [Outcome]: handled, deferred,
+// dead-lettered or nacked.
+//
+// A Gate is safe for concurrent use. One Gate may wrap any number of
+// handlers; they then share its retry budget, and its counters are kept
+// by consumed topic.
+type Gate struct {
+	cfg     Config
+	opts    Options
+	budget  *retryBudget
+	counts  topicCounters
+	maxHold time.Duration
+}
+
+// New returns a gate for cfg (zero fields take their defaults) and opts.
+func New(cfg Config, opts Options) (*Gate, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if opts.Publisher == nil {
+		return nil, ErrNoPublisher
+	}
+	if opts.IsPermanent == nil {
+		opts.IsPermanent = IsPermanent
+	}
+	if opts.Logger == nil {
+		opts.Logger = watermill.NopLogger{}
+	}
+	return &Gate{
+		cfg:     cfg,
+		opts:    opts,
+		budget:  newRetryBudget(cfg),
+		maxHold: min(2*cfg.MaxInterval, cfg.MaxElapsedTime),
+	}, nil
+}
+
+// Config returns the gate's configuration, defaults applied.
+func (g *Gate) Config() Config { return g.cfg }
+
+// Stats returns a snapshot of the gate's counters. Each counter is read
+// atomically, the set of them is not.
+func (g *Gate) Stats() Stats {
+	total, byTopic := g.counts.snapshot()
+	return Stats{Counts: total, Topics: byTopic, RetryTokens: g.budget.tokens()}
+}
+
+// Saturated reports whether the gate currently treats the consumer as
+// saturated: the pressure signal has reported saturation for at least
+// Config.SaturatedAfter.
+func (g *Gate) Saturated() bool {
+	if g.opts.Pressure == nil {
+		return false
+	}
+	d := g.opts.Pressure.SaturatedFor()
+	return d > 0 && d >= g.cfg.SaturatedAfter
+}
+
+type attemptCtxKey struct{}
+
+// AttemptFromCtx returns which attempt of the message the handler is
+// running, counting from 1 over the message's whole life, or 0 if ctx is
+// not a message context set by a gate. Read it from msg.Context().
+func AttemptFromCtx(ctx context.Context) int {
+	n, _ := ctx.Value(attemptCtxKey{}).(int)
+	return n
+}
+
+// Middleware wraps h with the retry gate. Its slot in the stack is outside
+// the budget admission middleware, so that every attempt is admitted and
+// refunded on its own and nothing is held while it waits.
+//
+// For each delivery:
+//
+//  1. A deferred message that arrives before its NotBeforeKey time waits
+//     until then (at most min(2 × MaxInterval, MaxElapsedTime)).
+//  2. Redelivered work (AttemptKey > 0, or Options.IsRedelivery) that
+//     arrives while the consumer is saturated is deferred again at once,
+//     without running h: under pressure, retries give way to fresh work.
+//     Otherwise it draws a retry token, and is deferred if there is none.
+//  3. h runs. On success the message is handled. On failure it is
+//     dead-lettered if the error is permanent or the attempts are used up;
+//     deferred if the consumer is saturated, the next backoff wait would
+//     run past MaxElapsedTime, or the retry budget is empty; otherwise the
+//     gate waits the backoff interval and runs h again. Every wait ends at
+//     once when the message context does, and the message is nacked. An
+//     error wrapping context.Canceled, or any error once the message
+//     context has ended, is not a failure but abandoned work: the message
+//     is nacked without retry or dead-letter.
+//
+// Before each run the message's context is reset to the one it arrived
+// with (plus the attempt number, see [AttemptFromCtx]), so a context that
+// an inner middleware cancelled does not doom the retry.
+//
+// The dead-letter copy keeps the UUID, payload and metadata and adds
+// reason_poisoned, topic_poisoned, handler_poisoned and
+// subscriber_poisoned (Watermill's PoisonQueue keys), AttemptKey,
+// OriginTopicKey and DeadLetterCauseKey. The retry copy keeps the UUID too,
+// so it can be traced and deduplicated, and carries AttemptKey,
+// DeferralsKey, NotBeforeKey, OriginTopicKey and LastErrorKey. A failed
+// publish to either topic nacks the original: nothing is dropped.
+//
+// A panic in h is counted (Nacked, CausePanic) and passed on unchanged.
+func (g *Gate) Middleware(h message.HandlerFunc) message.HandlerFunc {
+	return func(msg *message.Message) ([]*message.Message, error) {
+		d := g.arrive(msg)
+		defer func() {
+			if d.done {
+				return
+			}
+			if r := recover(); r != nil {
+				d.end(Nacked, CausePanic, "", fmt.Errorf("retrygate: handler panicked: %v", r))
+				panic(r)
+			}
+		}()
+		return d.run(h)
+	}
+}
+
+// delivery is one message's passage through the gate.
+type delivery struct {
+	g     *Gate
+	msg   *message.Message
+	ctx   context.Context // as delivered
+	start time.Time
+
+	topic, handler, origin string
+
+	attempts, deferrals int
+	redelivered         bool
+	retries             int
+	lastErr             error
+	bo                  *backoff.ExponentialBackOff
+	done                bool
+}
+
+func (g *Gate) arrive(msg *message.Message) *delivery {
+	ctx := msg.Context()
+	d := &delivery{
+		g:        g,
+		msg:      msg,
+		ctx:      ctx,
+		start:    time.Now(),
+		topic:    message.SubscribeTopicFromCtx(ctx),
+		handler:  message.HandlerNameFromCtx(ctx),
+		attempts: readCount(msg, AttemptKey),
+	}
+	d.deferrals = readCount(msg, DeferralsKey)
+	d.origin = msg.Metadata.Get(OriginTopicKey)
+	if d.origin == "" {
+		d.origin = d.topic
+	}
+	d.redelivered = d.attempts > 0 || (g.opts.IsRedelivery != nil && g.opts.IsRedelivery(msg))
+	d.bo = g.newBackOff(d.attempts + d.deferrals)
+	return d
+}
+
+func readCount(msg *message.Message, key string) int {
+	n, err := strconv.Atoi(msg.Metadata.Get(key))
+	if err != nil || n < 0 {
+		return 0
+	}
+	return min(n, maxAttemptCount)
+}
+
+// newBackOff returns the message's backoff schedule, advanced past the
+// waits its earlier failures and deferrals already used.
+func (g *Gate) newBackOff(skip int) *backoff.ExponentialBackOff {
+	b := &backoff.ExponentialBackOff{
+		InitialInterval:     g.cfg.InitialInterval,
+		RandomizationFactor: max(0, g.cfg.Jitter),
+		Multiplier:          g.cfg.Multiplier,
+		MaxInterval:         g.cfg.MaxInterval,
+	}
+	b.Reset()
+	for range min(skip, maxBackoffSteps) {
+		b.NextBackOff()
+	}
+	return b
+}
+
+func (d *delivery) run(h message.HandlerFunc) ([]*message.Message, error) {
+	g := d.g
+	if !d.redelivered {
+		g.budget.earn()
+	}
+	if err := d.holdUntilDue(); err != nil {
+		return d.nack(CauseContextDone, err)
+	}
+	if d.redelivered {
+		if g.Saturated() {
+			return d.deferMsg(CauseSaturatedOnArrival, d.bo.NextBackOff())
+		}
+		if !g.budget.take() {
+			g.counts.get(d.topic).budgetDenied.Add(1)
+			return d.deferMsg(CauseRetryBudget, d.bo.NextBackOff())
+		}
+	}
+	for {
+		d.attempts++
+		d.msg.SetContext(context.WithValue(d.ctx, attemptCtxKey{}, d.attempts))
+		out, err := h(d.msg)
+		if err == nil {
+			d.end(Handled, CauseNone, "", nil)
+			return out, nil
+		}
+		d.lastErr = err
+		switch {
+		case d.ctx.Err() != nil, errors.Is(err, context.Canceled):
+			// The work was abandoned, not failed: the delivery is ending,
+			// or a layer below gave up its wait (budget admission during
+			// shutdown, say). Nack it for redelivery.
+			return d.nack(CauseContextDone, err)
+		case g.opts.IsPermanent(err):
+			return d.deadLetter(CausePermanent)
+		case d.attempts >= g.cfg.MaxAttempts:
+			return d.deadLetter(CauseAttemptsExhausted)
+		case g.Saturated():
+			return d.deferMsg(CauseSaturated, d.bo.NextBackOff())
+		}
+		wait := d.bo.NextBackOff()
+		if time.Since(d.start)+wait > g.cfg.MaxElapsedTime {
+			return d.deferMsg(CauseMaxElapsed, wait)
+		}
+		if !g.budget.take() {
+			g.counts.get(d.topic).budgetDenied.Add(1)
+			return d.deferMsg(CauseRetryBudget, wait)
+		}
+		if err := sleep(d.ctx, wait); err != nil {
+			return d.nack(CauseContextDone, err)
+		}
+		if g.Saturated() {
+			// Pressure rose while we waited; the token is spent, the
+			// retry is not.
+			return d.deferMsg(CauseSaturated, d.bo.NextBackOff())
+		}
+		d.retries++
+		g.counts.get(d.topic).retries.Add(1)
+	}
+}
+
+// holdUntilDue waits until the message's NotBeforeKey time, if it has one
+// in the future, bounded by maxHold.
+func (d *delivery) holdUntilDue() error {
+	v := d.msg.Metadata.Get(NotBeforeKey)
+	if v == "" {
+		return nil
+	}
+	due, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return nil
+	}
+	return sleep(d.ctx, min(time.Until(due), d.g.maxHold))
+}
+
+// sleep waits for d or until ctx ends, returning ctx.Err() in that case.
+func sleep(ctx context.Context, d time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// deferMsg hands the message back for a retry no earlier than delay from
+// now.
+func (d *delivery) deferMsg(cause Cause, delay time.Duration) ([]*message.Message, error) {
+	g := d.g
+	deferrals := d.deferrals + 1
+	stamp := func(m *message.Message) {
+		m.Metadata.Set(AttemptKey, strconv.Itoa(d.attempts))
+		m.Metadata.Set(DeferralsKey, strconv.Itoa(deferrals))
+		m.Metadata.Set(NotBeforeKey, time.Now().Add(delay).UTC().Format(time.RFC3339Nano))
+		m.Metadata.Set(OriginTopicKey, d.origin)
+		if d.lastErr != nil {
+			m.Metadata.Set(LastErrorKey, d.lastErr.Error())
+		}
+	}
+	if cause == CauseSaturatedOnArrival {
+		g.counts.get(d.topic).onArrival.Add(1)
+	}
+	if g.cfg.Defer == DeferNack {
+		// Best effort: Kafka and Redis Streams subscribers resend the
+		// delivered message object after a nack, so the count and due time
+		// survive in-process redelivery; GoChannel resends the original.
+		stamp(d.msg)
+		d.end(Deferred, cause, "", d.lastErr)
+		if d.lastErr != nil {
+			return nil, fmt.Errorf("%w: %w", ErrDeferred, d.lastErr)
+		}
+		return nil, fmt.Errorf("%w (%s)", ErrDeferred, cause)
+	}
+	cp := d.msg.Copy()
+	stamp(cp)
+	dest := g.cfg.RetryTopicFor(d.origin)
+	if err := g.opts.Publisher.Publish(dest, cp); err != nil {
+		g.opts.Logger.Error("retrygate: cannot publish to retry topic; nacking", err, d.logFields(dest))
+		return d.nack(CausePublishFailed, fmt.Errorf("retrygate: publishing to retry topic %q: %w", dest, err))
+	}
+	d.end(Deferred, cause, dest, d.lastErr)
+	return nil, nil
+}
+
+func (d *delivery) deadLetter(cause Cause) ([]*message.Message, error) {
+	g := d.g
+	cp := d.msg.Copy()
+	delete(cp.Metadata, NotBeforeKey)
+	cp.Metadata.Set(wmw.ReasonForPoisonedKey, d.lastErr.Error())
+	cp.Metadata.Set(wmw.PoisonedTopicKey, d.topic)
+	cp.Metadata.Set(wmw.PoisonedHandlerKey, d.handler)
+	cp.Metadata.Set(wmw.PoisonedSubscriberKey, message.SubscriberNameFromCtx(d.ctx))
+	cp.Metadata.Set(AttemptKey, strconv.Itoa(d.attempts))
+	cp.Metadata.Set(OriginTopicKey, d.origin)
+	cp.Metadata.Set(DeadLetterCauseKey, cause.String())
+	dest := g.cfg.DeadLetterTopicFor(d.origin)
+	if err := g.opts.Publisher.Publish(dest, cp); err != nil {
+		g.opts.Logger.Error("retrygate: cannot publish to dead-letter topic; nacking", err, d.logFields(dest))
+		return d.nack(CausePublishFailed, fmt.Errorf("retrygate: publishing to dead-letter topic %q: %w", dest, err))
+	}
+	f := d.logFields(dest)
+	f["cause"] = cause.String()
+	g.opts.Logger.Info("retrygate: message dead-lettered: "+d.lastErr.Error(), f)
+	d.end(DeadLettered, cause, dest, d.lastErr)
+	return nil, nil
+}
+
+// nack ends the delivery with err, which the router turns into a nack.
+func (d *delivery) nack(cause Cause, err error) ([]*message.Message, error) {
+	d.end(Nacked, cause, "", err)
+	return nil, err
+}
+
+// end records the outcome, restores the message context and reports the
+// event.
+func (d *delivery) end(o Outcome, c Cause, dest string, err error) {
+	d.done = true
+	d.msg.SetContext(d.ctx)
+	ctr := d.g.counts.get(d.topic)
+	switch o {
+	case Handled:
+		ctr.handled.Add(1)
+	case Deferred:
+		ctr.deferred.Add(1)
+	case DeadLettered:
+		ctr.deadLettered.Add(1)
+	case Nacked:
+		ctr.nacked.Add(1)
+	}
+	if f := d.g.opts.OnOutcome; f != nil {
+		f(Event{
+			UUID:        d.msg.UUID,
+			Topic:       d.topic,
+			Handler:     d.handler,
+			Outcome:     o,
+			Cause:       c,
+			Redelivered: d.redelivered,
+			Attempts:    d.attempts,
+			Retries:     d.retries,
+			Destination: dest,
+			Err:         err,
+			Elapsed:     time.Since(d.start),
+		})
+	}
+}
+
+func (d *delivery) logFields(dest string) watermill.LogFields {
+	return watermill.LogFields{
+		"message_uuid": d.msg.UUID,
+		"topic":        d.topic,
+		"handler":      d.handler,
+		"destination":  dest,
+		"attempts":     d.attempts,
+	}
+}
