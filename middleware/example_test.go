@@ -1,0 +1,74 @@
+package middleware_test
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
+
+	"github.com/spillway-go/spillway/cost"
+	"github.com/spillway-go/spillway/middleware"
+)
+
+// A budget of 50,000 vertices admits two 20,000-vertex charges at once; a
+// third waits until one is released. A charge larger than the whole budget
+// is clamped and runs alone.
+func ExampleVertexBudget() {
+	ctx := context.Background()
+	budget := middleware.NewVertexBudget(50_000)
+
+	a, _ := budget.Acquire(ctx, 20_000)
+	b, _ := budget.Acquire(ctx, 20_000)
+	_, ok := budget.TryAcquire(20_000)
+	fmt.Println("in use:", budget.InUse(), "third admitted:", ok, "saturated:", budget.Saturated())
+
+	a.Release()
+	b.Release()
+
+	big, _ := budget.Acquire(ctx, 80_000)
+	fmt.Println("clamped:", big.Clamped(), "holds:", big.Vertices())
+	big.Release()
+	fmt.Println("in use:", budget.InUse())
+	// Output:
+	// in use: 40000 third admitted: false saturated: false
+	// clamped: true holds: 50000
+	// in use: 0
+}
+
+// The Budget middleware charges each message its vertex_count before the
+// handler runs and refunds it afterwards, on every path.
+func ExampleBudget() {
+	logger := watermill.NopLogger{}
+	pubSub := gochannel.NewGoChannel(gochannel.Config{Persistent: true}, logger)
+	router, _ := message.NewRouter(message.RouterConfig{}, logger)
+
+	budget := middleware.NewVertexBudget(100_000)
+	admission, _ := middleware.NewBudget(middleware.BudgetConfig{
+		Budget:    budget,
+		Estimator: cost.NewEstimator(cost.FullBudget),
+	})
+	router.AddMiddleware(admission.Middleware)
+
+	done := make(chan struct{})
+	router.AddConsumerHandler("parcels", "parcels", pubSub, func(msg *message.Message) error {
+		fmt.Printf("handling %s with %d of %d vertices in use\n",
+			msg.UUID, budget.InUse(), budget.Capacity())
+		close(done)
+		return nil
+	})
+	go func() { _ = router.Run(context.Background()) }()
+	<-router.Running()
+
+	msg := message.NewMessage("parcel-1", []byte(`{"type":"Point","coordinates":[1,2]}`))
+	msg.Metadata.Set(cost.MetadataKey, "1250")
+	_ = pubSub.Publish("parcels", msg)
+
+	<-done
+	_ = router.Close()
+	fmt.Println("after close:", budget.InUse())
+	// Output:
+	// handling parcel-1 with 1250 of 100000 vertices in use
+	// after close: 0
+}
