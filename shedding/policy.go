@@ -1,0 +1,515 @@
+package shedding
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+)
+
+// Metadata keys set on audit copies of dropped messages.
+const (
+	// MetadataReason holds the [Reason] the message was dropped for, as
+	// its String form (shed_priority, stale_version, superseded).
+	MetadataReason = "spillway_shed_reason"
+	// MetadataTopic holds the topic the message was consumed from.
+	MetadataTopic = "spillway_shed_topic"
+	// MetadataAt holds when it was dropped, RFC 3339 with nanoseconds, UTC.
+	MetadataAt = "spillway_shed_at"
+)
+
+// ErrNoPressure is returned by [New] when priority shedding is configured
+// but no pressure signal is given.
+var ErrNoPressure = errors.New("shedding: priority shedding needs a pressure signal")
+
+// ErrNoAuditPublisher is returned by [New] when Config.AuditTopic is set
+// but no publisher is given with [WithAuditPublisher].
+var ErrNoAuditPublisher = errors.New("shedding: audit_topic is set but no audit publisher was given")
+
+// Pressure is a sustained-pressure signal. SaturatedFor returns how long
+// the consumer has been under pressure without a break, or 0 when it is not
+// under pressure now. It must be cheap and safe for concurrent use: it is
+// called for messages of sheddable topics, from their goroutines.
+// *middleware.VertexBudget implements it; a consumer-lag signal can too.
+type Pressure interface {
+	SaturatedFor() time.Duration
+}
+
+// Reason says why a message was dropped.
+type Reason uint8
+
+const (
+	// ReasonPriority: its priority was below the threshold while pressure
+	// had lasted longer than the window.
+	ReasonPriority Reason = iota + 1
+	// ReasonStale: its version was not newer than the last version handled
+	// for its entity.
+	ReasonStale
+	// ReasonSuperseded: a newer message for its entity arrived while it
+	// waited for budget (or was already in flight when it arrived).
+	ReasonSuperseded
+)
+
+var reasonNames = [...]string{
+	ReasonPriority:   "shed_priority",
+	ReasonStale:      "stale_version",
+	ReasonSuperseded: "superseded",
+}
+
+// String returns shed_priority, stale_version or superseded. These are the
+// values of [MetadataReason] and suitable as metric labels.
+func (r Reason) String() string {
+	if r > 0 && int(r) < len(reasonNames) {
+		return reasonNames[r]
+	}
+	return "Reason(" + strconv.Itoa(int(r)) + ")"
+}
+
+// Option configures a [Policy].
+type Option func(*Policy)
+
+// WithAuditPublisher sets the publisher audit copies are published with, to
+// Config.AuditTopic. Without an audit topic the publisher is not used. The
+// policy does not close it.
+func WithAuditPublisher(pub message.Publisher) Option {
+	return func(p *Policy) { p.audit = pub }
+}
+
+// WithOnShed sets a hook called once for every message the policy drops,
+// after its audit copy (if any) has been published and before it is acked:
+// attach metrics here. It is called from the message's goroutine, must be
+// fast, must not block and must be safe for concurrent use.
+func WithOnShed(f func(msg *message.Message, topic string, reason Reason)) Option {
+	return func(p *Policy) { p.onShed = f }
+}
+
+// WithTopicFunc sets how a message's topic is found. The default reads the
+// topic the router subscribed to, message.SubscribeTopicFromCtx. Use it when
+// a handler consumes a fan-in of several streams and the original topic is
+// carried elsewhere.
+func WithTopicFunc(f func(msg *message.Message) string) Option {
+	return func(p *Policy) {
+		if f != nil {
+			p.topicOf = f
+		}
+	}
+}
+
+// Policy drops messages of an explicit list of self-superseding topics, and
+// only those: by priority under sustained pressure, by stale version, and
+// by coalescing waiters for the same entity. Every drop is counted by topic
+// and reason, optionally published to an audit topic, and acked. Nothing
+// else is ever dropped: a message of any other topic passes through
+// untouched.
+//
+// A Policy contributes two middlewares that go on either side of budget
+// admission; [Policy.Wrap] composes them around the admission middleware:
+//
+//   - [Policy.Middleware], before admission: drops stale and (under
+//     sustained pressure) low-priority messages before they wait for
+//     budget, and registers the message for coalescing.
+//   - [Policy.Admitted], inside admission, right before the handler:
+//     checks again after the wait, marks the message admitted (admitted
+//     messages are never superseded) and records the handled version.
+//
+// Coalescing also needs [Policy.Revoked] as the budget's revocation hook,
+// so that a superseded waiter stops waiting.
+//
+// A Policy is safe for concurrent use; one Policy may wrap any number of
+// handlers. Create it with [New].
+type Policy struct {
+	cfg      Config
+	pressure Pressure
+	audit    message.Publisher
+	onShed   func(*message.Message, string, Reason)
+	topicOf  func(*message.Message) string
+
+	topics map[string]*topicCounters // the allow-list; read-only after New
+	guard  *versionGuard             // nil: version guard off
+	coal   *coalescer                // nil: coalescing off
+
+	// admittedHook is set once Admitted has been installed in a handler
+	// chain. Until then a waiting message is never made to step aside,
+	// because its fate could not be told from a handled message's.
+	admittedHook atomic.Bool
+}
+
+type topicCounters struct {
+	dropped           [len(reasonNames)]atomic.Uint64
+	auditFailed       atomic.Uint64
+	malformedPriority atomic.Uint64
+	malformedVersion  atomic.Uint64
+}
+
+// New returns the policy for cfg. pressure may be nil only if there are no
+// sheddable topics or priority shedding is disabled.
+func New(cfg Config, pressure Pressure, opts ...Option) (*Policy, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	p := &Policy{
+		cfg:      cfg,
+		pressure: pressure,
+		topicOf:  func(m *message.Message) string { return message.SubscribeTopicFromCtx(m.Context()) },
+		topics:   make(map[string]*topicCounters, len(cfg.Topics)),
+	}
+	for _, o := range opts {
+		if o != nil {
+			o(p)
+		}
+	}
+	if len(cfg.Topics) > 0 && !cfg.Priority.Disabled && pressure == nil {
+		return nil, ErrNoPressure
+	}
+	if cfg.AuditTopic == "" {
+		p.audit = nil
+	} else if p.audit == nil {
+		return nil, ErrNoAuditPublisher
+	}
+	for _, t := range cfg.Topics {
+		p.topics[t] = new(topicCounters)
+	}
+	if cfg.VersionGuard.Enabled {
+		p.guard = newVersionGuard(cfg.VersionGuard.MaxEntities)
+	}
+	if cfg.Coalesce.Enabled {
+		p.coal = newCoalescer()
+	}
+	return p, nil
+}
+
+// Config returns the policy's configuration, defaults applied.
+func (p *Policy) Config() Config { return p.cfg.WithDefaults() }
+
+// Sheddable reports whether topic is on the allow-list.
+func (p *Policy) Sheddable(topic string) bool { return p.topics[topic] != nil }
+
+// Shedding reports whether priority shedding is in force now: pressure has
+// lasted at least the window. It is lock-free.
+func (p *Policy) Shedding() bool {
+	if p.cfg.Priority.Disabled || p.pressure == nil || len(p.topics) == 0 {
+		return false
+	}
+	return p.pressure.SaturatedFor() >= p.cfg.Priority.Window
+}
+
+// passage is what the policy knows about one message on its way through
+// the handler chain. It travels in the message context.
+type passage struct {
+	topic      string
+	tc         *topicCounters
+	priority   int64
+	entity     string
+	version    uint64
+	hasVersion bool
+	ticket     *ticket // nil: not coalesced
+
+	// Written by Admitted, read by Middleware; both run on the message's
+	// goroutine, one inside the other.
+	admitted bool // the handler was called
+	dropped  bool // Admitted dropped the message (or failed to)
+}
+
+func (ps *passage) key() entityKey { return entityKey{ps.topic, ps.entity} }
+
+type passageKey struct{}
+
+func passageOf(msg *message.Message) *passage {
+	ps, _ := msg.Context().Value(passageKey{}).(*passage)
+	return ps
+}
+
+// inspect reads the metadata the policy needs, once per message.
+func (p *Policy) inspect(msg *message.Message, topic string, tc *topicCounters) *passage {
+	ps := &passage{topic: topic, tc: tc}
+	if !p.cfg.Priority.Disabled {
+		n, f := parsePriority(msg.Metadata.Get(p.cfg.Priority.Key))
+		if f != fieldOK {
+			n = p.cfg.Priority.Missing
+			if f == fieldMalformed {
+				tc.malformedPriority.Add(1)
+			}
+		}
+		ps.priority = n
+	}
+	if p.guard != nil || p.coal != nil {
+		ps.entity = msg.Metadata.Get(p.cfg.EntityKey)
+		if ps.entity != "" {
+			v, f := parseVersion(msg.Metadata.Get(p.cfg.VersionKey))
+			switch f {
+			case fieldOK:
+				ps.version, ps.hasVersion = v, true
+			case fieldMalformed:
+				tc.malformedVersion.Add(1)
+			}
+		}
+	}
+	return ps
+}
+
+// verdict decides whether a message must be dropped now, before or after
+// waiting for budget. A stale version is reported before a low priority.
+func (p *Policy) verdict(ps *passage) (Reason, bool) {
+	if p.guard != nil && ps.hasVersion && p.guard.stale(ps.key(), ps.version) {
+		return ReasonStale, true
+	}
+	if ps.priority < p.cfg.Priority.ShedBelow && p.Shedding() {
+		return ReasonPriority, true
+	}
+	return 0, false
+}
+
+// Middleware is the policy's stage before budget admission. For a message
+// of a sheddable topic it drops the message, without waiting for budget,
+// if its version is stale or if it has low priority while shedding is in
+// force; otherwise it registers it for coalescing and calls h. A message of
+// any other topic goes straight to h.
+//
+// A dropped message is counted, published to the audit topic if one is
+// configured, and acked (nil error). If publishing the audit copy fails,
+// the error is returned instead, so the message is nacked and redelivered:
+// nothing is dropped silently.
+func (p *Policy) Middleware(h message.HandlerFunc) message.HandlerFunc {
+	return func(msg *message.Message) ([]*message.Message, error) {
+		topic := p.topicOf(msg)
+		tc := p.topics[topic]
+		if tc == nil {
+			return h(msg)
+		}
+		ps := p.inspect(msg, topic, tc)
+		if r, drop := p.verdict(ps); drop {
+			return p.drop(msg, ps, r)
+		}
+		if p.coal != nil && ps.entity != "" {
+			t, a := p.coal.register(ps.key(), msg.UUID, ps.version, ps.hasVersion, p.admittedHook.Load())
+			if a == arrivedOlder {
+				return p.drop(msg, ps, ReasonSuperseded)
+			}
+			if t != nil {
+				ps.ticket = t
+				defer p.coal.finish(t)
+			}
+		}
+		msg.SetContext(context.WithValue(msg.Context(), passageKey{}, ps))
+		out, err := h(msg)
+		if ps.ticket != nil && !ps.admitted && !ps.dropped && err == nil && p.coal.wasSuperseded(ps.ticket) {
+			// Admission stepped aside because a newer message arrived.
+			return p.drop(msg, ps, ReasonSuperseded)
+		}
+		return out, err
+	}
+}
+
+// Admitted is the policy's stage after budget admission, right before the
+// handler. It must sit inside the admission middleware; [Policy.Wrap] puts
+// it there. For a message that passed [Policy.Middleware] it checks once
+// more what may have changed during the wait (the message was superseded,
+// a newer version was handled, shedding came into force) and drops the
+// message if so; otherwise it marks the message admitted, so it is no
+// longer superseded, and calls h. When h succeeds it records the message's
+// version for the version guard; the version counts once the message is
+// acked. Messages that did not pass Middleware go straight to h.
+//
+// Without Admitted in the chain the version guard never records anything
+// (so it never drops) and waiting messages are never superseded.
+func (p *Policy) Admitted(h message.HandlerFunc) message.HandlerFunc {
+	p.admittedHook.Store(true)
+	return func(msg *message.Message) ([]*message.Message, error) {
+		ps := passageOf(msg)
+		if ps == nil {
+			return h(msg)
+		}
+		if ps.ticket != nil && !p.coal.admit(ps.ticket) {
+			ps.dropped = true
+			return p.drop(msg, ps, ReasonSuperseded)
+		}
+		if r, drop := p.verdict(ps); drop {
+			ps.dropped = true
+			return p.drop(msg, ps, r)
+		}
+		ps.admitted = true
+		out, err := h(msg)
+		if err == nil && p.guard != nil && ps.hasVersion {
+			p.guard.record(ps.key(), ps.version, msg.Acked())
+		}
+		return out, err
+	}
+}
+
+// Wrap returns a middleware that runs [Policy.Middleware], then admission,
+// then [Policy.Admitted], then the handler. admission is the budget
+// middleware (middleware.Budget.Middleware), possibly composed with others
+// that must run inside it.
+func (p *Policy) Wrap(admission message.HandlerMiddleware) message.HandlerMiddleware {
+	return func(h message.HandlerFunc) message.HandlerFunc {
+		return p.Middleware(admission(p.Admitted(h)))
+	}
+}
+
+// Superseded returns a channel that is closed when msg, while waiting for
+// budget, is superseded by a newer message of its entity (and, at the
+// latest, when msg leaves the policy). It returns nil for a message that
+// cannot be superseded: coalescing off, a topic that is not sheddable, no
+// entity key, or a message that did not pass [Policy.Middleware]. Use it
+// as middleware.BudgetConfig.Revoked, or [Policy.Revoked] to compose it
+// with another revocation signal.
+func (p *Policy) Superseded(msg *message.Message) <-chan struct{} {
+	ps := passageOf(msg)
+	if ps == nil || ps.ticket == nil {
+		return nil
+	}
+	return ps.ticket.abort
+}
+
+// Revoked returns a revocation hook for middleware.BudgetConfig.Revoked
+// that fires when msg is superseded ([Policy.Superseded]) or when also(msg)
+// fires, whichever comes first. also may be nil; typically it is the Kafka
+// session tracker's Revoked.
+//
+// When only one of the two channels exists (the common case: coalescing
+// has nothing to do on Kafka, and nothing revokes deliveries on other
+// brokers) it is returned as is. When both exist, one goroutine per message
+// forwards also's signal; it ends when the message leaves the policy at the
+// latest. A step-aside caused by also is not counted as superseded.
+func (p *Policy) Revoked(also func(msg *message.Message) <-chan struct{}) func(msg *message.Message) <-chan struct{} {
+	return func(msg *message.Message) <-chan struct{} {
+		var other <-chan struct{}
+		if also != nil {
+			other = also(msg)
+		}
+		ps := passageOf(msg)
+		if ps == nil || ps.ticket == nil {
+			return other
+		}
+		t := ps.ticket
+		if other == nil {
+			return t.abort
+		}
+		select {
+		case <-other:
+			p.coal.revoke(t)
+			return t.abort
+		default:
+		}
+		go func() {
+			select {
+			case <-other:
+				p.coal.revoke(t)
+			case <-t.abort:
+			}
+		}()
+		return t.abort
+	}
+}
+
+// drop counts msg as dropped for reason, publishes its audit copy and
+// acks it; if the audit copy cannot be published it returns the error so
+// the message is nacked.
+func (p *Policy) drop(msg *message.Message, ps *passage, r Reason) ([]*message.Message, error) {
+	if p.audit != nil {
+		a := msg.Copy()
+		a.Metadata.Set(MetadataReason, r.String())
+		a.Metadata.Set(MetadataTopic, ps.topic)
+		a.Metadata.Set(MetadataAt, time.Now().UTC().Format(time.RFC3339Nano))
+		// Keep the values (tracing) but not the cancellation of the
+		// delivery: the copy must go out even if the delivery is ending.
+		a.SetContext(context.WithoutCancel(msg.Context()))
+		if err := p.audit.Publish(p.cfg.AuditTopic, a); err != nil {
+			ps.tc.auditFailed.Add(1)
+			return nil, fmt.Errorf("shedding: message %s of topic %q dropped as %s, but its audit copy could not be published to %q (message not acked): %w",
+				msg.UUID, ps.topic, r, p.cfg.AuditTopic, err)
+		}
+	}
+	ps.tc.dropped[r].Add(1)
+	if p.onShed != nil {
+		p.onShed(msg, ps.topic, r)
+	}
+	return nil, nil
+}
+
+// TopicStats counts what the policy did to one sheddable topic.
+type TopicStats struct {
+	ShedPriority uint64 // dropped for low priority under sustained pressure
+	StaleVersion uint64 // dropped as stale versions
+	Superseded   uint64 // dropped as superseded by a newer message of their entity
+
+	// AuditFailed counts drops whose audit copy could not be published;
+	// those messages were nacked instead, and are not in the counts above.
+	AuditFailed uint64
+	// MalformedPriority counts messages whose priority metadata was
+	// present but not an integer (they were given Priority.Missing).
+	MalformedPriority uint64
+	// MalformedVersion counts messages whose version metadata was present
+	// but not an unsigned integer (the version guard skipped them).
+	MalformedVersion uint64
+}
+
+// Count returns the drops for reason r.
+func (s TopicStats) Count(r Reason) uint64 {
+	switch r {
+	case ReasonPriority:
+		return s.ShedPriority
+	case ReasonStale:
+		return s.StaleVersion
+	case ReasonSuperseded:
+		return s.Superseded
+	}
+	return 0
+}
+
+// Dropped returns the drops for every reason.
+func (s TopicStats) Dropped() uint64 { return s.ShedPriority + s.StaleVersion + s.Superseded }
+
+// Stats is a point-in-time snapshot of a [Policy].
+type Stats struct {
+	// Topics has an entry for every sheddable topic, zero or not.
+	Topics map[string]TopicStats
+	// Shedding is whether priority shedding is in force now.
+	Shedding bool
+	// Entities is how many entities the version guard remembers, at most
+	// MaxEntities; Evictions how many it has forgotten to stay within it.
+	Entities    int
+	MaxEntities int
+	Evictions   uint64
+	// InFlight is how many entities have a message registered for
+	// coalescing: waiting for budget or being handled.
+	InFlight int
+}
+
+// Dropped returns the drops of every topic for reason r.
+func (s Stats) Dropped(r Reason) uint64 {
+	var n uint64
+	for _, t := range s.Topics {
+		n += t.Count(r)
+	}
+	return n
+}
+
+// Stats returns a snapshot. Counters are read one by one, so a snapshot
+// taken while messages flow may be off by the messages in flight.
+func (p *Policy) Stats() Stats {
+	s := Stats{Topics: make(map[string]TopicStats, len(p.topics)), Shedding: p.Shedding()}
+	for name, tc := range p.topics {
+		s.Topics[name] = TopicStats{
+			ShedPriority:      tc.dropped[ReasonPriority].Load(),
+			StaleVersion:      tc.dropped[ReasonStale].Load(),
+			Superseded:        tc.dropped[ReasonSuperseded].Load(),
+			AuditFailed:       tc.auditFailed.Load(),
+			MalformedPriority: tc.malformedPriority.Load(),
+			MalformedVersion:  tc.malformedVersion.Load(),
+		}
+	}
+	if p.guard != nil {
+		s.Entities, s.Evictions = p.guard.stats()
+		s.MaxEntities = p.cfg.VersionGuard.MaxEntities
+	}
+	if p.coal != nil {
+		s.InFlight = p.coal.len()
+	}
+	return s
+}
