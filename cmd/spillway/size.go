@@ -1,0 +1,501 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/spillway-go/spillway/cost"
+	"github.com/spillway-go/spillway/internal/refwork"
+)
+
+// sizeOptions are the flags of "spillway size".
+type sizeOptions struct {
+	sample      string
+	memory      byteSize
+	deadline    time.Duration
+	processes   int
+	prefetch    byteSize
+	handler     string
+	heavyAbove  int
+	chart       string
+	json        bool
+	headroom    float64
+	parallelism int
+	repeats     int
+	progress    bool
+}
+
+// Defaults of "spillway size". The deadline is Spillway's Redis Streams
+// MaxIdleTime; Kafka's Rebalance.Timeout defaults to 60s.
+const (
+	defaultMemory     = 2 << 30
+	defaultDeadline   = 30 * time.Second
+	defaultHandler    = "full"
+	defaultHeavyAbove = 1000
+	defaultRepeats    = 5
+)
+
+func newSizeCmd(e *env) *cobra.Command {
+	o := &sizeOptions{memory: defaultMemory}
+	cmd := &cobra.Command{
+		Use:   "size --sample FILE.ndjson [flags]",
+		Short: "Compute a vertex budget from a sample of real payloads",
+		Long: `size measures, on a sample of real payloads, the memory one in-flight vertex
+takes (bytes per vertex) and how many vertices per second a handler processes
+with the parallelism production uses, and computes the two bounds on a vertex
+budget:
+
+  memory bound   = (memory / processes - prefetch) / bytes per vertex
+  deadline bound = vertices per second x deadline x headroom
+
+The budget is the smaller one; the output names it. The sample is NDJSON, one
+payload per line (GeoJSON Feature, Geometry or FeatureCollection, or hex
+WKB/EWKB), ideally a contiguous window of the busiest hour.
+
+The handlers are built-in stand-ins for your own (--handler); to size with
+your real handler, call cost.MeasureThroughput and cost.Recommend from Go.
+
+--chart writes an SVG of the budget each bound permits against the share of
+heavy geometry (geometries with more than --heavy-above vertices), with the
+throughput at each mix interpolated from the measured light and heavy rates.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runSize(cmd.Context(), e, o, cmd.Flags().Changed("progress"))
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.sample, "sample", "", "NDJSON file of real payloads, one per line (required)")
+	f.Var(&o.memory, "memory", "memory the container gives the consumers for in-flight geometry (e.g. 2GiB, 512Mi)")
+	f.DurationVar(&o.deadline, "deadline", defaultDeadline, "the broker's redelivery deadline: Kafka Rebalance.Timeout, Redis MaxIdleTime")
+	f.IntVar(&o.processes, "processes", 1, "consumer processes sharing --memory")
+	f.Var(&o.prefetch, "prefetch", "bytes each process's broker client buffers ahead of the handlers")
+	f.StringVar(&o.handler, "handler", defaultHandler, "reference handler: "+strings.Join(refwork.Names(), ", "))
+	f.IntVar(&o.heavyAbove, "heavy-above", defaultHeavyAbove, "vertices above which a geometry counts as heavy (for --chart)")
+	f.StringVar(&o.chart, "chart", "", "write an SVG chart of both bounds against the heavy share to this file")
+	f.BoolVar(&o.json, "json", false, "print JSON instead of a table")
+	f.Float64Var(&o.headroom, "headroom", cost.DefaultHeadroom, "share of the deadline a full budget may take to drain, in (0, 1]")
+	f.IntVar(&o.parallelism, "parallelism", 0, "handlers running at once while measuring (default GOMAXPROCS)")
+	f.IntVar(&o.repeats, "repeats", defaultRepeats, "measuring runs; the median counts")
+	f.BoolVar(&o.progress, "progress", false, "show a progress bar even when stderr is not a terminal (--progress=false: never)")
+	return cmd
+}
+
+// validate checks the flags before anything is read or measured.
+func (o *sizeOptions) validate() error {
+	switch {
+	case o.sample == "":
+		return badInput("--sample is required: an NDJSON file of real payloads")
+	case o.memory <= 0:
+		return badInput("--memory must be positive, got %d bytes", int64(o.memory))
+	case o.deadline <= 0:
+		return badInput("--deadline must be positive, got %v", o.deadline)
+	case o.processes <= 0:
+		return badInput("--processes must be positive, got %d", o.processes)
+	case o.prefetch < 0:
+		return badInput("--prefetch must not be negative, got %d bytes", int64(o.prefetch))
+	case o.heavyAbove < 0:
+		return badInput("--heavy-above must not be negative, got %d", o.heavyAbove)
+	case !(o.headroom > 0 && o.headroom <= 1):
+		return badInput("--headroom must be in (0, 1], got %v", o.headroom)
+	case o.parallelism < 0:
+		return badInput("--parallelism must not be negative, got %d", o.parallelism)
+	case o.repeats <= 0:
+		return badInput("--repeats must be positive, got %d", o.repeats)
+	}
+	if _, err := refwork.ByName(o.handler); err != nil {
+		return badInput("--handler %q is not a reference handler (have %s)", o.handler, strings.Join(refwork.Names(), ", "))
+	}
+	return nil
+}
+
+// sizeReport is the --json output. Field names are stable.
+type sizeReport struct {
+	Sample struct {
+		File       string `json:"file"`
+		Geometries int    `json:"geometries"`
+		Vertices   int64  `json:"vertices"`
+		Bytes      int64  `json:"bytes"`
+	} `json:"sample"`
+	Handler struct {
+		Name        string `json:"name"`
+		Description string `json:"description"`
+		Parallelism int    `json:"parallelism"`
+		Repeats     int    `json:"repeats"`
+	} `json:"handler"`
+	Memory     cost.MemoryProfile `json:"memory"`
+	Throughput cost.Throughput    `json:"throughput"`
+	Inputs     struct {
+		MemoryBytes       int64   `json:"memory_bytes"`
+		Processes         int     `json:"processes"`
+		PrefetchBytes     int64   `json:"prefetch_bytes"`
+		BytesPerVertex    float64 `json:"bytes_per_vertex"`
+		VerticesPerSecond float64 `json:"vertices_per_second"`
+		DeadlineSeconds   float64 `json:"deadline_seconds"`
+		Headroom          float64 `json:"headroom"`
+	} `json:"inputs"`
+	GeometryMemoryBytes int64      `json:"geometry_memory_bytes"`
+	MemoryBound         int64      `json:"memory_bound"`
+	DeadlineBound       int64      `json:"deadline_bound"`
+	Budget              int64      `json:"budget"`
+	Binding             cost.Bound `json:"binding"`
+	DrainSeconds        float64    `json:"drain_seconds"`
+	Advice              string     `json:"advice"`
+	Mix                 *mixReport `json:"mix,omitempty"`
+}
+
+// mixReport describes the chart (present with --chart only).
+type mixReport struct {
+	Chart                  string   `json:"chart"`
+	HeavyAbove             int      `json:"heavy_above"`
+	HeavyShare             float64  `json:"heavy_share"`
+	LightGeometries        int      `json:"light_geometries"`
+	HeavyGeometries        int      `json:"heavy_geometries"`
+	LightVerticesPerSecond float64  `json:"light_vertices_per_second"`
+	HeavyVerticesPerSecond float64  `json:"heavy_vertices_per_second"`
+	Crossover              crossing `json:"crossover"`
+}
+
+// crossing is where the two bounds meet on the chart. When they do not
+// cross between 0 and 100 % heavy, Crosses is false and the rest is 0.
+type crossing struct {
+	Crosses    bool    `json:"crosses"`
+	HeavyShare float64 `json:"heavy_share"`
+	Budget     int64   `json:"budget"`
+}
+
+func runSize(ctx context.Context, e *env, o *sizeOptions, progressSet bool) error {
+	if err := o.validate(); err != nil {
+		return err
+	}
+	fn, _ := refwork.ByName(o.handler)
+	sample, err := readSampleFile(o.sample)
+	if err != nil {
+		return err
+	}
+	par := o.parallelism
+	if par == 0 {
+		par = runtime.GOMAXPROCS(0)
+	}
+
+	var (
+		light, heavy *cost.Sample
+		out          *pendingFile
+	)
+	if o.chart != "" {
+		light, heavy = sample.Split(o.heavyAbove)
+		if heavy == nil {
+			return badInput("--heavy-above %d: no geometry in the sample has more vertices (the largest has %d); the chart needs both classes",
+				o.heavyAbove, maxInt(sample.Vertices))
+		}
+		if light == nil {
+			return badInput("--heavy-above %d: every geometry in the sample has more vertices (the smallest has %d); the chart needs both classes",
+				o.heavyAbove, minInt(sample.Vertices))
+		}
+		// Fail on an unwritable path now, not after measuring.
+		if out, err = createPending(o.chart); err != nil {
+			return badInput("--chart: %v", err)
+		}
+		defer out.discard()
+	}
+
+	// One bar over every run: the whole sample, then (for the chart) its
+	// light and heavy parts, which add up to the whole sample again.
+	total := sample.TotalVertices * int64(o.repeats)
+	if o.chart != "" {
+		total *= 2
+	}
+	showBar := e.stderrTTY
+	if progressSet {
+		showBar = o.progress
+	}
+	bar := newProgress(e.stderr, showBar, total, "measuring "+o.handler)
+	defer bar.stop()
+
+	handler := func(_ context.Context, p []byte) error {
+		_, err := refwork.Process(fn, p, 1)
+		return err
+	}
+
+	mem, err := cost.MeasureBytesPerVertex(sample)
+	if err != nil {
+		return fmt.Errorf("measuring memory: %w", err)
+	}
+	samples := []*cost.Sample{sample}
+	if o.chart != "" {
+		samples = append(samples, light, heavy)
+	}
+	rates, err := measureInterleaved(ctx, samples, handler, par, o.repeats, bar)
+	if err != nil {
+		return err
+	}
+	tp := rates[0]
+	rec, err := cost.Recommend(cost.SizingInputs{
+		MemoryBytes:       int64(o.memory),
+		Processes:         o.processes,
+		PrefetchBytes:     int64(o.prefetch),
+		BytesPerVertex:    mem.BytesPerVertex,
+		VerticesPerSecond: tp.VerticesPerSecond,
+		Deadline:          o.deadline,
+		Headroom:          o.headroom,
+	})
+	if err != nil {
+		if errors.Is(err, cost.ErrInvalidSizing) || errors.Is(err, cost.ErrInfeasible) {
+			return inputError{err}
+		}
+		return err
+	}
+
+	r := newSizeReport(o, sample, mem, tp, rec, par)
+	if o.chart != "" {
+		c := newChartData(o, rec, light, heavy, rates[1].VerticesPerSecond, rates[2].VerticesPerSecond)
+		if err := c.render(out.f); err != nil {
+			return fmt.Errorf("drawing chart: %w", err)
+		}
+		if err := out.commit(); err != nil {
+			return fmt.Errorf("writing chart: %w", err)
+		}
+		r.Mix = c.report(o.chart)
+	}
+	bar.stop()
+
+	if o.json {
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(r)
+	}
+	printHuman(e.stdout, r, mem, tp)
+	return nil
+}
+
+// measureInterleaved measures the throughput of each sample repeats times,
+// taking turns (round 1: every sample once, round 2: ...), so a burst of
+// load on a shared machine slows every sample's runs alike and the ratios
+// between them hold. Each result's rate is the median of its runs.
+func measureInterleaved(ctx context.Context, samples []*cost.Sample, handler func(context.Context, []byte) error,
+	par, repeats int, bar *progress) ([]cost.Throughput, error) {
+	out := make([]cost.Throughput, len(samples))
+	var base int64
+	for range repeats {
+		for i, s := range samples {
+			t, err := cost.MeasureThroughput(ctx, s, handler,
+				cost.WithParallelism(par), cost.WithRepeats(1), cost.WithProgress(bar.offset(base)))
+			if err != nil {
+				return nil, fmt.Errorf("measuring throughput: %w", err)
+			}
+			base += s.TotalVertices
+			t.Runs = append(out[i].Runs, t.Runs...)
+			out[i] = t
+		}
+	}
+	for i := range out {
+		out[i].VerticesPerSecond = median(out[i].Runs)
+	}
+	return out, nil
+}
+
+// median returns the median of xs without reordering it.
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	m := len(s) / 2
+	if len(s)%2 == 1 {
+		return s[m]
+	}
+	return (s[m-1] + s[m]) / 2
+}
+
+// readSampleFile reads and checks the sample; every problem is bad input.
+func readSampleFile(path string) (*cost.Sample, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, inputError{err}
+	}
+	defer f.Close()
+	s, err := cost.ReadSample(f)
+	if err != nil {
+		var le *cost.SampleLineError
+		switch {
+		case errors.As(err, &le):
+			return nil, badInput("%s:%d: not a geometry: %v", path, le.Line, strings.TrimPrefix(le.Err.Error(), "cost: "))
+		case errors.Is(err, cost.ErrEmptySample):
+			return nil, badInput("%s: empty sample: no geometries in the file", path)
+		}
+		return nil, badInput("%s: %v", path, err)
+	}
+	return s, nil
+}
+
+func newSizeReport(o *sizeOptions, s *cost.Sample, mem cost.MemoryProfile, tp cost.Throughput, rec cost.Recommendation, par int) *sizeReport {
+	r := &sizeReport{Memory: mem, Throughput: tp}
+	r.Sample.File = o.sample
+	r.Sample.Geometries = len(s.Payloads)
+	r.Sample.Vertices = s.TotalVertices
+	r.Sample.Bytes = s.TotalBytes
+	r.Handler.Name = o.handler
+	r.Handler.Description = refwork.Descriptions[o.handler]
+	r.Handler.Parallelism = par
+	r.Handler.Repeats = o.repeats
+	in := rec.Inputs
+	r.Inputs.MemoryBytes = in.MemoryBytes
+	r.Inputs.Processes = in.Processes
+	r.Inputs.PrefetchBytes = in.PrefetchBytes
+	r.Inputs.BytesPerVertex = in.BytesPerVertex
+	r.Inputs.VerticesPerSecond = in.VerticesPerSecond
+	r.Inputs.DeadlineSeconds = in.Deadline.Seconds()
+	r.Inputs.Headroom = in.Headroom
+	r.GeometryMemoryBytes = rec.GeometryMemoryBytes
+	r.MemoryBound = rec.MemoryBound
+	r.DeadlineBound = rec.DeadlineBound
+	r.Budget = rec.Budget
+	r.Binding = rec.Binding
+	r.DrainSeconds = rec.DrainTime.Seconds()
+	r.Advice = rec.Advice()
+	return r
+}
+
+// printHuman prints the report as an aligned table.
+func printHuman(w io.Writer, r *sizeReport, mem cost.MemoryProfile, tp cost.Throughput) {
+	var buf bytes.Buffer
+	defer func(out io.Writer) {
+		// The blank rows of the table come out padded; trim them.
+		for line := range strings.Lines(buf.String()) {
+			fmt.Fprintln(out, strings.TrimRight(line, " \n"))
+		}
+	}(w)
+	w = &buf
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	row := func(k, format string, args ...any) { fmt.Fprintf(tw, "%s\t"+format+"\n", append([]any{k}, args...)...) }
+	plural := func(n int, one, many string) string {
+		if n == 1 {
+			return one
+		}
+		return many
+	}
+	row("sample", "%s: %s geometries, %s vertices, %s", r.Sample.File, group(int64(r.Sample.Geometries)),
+		group(r.Sample.Vertices), formatBytes(r.Sample.Bytes))
+	row("handler", "%s (%s), %d at once, median of %d runs", r.Handler.Name, r.Handler.Description,
+		r.Handler.Parallelism, r.Handler.Repeats)
+	row("", "")
+	row("bytes per vertex", "%.0f  (peak heap %s, RSS +%s: the larger counts)", mem.BytesPerVertex,
+		formatBytes(mem.PeakHeapBytes), formatBytes(mem.RSSBytes))
+	runs := make([]string, len(tp.Runs))
+	for i, v := range tp.Runs {
+		runs[i] = group(int64(v))
+	}
+	row("vertices per second", "%s  (runs: %s)", group(int64(tp.VerticesPerSecond)), strings.Join(runs, ", "))
+	row("memory", "%s / %d %s - %s prefetch = %s per process for geometry", formatBytes(r.Inputs.MemoryBytes),
+		r.Inputs.Processes, plural(r.Inputs.Processes, "process", "processes"), formatBytes(r.Inputs.PrefetchBytes),
+		formatBytes(r.GeometryMemoryBytes))
+	row("deadline", "%v x %.2g headroom", time.Duration(r.Inputs.DeadlineSeconds*float64(time.Second)), r.Inputs.Headroom)
+	row("", "")
+	mark := func(b cost.Bound) string {
+		if r.Binding == b {
+			return "  <- binds"
+		}
+		return ""
+	}
+	row("memory bound", "%s vertices%s", group(r.MemoryBound), mark(cost.BoundMemory))
+	row("deadline bound", "%s vertices%s", group(r.DeadlineBound), mark(cost.BoundDeadline))
+	row("budget", "%s vertices  (a full budget drains in %v)", group(r.Budget),
+		time.Duration(r.DrainSeconds*float64(time.Second)).Round(time.Millisecond))
+	tw.Flush()
+	fmt.Fprintf(w, "\n%s.\n", upperFirst(r.Advice))
+	if r.Mix != nil {
+		fmt.Fprintf(w, "Chart: %s (light %s vertices/s, heavy %s vertices/s above %d vertices; ",
+			r.Mix.Chart, group(int64(r.Mix.LightVerticesPerSecond)), group(int64(r.Mix.HeavyVerticesPerSecond)), r.Mix.HeavyAbove)
+		if r.Mix.Crossover.Crosses {
+			fmt.Fprintf(w, "the bounds cross at %.0f %% heavy).\n", r.Mix.Crossover.HeavyShare*100)
+		} else {
+			fmt.Fprintf(w, "the bounds do not cross).\n")
+		}
+	}
+}
+
+func upperFirst(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
+}
+
+func maxInt(xs []int) int {
+	m := 0
+	for _, x := range xs {
+		m = max(m, x)
+	}
+	return m
+}
+
+func minInt(xs []int) int {
+	if len(xs) == 0 {
+		return 0
+	}
+	m := xs[0]
+	for _, x := range xs {
+		m = min(m, x)
+	}
+	return m
+}
+
+// pendingFile is an output written to a temporary file next to its
+// destination and renamed over it only when complete, so an error never
+// leaves a partial file behind.
+type pendingFile struct {
+	f    *os.File
+	dest string
+	done bool
+}
+
+func createPending(dest string) (*pendingFile, error) {
+	dir := "."
+	if i := strings.LastIndexAny(dest, `/\`); i >= 0 {
+		dir = dest[:i+1]
+	}
+	f, err := os.CreateTemp(dir, ".spillway-*.tmp")
+	if err != nil {
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err // the temporary name means nothing to the user
+		}
+		return nil, fmt.Errorf("cannot write %s: %w", dest, err)
+	}
+	return &pendingFile{f: f, dest: dest}, nil
+}
+
+func (p *pendingFile) commit() error {
+	if err := p.f.Close(); err != nil {
+		return err
+	}
+	if err := os.Chmod(p.f.Name(), 0o644); err != nil {
+		return err
+	}
+	if err := os.Rename(p.f.Name(), p.dest); err != nil {
+		return err
+	}
+	p.done = true
+	return nil
+}
+
+// discard removes the temporary file unless it was committed.
+func (p *pendingFile) discard() {
+	if p == nil || p.done {
+		return
+	}
+	p.f.Close()
+	os.Remove(p.f.Name())
+}

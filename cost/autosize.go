@@ -1,0 +1,369 @@
+package cost
+
+import (
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+)
+
+// Resizable is a budget whose capacity can change at run time.
+// *middleware.VertexBudget implements it. Both methods must be safe for
+// concurrent use.
+type Resizable interface {
+	Capacity() int64
+	Resize(capacity int64) error
+}
+
+// ChargeEstimator prices a message. *[Estimator] implements it.
+type ChargeEstimator interface {
+	Estimate(msg *message.Message) Charge
+}
+
+// Clamp says whether an auto-sized budget was held at a configured limit
+// instead of the smaller bound.
+type Clamp string
+
+const (
+	// ClampNone: the budget is the smaller bound.
+	ClampNone Clamp = ""
+	// ClampFloor: the smaller bound is below AutoSizeConfig.Floor.
+	ClampFloor Clamp = "floor"
+	// ClampCeiling: the smaller bound is above AutoSizeConfig.Ceiling.
+	ClampCeiling Clamp = "ceiling"
+)
+
+// AutoSizeConfig configures an [AutoSizer].
+type AutoSizeConfig struct {
+	// Budget is the budget to resize. Required.
+	Budget Resizable
+
+	// Deadline is the broker's redelivery deadline (see
+	// [SizingInputs.Deadline]). Required.
+	Deadline time.Duration
+	// Headroom is the share of Deadline a full budget may take to drain.
+	// 0 means [DefaultHeadroom].
+	Headroom float64
+
+	// MemoryBound is the memory bound in vertices, fixed: memory per vertex
+	// does not drift the way time per vertex does, and measuring it needs
+	// the collector off (see [MeasureBytesPerVertex] and [MemoryBound]).
+	// 0 means no memory bound; then set Ceiling.
+	MemoryBound int64
+
+	// Floor and Ceiling limit every resize. Floor defaults to 1; Ceiling to
+	// MemoryBound, or unlimited if that is 0 too.
+	Floor, Ceiling int64
+
+	// Window is the length of one measuring window. Default: Deadline.
+	// Keep it several times longer than one handler call and at least as
+	// long as a full budget takes to drain (Deadline × Headroom), so the
+	// work in flight at a window's edge is small next to what the window
+	// completes.
+	Window time.Duration
+	// Windows is how many recent windows the throughput is the median of
+	// (default 5). After the mix changes, the budget follows once more than
+	// half of them were measured on the new mix.
+	Windows int
+	// MinWindows is how many windows must have been measured before the
+	// first resize (default 3, at most Windows).
+	MinWindows int
+	// MinBusy is how long handlers must have been busy in a window for it
+	// to count (default Window / 20): a nearly idle window measures
+	// scheduling noise, not throughput.
+	MinBusy time.Duration
+	// Hysteresis is the relative change below which the budget is left
+	// alone (default 0.1: a resize needs the target to differ from the
+	// capacity by more than 10 %). Negative means 0.
+	Hysteresis float64
+
+	// Estimator gives each message's vertices. Default: NewEstimator
+	// (FullBudget). Only messages priced from their header or counted
+	// (SourceHeader, SourceComputed) are measured; a message of unknown
+	// cost would teach the sizer a made-up rate, so it is passed through
+	// unmeasured.
+	Estimator ChargeEstimator
+
+	// OnResize, if set, is called after each resize, from the goroutine of
+	// the message whose completion triggered it, with the sizer's lock
+	// held: it must be fast and must not call the sizer.
+	OnResize func(from, to int64, b AutoBounds)
+}
+
+// AutoBounds is a snapshot of an [AutoSizer]'s view.
+type AutoBounds struct {
+	// MemoryBound is the configured memory bound (0: none).
+	MemoryBound int64 `json:"memory_bound"`
+	// DeadlineBound is VerticesPerSecond × Deadline × Headroom; 0 until
+	// MinWindows windows were measured.
+	DeadlineBound int64 `json:"deadline_bound"`
+	// Budget is the capacity the sizer wants: the smaller bound, clamped to
+	// [Floor, Ceiling]. 0 until measured.
+	Budget int64 `json:"budget"`
+	// Capacity is the budget's capacity now. It differs from Budget by at
+	// most the hysteresis.
+	Capacity int64 `json:"capacity"`
+	// Binding names the smaller of the two bounds ("" until measured).
+	Binding Bound `json:"binding"`
+	// Clamped says whether Budget was held at the floor or the ceiling.
+	Clamped Clamp `json:"clamped"`
+	// VerticesPerSecond is the median throughput of the recent windows.
+	VerticesPerSecond float64 `json:"vertices_per_second"`
+	// Windows is how many windows the median was taken over.
+	Windows int `json:"windows"`
+	// Resizes counts the resizes done.
+	Resizes uint64 `json:"resizes"`
+	// Err is the last error the budget's Resize returned, if any.
+	Err error `json:"-"`
+}
+
+// AutoSizer keeps a vertex budget sized to the handler's measured speed.
+//
+// It times every handler call that runs through [AutoSizer.Middleware] (or
+// is bracketed by [AutoSizer.Begin]) and counts the vertices completed. Time
+// is cut into windows of Window; a window's throughput is the vertices
+// completed in it divided by the time at least one handler was running in
+// it (busy time), so idle gaps between messages do not read as a slow
+// handler. The throughput is the median over the last Windows windows; from
+// it the deadline bound is recomputed (throughput × Deadline × Headroom),
+// the target is the smaller of that and the fixed memory bound, clamped to
+// [Floor, Ceiling], and the budget is resized when the target differs from
+// its capacity by more than Hysteresis.
+//
+// Windows advance lazily, when a handler call completes after the current
+// window's end; no goroutine runs and nothing needs closing. With no
+// traffic, the budget stays as it is.
+//
+// Busy time counts every running handler as sharing the same cores, so
+// while fewer handlers run than the process has cores, the measured
+// throughput is below what a full budget would reach, and the budget errs
+// small: it grows back when the load does.
+//
+// An AutoSizer is safe for concurrent use.
+type AutoSizer struct {
+	cfg        AutoSizeConfig
+	minWindows int
+	minBusy    time.Duration
+
+	mu          sync.Mutex
+	active      int
+	busySince   time.Time
+	winStart    time.Time
+	winBusy     time.Duration
+	winVertices int64
+	winDone     int
+	rates       []float64 // ring of the last cfg.Windows window rates
+	next        int       // where the next rate goes in rates
+	bounds      AutoBounds
+}
+
+// NewAutoSizer validates cfg, fills in its defaults and returns a sizer. It
+// does not resize the budget until MinWindows windows were measured. Errors
+// wrap [ErrInvalidSizing] and name the field.
+func NewAutoSizer(cfg AutoSizeConfig) (*AutoSizer, error) {
+	bad := func(field string, v any, want string) error {
+		return fmt.Errorf("%w: auto-sizer %s is %v, %s", ErrInvalidSizing, field, v, want)
+	}
+	if cfg.Budget == nil {
+		return nil, fmt.Errorf("%w: auto-sizer budget is nil", ErrInvalidSizing)
+	}
+	if cfg.Headroom == 0 {
+		cfg.Headroom = DefaultHeadroom
+	}
+	if cfg.Floor == 0 {
+		cfg.Floor = 1
+	}
+	if cfg.Ceiling == 0 {
+		cfg.Ceiling = cfg.MemoryBound
+		if cfg.Ceiling == 0 {
+			cfg.Ceiling = math.MaxInt64
+		}
+	}
+	if cfg.Window == 0 {
+		cfg.Window = cfg.Deadline
+	}
+	if cfg.Windows == 0 {
+		cfg.Windows = 5
+	}
+	minWindows := cfg.MinWindows
+	if minWindows == 0 {
+		minWindows = 3
+	}
+	minWindows = min(minWindows, cfg.Windows)
+	minBusy := cfg.MinBusy
+	if minBusy == 0 {
+		minBusy = cfg.Window / 20
+	}
+	switch {
+	case cfg.Hysteresis == 0:
+		cfg.Hysteresis = 0.1
+	case cfg.Hysteresis < 0:
+		cfg.Hysteresis = 0
+	}
+	if cfg.Estimator == nil {
+		cfg.Estimator = NewEstimator(FullBudget)
+	}
+	switch {
+	case cfg.Deadline <= 0:
+		return nil, bad("deadline", cfg.Deadline, "must be positive")
+	case !positiveFinite(cfg.Headroom) || cfg.Headroom > 1:
+		return nil, bad("headroom", cfg.Headroom, "must be in (0, 1]")
+	case cfg.MemoryBound < 0:
+		return nil, bad("memory bound", cfg.MemoryBound, "must not be negative")
+	case cfg.Floor < 1:
+		return nil, bad("floor", cfg.Floor, "must be positive")
+	case cfg.Ceiling < cfg.Floor:
+		return nil, bad("ceiling", cfg.Ceiling, fmt.Sprintf("must not be below the floor (%d)", cfg.Floor))
+	case cfg.Window < 0:
+		return nil, bad("window", cfg.Window, "must be positive")
+	case cfg.Windows < 1:
+		return nil, bad("windows", cfg.Windows, "must be positive")
+	case minWindows < 1:
+		return nil, bad("min windows", cfg.MinWindows, "must be positive")
+	case minBusy < 0:
+		return nil, bad("min busy", cfg.MinBusy, "must not be negative")
+	case !(cfg.Hysteresis < 1):
+		return nil, bad("hysteresis", cfg.Hysteresis, "must be below 1")
+	}
+	a := &AutoSizer{
+		cfg:        cfg,
+		minWindows: minWindows,
+		minBusy:    minBusy,
+		rates:      make([]float64, 0, cfg.Windows),
+		winStart:   time.Now(),
+	}
+	a.bounds.MemoryBound = cfg.MemoryBound
+	return a, nil
+}
+
+// Middleware measures h. Put it inside the budget middleware (added after
+// it), so only the handler's own work is timed, not the wait for budget:
+//
+//	router.AddMiddleware(budget.Middleware, sizer.Middleware)
+//
+// A handler call that returns an error or panics counts as busy time but
+// completes no vertices, so failing work lowers the measured throughput:
+// the budget errs small.
+func (a *AutoSizer) Middleware(h message.HandlerFunc) message.HandlerFunc {
+	return func(msg *message.Message) ([]*message.Message, error) {
+		c := a.cfg.Estimator.Estimate(msg)
+		if c.Source != SourceHeader && c.Source != SourceComputed {
+			return h(msg)
+		}
+		end := a.Begin()
+		var ok bool
+		defer func() {
+			if ok {
+				end(c.Vertices)
+			} else {
+				end(0)
+			}
+		}()
+		msgs, err := h(msg)
+		ok = err == nil
+		return msgs, err
+	}
+}
+
+// Begin marks the start of one handler call and returns the function that
+// marks its end, to be called exactly once with the vertices the call
+// completed (0 if it failed). Use it to measure work that does not run
+// through a Watermill handler.
+func (a *AutoSizer) Begin() (end func(vertices int64)) {
+	a.mu.Lock()
+	a.accrueLocked(time.Now())
+	a.active++
+	a.mu.Unlock()
+	var once sync.Once
+	return func(vertices int64) {
+		once.Do(func() { a.end(vertices) })
+	}
+}
+
+func (a *AutoSizer) end(vertices int64) {
+	now := time.Now()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.accrueLocked(now)
+	a.active--
+	a.winVertices += max(vertices, 0)
+	a.winDone++
+	if now.Sub(a.winStart) >= a.cfg.Window {
+		a.closeWindowLocked(now)
+	}
+}
+
+// accrueLocked adds the busy time since the last event to the window.
+func (a *AutoSizer) accrueLocked(now time.Time) {
+	if a.active > 0 {
+		a.winBusy += now.Sub(a.busySince)
+	}
+	a.busySince = now
+}
+
+// closeWindowLocked records the window's throughput, if it was busy enough
+// to mean something, starts the next window and resizes if needed.
+func (a *AutoSizer) closeWindowLocked(now time.Time) {
+	if a.winDone > 0 && a.winBusy > 0 && a.winBusy >= a.minBusy {
+		rate := float64(a.winVertices) / a.winBusy.Seconds()
+		if len(a.rates) < cap(a.rates) {
+			a.rates = append(a.rates, rate)
+		} else {
+			a.rates[a.next] = rate
+		}
+		a.next = (a.next + 1) % cap(a.rates)
+	}
+	a.winStart, a.winBusy, a.winVertices, a.winDone = now, 0, 0, 0
+	a.recomputeLocked()
+}
+
+func (a *AutoSizer) recomputeLocked() {
+	b := &a.bounds
+	b.Windows = len(a.rates)
+	b.VerticesPerSecond = median(a.rates)
+	if len(a.rates) < a.minWindows {
+		return
+	}
+	b.DeadlineBound = DeadlineBound(b.VerticesPerSecond, a.cfg.Deadline, a.cfg.Headroom)
+	target, binding := b.DeadlineBound, BoundDeadline
+	if a.cfg.MemoryBound > 0 && a.cfg.MemoryBound <= target {
+		target, binding = a.cfg.MemoryBound, BoundMemory
+	}
+	b.Binding, b.Clamped = binding, ClampNone
+	switch {
+	case target < a.cfg.Floor:
+		target, b.Clamped = a.cfg.Floor, ClampFloor
+	case target > a.cfg.Ceiling:
+		target, b.Clamped = a.cfg.Ceiling, ClampCeiling
+	}
+	b.Budget = target
+
+	cur := a.cfg.Budget.Capacity()
+	b.Capacity = cur
+	inRange := cur >= a.cfg.Floor && cur <= a.cfg.Ceiling
+	if target == cur || inRange && math.Abs(float64(target-cur)) <= a.cfg.Hysteresis*float64(cur) {
+		return
+	}
+	if err := a.cfg.Budget.Resize(target); err != nil {
+		b.Err = err
+		return
+	}
+	b.Err = nil
+	b.Capacity = target
+	b.Resizes++
+	if a.cfg.OnResize != nil {
+		a.cfg.OnResize(cur, target, *b)
+	}
+}
+
+// Bounds returns the current bounds, the budget wanted and which bound
+// binds. Capacity is read from the budget now.
+func (a *AutoSizer) Bounds() AutoBounds {
+	a.mu.Lock()
+	b := a.bounds
+	a.mu.Unlock()
+	b.Capacity = a.cfg.Budget.Capacity()
+	return b
+}

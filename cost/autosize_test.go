@@ -1,0 +1,415 @@
+package cost_test
+
+import (
+	"errors"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/spillway-go/spillway/cost"
+	"github.com/spillway-go/spillway/middleware"
+)
+
+// The auto-sizer resizes the budget through cost.Resizable, which the
+// middleware package's budget implements (cost cannot import middleware).
+var _ cost.Resizable = (*middleware.VertexBudget)(nil)
+
+// fakeBudget records resizes and fails the test if one leaves [floor,
+// ceiling].
+type fakeBudget struct {
+	t              *testing.T
+	floor, ceiling int64
+
+	mu      sync.Mutex
+	cap     int64
+	resizes []int64
+}
+
+func (b *fakeBudget) Capacity() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.cap
+}
+
+func (b *fakeBudget) Resize(c int64) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if c < b.floor || c > b.ceiling {
+		b.t.Errorf("resized to %d, outside [%d, %d]", c, b.floor, b.ceiling)
+	}
+	b.cap = c
+	b.resizes = append(b.resizes, c)
+	return nil
+}
+
+// stream is synthetic traffic: producers each send one message after
+// another (pausing gap between them) until the fake clock reaches until.
+// Each message is stamped with its vertices and its handler sleeps
+// vertices × perVertex, both read from the shape at the time it is sent.
+type stream struct {
+	producers int
+	gap       time.Duration
+	shape     atomic.Pointer[shape]
+	sent      atomic.Int64
+}
+
+type shape struct {
+	vertices  int
+	perVertex time.Duration
+	unstamped bool
+}
+
+func (s *stream) run(t *testing.T, h message.HandlerFunc, until time.Time) {
+	var wg sync.WaitGroup
+	for range s.producers {
+		wg.Go(func() {
+			for time.Now().Before(until) {
+				sh := s.shape.Load()
+				msg := message.NewMessage(watermill.NewUUID(), []byte(`{}`))
+				if !sh.unstamped {
+					msg.Metadata.Set(cost.MetadataKey, strconv.Itoa(sh.vertices))
+				}
+				if _, err := h(msg); err != nil {
+					t.Error(err)
+					return
+				}
+				s.sent.Add(1)
+				if s.gap > 0 {
+					time.Sleep(s.gap)
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// work is the handler: it sleeps for as long as the message's shape says.
+func work(msg *message.Message) ([]*message.Message, error) {
+	n, _ := strconv.Atoi(msg.Metadata.Get(cost.MetadataKey))
+	time.Sleep(time.Duration(n) * time.Duration(perVertexNanos(msg)))
+	return nil, nil
+}
+
+// perVertexNanos reads the per-vertex time the test stored in the
+// message's metadata.
+func perVertexNanos(msg *message.Message) int64 {
+	v, _ := strconv.ParseInt(msg.Metadata.Get("per_vertex_ns"), 10, 64)
+	return v
+}
+
+// withPerVertex stamps the handler's per-vertex time on every message, so
+// the work a message stands for is fixed when it is sent.
+func withPerVertex(s *stream, h message.HandlerFunc) message.HandlerFunc {
+	return func(msg *message.Message) ([]*message.Message, error) {
+		msg.Metadata.Set("per_vertex_ns", strconv.FormatInt(int64(s.shape.Load().perVertex), 10))
+		return h(msg)
+	}
+}
+
+// A stream whose mix shifts from light to heavy geometry, through a real
+// budget middleware with the auto-sizer inside it. Light: 100-vertex
+// messages at 10 µs a vertex; with 4 handlers at once that is 400k
+// vertices/s, a deadline bound of 200k, so the memory bound (40k) binds.
+// Heavy: 1000-vertex messages at 100 µs a vertex, 40k vertices/s, a
+// deadline bound of 20k, which binds. The budget must shrink to it within
+// a bounded number of windows: the median of 5 windows turns once 3 are
+// heavy, and the window the shift falls in may be mixed, so 4 windows (plus
+// one message, since windows close when a message completes).
+func TestAutoSizerFollowsMixShift(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const window = time.Second
+		vb := middleware.NewVertexBudget(30_000)
+		type resize struct {
+			at       time.Time
+			from, to int64
+			binding  cost.Bound
+		}
+		var resizes []resize
+		sizer, err := cost.NewAutoSizer(cost.AutoSizeConfig{
+			Budget:      vb,
+			Deadline:    time.Second,
+			MemoryBound: 40_000,
+			Floor:       1_000,
+			Window:      window,
+			Windows:     5,
+			OnResize: func(from, to int64, b cost.AutoBounds) {
+				resizes = append(resizes, resize{time.Now(), from, to, b.Binding})
+			},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		budget, err := middleware.NewBudget(middleware.BudgetConfig{Budget: vb})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := &stream{producers: 4}
+		s.shape.Store(&shape{vertices: 100, perVertex: 10 * time.Microsecond})
+		h := withPerVertex(s, budget.Middleware(sizer.Middleware(work)))
+
+		start := time.Now()
+		shift := start.Add(8 * window)
+		go func() {
+			time.Sleep(time.Until(shift))
+			s.shape.Store(&shape{vertices: 1000, perVertex: 100 * time.Microsecond})
+		}()
+		s.run(t, h, start.Add(16*window))
+
+		b := sizer.Bounds()
+		for _, r := range resizes {
+			t.Logf("resize at %v (shift at %v): %d → %d, %s binds", r.at.Sub(start), shift.Sub(start), r.from, r.to, r.binding)
+		}
+		t.Logf("sent %d messages; final %+v", s.sent.Load(), b)
+		if len(resizes) < 2 {
+			t.Fatalf("%d resizes, want a grow on light traffic and a shrink on heavy", len(resizes))
+		}
+		grow, shrink := resizes[0], resizes[len(resizes)-1]
+		if grow.to != 40_000 || grow.binding != cost.BoundMemory || !grow.at.Before(shift) {
+			t.Errorf("light traffic: %+v, want a resize to the memory bound 40000 before the shift", grow)
+		}
+		if shrink.binding != cost.BoundDeadline || shrink.to > 22_000 || shrink.to < 18_000 {
+			t.Errorf("heavy traffic: %+v, want a resize to about 20000, bound by the deadline", shrink)
+		}
+		first := resizes[1]
+		if lag := first.at.Sub(shift); first.to >= 40_000 || lag > 4*window+200*time.Millisecond {
+			t.Errorf("first resize after the shift: %+v, %v after it; want a shrink within 4 windows", first, lag)
+		}
+		if b.Binding != cost.BoundDeadline || b.Capacity != vb.Capacity() || b.MemoryBound != 40_000 || b.Windows != 5 {
+			t.Errorf("bounds %+v", b)
+		}
+		if b.DeadlineBound < 18_000 || b.DeadlineBound > 22_000 || b.VerticesPerSecond < 36_000 || b.VerticesPerSecond > 44_000 {
+			t.Errorf("deadline bound %d at %.0f vertices/s, want about 20000 at 40000", b.DeadlineBound, b.VerticesPerSecond)
+		}
+		if st := vb.Stats(); st.InUse != 0 || st.Capacity != b.Capacity {
+			t.Errorf("budget after the stream: %+v", st)
+		}
+	})
+}
+
+// Throughput is vertices over busy time, not over wall time: idle gaps
+// between messages must not read as a slow handler.
+func TestAutoSizerMeasuresBusyTime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fb := &fakeBudget{t: t, floor: 1, ceiling: 1 << 40, cap: 1_000_000}
+		sizer, err := cost.NewAutoSizer(cost.AutoSizeConfig{Budget: fb, Deadline: 2 * time.Second, Window: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// One handler at a time, 100 vertices in 1 ms, then 3 ms idle:
+		// 100k vertices per busy second, 25k per wall-clock second.
+		s := &stream{producers: 1, gap: 3 * time.Millisecond}
+		s.shape.Store(&shape{vertices: 100, perVertex: 10 * time.Microsecond})
+		s.run(t, withPerVertex(s, sizer.Middleware(work)), time.Now().Add(10*time.Second))
+
+		b := sizer.Bounds()
+		if b.VerticesPerSecond < 99_000 || b.VerticesPerSecond > 101_000 {
+			t.Errorf("%.0f vertices/s, want 100000 (per busy second)", b.VerticesPerSecond)
+		}
+		// Deadline bound: 100k × 2 s × 0.5; no memory bound, no ceiling.
+		if b.Binding != cost.BoundDeadline || b.Budget < 99_000 || b.Budget > 101_000 || b.Clamped != cost.ClampNone {
+			t.Errorf("bounds %+v, want a deadline-bound budget of about 100000", b)
+		}
+		if fb.Capacity() != b.Budget {
+			t.Errorf("capacity %d, want %d", fb.Capacity(), b.Budget)
+		}
+	})
+}
+
+func TestAutoSizerFloorAndCeiling(t *testing.T) {
+	tests := []struct {
+		name      string
+		cfg       cost.AutoSizeConfig
+		start     int64
+		shape     shape
+		producers int
+		want      int64
+		clamp     cost.Clamp
+	}{
+		{
+			// 400k vertices/s: a deadline bound of 400k, far above the ceiling.
+			name:      "fast handler stops at the ceiling",
+			cfg:       cost.AutoSizeConfig{Floor: 1_000, Ceiling: 5_000},
+			start:     2_000,
+			shape:     shape{vertices: 100, perVertex: 10 * time.Microsecond},
+			producers: 4,
+			want:      5_000,
+			clamp:     cost.ClampCeiling,
+		},
+		{
+			// 1000 vertices/s: a deadline bound of 1000, below the floor.
+			name:      "slow handler stops at the floor",
+			cfg:       cost.AutoSizeConfig{Floor: 2_000, Ceiling: 50_000},
+			start:     30_000,
+			shape:     shape{vertices: 1000, perVertex: time.Millisecond},
+			producers: 1,
+			want:      2_000,
+			clamp:     cost.ClampFloor,
+		},
+		{
+			// A capacity that starts above the ceiling is brought into
+			// range even though the target is within the hysteresis.
+			name:      "out of range start",
+			cfg:       cost.AutoSizeConfig{Floor: 1_000, Ceiling: 5_000, Hysteresis: 0.5},
+			start:     6_000,
+			shape:     shape{vertices: 100, perVertex: 10 * time.Microsecond},
+			producers: 4,
+			want:      5_000,
+			clamp:     cost.ClampCeiling,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				fb := &fakeBudget{t: t, floor: tt.cfg.Floor, ceiling: tt.cfg.Ceiling, cap: tt.start}
+				cfg := tt.cfg
+				cfg.Budget, cfg.Deadline, cfg.Window = fb, 2*time.Second, time.Second
+				sizer, err := cost.NewAutoSizer(cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				s := &stream{producers: tt.producers}
+				s.shape.Store(&tt.shape)
+				s.run(t, withPerVertex(s, sizer.Middleware(work)), time.Now().Add(8*time.Second))
+				b := sizer.Bounds()
+				if fb.Capacity() != tt.want || b.Budget != tt.want || b.Clamped != tt.clamp || b.Binding != cost.BoundDeadline {
+					t.Errorf("capacity %d, bounds %+v; want %d clamped at the %s", fb.Capacity(), b, tt.want, tt.clamp)
+				}
+				if b.Resizes != 1 || len(fb.resizes) != 1 {
+					t.Errorf("%d resizes (%v), want exactly 1", b.Resizes, fb.resizes)
+				}
+			})
+		})
+	}
+}
+
+// A target within the hysteresis of the capacity leaves it alone.
+func TestAutoSizerHysteresis(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fb := &fakeBudget{t: t, floor: 1, ceiling: 1 << 40, cap: 40_000}
+		sizer, err := cost.NewAutoSizer(cost.AutoSizeConfig{Budget: fb, Deadline: time.Second, Window: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// 76 vertices a millisecond: 76k vertices/s, a target of 38k, 5 %
+		// below the capacity.
+		s := &stream{producers: 1}
+		s.shape.Store(&shape{vertices: 76, perVertex: time.Millisecond / 76})
+		s.run(t, withPerVertex(s, sizer.Middleware(work)), time.Now().Add(8*time.Second))
+		b := sizer.Bounds()
+		if len(fb.resizes) != 0 || b.Capacity != 40_000 {
+			t.Errorf("resized %v for a 5 %% change", fb.resizes)
+		}
+		if b.Budget < 37_000 || b.Budget > 39_000 {
+			t.Errorf("target %d, want about 38000", b.Budget)
+		}
+	})
+}
+
+// Messages whose cost is unknown (no vertex_count) would teach the sizer a
+// made-up rate: they pass through unmeasured.
+func TestAutoSizerSkipsUnknownCost(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fb := &fakeBudget{t: t, floor: 1, ceiling: 1 << 40, cap: 40_000}
+		sizer, err := cost.NewAutoSizer(cost.AutoSizeConfig{Budget: fb, Deadline: time.Second, Window: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := &stream{producers: 2}
+		s.shape.Store(&shape{vertices: 100, perVertex: 10 * time.Microsecond, unstamped: true})
+		var ran atomic.Int64
+		h := func(msg *message.Message) ([]*message.Message, error) {
+			ran.Add(1)
+			time.Sleep(time.Millisecond)
+			return nil, nil
+		}
+		s.run(t, withPerVertex(s, sizer.Middleware(h)), time.Now().Add(5*time.Second))
+		if b := sizer.Bounds(); b.Windows != 0 || b.Resizes != 0 || ran.Load() != s.sent.Load() || ran.Load() == 0 {
+			t.Errorf("bounds %+v after %d unstamped messages (%d ran)", b, s.sent.Load(), ran.Load())
+		}
+	})
+}
+
+// Failing handler calls count as busy time but complete no vertices.
+func TestAutoSizerCountsFailuresAsNoWork(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fb := &fakeBudget{t: t, floor: 10, ceiling: 1 << 40, cap: 40_000}
+		sizer, err := cost.NewAutoSizer(cost.AutoSizeConfig{Budget: fb, Deadline: time.Second, Window: time.Second, Floor: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n atomic.Int64
+		h := func(msg *message.Message) ([]*message.Message, error) {
+			time.Sleep(time.Millisecond)
+			if n.Add(1)%2 == 0 {
+				return nil, errors.New("failed")
+			}
+			return nil, nil
+		}
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			mw := sizer.Middleware(h)
+			for end := time.Now().Add(6 * time.Second); time.Now().Before(end); {
+				msg := message.NewMessage(watermill.NewUUID(), []byte(`{}`))
+				msg.Metadata.Set(cost.MetadataKey, "100")
+				mw(msg) //nolint:errcheck // half fail on purpose
+			}
+		})
+		wg.Wait()
+		// Half the calls complete 100 vertices in 1 ms: 50k per busy second.
+		if b := sizer.Bounds(); b.VerticesPerSecond < 49_000 || b.VerticesPerSecond > 51_000 {
+			t.Errorf("%.0f vertices/s, want 50000", b.VerticesPerSecond)
+		}
+	})
+}
+
+func TestAutoSizerBegin(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fb := &fakeBudget{t: t, floor: 1, ceiling: 1 << 40, cap: 1_000}
+		sizer, err := cost.NewAutoSizer(cost.AutoSizeConfig{Budget: fb, Deadline: time.Second, Window: time.Second, MinWindows: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 30 {
+			end := sizer.Begin()
+			time.Sleep(100 * time.Millisecond)
+			end(1_000)
+			end(1_000) // a second call is ignored
+		}
+		if b := sizer.Bounds(); b.VerticesPerSecond != 10_000 || b.Budget != 5_000 || fb.Capacity() != 5_000 {
+			t.Errorf("bounds %+v, want 10000 vertices/s and a budget of 5000", b)
+		}
+	})
+}
+
+func TestNewAutoSizerValidates(t *testing.T) {
+	fb := &fakeBudget{t: t, floor: 1, ceiling: 1 << 40, cap: 1}
+	tests := []struct {
+		name string
+		cfg  cost.AutoSizeConfig
+	}{
+		{"no budget", cost.AutoSizeConfig{Deadline: time.Second}},
+		{"no deadline", cost.AutoSizeConfig{Budget: fb}},
+		{"negative deadline", cost.AutoSizeConfig{Budget: fb, Deadline: -time.Second}},
+		{"headroom above 1", cost.AutoSizeConfig{Budget: fb, Deadline: time.Second, Headroom: 2}},
+		{"negative memory bound", cost.AutoSizeConfig{Budget: fb, Deadline: time.Second, MemoryBound: -1}},
+		{"negative floor", cost.AutoSizeConfig{Budget: fb, Deadline: time.Second, Floor: -1}},
+		{"ceiling below floor", cost.AutoSizeConfig{Budget: fb, Deadline: time.Second, Floor: 10, Ceiling: 5}},
+		{"ceiling defaults to a memory bound below the floor", cost.AutoSizeConfig{Budget: fb, Deadline: time.Second, Floor: 10, MemoryBound: 5}},
+		{"negative windows", cost.AutoSizeConfig{Budget: fb, Deadline: time.Second, Windows: -1}},
+		{"hysteresis of 1", cost.AutoSizeConfig{Budget: fb, Deadline: time.Second, Hysteresis: 1}},
+	}
+	for _, tt := range tests {
+		if _, err := cost.NewAutoSizer(tt.cfg); !errors.Is(err, cost.ErrInvalidSizing) {
+			t.Errorf("%s: error %v, want ErrInvalidSizing", tt.name, err)
+		}
+	}
+	if _, err := cost.NewAutoSizer(cost.AutoSizeConfig{Budget: fb, Deadline: time.Second}); err != nil {
+		t.Errorf("minimal config: %v", err)
+	}
+}

@@ -1,0 +1,142 @@
+package cost
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// Errors returned by [ReadSample].
+var (
+	// ErrEmptySample: the input holds no payload at all.
+	ErrEmptySample = errors.New("cost: sample has no geometries")
+	// ErrBadSampleLine: a line of the sample is not a spatial payload with
+	// at least one vertex. It is wrapped by a [*SampleLineError].
+	ErrBadSampleLine = errors.New("cost: sample line is not a geometry")
+)
+
+// maxSampleLine bounds one line of a sample, like [MaxPayloadBytes] bounds a
+// payload.
+const maxSampleLine = MaxPayloadBytes
+
+// Sample is a set of real payloads to size a budget on, with the vertex
+// count of each. Build one with [ReadSample] or [NewSample]; it is read-only
+// afterwards and safe to share between goroutines.
+type Sample struct {
+	// Payloads are the messages' bodies, as they travel on the wire.
+	Payloads [][]byte
+	// Vertices[i] is the vertex count of Payloads[i] ([CountPayload]).
+	Vertices []int
+	// TotalVertices is the sum of Vertices.
+	TotalVertices int64
+	// TotalBytes is the sum of the payloads' lengths.
+	TotalBytes int64
+}
+
+// SampleLineError reports the line of a sample that could not be used. It
+// wraps [ErrBadSampleLine] and the decoding error (one of [Decode]'s
+// sentinels), so errors.Is works for both.
+type SampleLineError struct {
+	Line int // 1-based
+	Err  error
+}
+
+func (e *SampleLineError) Error() string {
+	return fmt.Sprintf("line %d: %v", e.Line, e.Err)
+}
+
+// Unwrap returns the sentinel and the cause.
+func (e *SampleLineError) Unwrap() []error { return []error{ErrBadSampleLine, e.Err} }
+
+// ReadSample reads newline-delimited payloads, one message per line: GeoJSON
+// (a Feature, a Geometry or a FeatureCollection, properties included, since
+// they travel with the message and take memory too) or hex-encoded WKB/EWKB.
+// Blank lines are skipped. Each line must decode and hold at least one
+// vertex; the first one that does not fails the read with a
+// [*SampleLineError] naming its line. An input without any payload fails
+// with [ErrEmptySample].
+//
+// Take the sample from the busiest hour of real traffic, as one contiguous
+// window: the mix of light and heavy geometry is what sets the budget.
+func ReadSample(r io.Reader) (*Sample, error) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), maxSampleLine)
+	s := &Sample{}
+	line := 0
+	for sc.Scan() {
+		line++
+		b := bytes.TrimSpace(sc.Bytes())
+		if len(b) == 0 {
+			continue
+		}
+		n, err := CountPayload(b)
+		if err != nil {
+			return nil, &SampleLineError{Line: line, Err: err}
+		}
+		if n == 0 {
+			return nil, &SampleLineError{Line: line, Err: errors.New("geometry has no vertices")}
+		}
+		s.add(bytes.Clone(b), n)
+	}
+	if err := sc.Err(); err != nil {
+		if errors.Is(err, bufio.ErrTooLong) {
+			return nil, &SampleLineError{Line: line + 1,
+				Err: fmt.Errorf("%w: line longer than %d bytes", ErrTooLarge, maxSampleLine)}
+		}
+		return nil, fmt.Errorf("cost: reading sample: %w", err)
+	}
+	if len(s.Payloads) == 0 {
+		return nil, ErrEmptySample
+	}
+	return s, nil
+}
+
+// NewSample counts the vertices of payloads and returns them as a sample.
+// The payloads are not copied. A payload that cannot be counted fails with
+// an error naming its index and wrapping the decoding error; an empty list
+// fails with [ErrEmptySample]. Payloads without vertices are kept (they
+// count as zero vertices).
+func NewSample(payloads [][]byte) (*Sample, error) {
+	if len(payloads) == 0 {
+		return nil, ErrEmptySample
+	}
+	s := &Sample{Payloads: make([][]byte, 0, len(payloads)), Vertices: make([]int, 0, len(payloads))}
+	for i, p := range payloads {
+		n, err := CountPayload(p)
+		if err != nil {
+			return nil, fmt.Errorf("cost: sample payload %d: %w", i, err)
+		}
+		s.add(p, n)
+	}
+	return s, nil
+}
+
+func (s *Sample) add(p []byte, n int) {
+	s.Payloads = append(s.Payloads, p)
+	s.Vertices = append(s.Vertices, n)
+	s.TotalVertices += int64(n)
+	s.TotalBytes += int64(len(p))
+}
+
+// Split divides the sample into the payloads with at most heavyAbove
+// vertices (light) and those with more (heavy). Either part may be nil when
+// it would be empty. The payloads are shared, not copied.
+func (s *Sample) Split(heavyAbove int) (light, heavy *Sample) {
+	for i, p := range s.Payloads {
+		n := s.Vertices[i]
+		if n > heavyAbove {
+			if heavy == nil {
+				heavy = &Sample{}
+			}
+			heavy.add(p, n)
+		} else {
+			if light == nil {
+				light = &Sample{}
+			}
+			light.add(p, n)
+		}
+	}
+	return light, heavy
+}

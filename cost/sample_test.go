@@ -1,0 +1,89 @@
+package cost_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/spillway-go/spillway/cost"
+)
+
+func TestReadSample(t *testing.T) {
+	in := strings.Join([]string{
+		`{"type":"Feature","properties":{"name":"a"},"geometry":{"type":"Point","coordinates":[1,2]}}`,
+		``,
+		`   `,
+		`{"type":"Polygon","coordinates":[[[0,0],[4,0],[4,4],[0,4],[0,0]]]}`,
+		`{"type":"LineString","coordinates":[[0,0],[1,1],[2,2]]}`,
+	}, "\n")
+	s, err := cost.ReadSample(strings.NewReader(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Payloads) != 3 || s.TotalVertices != 9 || s.Vertices[1] != 5 {
+		t.Fatalf("got %d payloads, %d vertices (%v)", len(s.Payloads), s.TotalVertices, s.Vertices)
+	}
+	var bytes int64
+	for _, p := range s.Payloads {
+		bytes += int64(len(p))
+	}
+	if s.TotalBytes != bytes {
+		t.Fatalf("TotalBytes %d, payloads hold %d", s.TotalBytes, bytes)
+	}
+
+	light, heavy := s.Split(3)
+	if len(light.Payloads) != 2 || len(heavy.Payloads) != 1 || heavy.TotalVertices != 5 || light.TotalVertices != 4 {
+		t.Fatalf("split at 3: light %+v, heavy %+v", light, heavy)
+	}
+	if l, h := s.Split(100); h != nil || l.TotalVertices != 9 {
+		t.Fatalf("split at 100: heavy %+v", h)
+	}
+}
+
+func TestReadSampleErrors(t *testing.T) {
+	point := `{"type":"Point","coordinates":[1,2]}`
+	tests := []struct {
+		name   string
+		in     string
+		line   int // 0: not a line error
+		target error
+	}{
+		{"empty", "", 0, cost.ErrEmptySample},
+		{"blank lines only", "\n  \n\n", 0, cost.ErrEmptySample},
+		{"not JSON", point + "\n\nhello\n", 3, cost.ErrUnknownFormat},
+		{"not a geometry", point + "\n" + `{"name":"x"}` + "\n", 2, cost.ErrUnknownFormat},
+		{"truncated", `{"type":"Point","coordinates":[1,`, 1, cost.ErrMalformed},
+		{"null geometry", point + "\n" + `{"type":"Feature","geometry":null}`, 2, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := cost.ReadSample(strings.NewReader(tt.in))
+			if err == nil {
+				t.Fatal("no error")
+			}
+			if tt.line == 0 {
+				if !errors.Is(err, tt.target) {
+					t.Fatalf("error %v, want %v", err, tt.target)
+				}
+				return
+			}
+			var le *cost.SampleLineError
+			if !errors.As(err, &le) || le.Line != tt.line || !errors.Is(err, cost.ErrBadSampleLine) {
+				t.Fatalf("error %v, want a line error on line %d", err, tt.line)
+			}
+			if tt.target != nil && !errors.Is(err, tt.target) {
+				t.Fatalf("error %v does not wrap %v", err, tt.target)
+			}
+		})
+	}
+}
+
+func TestNewSample(t *testing.T) {
+	if _, err := cost.NewSample(nil); !errors.Is(err, cost.ErrEmptySample) {
+		t.Fatalf("nil payloads: %v", err)
+	}
+	_, err := cost.NewSample([][]byte{[]byte(`{"type":"Point","coordinates":[1,2]}`), []byte("nope")})
+	if !errors.Is(err, cost.ErrUnknownFormat) || !strings.Contains(err.Error(), "payload 1") {
+		t.Fatalf("bad payload: %v", err)
+	}
+}

@@ -1,0 +1,236 @@
+package cost
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+)
+
+// Bound names one of the two limits on a vertex budget.
+type Bound string
+
+const (
+	// BoundMemory: the budget is limited by the memory the in-flight
+	// geometry may take. A bigger container, fewer processes per container
+	// or a smaller broker prefetch raise it; a faster handler does not.
+	BoundMemory Bound = "memory"
+	// BoundDeadline: the budget is limited by how much work drains within
+	// the broker's redelivery deadline. A faster handler (or more cores) or
+	// a longer deadline raise it; more memory does not.
+	BoundDeadline Bound = "deadline"
+)
+
+// DefaultHeadroom is the share of the redelivery deadline that a full budget
+// may take to drain. The rest is kept for what the measurement does not see:
+// noticing the rebalance or claim, acking and committing, GC pauses, a
+// noisy neighbour on the same cores, and a mix heavier than the sample.
+const DefaultHeadroom = 0.5
+
+// Errors returned by [Recommend].
+var (
+	// ErrInvalidSizing: an input is missing, non-positive or not a number.
+	// The wrapping error names the field.
+	ErrInvalidSizing = errors.New("cost: invalid sizing input")
+	// ErrInfeasible: the inputs are valid but a bound is below one vertex
+	// (the per-process memory cannot hold a single vertex, or nothing drains
+	// within the deadline). The wrapping error says which.
+	ErrInfeasible = errors.New("cost: no budget fits")
+)
+
+// SizingInputs are what a vertex budget is computed from: two measurements
+// ([MeasureBytesPerVertex], [MeasureThroughput]) and three facts about the
+// deployment.
+type SizingInputs struct {
+	// MemoryBytes is the memory the consumers of one container (or host)
+	// may use for in-flight geometry, in bytes: the container limit minus
+	// what the processes need besides it (their idle RSS). Required.
+	MemoryBytes int64 `json:"memory_bytes"`
+	// Processes is how many consumer processes share MemoryBytes; each
+	// gets an equal part. 0 means 1.
+	Processes int `json:"processes"`
+	// PrefetchBytes is what each process's broker client buffers ahead of
+	// the handlers (Kafka fetch buffers, a Redis read batch): memory that
+	// is taken before any message is admitted. 0 means none.
+	PrefetchBytes int64 `json:"prefetch_bytes"`
+	// BytesPerVertex is the measured memory per in-flight vertex
+	// ([MemoryProfile.BytesPerVertex]). Required.
+	BytesPerVertex float64 `json:"bytes_per_vertex"`
+	// VerticesPerSecond is the measured throughput of one process, at the
+	// parallelism production runs ([Throughput.VerticesPerSecond]).
+	// Required.
+	VerticesPerSecond float64 `json:"vertices_per_second"`
+	// Deadline is the broker's redelivery deadline: Kafka's
+	// Consumer.Group.Rebalance.Timeout, Redis Streams' idle-claim time.
+	// Required.
+	Deadline time.Duration `json:"deadline_ns"`
+	// Headroom is the share of Deadline a full budget may take to drain,
+	// in (0, 1]. 0 means [DefaultHeadroom].
+	Headroom float64 `json:"headroom"`
+}
+
+// Recommendation is a computed vertex budget with every number it came
+// from, so a reader can tell which team moves it: see [Recommendation.Advice].
+type Recommendation struct {
+	// Budget is the smaller of the two bounds: the capacity to give
+	// middleware.NewVertexBudget.
+	Budget int64 `json:"budget"`
+	// Binding names the bound that set Budget. On a tie it is BoundMemory.
+	Binding Bound `json:"binding"`
+	// MemoryBound is GeometryMemoryBytes / BytesPerVertex, in vertices.
+	MemoryBound int64 `json:"memory_bound"`
+	// DeadlineBound is VerticesPerSecond × Deadline × Headroom, in vertices.
+	DeadlineBound int64 `json:"deadline_bound"`
+	// GeometryMemoryBytes is the memory one process has for in-flight
+	// geometry: MemoryBytes / Processes − PrefetchBytes.
+	GeometryMemoryBytes int64 `json:"geometry_memory_bytes"`
+	// DrainTime is how long a full budget takes to drain at the measured
+	// throughput: at most Deadline × Headroom.
+	DrainTime time.Duration `json:"drain_ns"`
+	// Inputs are the inputs, with defaults filled in.
+	Inputs SizingInputs `json:"inputs"`
+}
+
+// Advice says, in one sentence, what raises the budget.
+func (r Recommendation) Advice() string {
+	if r.Binding == BoundDeadline {
+		return "the deadline binds: a faster handler, more cores per process or a longer redelivery deadline raise the budget; more memory does not"
+	}
+	return "memory binds: a bigger container, fewer processes per container or a smaller broker prefetch raise the budget; a faster handler does not"
+}
+
+// withDefaults fills in the defaults and validates in.
+func (in SizingInputs) withDefaults() (SizingInputs, error) {
+	if in.Processes == 0 {
+		in.Processes = 1
+	}
+	if in.Headroom == 0 {
+		in.Headroom = DefaultHeadroom
+	}
+	bad := func(field string, v any, want string) error {
+		return fmt.Errorf("%w: %s is %v, %s", ErrInvalidSizing, field, v, want)
+	}
+	switch {
+	case in.MemoryBytes <= 0:
+		return in, bad("memory_bytes", in.MemoryBytes, "must be positive")
+	case in.Processes < 0:
+		return in, bad("processes", in.Processes, "must be positive")
+	case in.PrefetchBytes < 0:
+		return in, bad("prefetch_bytes", in.PrefetchBytes, "must not be negative")
+	case !positiveFinite(in.BytesPerVertex):
+		return in, bad("bytes_per_vertex", in.BytesPerVertex, "must be a positive number")
+	case !positiveFinite(in.VerticesPerSecond):
+		return in, bad("vertices_per_second", in.VerticesPerSecond, "must be a positive number")
+	case in.Deadline <= 0:
+		return in, bad("deadline", in.Deadline, "must be positive")
+	case !positiveFinite(in.Headroom) || in.Headroom > 1:
+		return in, bad("headroom", in.Headroom, "must be in (0, 1]")
+	}
+	return in, nil
+}
+
+func positiveFinite(f float64) bool { return f > 0 && !math.IsInf(f, 0) && !math.IsNaN(f) }
+
+// MemoryBound returns how many vertices fit in the memory one process has
+// for in-flight geometry: (memoryBytes / processes − prefetchBytes) /
+// bytesPerVertex, rounded down. It does no validation; see [Recommend].
+func MemoryBound(memoryBytes int64, processes int, prefetchBytes int64, bytesPerVertex float64) int64 {
+	perProcess := memoryBytes/int64(max(processes, 1)) - prefetchBytes
+	return floorInt64(float64(perProcess) / bytesPerVertex)
+}
+
+// DeadlineBound returns how many vertices drain within headroom × deadline
+// at verticesPerSecond, rounded down. It does no validation; see
+// [Recommend].
+func DeadlineBound(verticesPerSecond float64, deadline time.Duration, headroom float64) int64 {
+	return floorInt64(verticesPerSecond * deadline.Seconds() * headroom)
+}
+
+// floorInt64 rounds f down to an int64, saturating at the ends of the range
+// (NaN gives 0).
+func floorInt64(f float64) int64 {
+	switch {
+	case f != f || f <= 0:
+		return 0
+	case f >= math.MaxInt64:
+		return math.MaxInt64
+	}
+	return int64(f)
+}
+
+// Recommend computes a vertex budget from in: the memory bound, the deadline
+// bound, and the smaller of them, named in Binding.
+//
+//	memory bound   = (MemoryBytes / Processes − PrefetchBytes) / BytesPerVertex
+//	deadline bound = VerticesPerSecond × Deadline × Headroom
+//	budget         = min(memory bound, deadline bound)
+//
+// Invalid inputs fail with an error wrapping [ErrInvalidSizing] that names
+// the field. If the prefetch leaves no memory for geometry or a bound is
+// below one vertex, the error wraps [ErrInfeasible] and the returned
+// Recommendation still carries the bounds and inputs, for display. Recommend
+// is a pure function.
+func Recommend(in SizingInputs) (Recommendation, error) {
+	in, err := in.withDefaults()
+	if err != nil {
+		return Recommendation{Inputs: in}, err
+	}
+	r := Recommendation{
+		Inputs:              in,
+		GeometryMemoryBytes: in.MemoryBytes/int64(in.Processes) - in.PrefetchBytes,
+		MemoryBound:         MemoryBound(in.MemoryBytes, in.Processes, in.PrefetchBytes, in.BytesPerVertex),
+		DeadlineBound:       DeadlineBound(in.VerticesPerSecond, in.Deadline, in.Headroom),
+	}
+	r.Budget, r.Binding = r.MemoryBound, BoundMemory
+	if r.DeadlineBound < r.MemoryBound {
+		r.Budget, r.Binding = r.DeadlineBound, BoundDeadline
+	}
+	r.DrainTime = drainTime(r.Budget, in.VerticesPerSecond)
+	switch {
+	case r.GeometryMemoryBytes <= 0:
+		return r, fmt.Errorf("%w: prefetch_bytes (%d) leaves no memory for geometry out of %d bytes per process",
+			ErrInfeasible, in.PrefetchBytes, in.MemoryBytes/int64(in.Processes))
+	case r.MemoryBound < 1:
+		return r, fmt.Errorf("%w: %d bytes per process hold no vertex at %.0f bytes per vertex",
+			ErrInfeasible, r.GeometryMemoryBytes, in.BytesPerVertex)
+	case r.DeadlineBound < 1:
+		return r, fmt.Errorf("%w: not one vertex drains within %v × %.2f at %.3g vertices/s",
+			ErrInfeasible, in.Deadline, in.Headroom, in.VerticesPerSecond)
+	}
+	return r, nil
+}
+
+// drainTime is how long budget vertices take at vps, saturating.
+func drainTime(budget int64, vps float64) time.Duration {
+	if vps <= 0 {
+		return 0
+	}
+	s := float64(budget) / vps
+	if s*float64(time.Second) >= math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return time.Duration(s * float64(time.Second))
+}
+
+// MixThroughput returns the throughput, in vertices per second, of a stream
+// in which a share heavyShare (0 to 1, by vertices) of the vertices belongs to
+// heavy geometries processed at heavyVPS and the rest to light ones processed
+// at lightVPS.
+//
+// The rates combine harmonically, not linearly: a vertex costs 1/rate
+// seconds, so a stream's seconds per vertex is the vertex-share-weighted
+// mean of the two classes' seconds per vertex, and its throughput is the
+// inverse of that. Averaging the rates themselves would overstate the
+// throughput of every mix, because the slow class takes more of the time
+// than its share of the vertices.
+func MixThroughput(lightVPS, heavyVPS, heavyShare float64) float64 {
+	s := min(max(heavyShare, 0), 1)
+	switch s {
+	case 0:
+		return lightVPS
+	case 1:
+		return heavyVPS
+	}
+	secsPerVertex := s/heavyVPS + (1-s)/lightVPS
+	return 1 / secsPerVertex
+}

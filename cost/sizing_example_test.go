@@ -1,0 +1,45 @@
+package cost_test
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/spillway-go/spillway/cost"
+)
+
+func ExampleRecommend() {
+	// Measured on a sample of the busiest hour (cost.MeasureBytesPerVertex
+	// and cost.MeasureThroughput); the rest describes the deployment.
+	in := cost.SizingInputs{
+		MemoryBytes:       4 << 30,   // 4 GiB container, less the processes' idle RSS
+		Processes:         2,         // two consumers share it
+		PrefetchBytes:     256 << 20, // each buffers up to 256 MiB ahead
+		BytesPerVertex:    180,
+		VerticesPerSecond: 300_000,
+		Deadline:          60 * time.Second, // Kafka Rebalance.Timeout
+	}
+	r, err := cost.Recommend(in)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("memory bound:  ", r.MemoryBound)
+	fmt.Println("deadline bound:", r.DeadlineBound)
+	fmt.Println("budget:        ", r.Budget, r.Binding)
+	fmt.Println("drains in:     ", r.DrainTime.Round(time.Second))
+
+	// Twice the processes in the same container: each gets half the
+	// memory, and memory binds.
+	in.Processes = 4
+	r, _ = cost.Recommend(in)
+	fmt.Println("budget:        ", r.Budget, r.Binding)
+	fmt.Println(r.Advice())
+
+	// Output:
+	// memory bound:   10439156
+	// deadline bound: 9000000
+	// budget:         9000000 deadline
+	// drains in:      30s
+	// budget:         4473924 memory
+	// memory binds: a bigger container, fewer processes per container or a smaller broker prefetch raise the budget; a faster handler does not
+}

@@ -1,0 +1,202 @@
+package cost_test
+
+import (
+	"errors"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spillway-go/spillway/cost"
+)
+
+// baseInputs has round numbers: 1 GiB for one process at 128 B/vertex is a
+// memory bound of 8,388,608 vertices; 400k vertices/s × 30 s × 0.5 is a
+// deadline bound of 6,000,000.
+func baseInputs() cost.SizingInputs {
+	return cost.SizingInputs{
+		MemoryBytes:       1 << 30,
+		Processes:         1,
+		BytesPerVertex:    128,
+		VerticesPerSecond: 400_000,
+		Deadline:          30 * time.Second,
+	}
+}
+
+func TestRecommendSmallerBoundWins(t *testing.T) {
+	tests := []struct {
+		name    string
+		edit    func(*cost.SizingInputs)
+		budget  int64
+		binding cost.Bound
+	}{
+		{"deadline binds", func(*cost.SizingInputs) {}, 6_000_000, cost.BoundDeadline},
+		{"memory binds", func(in *cost.SizingInputs) { in.VerticesPerSecond = 800_000 }, 8_388_608, cost.BoundMemory},
+		{"prefetch is taken off", func(in *cost.SizingInputs) {
+			in.VerticesPerSecond = 800_000
+			in.PrefetchBytes = 256 << 20
+		}, 6_291_456, cost.BoundMemory},
+		{"tie goes to memory", func(in *cost.SizingInputs) {
+			in.Deadline = 16 * time.Second // × 0.5 = 8 s
+			in.VerticesPerSecond = 1 << 20
+		}, 8_388_608, cost.BoundMemory},
+		{"headroom scales the deadline bound", func(in *cost.SizingInputs) { in.Headroom = 0.25 }, 3_000_000, cost.BoundDeadline},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			in := baseInputs()
+			tt.edit(&in)
+			r, err := cost.Recommend(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Budget != tt.budget || r.Binding != tt.binding {
+				t.Fatalf("budget %d (%s), want %d (%s); bounds: memory %d, deadline %d",
+					r.Budget, r.Binding, tt.budget, tt.binding, r.MemoryBound, r.DeadlineBound)
+			}
+			if r.Budget != min(r.MemoryBound, r.DeadlineBound) {
+				t.Fatalf("budget %d is not the smaller of %d and %d", r.Budget, r.MemoryBound, r.DeadlineBound)
+			}
+			want := map[cost.Bound]int64{cost.BoundMemory: r.MemoryBound, cost.BoundDeadline: r.DeadlineBound}
+			if want[r.Binding] != r.Budget {
+				t.Fatalf("binding %q names a bound of %d, budget is %d", r.Binding, want[r.Binding], r.Budget)
+			}
+			if r.Inputs.Headroom == 0 || r.Inputs.Processes == 0 {
+				t.Fatalf("defaults not filled in: %+v", r.Inputs)
+			}
+			if !strings.Contains(r.Advice(), string(r.Binding)) {
+				t.Fatalf("advice %q does not name %q", r.Advice(), r.Binding)
+			}
+		})
+	}
+}
+
+func TestRecommendDrainTime(t *testing.T) {
+	r, err := cost.Recommend(baseInputs())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 6,000,000 vertices at 400k/s: 15 s, half the deadline.
+	if r.DrainTime != 15*time.Second {
+		t.Fatalf("drain time %v, want 15s", r.DrainTime)
+	}
+}
+
+// A case built so that the deadline binds by a little: doubling the
+// processes per container or halving the container's memory halves the
+// memory bound, and memory binds instead.
+func TestRecommendBindingFlips(t *testing.T) {
+	in := baseInputs()
+	in.VerticesPerSecond = 500_000 // deadline bound 7.5M, memory bound 8.39M
+	r, err := cost.Recommend(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Binding != cost.BoundDeadline {
+		t.Fatalf("baseline: %s binds (memory %d, deadline %d), want deadline", r.Binding, r.MemoryBound, r.DeadlineBound)
+	}
+
+	for name, edit := range map[string]func(*cost.SizingInputs){
+		"double the processes": func(in *cost.SizingInputs) { in.Processes *= 2 },
+		"halve the memory":     func(in *cost.SizingInputs) { in.MemoryBytes /= 2 },
+	} {
+		t.Run(name, func(t *testing.T) {
+			in := in
+			edit(&in)
+			f, err := cost.Recommend(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if f.Binding != cost.BoundMemory {
+				t.Fatalf("%s binds (memory %d, deadline %d), want memory", f.Binding, f.MemoryBound, f.DeadlineBound)
+			}
+			if f.MemoryBound != r.MemoryBound/2 || f.DeadlineBound != r.DeadlineBound {
+				t.Fatalf("bounds %d/%d, want %d/%d", f.MemoryBound, f.DeadlineBound, r.MemoryBound/2, r.DeadlineBound)
+			}
+			if f.Budget >= r.Budget {
+				t.Fatalf("budget %d did not shrink from %d", f.Budget, r.Budget)
+			}
+		})
+	}
+}
+
+func TestRecommendRejectsBadInputs(t *testing.T) {
+	tests := []struct {
+		field string
+		edit  func(*cost.SizingInputs)
+	}{
+		{"memory_bytes", func(in *cost.SizingInputs) { in.MemoryBytes = 0 }},
+		{"memory_bytes", func(in *cost.SizingInputs) { in.MemoryBytes = -1 }},
+		{"processes", func(in *cost.SizingInputs) { in.Processes = -2 }},
+		{"prefetch_bytes", func(in *cost.SizingInputs) { in.PrefetchBytes = -1 }},
+		{"bytes_per_vertex", func(in *cost.SizingInputs) { in.BytesPerVertex = 0 }},
+		{"bytes_per_vertex", func(in *cost.SizingInputs) { in.BytesPerVertex = math.NaN() }},
+		{"vertices_per_second", func(in *cost.SizingInputs) { in.VerticesPerSecond = -5 }},
+		{"vertices_per_second", func(in *cost.SizingInputs) { in.VerticesPerSecond = math.Inf(1) }},
+		{"deadline", func(in *cost.SizingInputs) { in.Deadline = 0 }},
+		{"deadline", func(in *cost.SizingInputs) { in.Deadline = -time.Second }},
+		{"headroom", func(in *cost.SizingInputs) { in.Headroom = 1.5 }},
+		{"headroom", func(in *cost.SizingInputs) { in.Headroom = -0.5 }},
+	}
+	for _, tt := range tests {
+		in := baseInputs()
+		tt.edit(&in)
+		_, err := cost.Recommend(in)
+		if !errors.Is(err, cost.ErrInvalidSizing) {
+			t.Errorf("%s: error %v, want ErrInvalidSizing", tt.field, err)
+			continue
+		}
+		if !strings.Contains(err.Error(), tt.field) {
+			t.Errorf("error %q does not name the field %s", err, tt.field)
+		}
+	}
+}
+
+func TestRecommendInfeasible(t *testing.T) {
+	tests := []struct {
+		name string
+		edit func(*cost.SizingInputs)
+		want string
+	}{
+		{"prefetch eats the memory", func(in *cost.SizingInputs) {
+			in.Processes = 4
+			in.PrefetchBytes = 256 << 20
+		}, "prefetch"},
+		{"no vertex fits", func(in *cost.SizingInputs) { in.MemoryBytes = 100 }, "no vertex"},
+		{"nothing drains", func(in *cost.SizingInputs) { in.VerticesPerSecond = 0.01 }, "drains"},
+	}
+	for _, tt := range tests {
+		in := baseInputs()
+		tt.edit(&in)
+		r, err := cost.Recommend(in)
+		if !errors.Is(err, cost.ErrInfeasible) || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: error %v, want ErrInfeasible mentioning %q", tt.name, err, tt.want)
+		}
+		if r.Inputs.MemoryBytes != in.MemoryBytes {
+			t.Errorf("%s: the recommendation does not carry the inputs", tt.name)
+		}
+	}
+}
+
+func TestMixThroughput(t *testing.T) {
+	const light, heavy = 2_000_000.0, 500_000.0
+	tests := []struct{ share, want float64 }{
+		{0, light},
+		{1, heavy},
+		{-1, light},
+		{2, heavy},
+		// Half the vertices at 0.5 µs and half at 2 µs: 1.25 µs a vertex.
+		{0.5, 800_000},
+	}
+	for _, tt := range tests {
+		if got := cost.MixThroughput(light, heavy, tt.share); math.Abs(got-tt.want) > 1e-6*tt.want {
+			t.Errorf("MixThroughput(share %v) = %v, want %v", tt.share, got, tt.want)
+		}
+	}
+	// Harmonic, so never above the linear interpolation.
+	for s := 0.0; s <= 1; s += 0.1 {
+		if got, lin := cost.MixThroughput(light, heavy, s), light+(heavy-light)*s; got > lin*(1+1e-12) {
+			t.Errorf("share %v: %v above the linear %v", s, got, lin)
+		}
+	}
+}
