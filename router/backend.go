@@ -1,0 +1,62 @@
+package router
+
+import (
+	"context"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
+)
+
+// backend is the seam between the router and a broker. Adding a broker
+// (Redis Streams is next) means one more implementation and one more case
+// in newRouter; handlers and the middleware stack do not change.
+type backend interface {
+	// publisher is the broker's raw publisher; the router stamps and
+	// closes it.
+	publisher() message.Publisher
+	// subscriber returns the subscriber for one handler, and the session
+	// tracker that makes its admission revocation-aware (nil if the
+	// broker has no revocable deliveries).
+	subscriber(handler, topic string) (message.Subscriber, *SessionTracker, error)
+	// ensureTopic makes topic exist, where the broker needs that.
+	ensureTopic(topic string) error
+	// lag sums the uncommitted messages of the handlers' groups.
+	lag(ctx context.Context, groups []groupTopic) (int64, error)
+	// close releases what the backend owns, after the router and the
+	// publisher are closed.
+	close() error
+}
+
+// memoryBackend is Watermill's GoChannel, persistent: a subscriber
+// receives everything published to its topic, also before it subscribed.
+// There are no consumer groups and no sessions; every subscriber gets every
+// message, and a message is redelivered only when nacked.
+type memoryBackend struct {
+	ch *gochannel.GoChannel
+}
+
+func newMemoryBackend(logger watermill.LoggerAdapter) *memoryBackend {
+	return &memoryBackend{ch: gochannel.NewGoChannel(gochannel.Config{Persistent: true}, logger)}
+}
+
+func (b *memoryBackend) publisher() message.Publisher { return b.ch }
+
+func (b *memoryBackend) subscriber(string, string) (message.Subscriber, *SessionTracker, error) {
+	// One GoChannel serves every handler; closing it is the router's job.
+	return nopCloseSubscriber{b.ch}, nil, nil
+}
+
+func (b *memoryBackend) ensureTopic(string) error { return nil }
+
+func (b *memoryBackend) lag(context.Context, []groupTopic) (int64, error) {
+	return 0, ErrLagUnknown
+}
+
+// close has nothing left to do: the router closed the GoChannel when it
+// closed the publisher.
+func (b *memoryBackend) close() error { return nil }
+
+type nopCloseSubscriber struct{ message.Subscriber }
+
+func (nopCloseSubscriber) Close() error { return nil }

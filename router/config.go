@@ -1,0 +1,702 @@
+package router
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"reflect"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/caarlos0/env/v11"
+	"go.yaml.in/yaml/v3"
+)
+
+// EnvPrefix is the prefix of every environment variable [LoadConfig] reads.
+const EnvPrefix = "SPILLWAY_"
+
+// Embedded is the Kafka broker list entry that starts an in-process broker
+// (kfake) on loopback instead of connecting to a cluster.
+const Embedded = "embedded"
+
+// Broker names the message broker a [Router] runs on.
+type Broker string
+
+// The brokers a Config can name.
+const (
+	BrokerMemory Broker = "memory" // Watermill's GoChannel, persistent, in process
+	BrokerKafka  Broker = "kafka"  // watermill-kafka consumer groups (Sarama)
+	BrokerRedis  Broker = "redis"  // Redis Streams: accepted by Validate, not built yet
+)
+
+// Config configures a [Router]. The zero value is valid: setDefaults fills
+// every zero field, so a field left out of the YAML file and the
+// environment takes the default documented on it (and in docs/router.md).
+// A zero numeric field therefore means "the default", never zero.
+//
+// Load it with [LoadConfig] (YAML file, then SPILLWAY_* environment
+// variables, which win) or build it in code. Each leaf field's YAML key is
+// its yaml tag and its environment variable is EnvPrefix followed by the
+// envPrefix tags of the enclosing structs and its env tag, e.g.
+// kafka.rebalance_timeout is SPILLWAY_KAFKA_REBALANCE_TIMEOUT.
+type Config struct {
+	// Broker is memory, kafka or redis. Default memory.
+	Broker Broker `yaml:"broker" env:"BROKER"`
+
+	// CloseTimeout bounds a graceful shutdown: how long Close waits for
+	// admitted work to finish, and then for Watermill's router to stop its
+	// handlers. Default 30s.
+	CloseTimeout time.Duration `yaml:"close_timeout" env:"CLOSE_TIMEOUT"`
+
+	// Budget sizes the vertex budget shared by every handler of the router.
+	Budget BudgetConfig `yaml:"budget" envPrefix:"BUDGET_"`
+
+	// Kafka configures broker: kafka.
+	Kafka KafkaConfig `yaml:"kafka" envPrefix:"KAFKA_"`
+
+	// Redis is reserved for broker: redis (the next issue).
+	Redis RedisConfig `yaml:"redis" envPrefix:"REDIS_"`
+}
+
+// BudgetConfig sizes the router's [middleware.VertexBudget].
+type BudgetConfig struct {
+	// Vertices is the budget's capacity: how many vertices of admitted
+	// work may be in flight at once. Size it so that this much work drains
+	// within half of the redelivery deadline (see [SizeBudget]). Default
+	// 200000.
+	Vertices int64 `yaml:"vertices" env:"VERTICES"`
+
+	// MessageLimit additionally bounds admitted messages, whatever their
+	// cost. Default 0: no message limit.
+	MessageLimit int64 `yaml:"message_limit" env:"MESSAGE_LIMIT"`
+
+	// DefaultCost is the charge, in vertices, of a message whose
+	// vertex_count metadata is missing or malformed. Default 0: the whole
+	// budget, so an unstamped message runs alone.
+	DefaultCost int64 `yaml:"default_cost" env:"DEFAULT_COST"`
+
+	// ComputeMissing makes the estimator count the payload's vertices when
+	// vertex_count is missing or malformed, instead of charging
+	// DefaultCost. It costs a full parse per unstamped message.
+	ComputeMissing bool `yaml:"compute_missing" env:"COMPUTE_MISSING"`
+}
+
+// KafkaConfig configures the Kafka broker. Every default is chosen for
+// backpressure; docs/kafka.md explains each one.
+type KafkaConfig struct {
+	// Brokers lists bootstrap brokers as host:port. The single entry
+	// "embedded" starts an in-process kfake broker on loopback, owned by
+	// the router and closed by Close. Default [embedded].
+	Brokers []string `yaml:"brokers" env:"BROKERS"`
+
+	// ConsumerGroup prefixes the consumer group of every handler: a
+	// handler named h consumes in group "<ConsumerGroup>.<h>". Default
+	// spillway.
+	ConsumerGroup string `yaml:"consumer_group" env:"CONSUMER_GROUP"`
+
+	// Topics are created up front (embedded broker, or CreateTopics set).
+	// Handler topics are created when the handler is added, so this list
+	// is only needed for topics that are published to but not consumed.
+	Topics []string `yaml:"topics" env:"TOPICS"`
+
+	// Partitions is the partition count of topics the router creates.
+	// Default 12.
+	Partitions int32 `yaml:"partitions" env:"PARTITIONS"`
+
+	// ReplicationFactor of topics the router creates. Default 1.
+	ReplicationFactor int16 `yaml:"replication_factor" env:"REPLICATION_FACTOR"`
+
+	// CreateTopics creates missing topics on an external cluster (the
+	// embedded broker always creates them). Default false.
+	CreateTopics bool `yaml:"create_topics" env:"CREATE_TOPICS"`
+
+	// KeyMetadata is the metadata field whose value becomes the Kafka
+	// message key, so every message of one entity (or geocell) lands on
+	// one partition and stays ordered. A message without it is keyed by
+	// its UUID. Default entity_id.
+	KeyMetadata string `yaml:"key_metadata" env:"KEY_METADATA"`
+
+	// Version is the Kafka protocol version Sarama speaks: at least 0.10.1
+	// (the first with a rebalance timeout). Default 2.3.0, the newest that
+	// Sarama 1.43.3 and the embedded broker agree on; an external cluster
+	// may use its own version.
+	Version string `yaml:"version" env:"VERSION"`
+
+	// ClientID is sent to the brokers. Default spillway.
+	ClientID string `yaml:"client_id" env:"CLIENT_ID"`
+
+	// ChannelBufferSize is Sarama's per-partition message buffer: the
+	// broker window held in memory ahead of the handler. Default 16.
+	ChannelBufferSize int `yaml:"channel_buffer_size" env:"CHANNEL_BUFFER_SIZE"`
+
+	// FetchDefaultBytes is Sarama's Consumer.Fetch.Default: bytes asked for
+	// per partition per fetch. Default 262144 (256 KiB).
+	FetchDefaultBytes int32 `yaml:"fetch_default_bytes" env:"FETCH_DEFAULT_BYTES"`
+
+	// RebalanceTimeout is Sarama's Consumer.Group.Rebalance.Timeout and the
+	// redelivery deadline the budget is sized against: once a rebalance
+	// starts, every member must release its partitions within it or be
+	// evicted, and its unacknowledged messages are redelivered. Default 60s.
+	RebalanceTimeout time.Duration `yaml:"rebalance_timeout" env:"REBALANCE_TIMEOUT"`
+
+	// SessionTimeout is Consumer.Group.Session.Timeout: a member that sends
+	// no heartbeat for this long is evicted. Default 10s.
+	SessionTimeout time.Duration `yaml:"session_timeout" env:"SESSION_TIMEOUT"`
+
+	// HeartbeatInterval is Consumer.Group.Heartbeat.Interval. A member
+	// learns of a rebalance at its next heartbeat, so this delay is spent
+	// out of RebalanceTimeout. Default 1s; must be below SessionTimeout.
+	HeartbeatInterval time.Duration `yaml:"heartbeat_interval" env:"HEARTBEAT_INTERVAL"`
+
+	// InitialOffset is where a new consumer group starts: oldest or
+	// newest. Default oldest.
+	InitialOffset string `yaml:"initial_offset" env:"INITIAL_OFFSET"`
+
+	// NackResendSleep is how long watermill-kafka waits before
+	// redelivering a nacked message. Default 100ms.
+	NackResendSleep time.Duration `yaml:"nack_resend_sleep" env:"NACK_RESEND_SLEEP"`
+
+	// TLS configures transport encryption.
+	TLS TLSConfig `yaml:"tls" envPrefix:"TLS_"`
+
+	// SASL configures authentication.
+	SASL SASLConfig `yaml:"sasl" envPrefix:"SASL_"`
+}
+
+// TLSConfig configures TLS to the Kafka brokers.
+type TLSConfig struct {
+	// Enabled turns TLS on. The files below are optional: without CAFile
+	// the system roots are used; without a client certificate none is sent.
+	Enabled bool `yaml:"enabled" env:"ENABLED"`
+	// CAFile is a PEM bundle of trusted CAs.
+	CAFile string `yaml:"ca_file" env:"CA_FILE"`
+	// CertFile is the PEM client certificate (mutual TLS).
+	CertFile string `yaml:"cert_file" env:"CERT_FILE"`
+	// KeyFile is the PEM private key of CertFile.
+	KeyFile string `yaml:"key_file" env:"KEY_FILE"`
+	// KeyPEM is the client private key inline, instead of KeyFile. Secret.
+	KeyPEM Secret `yaml:"key_pem" env:"KEY_PEM"`
+	// ServerName overrides the name checked against the broker certificate.
+	ServerName string `yaml:"server_name" env:"SERVER_NAME"`
+	// InsecureSkipVerify disables certificate verification. Tests only.
+	InsecureSkipVerify bool `yaml:"insecure_skip_verify" env:"INSECURE_SKIP_VERIFY"`
+}
+
+// SASLConfig configures SASL authentication to the Kafka brokers.
+type SASLConfig struct {
+	// Mechanism is empty (no SASL), PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512.
+	Mechanism string `yaml:"mechanism" env:"MECHANISM"`
+	// User is the SASL user name.
+	User string `yaml:"user" env:"USER"`
+	// Password is the SASL password. Secret.
+	Password Secret `yaml:"password" env:"PASSWORD"`
+}
+
+// RedisConfig is a placeholder for the Redis Streams broker of the next
+// issue. Its fields are parsed and redacted but not used yet.
+type RedisConfig struct {
+	// Addr is the Redis server address, host:port.
+	Addr string `yaml:"addr" env:"ADDR"`
+	// AuthPassword is the Redis password. Secret.
+	AuthPassword Secret `yaml:"password" env:"PASSWORD"`
+}
+
+// Secret is a string that never prints: String, GoString, YAML and text
+// marshalling all give "[redacted]" when it is set (and "" when it is not),
+// so a Secret can sit in a struct that is logged or formatted with %v, %+v
+// or %#v. Convert it with string(s) where the value is really needed.
+type Secret string
+
+const redacted = "[redacted]"
+
+// String returns "[redacted]", or "" for an empty secret.
+func (s Secret) String() string {
+	if s == "" {
+		return ""
+	}
+	return redacted
+}
+
+// GoString is String, for %#v.
+func (s Secret) GoString() string { return strconv.Quote(s.String()) }
+
+// MarshalYAML writes the redacted form.
+func (s Secret) MarshalYAML() (any, error) { return s.String(), nil }
+
+// MarshalText writes the redacted form (encoding/json uses it too).
+func (s Secret) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+// ConfigError is one invalid configuration value. The errors returned by
+// [Config.Validate] and [LoadConfig] wrap one or more of them (use
+// errors.As). Value is the offending value as written, or "[redacted]" for a
+// secret.
+type ConfigError struct {
+	Field  string // the YAML path, e.g. kafka.rebalance_timeout
+	Value  string // the bad value
+	Reason string // what is wrong with it
+	Source string // where it came from: "", a file:line, or an env var
+}
+
+func (e *ConfigError) Error() string {
+	var b strings.Builder
+	b.WriteString("router: config: ")
+	b.WriteString(e.Field)
+	if e.Source != "" {
+		b.WriteString(" (")
+		b.WriteString(e.Source)
+		b.WriteString(")")
+	}
+	b.WriteString(": ")
+	b.WriteString(e.Reason)
+	b.WriteString(", got ")
+	b.WriteString(strconv.Quote(e.Value))
+	return b.String()
+}
+
+// Config defaults. docs/router.md lists them.
+const (
+	DefaultCloseTimeout      = 30 * time.Second
+	DefaultBudgetVertices    = 200_000
+	DefaultConsumerGroup     = "spillway"
+	DefaultPartitions        = 12
+	DefaultKeyMetadata       = "entity_id"
+	DefaultKafkaVersion      = "2.3.0"
+	DefaultClientID          = "spillway"
+	DefaultChannelBufferSize = 16
+	DefaultFetchDefaultBytes = 256 << 10
+	DefaultRebalanceTimeout  = 60 * time.Second
+	DefaultSessionTimeout    = 10 * time.Second
+	DefaultHeartbeatInterval = time.Second
+	DefaultNackResendSleep   = 100 * time.Millisecond
+)
+
+func (c *Config) setDefaults() {
+	if c.Broker == "" {
+		c.Broker = BrokerMemory
+	}
+	if c.CloseTimeout == 0 {
+		c.CloseTimeout = DefaultCloseTimeout
+	}
+	if c.Budget.Vertices == 0 {
+		c.Budget.Vertices = DefaultBudgetVertices
+	}
+	k := &c.Kafka
+	if len(k.Brokers) == 0 {
+		k.Brokers = []string{Embedded}
+	}
+	if k.ConsumerGroup == "" {
+		k.ConsumerGroup = DefaultConsumerGroup
+	}
+	if k.Partitions == 0 {
+		k.Partitions = DefaultPartitions
+	}
+	if k.ReplicationFactor == 0 {
+		k.ReplicationFactor = 1
+	}
+	if k.KeyMetadata == "" {
+		k.KeyMetadata = DefaultKeyMetadata
+	}
+	if k.Version == "" {
+		k.Version = DefaultKafkaVersion
+	}
+	if k.ClientID == "" {
+		k.ClientID = DefaultClientID
+	}
+	if k.ChannelBufferSize == 0 {
+		k.ChannelBufferSize = DefaultChannelBufferSize
+	}
+	if k.FetchDefaultBytes == 0 {
+		k.FetchDefaultBytes = DefaultFetchDefaultBytes
+	}
+	if k.RebalanceTimeout == 0 {
+		k.RebalanceTimeout = DefaultRebalanceTimeout
+	}
+	if k.SessionTimeout == 0 {
+		k.SessionTimeout = DefaultSessionTimeout
+	}
+	if k.HeartbeatInterval == 0 {
+		k.HeartbeatInterval = DefaultHeartbeatInterval
+	}
+	if k.InitialOffset == "" {
+		k.InitialOffset = "oldest"
+	}
+	if k.NackResendSleep == 0 {
+		k.NackResendSleep = DefaultNackResendSleep
+	}
+}
+
+// WithDefaults returns c with every zero field set to its default, as
+// [New] and [LoadConfig] use it.
+func (c Config) WithDefaults() Config {
+	c.setDefaults()
+	return c
+}
+
+// Validate reports every invalid field of c (after defaults are applied,
+// so zero fields are fine). Only the section of the chosen broker is
+// checked. The error joins one [*ConfigError] per problem.
+func (c Config) Validate() error {
+	c.setDefaults()
+	var errs []error
+	bad := func(field, value, reason string) {
+		errs = append(errs, &ConfigError{Field: field, Value: value, Reason: reason})
+	}
+	switch c.Broker {
+	case BrokerMemory, BrokerKafka, BrokerRedis:
+	default:
+		bad("broker", string(c.Broker), "must be one of memory, kafka, redis")
+	}
+	if c.CloseTimeout < 0 {
+		bad("close_timeout", c.CloseTimeout.String(), "must be positive")
+	}
+	if c.Budget.Vertices < 0 {
+		bad("budget.vertices", strconv.FormatInt(c.Budget.Vertices, 10), "must be positive")
+	}
+	if c.Budget.MessageLimit < 0 {
+		bad("budget.message_limit", strconv.FormatInt(c.Budget.MessageLimit, 10), "must be zero (no limit) or positive")
+	}
+	if c.Budget.DefaultCost < 0 {
+		bad("budget.default_cost", strconv.FormatInt(c.Budget.DefaultCost, 10), "must be zero (the whole budget) or positive")
+	}
+	if c.Broker == BrokerKafka {
+		errs = append(errs, c.Kafka.validate()...)
+	}
+	return errors.Join(errs...)
+}
+
+func (k KafkaConfig) validate() []error {
+	var errs []error
+	bad := func(field, value, reason string) {
+		errs = append(errs, &ConfigError{Field: "kafka." + field, Value: value, Reason: reason})
+	}
+	for i, b := range k.Brokers {
+		switch {
+		case b == Embedded && len(k.Brokers) > 1:
+			bad(fmt.Sprintf("brokers[%d]", i), b, "embedded must be the only entry")
+		case b == Embedded:
+		default:
+			if host, port, err := net.SplitHostPort(b); err != nil || host == "" || port == "" {
+				bad(fmt.Sprintf("brokers[%d]", i), b, "must be host:port or embedded")
+			}
+		}
+	}
+	if strings.TrimSpace(k.ConsumerGroup) == "" {
+		bad("consumer_group", k.ConsumerGroup, "must not be blank")
+	}
+	for i, t := range k.Topics {
+		if strings.TrimSpace(t) == "" {
+			bad(fmt.Sprintf("topics[%d]", i), t, "must not be blank")
+		}
+	}
+	if k.Partitions < 0 {
+		bad("partitions", strconv.Itoa(int(k.Partitions)), "must be positive")
+	}
+	if k.ReplicationFactor < 0 {
+		bad("replication_factor", strconv.Itoa(int(k.ReplicationFactor)), "must be positive")
+	}
+	if v, err := sarama.ParseKafkaVersion(k.Version); err != nil {
+		bad("version", k.Version, "must be a Kafka version such as 2.8.0")
+	} else if !v.IsAtLeast(sarama.V0_10_1_0) {
+		bad("version", k.Version, "must be at least 0.10.1 (the first with a rebalance timeout)")
+	} else if k.embedded() && v.IsAtLeast(sarama.V2_4_0_0) {
+		bad("version", k.Version, "must be at most 2.3.0 with the embedded broker (Sarama cannot decode its newer responses)")
+	}
+	if k.ChannelBufferSize < 0 {
+		bad("channel_buffer_size", strconv.Itoa(k.ChannelBufferSize), "must be positive")
+	}
+	if k.FetchDefaultBytes < 0 {
+		bad("fetch_default_bytes", strconv.Itoa(int(k.FetchDefaultBytes)), "must be positive")
+	}
+	if k.RebalanceTimeout < 0 {
+		bad("rebalance_timeout", k.RebalanceTimeout.String(), "must be positive")
+	} else if k.RebalanceTimeout%time.Millisecond != 0 || k.RebalanceTimeout < time.Millisecond {
+		bad("rebalance_timeout", k.RebalanceTimeout.String(), "must be a whole number of milliseconds")
+	}
+	if k.SessionTimeout < 0 {
+		bad("session_timeout", k.SessionTimeout.String(), "must be positive")
+	}
+	if k.HeartbeatInterval < 0 {
+		bad("heartbeat_interval", k.HeartbeatInterval.String(), "must be positive")
+	} else if k.SessionTimeout > 0 && k.HeartbeatInterval >= k.SessionTimeout {
+		bad("heartbeat_interval", k.HeartbeatInterval.String(), "must be below kafka.session_timeout ("+k.SessionTimeout.String()+")")
+	}
+	switch k.InitialOffset {
+	case "oldest", "newest":
+	default:
+		bad("initial_offset", k.InitialOffset, "must be oldest or newest")
+	}
+	if k.NackResendSleep < 0 {
+		bad("nack_resend_sleep", k.NackResendSleep.String(), "must be zero or positive")
+	}
+	if k.TLS.KeyFile != "" && k.TLS.KeyPEM != "" {
+		bad("tls.key_pem", k.TLS.KeyPEM.String(), "set either kafka.tls.key_file or kafka.tls.key_pem, not both")
+	}
+	hasKey := k.TLS.KeyFile != "" || k.TLS.KeyPEM != ""
+	if k.TLS.CertFile != "" && !hasKey {
+		bad("tls.cert_file", k.TLS.CertFile, "needs kafka.tls.key_file or kafka.tls.key_pem")
+	}
+	if k.TLS.CertFile == "" && hasKey {
+		bad("tls.key_file", k.TLS.KeyFile+k.TLS.KeyPEM.String(), "needs kafka.tls.cert_file")
+	}
+	if !k.TLS.Enabled && (k.TLS.CAFile != "" || k.TLS.CertFile != "" || hasKey) {
+		bad("tls.enabled", "false", "must be true when TLS files are set")
+	}
+	switch k.SASL.Mechanism {
+	case "":
+		if k.SASL.User != "" || k.SASL.Password != "" {
+			bad("sasl.mechanism", "", "must be set (PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512) when a SASL user or password is")
+		}
+	case sarama.SASLTypePlaintext, sarama.SASLTypeSCRAMSHA256, sarama.SASLTypeSCRAMSHA512:
+		if k.SASL.User == "" {
+			bad("sasl.user", "", "must be set with kafka.sasl.mechanism "+k.SASL.Mechanism)
+		}
+		if k.SASL.Password == "" {
+			bad("sasl.password", "", "must be set with kafka.sasl.mechanism "+k.SASL.Mechanism)
+		}
+	default:
+		bad("sasl.mechanism", k.SASL.Mechanism, "must be PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
+	}
+	return errs
+}
+
+// String renders c as YAML with every secret redacted. It is safe to log.
+func (c Config) String() string {
+	out, err := yaml.Marshal(c)
+	if err != nil {
+		return "router.Config{<" + err.Error() + ">}"
+	}
+	return string(out)
+}
+
+// GoString is String, so %#v redacts too.
+func (c Config) GoString() string { return c.String() }
+
+// RedeliveryDeadline is how long a delivered but unacknowledged message may
+// stay in flight before the broker hands it to someone else when the group
+// changes: kafka.rebalance_timeout for Kafka, 0 (none) for memory. Size
+// the budget so admitted work drains within half of it ([SizeBudget]).
+func (c Config) RedeliveryDeadline() time.Duration {
+	c.setDefaults()
+	if c.Broker == BrokerKafka {
+		return c.Kafka.RebalanceTimeout
+	}
+	return 0
+}
+
+// SizeBudget returns the vertex budget that drains within half of deadline
+// at verticesPerSecond, the measured throughput of the whole consumer (all
+// cores, the real handler): verticesPerSecond × deadline / 2. Half, because
+// the other half is spent noticing the rebalance (a heartbeat), committing
+// and rejoining, and because throughput is measured, not promised. It
+// returns at least 1.
+func SizeBudget(verticesPerSecond float64, deadline time.Duration) int64 {
+	v := verticesPerSecond * deadline.Seconds() / 2
+	if v < 1 || v != v { // NaN too
+		return 1
+	}
+	if v > 1<<62 {
+		return 1 << 62
+	}
+	return int64(v)
+}
+
+// LoadConfig reads the YAML file at path (skipped when path is ""), then
+// applies SPILLWAY_* environment variables on top (the environment wins),
+// fills defaults and validates. Unknown YAML keys are errors. Every error
+// names the field (as its YAML path), where the value came from and the
+// value itself, secrets excepted.
+func LoadConfig(path string) (Config, error) {
+	var c Config
+	if path != "" {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return Config{}, fmt.Errorf("router: config: %w", err)
+		}
+		if err := decodeYAML(data, path, &c); err != nil {
+			return Config{}, err
+		}
+	}
+	if err := applyEnv(&c, nil); err != nil {
+		return Config{}, err
+	}
+	c.setDefaults()
+	if err := c.Validate(); err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}
+
+// leaf is one settable configuration value.
+type leaf struct {
+	path   string // yaml path
+	env    string // full environment variable name
+	secret bool
+	index  []int // field index path from Config
+}
+
+// leaves lists every leaf field of Config, depth first, in field order.
+func leaves() []leaf {
+	var out []leaf
+	var walk func(t reflect.Type, path, envPrefix string, index []int)
+	walk = func(t reflect.Type, path, envPrefix string, index []int) {
+		for i := 0; i < t.NumField(); i++ {
+			f := t.Field(i)
+			name := strings.Split(f.Tag.Get("yaml"), ",")[0]
+			p := name
+			if path != "" {
+				p = path + "." + name
+			}
+			idx := append(append([]int(nil), index...), i)
+			if f.Type.Kind() == reflect.Struct && f.Type != reflect.TypeOf(time.Duration(0)) {
+				walk(f.Type, p, envPrefix+f.Tag.Get("envPrefix"), idx)
+				continue
+			}
+			out = append(out, leaf{
+				path:   p,
+				env:    envPrefix + f.Tag.Get("env"),
+				secret: f.Type == reflect.TypeOf(Secret("")),
+				index:  idx,
+			})
+		}
+	}
+	walk(reflect.TypeOf(Config{}), "", EnvPrefix, nil)
+	return out
+}
+
+func (l leaf) show(v string) string {
+	if l.secret && v != "" {
+		return redacted
+	}
+	return v
+}
+
+// applyEnv overlays environment variables on c. environ, if non-nil,
+// replaces the process environment (tests).
+func applyEnv(c *Config, environ map[string]string) error {
+	opts := env.Options{Prefix: EnvPrefix, Environment: environ}
+	if err := env.ParseWithOptions(c, opts); err == nil {
+		return nil
+	}
+	// env reports Go field names, which repeat across sections. Attribute
+	// each failure by parsing the variables that are set one at a time.
+	if environ == nil {
+		environ = env.ToMap(os.Environ())
+	}
+	var errs []error
+	for _, l := range leaves() {
+		v, ok := environ[l.env]
+		if !ok {
+			continue
+		}
+		var probe Config
+		err := env.ParseWithOptions(&probe, env.Options{Prefix: EnvPrefix, Environment: map[string]string{l.env: v}})
+		if err == nil {
+			continue
+		}
+		reason := "cannot parse"
+		var pe env.ParseError
+		if errors.As(err, &pe) && !l.secret {
+			reason = "cannot parse: " + pe.Err.Error()
+		}
+		errs = append(errs, &ConfigError{Field: l.path, Value: l.show(v), Reason: reason, Source: "env " + l.env})
+	}
+	if len(errs) == 0 {
+		return fmt.Errorf("router: config: environment: %w", env.ParseWithOptions(c, opts))
+	}
+	return errors.Join(errs...)
+}
+
+// decodeYAML decodes data into c field by field so that every error names
+// the field's path and line.
+func decodeYAML(data []byte, file string, c *Config) error {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return fmt.Errorf("router: config: %s: %w", file, err)
+	}
+	if len(doc.Content) == 0 {
+		return nil // empty file
+	}
+	var errs []error
+	decodeNode(doc.Content[0], reflect.ValueOf(c).Elem(), "", file, &errs)
+	return errors.Join(errs...)
+}
+
+func decodeNode(n *yaml.Node, v reflect.Value, path, file string, errs *[]error) {
+	at := func(n *yaml.Node) string { return fmt.Sprintf("%s:%d", file, n.Line) }
+	if v.Kind() != reflect.Struct || v.Type() == reflect.TypeOf(time.Duration(0)) {
+		if err := n.Decode(v.Addr().Interface()); err != nil {
+			value := n.Value
+			if n.Kind != yaml.ScalarNode {
+				value = "<" + kindName(n.Kind) + ">"
+			}
+			if v.Type() == reflect.TypeOf(Secret("")) && value != "" {
+				value = redacted
+			}
+			*errs = append(*errs, &ConfigError{Field: path, Value: value, Reason: "cannot be read as " + typeName(v.Type()), Source: at(n)})
+		}
+		return
+	}
+	if n.Kind != yaml.MappingNode {
+		name := path
+		if name == "" {
+			name = "(document)"
+		}
+		*errs = append(*errs, &ConfigError{Field: name, Value: "<" + kindName(n.Kind) + ">", Reason: "must be a mapping", Source: at(n)})
+		return
+	}
+	t := v.Type()
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		key, val := n.Content[i], n.Content[i+1]
+		p := key.Value
+		if path != "" {
+			p = path + "." + key.Value
+		}
+		field := -1
+		for j := 0; j < t.NumField(); j++ {
+			if strings.Split(t.Field(j).Tag.Get("yaml"), ",")[0] == key.Value {
+				field = j
+				break
+			}
+		}
+		if field < 0 {
+			*errs = append(*errs, &ConfigError{Field: p, Value: key.Value, Reason: "unknown field", Source: at(key)})
+			continue
+		}
+		decodeNode(val, v.Field(field), p, file, errs)
+	}
+}
+
+func kindName(k yaml.Kind) string {
+	switch k {
+	case yaml.MappingNode:
+		return "mapping"
+	case yaml.SequenceNode:
+		return "sequence"
+	case yaml.AliasNode:
+		return "alias"
+	default:
+		return "scalar"
+	}
+}
+
+func typeName(t reflect.Type) string {
+	switch t {
+	case reflect.TypeOf(time.Duration(0)):
+		return "a duration such as 30s"
+	case reflect.TypeOf(Secret("")), reflect.TypeOf(Broker("")):
+		return "a string"
+	}
+	switch t.Kind() {
+	case reflect.Slice:
+		return "a list of " + strings.TrimPrefix(typeName(t.Elem()), "a ") + "s"
+	case reflect.Bool:
+		return "a boolean"
+	case reflect.String:
+		return "a string"
+	default:
+		return "an integer (" + t.Kind().String() + ")"
+	}
+}

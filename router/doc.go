@@ -1,0 +1,29 @@
+// Package router runs Spillway's backpressure stack as a Watermill router on
+// a broker chosen by configuration, so handler code never changes when the
+// broker does.
+//
+// [New] builds, from a [Config], the Watermill router, the broker's
+// publisher (wrapped so every message is stamped with its vertex_count) and
+// one subscriber per handler, and puts the Spillway middleware [Stack] in
+// front of every handler: tracing, recoverer, shedding, retry gate and
+// budget slots, outermost first, of which this version fills the budget.
+// Handlers are added by name and topic with [Router.AddHandler] or
+// [Router.AddConsumerHandler]; [Router.Run] runs them until [Router.Close],
+// SIGINT or SIGTERM, and shutdown is graceful: nothing new is admitted,
+// waiters give up and are nacked, admitted work finishes within the close
+// timeout.
+//
+// Brokers:
+//
+//   - memory: Watermill's GoChannel, persistent. For tests and demos.
+//   - kafka: watermill-kafka consumer groups over Sarama, either an external
+//     cluster or, with brokers [embedded], an in-process kfake broker on
+//     loopback. Sarama is configured for backpressure (a small window, the
+//     rebalance timeout as the redelivery deadline), and admission is
+//     revocation-aware: see [SessionTracker].
+//   - redis: accepted by the configuration, not built yet ([ErrNotSupported]).
+//
+// Configuration comes from a YAML file and SPILLWAY_* environment variables
+// ([LoadConfig]); docs/router.md is the reference and docs/kafka.md explains
+// the Kafka mechanics.
+package router

@@ -1,0 +1,67 @@
+package router_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/spillway-go/spillway/router"
+)
+
+// A router on the memory broker: the same handler code runs on Kafka by
+// changing cfg.Broker (or SPILLWAY_BROKER).
+func Example() {
+	cfg := router.Config{Broker: router.BrokerMemory}
+	cfg.Budget.Vertices = 1000
+
+	r, err := router.New(cfg, nil)
+	if err != nil {
+		panic(err)
+	}
+
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	vertices := 0
+	wg.Add(3)
+	_, err = r.AddConsumerHandler("count", "shapes", func(msg *message.Message) error {
+		defer wg.Done()
+		n, _ := strconv.Atoi(msg.Metadata.Get("vertex_count"))
+		mu.Lock()
+		vertices += n
+		mu.Unlock()
+		return nil
+	})
+	if err != nil {
+		panic(err)
+	}
+
+	go func() { _ = r.Run(context.Background()) }()
+	<-r.Running()
+
+	for _, payload := range []string{
+		`{"type":"Point","coordinates":[1,2]}`,
+		`{"type":"LineString","coordinates":[[0,0],[1,1],[2,0]]}`,
+		`{"type":"Polygon","coordinates":[[[0,0],[4,0],[4,4],[0,4],[0,0]]]}`,
+	} {
+		// The router's publisher stamps vertex_count.
+		if err := r.Publisher().Publish("shapes", message.NewMessage(watermill.NewUUID(), []byte(payload))); err != nil {
+			panic(err)
+		}
+	}
+	wg.Wait()
+	if err := r.Close(); err != nil {
+		panic(err)
+	}
+	st := r.Stats()
+	fmt.Println("vertices:", vertices)
+	fmt.Println("admitted:", st.Budget.Admitted, "in use after close:", st.Budget.InUse)
+	fmt.Println("layers:", r.Stack().Layers())
+	// Output:
+	// vertices: 9
+	// admitted: 3 in use after close: 0
+	// layers: [budget]
+}

@@ -1,0 +1,363 @@
+package router
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
+	"github.com/ThreeDotsLabs/watermill/message"
+)
+
+// SessionTracker makes budget admission on Kafka revocation-aware. It is a
+// watermill-kafka [kafka.SaramaTracer] (the only hook into Sarama's
+// consumer-group sessions) plus a [kafka.Unmarshaler] wrapper, and the
+// router builds one per Kafka handler.
+//
+// The problem it solves: watermill-kafka delivers one message per claimed
+// partition and waits for its ack, so during a rebalance every delivered
+// message, admitted or still waiting for budget, holds the member's
+// partitions until it is acked; the rebalance then lasts as long as all of
+// them together, and past kafka.rebalance_timeout the member is evicted and
+// everything in flight is redelivered. And an ack that arrives after the
+// session ended is not committed at all.
+//
+// What it does:
+//
+//   - It learns which session (and so which session context) each
+//     delivered message belongs to: the handler wrapper registers every
+//     claim before watermill-kafka reads from it, and the unmarshaler,
+//     which watermill-kafka calls on the claim's goroutine before it hands
+//     the message to the router, records the offset in flight.
+//   - [SessionTracker.Revoked] gives the budget the session's Done channel,
+//     so a message still waiting for budget when its session ends steps
+//     aside at once: acked without running the handler. watermill-kafka
+//     does not commit that ack, so the partition's next owner processes it.
+//   - Admitted work finishes. When its handler has succeeded
+//     ([SessionTracker.Completed]), the session that watermill-kafka sees
+//     still reports itself live for that one ack, so the offset is marked
+//     and then committed when Sarama releases the session, before the
+//     member rejoins. Without this the message would be processed a second
+//     time by the next owner. Marking is only done for messages whose
+//     handler ran to success in this delivery attempt.
+//
+// An inner tracer (e.g. kafka.NewOTELSaramaTracer()) is composed, not
+// replaced: it wraps the consumer group handler around ours, and every
+// other hook is delegated to it.
+type SessionTracker struct {
+	inner kafka.SaramaTracer
+
+	// observeOnly records sessions but neither revokes waiting messages
+	// nor keeps a session live for late acks: stock watermill-kafka
+	// behaviour, for the control runs of the tests.
+	observeOnly bool
+
+	mu     sync.Mutex
+	claims map[topicPartition]*claimState
+
+	sessions    atomic.Uint64 // sessions set up
+	ended       atomic.Uint64 // sessions whose context ended
+	marked      atomic.Uint64 // acks marked after their session ended
+	lastMember  atomic.Value  // string
+	memberSwaps atomic.Uint64 // member id changed between sessions: evicted
+
+	evMu   sync.Mutex
+	events []SessionEvent
+	onEv   func(SessionEvent)
+}
+
+// SessionEvent records one consumer-group session of one member, as the
+// tracker saw it.
+type SessionEvent struct {
+	MemberID   string
+	Generation int32
+	Claims     int       // partitions claimed
+	Started    time.Time // Setup
+	Ended      time.Time // the session context ended (rebalance or close); zero while live
+	Released   time.Time // Cleanup: every claim returned; zero while live
+}
+
+type topicPartition struct {
+	topic     string
+	partition int32
+}
+
+// claimState is one claimed partition of one session.
+type claimState struct {
+	sess context.Context
+
+	mu        sync.Mutex
+	current   int64 // offset watermill-kafka is delivering, -1 before the first
+	completed int64 // offset whose handler succeeded in the current attempt, -1 none
+}
+
+// NewSessionTracker returns a tracker that composes inner, which may be
+// nil.
+func NewSessionTracker(inner kafka.SaramaTracer) *SessionTracker {
+	return &SessionTracker{inner: inner, claims: make(map[topicPartition]*claimState)}
+}
+
+// WrapConsumer delegates to the inner tracer.
+func (t *SessionTracker) WrapConsumer(c sarama.Consumer) sarama.Consumer {
+	if t.inner != nil {
+		return t.inner.WrapConsumer(c)
+	}
+	return c
+}
+
+// WrapPartitionConsumer delegates to the inner tracer.
+func (t *SessionTracker) WrapPartitionConsumer(pc sarama.PartitionConsumer) sarama.PartitionConsumer {
+	if t.inner != nil {
+		return t.inner.WrapPartitionConsumer(pc)
+	}
+	return pc
+}
+
+// WrapSyncProducer delegates to the inner tracer.
+func (t *SessionTracker) WrapSyncProducer(cfg *sarama.Config, p sarama.SyncProducer) sarama.SyncProducer {
+	if t.inner != nil {
+		return t.inner.WrapSyncProducer(cfg, p)
+	}
+	return p
+}
+
+// WrapConsumerGroupHandler wraps h so that the tracker sees every session
+// and claim. The inner tracer, if any, wraps the result.
+func (t *SessionTracker) WrapConsumerGroupHandler(h sarama.ConsumerGroupHandler) sarama.ConsumerGroupHandler {
+	var out sarama.ConsumerGroupHandler = &trackedHandler{t: t, next: h}
+	if t.inner != nil {
+		out = t.inner.WrapConsumerGroupHandler(out)
+	}
+	return out
+}
+
+// WrapUnmarshaler returns u observing every message before watermill-kafka
+// hands it to the router.
+func (t *SessionTracker) WrapUnmarshaler(u kafka.Unmarshaler) kafka.Unmarshaler {
+	return trackedUnmarshaler{t: t, next: u}
+}
+
+// Revoked returns the channel that closes when msg's session ends, or nil
+// if msg is not a delivery the tracker knows (then it cannot be revoked).
+// Use it as [middleware.BudgetConfig.Revoked].
+func (t *SessionTracker) Revoked(msg *message.Message) <-chan struct{} {
+	if t.observeOnly {
+		return nil
+	}
+	c, ok := t.lookup(msg)
+	if !ok {
+		return nil
+	}
+	return c.sess.Done()
+}
+
+// Begin starts a delivery attempt of msg: whatever a previous attempt of
+// the same message completed no longer counts. The router calls it before
+// budget admission.
+func (t *SessionTracker) Begin(msg *message.Message) {
+	if c, ok := t.lookup(msg); ok {
+		c.mu.Lock()
+		c.completed = -1
+		c.mu.Unlock()
+	}
+}
+
+// Completed records that msg's handler ran and succeeded in this attempt,
+// so its ack may be committed even if the session ends before the ack
+// arrives. The router calls it inside budget admission.
+func (t *SessionTracker) Completed(msg *message.Message) {
+	off, _ := kafka.MessagePartitionOffsetFromCtx(msg.Context())
+	if c, ok := t.lookup(msg); ok {
+		c.mu.Lock()
+		if c.current == off {
+			c.completed = off
+		}
+		c.mu.Unlock()
+	}
+}
+
+// lookup finds the claim msg was delivered from, provided it is the
+// message that claim is delivering now.
+func (t *SessionTracker) lookup(msg *message.Message) (*claimState, bool) {
+	ctx := msg.Context()
+	partition, ok := kafka.MessagePartitionFromCtx(ctx)
+	if !ok {
+		return nil, false
+	}
+	offset, ok := kafka.MessagePartitionOffsetFromCtx(ctx)
+	if !ok {
+		return nil, false
+	}
+	topic := message.SubscribeTopicFromCtx(ctx)
+	t.mu.Lock()
+	c := t.claims[topicPartition{topic, partition}]
+	t.mu.Unlock()
+	if c == nil {
+		return nil, false
+	}
+	c.mu.Lock()
+	cur := c.current
+	c.mu.Unlock()
+	return c, cur == offset
+}
+
+// Sessions returns how many sessions were set up.
+func (t *SessionTracker) Sessions() uint64 { return t.sessions.Load() }
+
+// LateMarks returns how many acks were marked after their session had
+// ended: admitted work that finished during a rebalance and was committed
+// instead of being redelivered.
+func (t *SessionTracker) LateMarks() uint64 { return t.marked.Load() }
+
+// Evictions returns how many times the member came back from a rebalance
+// under a new member id: the group had removed it (a late rebalance or a
+// missed session timeout).
+func (t *SessionTracker) Evictions() uint64 { return t.memberSwaps.Load() }
+
+// Events returns a copy of the sessions seen so far, oldest first.
+func (t *SessionTracker) Events() []SessionEvent {
+	t.evMu.Lock()
+	defer t.evMu.Unlock()
+	return append([]SessionEvent(nil), t.events...)
+}
+
+func (t *SessionTracker) recordEvent(i int, f func(*SessionEvent)) {
+	t.evMu.Lock()
+	f(&t.events[i])
+	ev := t.events[i]
+	cb := t.onEv
+	t.evMu.Unlock()
+	if cb != nil {
+		cb(ev)
+	}
+}
+
+type trackedHandler struct {
+	t    *SessionTracker
+	next sarama.ConsumerGroupHandler
+
+	mu    sync.Mutex
+	event map[sarama.ConsumerGroupSession]int
+}
+
+func (h *trackedHandler) Setup(s sarama.ConsumerGroupSession) error {
+	t := h.t
+	t.sessions.Add(1)
+	member := s.MemberID()
+	if prev, ok := t.lastMember.Load().(string); ok && prev != member {
+		t.memberSwaps.Add(1)
+	}
+	t.lastMember.Store(member)
+	n := 0
+	for _, ps := range s.Claims() {
+		n += len(ps)
+	}
+	t.evMu.Lock()
+	t.events = append(t.events, SessionEvent{MemberID: member, Generation: s.GenerationID(), Claims: n, Started: time.Now()})
+	i := len(t.events) - 1
+	t.evMu.Unlock()
+	h.mu.Lock()
+	if h.event == nil {
+		h.event = make(map[sarama.ConsumerGroupSession]int)
+	}
+	h.event[s] = i
+	h.mu.Unlock()
+	go func() {
+		<-s.Context().Done()
+		t.ended.Add(1)
+		t.recordEvent(i, func(e *SessionEvent) { e.Ended = time.Now() })
+	}()
+	return h.next.Setup(s)
+}
+
+func (h *trackedHandler) Cleanup(s sarama.ConsumerGroupSession) error {
+	err := h.next.Cleanup(s)
+	h.mu.Lock()
+	i, ok := h.event[s]
+	delete(h.event, s)
+	h.mu.Unlock()
+	if ok {
+		h.t.recordEvent(i, func(e *SessionEvent) { e.Released = time.Now() })
+	}
+	return err
+}
+
+func (h *trackedHandler) ConsumeClaim(s sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
+	key := topicPartition{claim.Topic(), claim.Partition()}
+	c := &claimState{sess: s.Context(), current: -1, completed: -1}
+	t := h.t
+	t.mu.Lock()
+	t.claims[key] = c
+	t.mu.Unlock()
+	defer func() {
+		t.mu.Lock()
+		if t.claims[key] == c {
+			delete(t.claims, key)
+		}
+		t.mu.Unlock()
+	}()
+	if t.observeOnly {
+		return h.next.ConsumeClaim(s, claim)
+	}
+	return h.next.ConsumeClaim(&trackedSession{ConsumerGroupSession: s, t: t, c: c}, claim)
+}
+
+// trackedSession is the session watermill-kafka sees. After the real
+// session has ended, its context is reported live for exactly the ack of a
+// message whose handler completed in this session, so that ack is marked
+// (and committed when Sarama releases the session) instead of dropped.
+// Everything else is the real session.
+type trackedSession struct {
+	sarama.ConsumerGroupSession
+	t *SessionTracker
+	c *claimState
+}
+
+func (s *trackedSession) Context() context.Context {
+	real := s.ConsumerGroupSession.Context()
+	if real.Err() == nil {
+		return real
+	}
+	s.c.mu.Lock()
+	keep := s.c.completed >= 0 && s.c.completed == s.c.current
+	s.c.mu.Unlock()
+	if keep {
+		return context.WithoutCancel(real)
+	}
+	return real
+}
+
+func (s *trackedSession) MarkMessage(msg *sarama.ConsumerMessage, metadata string) {
+	late := s.ConsumerGroupSession.Context().Err() != nil
+	s.c.mu.Lock()
+	if s.c.completed == msg.Offset {
+		s.c.completed = -1 // one ack, one mark
+	}
+	s.c.mu.Unlock()
+	s.ConsumerGroupSession.MarkMessage(msg, metadata)
+	if late {
+		s.t.marked.Add(1)
+	}
+}
+
+type trackedUnmarshaler struct {
+	t    *SessionTracker
+	next kafka.Unmarshaler
+}
+
+func (u trackedUnmarshaler) Unmarshal(m *sarama.ConsumerMessage) (*message.Message, error) {
+	u.t.mu.Lock()
+	c := u.t.claims[topicPartition{m.Topic, m.Partition}]
+	u.t.mu.Unlock()
+	if c != nil {
+		c.mu.Lock()
+		if c.current != m.Offset {
+			c.current = m.Offset
+			c.completed = -1
+		}
+		c.mu.Unlock()
+	}
+	return u.next.Unmarshal(m)
+}

@@ -1,0 +1,210 @@
+package router
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"go.uber.org/goleak"
+
+	"github.com/spillway-go/spillway/cost"
+)
+
+// TestRevocationStepAsideAndLateCommit pins the mechanism down without any
+// timing pressure: one message holds the whole budget, another waits; a
+// second member joins. The waiter steps aside at once when the session
+// ends (not run, not committed), the admitted message finishes after the
+// session ended and is committed anyway, and after the rebalance each
+// message has run exactly once.
+func TestRevocationStepAsideAndLateCommit(t *testing.T) {
+	defer goleak.VerifyNone(t, leakOptions...)
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "r"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+
+	cfg := Config{Broker: BrokerKafka, CloseTimeout: 10 * time.Second}
+	cfg.Budget.Vertices = 100
+	cfg.Kafka.Brokers = cluster.ListenAddrs()
+	cfg.Kafka.Partitions = 2
+	cfg.Kafka.RebalanceTimeout = 20 * time.Second
+	cfg.Kafka.HeartbeatInterval = 100 * time.Millisecond
+
+	var (
+		mu      sync.Mutex
+		runs    = map[string]int{}
+		started = make(chan string, 8)
+		unblock = make(chan struct{})
+		first   sync.Once
+	)
+	handler := func(msg *message.Message) error {
+		started <- msg.UUID
+		blocked := false
+		first.Do(func() { blocked = true })
+		if blocked {
+			<-unblock
+		}
+		mu.Lock()
+		runs[msg.UUID]++
+		mu.Unlock()
+		return nil
+	}
+	newMember := func() *Router {
+		r, err := New(cfg, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.AddConsumerHandler("geo", "r", handler); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	a := newMember()
+	for i, uuid := range []string{"x", "y"} {
+		msg := message.NewMessage(uuid, pingPayload(i))
+		msg.Metadata.Set("entity_id", keyFor(t, "r", int32(i), 2))
+		msg.Metadata.Set(cost.MetadataKey, "100")
+		if err := a.Publisher().Publish("r", msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	errs := make(chan error, 2)
+	go func() { errs <- a.Run(context.Background()) }()
+
+	admitted := <-started
+	waiting := map[string]string{"x": "y", "y": "x"}[admitted]
+	waitFor(t, "a waiter", func() bool { return a.Budget().Waiting() == 1 })
+
+	b := newMember()
+	go func() { errs <- b.Run(context.Background()) }()
+
+	tr := a.SessionTracker("geo")
+	waitFor(t, "the first session to end", func() bool {
+		ev := tr.Events()
+		return len(ev) > 0 && !ev[0].Ended.IsZero()
+	})
+	waitFor(t, "the waiter to step aside", func() bool { return a.Stats().Revocations == 1 })
+	mu.Lock()
+	if runs[waiting] != 0 {
+		t.Fatalf("waiting message %s ran", waiting)
+	}
+	mu.Unlock()
+
+	close(unblock) // the admitted handler finishes after its session ended
+	waitFor(t, "the waiting message to be processed after the rebalance", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return runs[waiting] == 1 && runs[admitted] == 1
+	})
+	time.Sleep(time.Second) // room for a duplicate to show up
+
+	st := a.Stats()
+	if st.LateMarks != 1 {
+		t.Errorf("late marks = %d, want 1 (the admitted message committed after its session ended)", st.LateMarks)
+	}
+	if st.Evictions+b.Stats().Evictions != 0 {
+		t.Errorf("evictions: %d", st.Evictions+b.Stats().Evictions)
+	}
+	for _, r := range []*Router{b, a} {
+		if err := r.Close(); err != nil {
+			t.Error(err)
+		}
+	}
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if runs[admitted] != 1 || runs[waiting] != 1 {
+		t.Errorf("runs = %v, want each message once", runs)
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// countingTracer is an inner tracer that counts the hooks it gets and
+// wraps the consumer group handler, as the OTel tracer does.
+type countingTracer struct {
+	kafka.SaramaTracer
+	mu       sync.Mutex
+	handlers int
+	claims   int
+}
+
+type countingHandler struct {
+	sarama.ConsumerGroupHandler
+	t *countingTracer
+}
+
+func (h countingHandler) ConsumeClaim(s sarama.ConsumerGroupSession, c sarama.ConsumerGroupClaim) error {
+	h.t.mu.Lock()
+	h.t.claims++
+	h.t.mu.Unlock()
+	return h.ConsumerGroupHandler.ConsumeClaim(s, c)
+}
+
+func (t *countingTracer) WrapConsumerGroupHandler(h sarama.ConsumerGroupHandler) sarama.ConsumerGroupHandler {
+	t.mu.Lock()
+	t.handlers++
+	t.mu.Unlock()
+	return countingHandler{ConsumerGroupHandler: t.SaramaTracer.WrapConsumerGroupHandler(h), t: t}
+}
+
+// TestTracerComposes: a tracer given with WithSaramaTracer (here the OTel
+// one, counted) wraps the router's session tracker instead of replacing it.
+func TestTracerComposes(t *testing.T) {
+	defer goleak.VerifyNone(t, leakOptions...)
+	inner := &countingTracer{SaramaTracer: kafka.NewOTELSaramaTracer()}
+	cfg := Config{Broker: BrokerKafka, CloseTimeout: 10 * time.Second}
+	cfg.Kafka.Partitions = 2
+	r, err := New(cfg, nil, WithSaramaTracer(inner))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	got := make(chan *message.Message, 1)
+	if _, err := r.AddConsumerHandler("h", "traced", func(m *message.Message) error {
+		got <- m
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = r.Run(context.Background()) }()
+	<-r.Running()
+	if err := r.Publisher().Publish("traced", message.NewMessage("m", pingPayload(3))); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-got:
+	case <-time.After(30 * time.Second):
+		t.Fatal("message not delivered through the composed tracers")
+	}
+	if err := r.Close(); err != nil {
+		t.Error(err)
+	}
+	inner.mu.Lock()
+	defer inner.mu.Unlock()
+	if inner.handlers == 0 || inner.claims == 0 {
+		t.Errorf("inner tracer not used: %d handlers, %d claims", inner.handlers, inner.claims)
+	}
+	if r.SessionTracker("h") == nil || r.SessionTracker("h").Sessions() == 0 {
+		t.Error("session tracker bypassed")
+	}
+}
