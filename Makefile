@@ -21,9 +21,9 @@ test: deps
 test-short:
 	$(GO) test -short -timeout $(TIMEOUT) ./...
 
-# The main job: a stream of real geometry through a budgeted router.
+# The main job: real geometry through a budgeted router on an embedded Kafka.
 demo:
-	$(GO) run ./examples/memory
+	$(GO) run ./examples/kafka
 
 demo-memory:
 	$(GO) run ./examples/memory
