@@ -173,7 +173,10 @@ func (b *VertexBudget) acquire(ctx context.Context, vertices, messages int64, ab
 	if b.head == nil {
 		if v, m, clamped, ok := b.fits(vertices, messages); ok {
 			b.take(v, m, clamped)
-			b.updateSaturationLocked()
+			// Taking only adds load, so saturation can only have begun.
+			if b.saturatedLocked() {
+				b.updateSaturationLocked()
+			}
 			b.mu.Unlock()
 			return Permit{b: b, vertices: v, messages: m, clamped: clamped}, nil
 		}
