@@ -1,0 +1,307 @@
+package middleware
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/spillway-go/spillway/cost"
+)
+
+// pubRecorder is a publisher that remembers what it was given.
+type pubRecorder struct {
+	mu       sync.Mutex
+	calls    int
+	msgs     []*message.Message
+	vertices int64
+	err      error
+	closed   bool
+}
+
+func (r *pubRecorder) Publish(topic string, msgs ...*message.Message) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.err != nil {
+		return r.err
+	}
+	r.calls++
+	r.msgs = append(r.msgs, msgs...)
+	for _, m := range msgs {
+		n, _ := strconv.ParseInt(m.Metadata.Get(cost.MetadataKey), 10, 64)
+		r.vertices += n
+	}
+	return nil
+}
+
+func (r *pubRecorder) Close() error {
+	r.mu.Lock()
+	r.closed = true
+	r.mu.Unlock()
+	return nil
+}
+
+func (r *pubRecorder) published() (msgs int, vertices int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.msgs), r.vertices
+}
+
+func withCount(id string, n int64) *message.Message {
+	m := message.NewMessage(id, []byte("x"))
+	m.Metadata.Set(cost.MetadataKey, strconv.FormatInt(n, 10))
+	return m
+}
+
+// Block mode: over a window of fake time, the vertices published match the
+// configured rate (after the initial burst) within one message's worth.
+func TestRateLimitBlockRate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const rate, burst, size = 1000.0, 500, 100
+		rec := &pubRecorder{}
+		p := NewRateLimitedPublisher(rec, rate, burst, RateLimitBlock)
+
+		start := time.Now()
+		var atTwo int64
+		for i := 0; time.Since(start) < 10*time.Second; i++ {
+			if err := p.Publish("t", withCount(strconv.Itoa(i), size)); err != nil {
+				t.Fatal(err)
+			}
+			if atTwo == 0 && time.Since(start) >= 2*time.Second {
+				_, atTwo = rec.published()
+			}
+		}
+		elapsed := time.Since(start)
+		_, total := rec.published()
+
+		// Burst plus rate × elapsed, to within one message.
+		want := burst + rate*elapsed.Seconds()
+		if d := float64(total) - want; d > size || d < -size {
+			t.Fatalf("published %d vertices in %v, want %.0f ± %d", total, elapsed, want, size)
+		}
+		// Steady state, from 2 s on: vertices/s within 2 % of the rate.
+		steady := float64(total-atTwo) / (elapsed - 2*time.Second).Seconds()
+		if steady < rate*0.98 || steady > rate*1.02 {
+			t.Fatalf("steady rate %.1f vertices/s, want %.0f ± 2%%", steady, rate)
+		}
+		if s := p.Stats(); s.Vertices != total || s.Waited <= 0 || s.Rejected != 0 {
+			t.Fatalf("stats = %+v, want %d vertices, some wait, no rejection", s, total)
+		}
+	})
+}
+
+// Concurrent blocked publishers share one bucket.
+func TestRateLimitBlockConcurrent(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := &pubRecorder{}
+		p := NewRateLimitedPublisher(rec, 1000, 100, RateLimitBlock)
+		start := time.Now()
+		var wg sync.WaitGroup
+		for g := range 4 {
+			wg.Go(func() {
+				for i := range 25 {
+					_ = p.Publish("t", withCount(strconv.Itoa(g*100+i), 100))
+				}
+			})
+		}
+		wg.Wait()
+		// 100 messages of 100 = 10,000 vertices; the first 100 are the
+		// burst, the rest take 9.9 s at 1000/s.
+		if got, want := time.Since(start), 9900*time.Millisecond; got != want {
+			t.Fatalf("took %v, want %v", got, want)
+		}
+	})
+}
+
+func TestRateLimitReject(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := &pubRecorder{}
+		p := NewRateLimitedPublisher(rec, 1000, 300, RateLimitReject)
+		for i := range 3 {
+			if err := p.Publish("t", withCount(strconv.Itoa(i), 100)); err != nil {
+				t.Fatalf("publish %d: %v", i, err)
+			}
+		}
+		err := p.Publish("t", withCount("over", 100))
+		if !errors.Is(err, ErrRateLimited) {
+			t.Fatalf("err = %v, want ErrRateLimited", err)
+		}
+		// A batch is all or nothing: after 150 ms there are 150 vertices,
+		// enough for one of two 100-vertex messages but not both.
+		time.Sleep(150 * time.Millisecond)
+		err = p.Publish("t", withCount("a", 100), withCount("b", 100))
+		if !errors.Is(err, ErrRateLimited) {
+			t.Fatalf("batch err = %v, want ErrRateLimited", err)
+		}
+		if n, _ := rec.published(); n != 3 {
+			t.Fatalf("published %d messages, want 3 (nothing from rejected calls)", n)
+		}
+		// The rejected batch took nothing: one message fits now.
+		if err := p.Publish("t", withCount("c", 100)); err != nil {
+			t.Fatalf("after refusal: %v", err)
+		}
+		if s := p.Stats(); s.Rejected != 2 || s.Published != 4 || s.Waited != 0 {
+			t.Fatalf("stats = %+v", s)
+		}
+	})
+}
+
+// A cancelled wait publishes nothing and gives the vertices back.
+func TestRateLimitBlockCancelled(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := &pubRecorder{}
+		p := NewRateLimitedPublisher(rec, 100, 100, RateLimitBlock)
+		if err := p.Publish("t", withCount("first", 100)); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
+		a, b := withCount("a", 50), withCount("b", 50)
+		b.SetContext(ctx) // the second message's context ends first
+		err := p.Publish("t", a, b)
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("err = %v, want DeadlineExceeded", err)
+		}
+		if n, _ := rec.published(); n != 1 {
+			t.Fatalf("published %d, want 1", n)
+		}
+		// 200 ms have passed: 20 vertices are back in the bucket, and the
+		// cancelled reservation returned its share, so a 20-vertex message
+		// goes through without waiting.
+		start := time.Now()
+		if err := p.Publish("t", withCount("c", 20)); err != nil {
+			t.Fatal(err)
+		}
+		if d := time.Since(start); d != 0 {
+			t.Fatalf("waited %v after a cancelled reservation, want 0", d)
+		}
+	})
+}
+
+func TestRateLimitChargesAndClamps(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := &pubRecorder{}
+		p := NewRateLimitedPublisher(rec, 1000, 1000, RateLimitBlock)
+		// Larger than the burst: clamped, waits for a full bucket instead of
+		// failing.
+		start := time.Now()
+		if err := p.Publish("t", withCount("huge", 5000)); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Publish("t", withCount("huge2", 5000)); err != nil {
+			t.Fatal(err)
+		}
+		if d := time.Since(start); d != time.Second {
+			t.Fatalf("two clamped messages took %v, want 1s", d)
+		}
+		// An unstamped message costs the default: a full bucket.
+		unstamped := message.NewMessage("u", []byte(`{"type":"Point","coordinates":[0,0]}`))
+		start = time.Now()
+		if err := p.Publish("t", unstamped); err != nil {
+			t.Fatal(err)
+		}
+		if d := time.Since(start); d != time.Second {
+			t.Fatalf("unstamped message waited %v, want a full bucket (1s)", d)
+		}
+		// An empty payload with count 0 is free.
+		free := message.NewMessage("free", nil)
+		free.Metadata.Set(cost.MetadataKey, "0")
+		start = time.Now()
+		if err := p.Publish("t", free); err != nil || time.Since(start) != 0 {
+			t.Fatalf("free message: err %v, waited %v", err, time.Since(start))
+		}
+	})
+}
+
+func TestRateLimitDefaultCostOption(t *testing.T) {
+	rec := &pubRecorder{}
+	p := NewRateLimitedPublisher(rec, 1, 10, RateLimitReject, WithRateLimitDefaultCost(4), WithRateLimitMetadataKey("n"))
+	unstamped := func() *message.Message { return message.NewMessage("u", []byte("x")) }
+	if err := p.Publish("t", unstamped(), unstamped()); err != nil {
+		t.Fatal(err)
+	}
+	m := message.NewMessage("k", []byte("x"))
+	m.Metadata.Set("n", "2")
+	if err := p.Publish("t", m); err != nil {
+		t.Fatal(err)
+	}
+	if s := p.Stats(); s.Vertices != 10 {
+		t.Fatalf("charged %d vertices, want 4+4+2", s.Vertices)
+	}
+	if err := p.Publish("t", unstamped()); !errors.Is(err, ErrRateLimited) {
+		t.Fatalf("err = %v, want ErrRateLimited", err)
+	}
+}
+
+// The stamper must sit outside the rate limiter: it stamps, then calls the
+// limiter, which charges the stamped count. The other way round the limiter
+// sees unstamped messages and charges its default.
+func TestRateLimitCompositionWithStamper(t *testing.T) {
+	// A LineString of 4 vertices.
+	payload := []byte(`{"type":"LineString","coordinates":[[0,0],[1,1],[2,2],[3,3]]}`)
+
+	rec := &pubRecorder{}
+	limited := NewRateLimitedPublisher(rec, 1000, 1000, RateLimitReject)
+	right := cost.NewStampingPublisher(limited)
+	if err := right.Publish("t", message.NewMessage("a", payload)); err != nil {
+		t.Fatal(err)
+	}
+	if s := limited.Stats(); s.Vertices != 4 {
+		t.Fatalf("stamp(ratelimit(...)) charged %d vertices, want 4", s.Vertices)
+	}
+
+	rec2 := &pubRecorder{}
+	limited2 := NewRateLimitedPublisher(cost.NewStampingPublisher(rec2), 1000, 1000, RateLimitReject)
+	if err := limited2.Publish("t", message.NewMessage("b", payload)); err != nil {
+		t.Fatal(err)
+	}
+	if s := limited2.Stats(); s.Vertices != 1000 {
+		t.Fatalf("ratelimit(stamp(...)) charged %d vertices, want the default 1000", s.Vertices)
+	}
+	if _, v := rec2.published(); v != 4 {
+		t.Fatalf("stamped count %d, want 4", v)
+	}
+}
+
+func TestRateLimitConstructorPanics(t *testing.T) {
+	for name, f := range map[string]func(){
+		"nil publisher": func() { NewRateLimitedPublisher(nil, 1, 1, RateLimitBlock) },
+		"zero rate":     func() { NewRateLimitedPublisher(&pubRecorder{}, 0, 1, RateLimitBlock) },
+		"NaN rate":      func() { NewRateLimitedPublisher(&pubRecorder{}, nan(), 1, RateLimitBlock) },
+		"zero burst":    func() { NewRateLimitedPublisher(&pubRecorder{}, 1, 0, RateLimitBlock) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			defer func() {
+				if recover() == nil {
+					t.Fatal("no panic")
+				}
+			}()
+			f()
+		})
+	}
+}
+
+func nan() float64 {
+	zero := 0.0
+	return zero / zero
+}
+
+func TestRateLimitPassesErrorsAndClose(t *testing.T) {
+	boom := errors.New("boom")
+	rec := &pubRecorder{err: boom}
+	p := NewRateLimitedPublisher(rec, 10, 10, RateLimitReject)
+	if err := p.Publish("t", withCount("a", 1)); !errors.Is(err, boom) {
+		t.Fatalf("err = %v, want the wrapped publisher's", err)
+	}
+	if err := p.Close(); err != nil || !rec.closed {
+		t.Fatalf("Close: %v, closed %v", err, rec.closed)
+	}
+	if p.Mode().String() != "reject" || RateLimitBlock.String() != "block" {
+		t.Fatal("mode names")
+	}
+}

@@ -1,0 +1,211 @@
+package telemetry_test
+
+import (
+	"context"
+	"strconv"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
+	"go.opentelemetry.io/otel/metric"
+	noopmetric "go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/propagation"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+	nooptrace "go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/spillway-go/spillway/cost"
+	"github.com/spillway-go/spillway/middleware"
+	"github.com/spillway-go/spillway/telemetry"
+)
+
+// benchStack describes one configuration of the consumer (and producer)
+// stack measured by BenchmarkStack.
+type benchStack struct {
+	name      string
+	budget    bool
+	telemetry bool
+	tp        func() trace.TracerProvider
+	mp        func() metric.MeterProvider
+}
+
+func sdkProviders() (func() trace.TracerProvider, func() metric.MeterProvider) {
+	return func() trace.TracerProvider {
+			// Every span sampled and handed to an exporter that drops it.
+			return sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(
+				sdktrace.NewSimpleSpanProcessor(tracetest.NewNoopExporter())))
+		}, func() metric.MeterProvider {
+			mp, _ := newMeterProvider()
+			return mp
+		}
+}
+
+// BenchmarkStack measures end-to-end throughput of a Watermill router over
+// GoChannel: publish b.N messages, wait until all are handled.
+//
+//	handler=empty          does nothing: the stack's own cost is all there
+//	                       is to measure (the worst case for the ratio)
+//	handler=decode         decodes the GeoJSON payload (cost.Decode), the
+//	                       least any Spillway handler does
+//
+//	stack=bare             router + handler
+//	stack=budget           + middleware.Budget
+//	stack=budget+otel-noop + Tracing, Metrics, OnAdmission, TracingPublisher
+//	                         with no-op tracer and meter providers
+//	stack=budget+otel-sdk  the same with the SDK: every span sampled and
+//	                         exported to a no-op exporter, metrics aggregated
+//	                         by a manual reader
+func BenchmarkStack(b *testing.B) {
+	sdkTP, sdkMP := sdkProviders()
+	for _, s := range []benchStack{
+		{name: "bare"},
+		{name: "budget", budget: true},
+		{name: "budget+otel-noop", budget: true, telemetry: true,
+			tp: func() trace.TracerProvider { return nooptrace.NewTracerProvider() },
+			mp: func() metric.MeterProvider { return noopmetric.NewMeterProvider() }},
+		{name: "budget+otel-sdk", budget: true, telemetry: true, tp: sdkTP, mp: sdkMP},
+	} {
+		for _, h := range []string{"empty", "decode"} {
+			b.Run("handler="+h+"/stack="+s.name, func(b *testing.B) { runStack(b, s, h == "decode") })
+		}
+	}
+}
+
+func runStack(b *testing.B, s benchStack, decode bool) {
+	logger := watermill.NopLogger{}
+	pubSub := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 4096}, logger)
+	router, err := message.NewRouter(message.RouterConfig{}, logger)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var pub message.Publisher = pubSub
+	var onAdmission func(*message.Message, middleware.Admission)
+	if s.telemetry {
+		opts := []telemetry.Option{
+			telemetry.WithTracerProvider(s.tp()), telemetry.WithMeterProvider(s.mp()),
+			telemetry.WithPropagator(propagation.TraceContext{}), telemetry.WithMessagingSystem(telemetry.SystemGoChannel),
+		}
+		metrics, err := telemetry.NewMetrics(opts...)
+		if err != nil {
+			b.Fatal(err)
+		}
+		router.AddMiddleware(telemetry.NewTracing(opts...).Middleware, metrics.Middleware)
+		onAdmission = metrics.OnAdmission
+		pub = telemetry.NewTracingPublisher(pubSub, opts...)
+	}
+	if s.budget {
+		admission, err := middleware.NewBudget(middleware.BudgetConfig{
+			Budget:      middleware.NewVertexBudget(1 << 40),
+			OnAdmission: onAdmission,
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		router.AddMiddleware(admission.Middleware)
+	}
+	var handled atomic.Int64
+	done := make(chan struct{})
+	target := int64(b.N)
+	router.AddConsumerHandler("bench", "bench", pubSub, func(msg *message.Message) error {
+		if decode {
+			if _, err := cost.Decode(msg.Payload); err != nil {
+				return err
+			}
+		}
+		if handled.Add(1) == target {
+			close(done)
+		}
+		return nil
+	})
+	runErr := make(chan error, 1)
+	go func() { runErr <- router.Run(context.Background()) }()
+	<-router.Running()
+
+	payload := []byte(`{"type":"Point","coordinates":[1,2]}`)
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu0 := processCPU()
+	start := time.Now()
+	for i := range b.N {
+		m := message.NewMessage(strconv.Itoa(i), payload)
+		m.Metadata.Set("vertex_count", "1")
+		if err := pub.Publish("bench", m); err != nil {
+			b.Fatal(err)
+		}
+	}
+	<-done
+	elapsed := time.Since(start)
+	cpu := processCPU() - cpu0
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "msgs/s")
+	// CPU time of the whole process per message: unlike msgs/s it does not
+	// depend on what else the (shared) machine runs.
+	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/msg")
+	_ = router.Close()
+	<-runErr
+	_ = pubSub.Close()
+}
+
+// processCPU returns the user and system CPU time the process has used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkMiddlewareChain isolates the per-message cost of the telemetry
+// middlewares: the chain called directly, as the router would call it.
+func BenchmarkMiddlewareChain(b *testing.B) {
+	handler := func(*message.Message) ([]*message.Message, error) { return nil, nil }
+	sdkTP, sdkMP := sdkProviders()
+	for _, c := range []struct {
+		name string
+		tp   func() trace.TracerProvider
+		mp   func() metric.MeterProvider
+	}{
+		{"budget", nil, nil},
+		{"budget+otel-noop", func() trace.TracerProvider { return nooptrace.NewTracerProvider() },
+			func() metric.MeterProvider { return noopmetric.NewMeterProvider() }},
+		{"budget+otel-sdk", sdkTP, sdkMP},
+	} {
+		b.Run("stack="+c.name, func(b *testing.B) {
+			cfg := middleware.BudgetConfig{Budget: middleware.NewVertexBudget(1 << 40)}
+			var wrap []message.HandlerMiddleware
+			if c.tp != nil {
+				opts := []telemetry.Option{telemetry.WithTracerProvider(c.tp()), telemetry.WithMeterProvider(c.mp()),
+					telemetry.WithPropagator(propagation.TraceContext{}),
+					telemetry.WithTopicFunc(func(*message.Message) string { return "bench" })}
+				metrics, err := telemetry.NewMetrics(opts...)
+				if err != nil {
+					b.Fatal(err)
+				}
+				cfg.OnAdmission = metrics.OnAdmission
+				wrap = append(wrap, telemetry.NewTracing(opts...).Middleware, metrics.Middleware)
+			}
+			admission, err := middleware.NewBudget(cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			h := admission.Middleware(handler)
+			for i := len(wrap) - 1; i >= 0; i-- {
+				h = wrap[i](h)
+			}
+			msg := message.NewMessage("id", []byte("payload"))
+			msg.Metadata.Set("vertex_count", "1234")
+			msg.Metadata.Set("traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+			base := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				msg.SetContext(base)
+				_, _ = h(msg)
+			}
+		})
+	}
+}

@@ -1,0 +1,57 @@
+// Package telemetry makes Spillway's backpressure visible: OpenTelemetry
+// traces that follow a message from its producer through Kafka, Redis
+// Streams or memory to its consumer, and metrics for every signal the
+// middlewares act on.
+//
+// # Tracing
+//
+// [TracingPublisher] wraps a Watermill publisher: it starts a producer span
+// per message and writes the span's context into the message metadata with
+// the configured propagator (W3C traceparent and tracestate with
+// propagation.TraceContext). [Tracing.Middleware], the outermost middleware
+// of the consumer's stack, reads it back and starts the consumer span as
+// its child, so one trace shows the send, the wait for budget and the
+// processing. The span sits in the message's context, where the Spillway
+// stages annotate it through hooks: [RecordAdmission] (or
+// [Metrics.OnAdmission]) as middleware.BudgetConfig.OnAdmission, and
+// [RecordOutcome] or [Metrics.RecordOutcome] from shedding and retry hooks.
+//
+// # Metrics
+//
+// [Metrics] records with the OpenTelemetry metric API. Per-message
+// instruments (duration, vertices, outcomes, admission wait) are fed by
+// [Metrics.Middleware] and the hooks; state is read by observable
+// instruments once per collection: [Metrics.ObserveBudget] for a
+// middleware.VertexBudget, [Metrics.ObserveBounds] for auto-sizing and
+// [Metrics.ObserveLag] for consumer lag. docs/operations.md lists every
+// metric with its Prometheus name, the recommended alerts and a dashboard.
+//
+// # Lag
+//
+// A [LagSampler] polls a [LagSource] (Kafka partitions, Redis stream
+// groups) in one background goroutine and caches the result. Readers —
+// metrics, the shedding pressure signal ([LagSampler.SaturatedFor]) and
+// lag-aware producers (middleware.NewLagThrottledPublisher with
+// [LagSampler.TotalLag]) — never reach the broker.
+//
+// # Defaults and failure
+//
+// Providers and the propagator default to OpenTelemetry's globals, which
+// export and propagate nothing until the application installs real ones.
+// Telemetry never fails or delays a message beyond its own bookkeeping: no
+// middleware or publisher here returns an error of its own, exporters run
+// outside the message path, and a panic in a handler is recorded and
+// re-raised unchanged.
+//
+// # Wiring
+//
+// Consumer stack, outermost first:
+//
+//	router.AddMiddleware(tracing.Middleware, metrics.Middleware, /* shedding, retry gate, */ budget.Middleware)
+//
+// with middleware.BudgetConfig{OnAdmission: metrics.OnAdmission}.
+// Producer chain, outermost first:
+//
+//	telemetry.NewTracingPublisher(cost.NewStampingPublisher(
+//		middleware.NewLagThrottledPublisher(middleware.NewRateLimitedPublisher(broker, ...), sampler, ...)))
+package telemetry

@@ -1,0 +1,524 @@
+package telemetry
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/spillway-go/spillway/middleware"
+)
+
+// Metric names. docs/operations.md lists them with their Prometheus names
+// (the exporter turns dots into underscores and appends unit and _total
+// suffixes) and attributes.
+const (
+	MetricBudgetCapacity        = "spillway.budget.capacity"
+	MetricBudgetInUse           = "spillway.budget.in_use"
+	MetricBudgetFillRatio       = "spillway.budget.fill_ratio"
+	MetricBudgetWaiting         = "spillway.budget.waiting"
+	MetricBudgetWaitingVertices = "spillway.budget.waiting_vertices"
+	MetricBudgetSaturated       = "spillway.budget.saturated"
+	MetricBudgetAdmitted        = "spillway.budget.admitted"
+	MetricBudgetClamped         = "spillway.budget.clamped"
+	MetricBudgetBound           = "spillway.budget.bound"
+	MetricBudgetBinding         = "spillway.budget.binding"
+	MetricBudgetTarget          = "spillway.budget.target"
+
+	MetricAdmissionWait = "spillway.admission.wait"
+
+	MetricProcessDuration    = "spillway.process.duration"
+	MetricProcessVertices    = "spillway.process.vertices"
+	MetricProcessedMessages  = "spillway.processed.messages"
+	MetricProcessedVertices  = "spillway.processed.vertices"
+	MetricMessagesShed       = "spillway.messages.shed"
+	MetricMessagesSuperseded = "spillway.messages.superseded"
+	MetricMessagesDeferred   = "spillway.messages.deferred"
+	MetricMessagesDeadLetter = "spillway.messages.dead_lettered"
+	MetricMessagesReleased   = "spillway.messages.released_on_rebalance"
+
+	MetricConsumerLag          = "spillway.consumer.lag"
+	MetricConsumerLagSaturated = "spillway.consumer.lag.saturated"
+	MetricConsumerLagAge       = "spillway.consumer.lag.sample_age"
+	MetricConsumerLagErrors    = "spillway.consumer.lag.errors"
+)
+
+// Metric attribute keys. They are short on purpose: they become Prometheus
+// labels.
+const (
+	AttrTopic     = attribute.Key("topic")
+	AttrOutcome   = attribute.Key("outcome")
+	AttrReason    = attribute.Key("reason")
+	AttrAdmission = attribute.Key("admission")
+	AttrBudget    = attribute.Key("budget")
+	AttrBound     = attribute.Key("bound")
+	AttrGroup     = attribute.Key("group")
+	AttrPartition = attribute.Key("partition")
+	AttrSource    = attribute.Key("source")
+)
+
+var (
+	durationBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
+	waitBuckets     = []float64{0, 0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120}
+	vertexBuckets   = []float64{1, 10, 100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000, 100_000_000}
+)
+
+// Metrics records Spillway's metrics with the OpenTelemetry metric API.
+// Create it with [NewMetrics]. Per-message measurements come from
+// [Metrics.Middleware], [Metrics.OnAdmission] and [Metrics.RecordOutcome];
+// state (budgets, lag) is read by observable instruments in the SDK's
+// collection callback, never per message ([Metrics.ObserveBudget],
+// [Metrics.ObserveBounds], [Metrics.ObserveLag]).
+//
+// A Metrics is safe for concurrent use. Recording never fails and never
+// blocks a message; label sets are built once per combination and reused,
+// so with a no-op meter provider a measurement costs a map lookup.
+type Metrics struct {
+	cfg   config
+	meter metric.Meter
+
+	duration       metric.Float64Histogram
+	vertices       metric.Int64Histogram
+	processedMsgs  metric.Int64Counter
+	processedVerts metric.Int64Counter
+	admissionWait  metric.Float64Histogram
+	outcomes       map[Outcome]metric.Int64Counter
+
+	budgetCapacity     metric.Int64ObservableGauge
+	budgetInUse        metric.Int64ObservableGauge
+	budgetFill         metric.Float64ObservableGauge
+	budgetWaiting      metric.Int64ObservableGauge
+	budgetWaitingVerts metric.Int64ObservableGauge
+	budgetSaturated    metric.Float64ObservableGauge
+	budgetAdmitted     metric.Int64ObservableCounter
+	budgetClamped      metric.Int64ObservableCounter
+	bound              metric.Int64ObservableGauge
+	binding            metric.Int64ObservableGauge
+	target             metric.Int64ObservableGauge
+
+	lag          metric.Int64ObservableGauge
+	lagSaturated metric.Float64ObservableGauge
+	lagAge       metric.Float64ObservableGauge
+	lagErrors    metric.Int64ObservableCounter
+
+	cache attrCache
+}
+
+// NewMetrics creates every instrument with the meter of [WithMeterProvider]
+// (default: the global provider). It returns an error only if the provider
+// refuses an instrument.
+func NewMetrics(opts ...Option) (*Metrics, error) {
+	cfg := newConfig(opts)
+	m := &Metrics{cfg: cfg, meter: cfg.meterProvider.Meter(ScopeName)}
+	mt := m.meter
+	var errs []error
+	check := func(err error) {
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	var err error
+
+	m.duration, err = mt.Float64Histogram(MetricProcessDuration, metric.WithUnit("s"),
+		metric.WithDescription("Time a message spent in the middleware stack, admission wait included, by topic and outcome."),
+		metric.WithExplicitBucketBoundaries(durationBuckets...))
+	check(err)
+	m.vertices, err = mt.Int64Histogram(MetricProcessVertices, metric.WithUnit("{vertex}"),
+		metric.WithDescription("Vertices per message, when known, by topic."),
+		metric.WithExplicitBucketBoundaries(vertexBuckets...))
+	check(err)
+	m.processedMsgs, err = mt.Int64Counter(MetricProcessedMessages, metric.WithUnit("{message}"),
+		metric.WithDescription("Messages that left the middleware stack, by topic and outcome."))
+	check(err)
+	m.processedVerts, err = mt.Int64Counter(MetricProcessedVertices, metric.WithUnit("{vertex}"),
+		metric.WithDescription("Vertices of messages that left the middleware stack, by topic and outcome."))
+	check(err)
+	m.admissionWait, err = mt.Float64Histogram(MetricAdmissionWait, metric.WithUnit("s"),
+		metric.WithDescription("Time spent waiting for vertex budget, by topic and admission outcome."),
+		metric.WithExplicitBucketBoundaries(waitBuckets...))
+	check(err)
+
+	m.outcomes = make(map[Outcome]metric.Int64Counter, 5)
+	for _, c := range []struct {
+		o          Outcome
+		name, desc string
+	}{
+		{OutcomeShed, MetricMessagesShed, "Messages dropped by a shedding policy, by topic and reason."},
+		{OutcomeSuperseded, MetricMessagesSuperseded, "Messages dropped because a newer one for their entity arrived, by topic and reason."},
+		{OutcomeDeferred, MetricMessagesDeferred, "Messages handed back for a later retry, by topic and reason."},
+		{OutcomeDeadLettered, MetricMessagesDeadLetter, "Messages sent to the dead-letter topic, by topic and reason."},
+		{OutcomeReleased, MetricMessagesReleased, "Waiting messages released because their delivery was revoked in a rebalance, by topic and reason."},
+	} {
+		ctr, err := mt.Int64Counter(c.name, metric.WithUnit("{message}"), metric.WithDescription(c.desc))
+		check(err)
+		m.outcomes[c.o] = ctr
+	}
+
+	m.budgetCapacity, err = mt.Int64ObservableGauge(MetricBudgetCapacity, metric.WithUnit("{vertex}"),
+		metric.WithDescription("Vertex budget capacity."))
+	check(err)
+	m.budgetInUse, err = mt.Int64ObservableGauge(MetricBudgetInUse, metric.WithUnit("{vertex}"),
+		metric.WithDescription("Vertices admitted and not yet released."))
+	check(err)
+	m.budgetFill, err = mt.Float64ObservableGauge(MetricBudgetFillRatio, metric.WithUnit("1"),
+		metric.WithDescription("In-use vertices over capacity (0..1)."))
+	check(err)
+	m.budgetWaiting, err = mt.Int64ObservableGauge(MetricBudgetWaiting, metric.WithUnit("{message}"),
+		metric.WithDescription("Messages blocked waiting for budget."))
+	check(err)
+	m.budgetWaitingVerts, err = mt.Int64ObservableGauge(MetricBudgetWaitingVertices, metric.WithUnit("{vertex}"),
+		metric.WithDescription("Vertices of the messages waiting for budget, each clamped to the capacity."))
+	check(err)
+	m.budgetSaturated, err = mt.Float64ObservableGauge(MetricBudgetSaturated, metric.WithUnit("s"),
+		metric.WithDescription("How long the budget has been saturated without a break; 0 when it is not."))
+	check(err)
+	m.budgetAdmitted, err = mt.Int64ObservableCounter(MetricBudgetAdmitted, metric.WithUnit("{message}"),
+		metric.WithDescription("Charges admitted by the budget."))
+	check(err)
+	m.budgetClamped, err = mt.Int64ObservableCounter(MetricBudgetClamped, metric.WithUnit("{message}"),
+		metric.WithDescription("Admitted charges that exceeded the capacity and were clamped to it."))
+	check(err)
+	m.bound, err = mt.Int64ObservableGauge(MetricBudgetBound, metric.WithUnit("{vertex}"),
+		metric.WithDescription("Budget bounds computed by auto-sizing, by bound (memory, deadline)."))
+	check(err)
+	m.binding, err = mt.Int64ObservableGauge(MetricBudgetBinding,
+		metric.WithDescription("1 for the bound that currently sets the budget, 0 for the others."))
+	check(err)
+	m.target, err = mt.Int64ObservableGauge(MetricBudgetTarget, metric.WithUnit("{vertex}"),
+		metric.WithDescription("The budget auto-sizing asks for."))
+	check(err)
+
+	m.lag, err = mt.Int64ObservableGauge(MetricConsumerLag, metric.WithUnit("{message}"),
+		metric.WithDescription("Consumer lag from the latest background sample, by topic (or stream), group and partition."))
+	check(err)
+	m.lagSaturated, err = mt.Float64ObservableGauge(MetricConsumerLagSaturated, metric.WithUnit("s"),
+		metric.WithDescription("How long total lag has been above the sampler's threshold; 0 when it is not."))
+	check(err)
+	m.lagAge, err = mt.Float64ObservableGauge(MetricConsumerLagAge, metric.WithUnit("s"),
+		metric.WithDescription("Age of the latest successful lag sample."))
+	check(err)
+	m.lagErrors, err = mt.Int64ObservableCounter(MetricConsumerLagErrors, metric.WithUnit("{sample}"),
+		metric.WithDescription("Lag samples that failed."))
+	check(err)
+
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return m, nil
+}
+
+// attrKey identifies a cached attribute set.
+type attrKey struct {
+	shape uint8 // which of the fields below are labels
+	topic string
+	value string
+}
+
+const (
+	shapeTopic uint8 = iota
+	shapeOutcome
+	shapeAdmission
+	shapeReason
+)
+
+// measureOpts are the ready-made options of one label combination, kept as
+// slices so that passing them with ... allocates nothing.
+type measureOpts struct {
+	rec []metric.RecordOption
+	add []metric.AddOption
+}
+
+// attrCache is a copy-on-write map: readers load it atomically without
+// locking or allocating; a writer copies it to add a combination. Label
+// values are few (topics times a fixed set of outcomes and reasons), so it
+// stays small and stops changing once warm.
+type attrCache struct {
+	m  atomic.Pointer[map[attrKey]*measureOpts]
+	mu sync.Mutex
+}
+
+func (c *attrCache) get(k attrKey) *measureOpts {
+	if m := c.m.Load(); m != nil {
+		if o, ok := (*m)[k]; ok {
+			return o
+		}
+	}
+	return c.insert(k)
+}
+
+// insert is the slow path of get, kept apart so that the hot path's stack
+// frame stays small (handlers run on fresh goroutines with small stacks).
+func (c *attrCache) insert(k attrKey) *measureOpts {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	old := c.m.Load()
+	if old != nil {
+		if o, ok := (*old)[k]; ok {
+			return o
+		}
+	}
+	var set attribute.Set
+	switch k.shape {
+	case shapeTopic:
+		set = attribute.NewSet(AttrTopic.String(k.topic))
+	case shapeOutcome:
+		set = attribute.NewSet(AttrTopic.String(k.topic), AttrOutcome.String(k.value))
+	case shapeAdmission:
+		set = attribute.NewSet(AttrTopic.String(k.topic), AttrAdmission.String(k.value))
+	case shapeReason:
+		set = attribute.NewSet(AttrTopic.String(k.topic), AttrReason.String(k.value))
+	}
+	opt := metric.WithAttributeSet(set)
+	o := &measureOpts{rec: []metric.RecordOption{opt}, add: []metric.AddOption{opt}}
+	next := make(map[attrKey]*measureOpts, 1)
+	if old != nil {
+		next = make(map[attrKey]*measureOpts, len(*old)+1)
+		for kk, vv := range *old {
+			next[kk] = vv
+		}
+	}
+	next[k] = o
+	c.m.Store(&next)
+	return o
+}
+
+// attrs returns the measurement options for a label combination.
+func (m *Metrics) attrs(shape uint8, topic, value string) *measureOpts {
+	return m.cache.get(attrKey{shape, topic, value})
+}
+
+// Middleware measures each message: spillway.process.duration,
+// spillway.processed.messages and, when the message's vertex count is known,
+// spillway.processed.vertices and spillway.process.vertices. The outcome
+// label is the one recorded by a hook ([RecordOutcome],
+// [Metrics.RecordOutcome], a cancelled or revoked admission), else
+// "handled" or "error" from the chain's result, or "panic" (the panic is
+// not recovered). The vertex count comes from the admission recorded by
+// [Metrics.OnAdmission], else from the vertex_count metadata.
+//
+// Place it right inside [Tracing.Middleware] (or outermost without
+// tracing) so the duration covers the whole stack. It never returns an
+// error of its own and never alters the chain's result.
+func (m *Metrics) Middleware(h message.HandlerFunc) message.HandlerFunc {
+	return func(msg *message.Message) (out []*message.Message, err error) {
+		rec := recordFrom(msg.Context())
+		if rec == nil {
+			rec = ensureRecord(msg, m.cfg.topicOf(msg))
+		}
+		topic := rec.topic
+		ctx := msg.Context()
+		start := time.Now()
+		returned := false
+		defer func() {
+			o, _, adm, hasAdm := rec.final(err)
+			if !returned {
+				o = OutcomePanic
+			}
+			opt := m.attrs(shapeOutcome, topic, string(o))
+			m.duration.Record(ctx, time.Since(start).Seconds(), opt.rec...)
+			m.processedMsgs.Add(ctx, 1, opt.add...)
+			var n int64
+			var known bool
+			if hasAdm {
+				n, known = knownVertices(adm)
+			} else {
+				n, known = headerVertices(msg)
+			}
+			if known {
+				m.processedVerts.Add(ctx, n, opt.add...)
+				m.vertices.Record(ctx, n, m.attrs(shapeTopic, topic, "").rec...)
+			}
+		}()
+		out, err = h(msg)
+		returned = true
+		return out, err
+	}
+}
+
+// OnAdmission records a budget admission: the spillway.admission.wait
+// histogram (by topic and admission outcome) and, for a revoked admission,
+// spillway.messages.released_on_rebalance (reason "revoked"). It also calls
+// [RecordAdmission], so the message's span and outcome are updated. Use it
+// as middleware.BudgetConfig.OnAdmission. Safe for concurrent use; it
+// never blocks.
+func (m *Metrics) OnAdmission(msg *message.Message, a middleware.Admission) {
+	if msg == nil {
+		return
+	}
+	RecordAdmission(msg, a)
+	ctx := msg.Context()
+	topic := m.topicOf(msg)
+	m.admissionWait.Record(ctx, a.Wait.Seconds(), m.attrs(shapeAdmission, topic, a.Outcome.String()).rec...)
+	if a.Outcome == middleware.Revoked {
+		m.outcomes[OutcomeReleased].Add(ctx, 1, m.attrs(shapeReason, topic, "revoked").add...)
+	}
+}
+
+// Count adds n to the counter of outcome (spillway.messages.shed,
+// .superseded, .deferred, .dead_lettered or .released_on_rebalance) with
+// the given topic and reason labels. Outcomes without a counter (handled,
+// error, ...) are ignored. Safe for concurrent use.
+func (m *Metrics) Count(ctx context.Context, outcome Outcome, topic, reason string, n int64) {
+	c, ok := m.outcomes[outcome]
+	if !ok || n == 0 {
+		return
+	}
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	c.Add(ctx, n, m.attrs(shapeReason, topic, reason).add...)
+}
+
+// RecordOutcome counts one message for outcome (see [Metrics.Count]) and
+// records the outcome on the message like [RecordOutcome] (span attribute
+// and the outcome label of [Metrics.Middleware]). An empty topic is taken
+// from the message. Wire it into the hooks of the stages that drop, defer
+// or dead-letter messages; for example, with the shedding package:
+//
+//	shedding.WithOnShed(func(msg *message.Message, topic string, r shedding.Reason) {
+//		o := telemetry.OutcomeShed
+//		if r == shedding.ReasonSuperseded {
+//			o = telemetry.OutcomeSuperseded
+//		}
+//		metrics.RecordOutcome(msg, o, topic, r.String())
+//	})
+//
+// Revoked admissions are counted by [Metrics.OnAdmission] already. Safe for
+// concurrent use; it never blocks.
+func (m *Metrics) RecordOutcome(msg *message.Message, outcome Outcome, topic, reason string) {
+	if msg == nil {
+		return
+	}
+	if topic == "" {
+		topic = m.topicOf(msg)
+	}
+	m.Count(msg.Context(), outcome, topic, reason, 1)
+	recordOutcome(msg, outcome, reason, nil)
+}
+
+func (m *Metrics) topicOf(msg *message.Message) string {
+	if r := recordFrom(msg.Context()); r != nil {
+		return r.topic
+	}
+	return m.cfg.topicOf(msg)
+}
+
+// ObserveBudget exports b's state under the label budget=name:
+// spillway.budget.capacity, .in_use, .fill_ratio, .waiting,
+// .waiting_vertices, .saturated (seconds), .admitted and .clamped. The
+// values are read with one b.Stats() per collection, never per message.
+// Names must be unique per Metrics. Call unregister to stop exporting.
+func (m *Metrics) ObserveBudget(name string, b *middleware.VertexBudget) (unregister func() error, err error) {
+	if b == nil {
+		return nil, errors.New("telemetry: ObserveBudget: nil budget")
+	}
+	opt := metric.WithAttributeSet(attribute.NewSet(AttrBudget.String(name)))
+	reg, err := m.meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		s := b.Stats()
+		o.ObserveInt64(m.budgetCapacity, s.Capacity, opt)
+		o.ObserveInt64(m.budgetInUse, s.InUse, opt)
+		o.ObserveFloat64(m.budgetFill, s.FillRatio(), opt)
+		o.ObserveInt64(m.budgetWaiting, int64(s.Waiting), opt)
+		o.ObserveInt64(m.budgetWaitingVerts, s.WaitingVertices, opt)
+		o.ObserveFloat64(m.budgetSaturated, s.SaturatedFor.Seconds(), opt)
+		o.ObserveInt64(m.budgetAdmitted, int64(s.Admitted), opt)
+		o.ObserveInt64(m.budgetClamped, int64(s.Clamped), opt)
+		return nil
+	}, m.budgetCapacity, m.budgetInUse, m.budgetFill, m.budgetWaiting, m.budgetWaitingVerts,
+		m.budgetSaturated, m.budgetAdmitted, m.budgetClamped)
+	if err != nil {
+		return nil, err
+	}
+	return reg.Unregister, nil
+}
+
+// Bounds is what budget auto-sizing computed: the bound set by memory
+// (memory for in-flight geometry / bytes per vertex), the bound set by the
+// redelivery deadline (vertices/s × deadline × safety), the budget it asks
+// for, and which bound is binding ("memory", "deadline", or another name
+// such as "configured").
+type Bounds struct {
+	Memory   int64
+	Deadline int64
+	Budget   int64
+	Binding  string
+}
+
+// ObserveBounds exports auto-sizing under the label budget=name:
+// spillway.budget.bound{bound="memory"|"deadline"} (bounds that are not
+// positive are skipped), spillway.budget.target, and
+// spillway.budget.binding, which is 1 for the binding bound and 0 for the
+// others. f is called once per collection from the SDK's collection
+// goroutine; it must be fast and safe for concurrent use.
+func (m *Metrics) ObserveBounds(name string, f func() Bounds) (unregister func() error, err error) {
+	if f == nil {
+		return nil, errors.New("telemetry: ObserveBounds: nil func")
+	}
+	budget := AttrBudget.String(name)
+	memory := metric.WithAttributeSet(attribute.NewSet(budget, AttrBound.String("memory")))
+	deadline := metric.WithAttributeSet(attribute.NewSet(budget, AttrBound.String("deadline")))
+	plain := metric.WithAttributeSet(attribute.NewSet(budget))
+	reg, err := m.meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		b := f()
+		if b.Memory > 0 {
+			o.ObserveInt64(m.bound, b.Memory, memory)
+		}
+		if b.Deadline > 0 {
+			o.ObserveInt64(m.bound, b.Deadline, deadline)
+		}
+		if b.Budget > 0 {
+			o.ObserveInt64(m.target, b.Budget, plain)
+		}
+		isBinding := func(name string) int64 {
+			if b.Binding == name {
+				return 1
+			}
+			return 0
+		}
+		o.ObserveInt64(m.binding, isBinding("memory"), memory)
+		o.ObserveInt64(m.binding, isBinding("deadline"), deadline)
+		if b.Binding != "" && b.Binding != "memory" && b.Binding != "deadline" {
+			o.ObserveInt64(m.binding, 1, metric.WithAttributes(budget, AttrBound.String(b.Binding)))
+		}
+		return nil
+	}, m.bound, m.binding, m.target)
+	if err != nil {
+		return nil, err
+	}
+	return reg.Unregister, nil
+}
+
+// ObserveLag exports the latest samples of s: spillway.consumer.lag by
+// topic, group and partition (partition only for sources that have
+// partitions), and, under the label source=name,
+// spillway.consumer.lag.saturated (seconds), .sample_age (seconds) and
+// .errors. It reads the sampler's cache; it never queries the broker. A
+// sampler whose samples have gone stale (see [WithLagMaxAge]) exports no
+// lag series until it samples again.
+func (m *Metrics) ObserveLag(name string, s *LagSampler) (unregister func() error, err error) {
+	if s == nil {
+		return nil, errors.New("telemetry: ObserveLag: nil sampler")
+	}
+	src := metric.WithAttributeSet(attribute.NewSet(AttrSource.String(name)))
+	reg, err := m.meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		st := s.Stats()
+		for _, smp := range s.Samples() {
+			o.ObserveInt64(m.lag, smp.Lag, metric.WithAttributeSet(smp.attributes()))
+		}
+		o.ObserveFloat64(m.lagSaturated, st.SaturatedFor.Seconds(), src)
+		if !st.LastSuccess.IsZero() {
+			o.ObserveFloat64(m.lagAge, time.Since(st.LastSuccess).Seconds(), src)
+		}
+		o.ObserveInt64(m.lagErrors, int64(st.Errors), src)
+		return nil
+	}, m.lag, m.lagSaturated, m.lagAge, m.lagErrors)
+	if err != nil {
+		return nil, err
+	}
+	return reg.Unregister, nil
+}

@@ -1,0 +1,276 @@
+package telemetry_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/spillway-go/spillway/middleware"
+	"github.com/spillway-go/spillway/telemetry"
+)
+
+// Metric values match what the test drove, exactly.
+func TestMetricsExactCounts(t *testing.T) {
+	var handled sync.WaitGroup
+	stack := newFullStack(t, 1000, func(msg *message.Message) error {
+		defer handled.Done()
+		if msg.Metadata.Get("fate") == "dead" {
+			return errors.New("permanent")
+		}
+		return nil
+	})
+	plan := []struct {
+		fate  string
+		count int
+	}{{"", 3}, {"shed", 2}, {"deferred", 1}, {"dead", 1}, {"superseded", 1}}
+	for _, p := range plan {
+		for i := range p.count {
+			if p.fate == "" || p.fate == "dead" {
+				handled.Add(1)
+			}
+			m := message.NewMessage(p.fate+strconv.Itoa(i), line4)
+			if p.fate != "" {
+				m.Metadata.Set("fate", p.fate)
+			}
+			if err := stack.pub.Publish("parcels", m); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	handled.Wait()
+	stack.router.close() // every message has left the stack
+
+	rm := collect(t, stack.reader)
+	topic := func(kv ...string) map[string]string {
+		m := map[string]string{"topic": "parcels"}
+		for i := 0; i < len(kv); i += 2 {
+			m[kv[i]] = kv[i+1]
+		}
+		return m
+	}
+	for _, c := range []struct {
+		name  string
+		attrs map[string]string
+		want  float64
+	}{
+		{telemetry.MetricMessagesShed, topic("reason", "shed_priority"), 2},
+		{telemetry.MetricMessagesDeferred, topic("reason", "saturated"), 1},
+		{telemetry.MetricMessagesDeadLetter, topic("reason", "permanent"), 1},
+		{telemetry.MetricMessagesSuperseded, topic("reason", "superseded"), 1},
+		{telemetry.MetricProcessedMessages, topic("outcome", "handled"), 3},
+		{telemetry.MetricProcessedMessages, topic("outcome", "shed"), 2},
+		{telemetry.MetricProcessedMessages, topic("outcome", "deferred"), 1},
+		{telemetry.MetricProcessedMessages, topic("outcome", "dead_lettered"), 1},
+		{telemetry.MetricProcessedMessages, topic("outcome", "superseded"), 1},
+		{telemetry.MetricProcessedVertices, topic("outcome", "handled"), 12},
+		{telemetry.MetricProcessedVertices, topic("outcome", "shed"), 8},
+		{telemetry.MetricProcessDuration, topic("outcome", "handled"), 3}, // histogram count
+		{telemetry.MetricProcessVertices, topic(), 8},
+		{telemetry.MetricAdmissionWait, topic("admission", "admitted"), 4}, // handled + dead-lettered
+	} {
+		if got := mustPoint(t, rm, c.name, c.attrs); got != c.want {
+			t.Errorf("%s%v = %v, want %v", c.name, c.attrs, got, c.want)
+		}
+	}
+	if s := histogramSum(t, rm, telemetry.MetricProcessVertices, topic()); s != 32 {
+		t.Errorf("vertices histogram sum = %v, want 32", s)
+	}
+	if _, ok := point(t, rm, telemetry.MetricMessagesReleased, topic("reason", "revoked")); ok {
+		t.Error("nothing was released on rebalance")
+	}
+}
+
+// A revoked admission counts as released on rebalance, and a cancelled one
+// labels the message; vertices fall back to the granted charge or the
+// header.
+func TestMetricsAdmissionOutcomes(t *testing.T) {
+	mp, reader := newMeterProvider()
+	m, err := telemetry.NewMetrics(telemetry.WithMeterProvider(mp),
+		telemetry.WithTopicFunc(func(*message.Message) string { return "t" }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(a *middleware.Admission, herr error) {
+		h := m.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+			if a != nil {
+				m.OnAdmission(msg, *a)
+			}
+			return nil, herr
+		})
+		msg := message.NewMessage("x", []byte("payload"))
+		msg.Metadata.Set("vertex_count", "7")
+		_, _ = h(msg)
+	}
+	run(&middleware.Admission{Outcome: middleware.Revoked, Wait: 2 * time.Second}, nil)
+	run(&middleware.Admission{Outcome: middleware.Cancelled, Wait: time.Second}, context.Canceled)
+	run(nil, errors.New("no admission, plain error"))
+
+	rm := collect(t, reader)
+	for _, c := range []struct {
+		name  string
+		attrs map[string]string
+		want  float64
+	}{
+		{telemetry.MetricMessagesReleased, map[string]string{"topic": "t", "reason": "revoked"}, 1},
+		{telemetry.MetricProcessedMessages, map[string]string{"topic": "t", "outcome": "released_on_rebalance"}, 1},
+		{telemetry.MetricProcessedMessages, map[string]string{"topic": "t", "outcome": "cancelled"}, 1},
+		{telemetry.MetricProcessedMessages, map[string]string{"topic": "t", "outcome": "error"}, 1},
+		{telemetry.MetricAdmissionWait, map[string]string{"topic": "t", "admission": "revoked"}, 1},
+		{telemetry.MetricAdmissionWait, map[string]string{"topic": "t", "admission": "cancelled"}, 1},
+		// The admissions carried no charge source other than the zero value
+		// (header), so their vertices are known: 0 each. The third message
+		// falls back to its header: 7.
+		{telemetry.MetricProcessedVertices, map[string]string{"topic": "t", "outcome": "error"}, 7},
+	} {
+		if got := mustPoint(t, rm, c.name, c.attrs); got != c.want {
+			t.Errorf("%s%v = %v, want %v", c.name, c.attrs, got, c.want)
+		}
+	}
+	if s := histogramSum(t, rm, telemetry.MetricAdmissionWait, map[string]string{"topic": "t", "admission": "revoked"}); s != 2 {
+		t.Errorf("revoked wait sum = %v, want 2s", s)
+	}
+}
+
+func TestMetricsPanicOutcome(t *testing.T) {
+	mp, reader := newMeterProvider()
+	m, err := telemetry.NewMetrics(telemetry.WithMeterProvider(mp),
+		telemetry.WithTopicFunc(func(*message.Message) string { return "t" }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := m.Middleware(func(*message.Message) ([]*message.Message, error) { panic("boom") })
+	func() {
+		defer func() {
+			if r := recover(); r != "boom" {
+				t.Fatalf("recovered %v, want the original panic", r)
+			}
+		}()
+		_, _ = h(message.NewMessage("x", nil))
+	}()
+	rm := collect(t, reader)
+	if got := mustPoint(t, rm, telemetry.MetricProcessedMessages, map[string]string{"topic": "t", "outcome": "panic"}); got != 1 {
+		t.Fatalf("panic count = %v", got)
+	}
+}
+
+// Budget gauges read Stats at collection time, exactly.
+func TestMetricsBudgetGauges(t *testing.T) {
+	mp, reader := newMeterProvider()
+	m, err := telemetry.NewMetrics(telemetry.WithMeterProvider(mp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := middleware.NewVertexBudget(1000)
+	unregister, err := m.ObserveBudget("geo", b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	big, _ := b.Acquire(ctx, 2000) // clamped to the capacity
+	big.Release()
+	p1, _ := b.Acquire(ctx, 300)
+	p2, _ := b.Acquire(ctx, 200)
+	waiterCtx, cancel := context.WithCancel(ctx)
+	waited := make(chan error, 1)
+	go func() {
+		_, err := b.Acquire(waiterCtx, 600)
+		waited <- err
+	}()
+	waitUntil(t, "waiter", func() bool { return b.Waiting() == 1 })
+
+	rm := collect(t, reader)
+	geo := map[string]string{"budget": "geo"}
+	for name, want := range map[string]float64{
+		telemetry.MetricBudgetCapacity:        1000,
+		telemetry.MetricBudgetInUse:           500,
+		telemetry.MetricBudgetFillRatio:       0.5,
+		telemetry.MetricBudgetWaiting:         1,
+		telemetry.MetricBudgetWaitingVertices: 600,
+		telemetry.MetricBudgetAdmitted:        3,
+		telemetry.MetricBudgetClamped:         1,
+	} {
+		if got := mustPoint(t, rm, name, geo); got != want {
+			t.Errorf("%s = %v, want %v", name, got, want)
+		}
+	}
+	if sat := mustPoint(t, rm, telemetry.MetricBudgetSaturated, geo); !(sat > 0) {
+		t.Errorf("saturated = %v, want > 0 while someone waits", sat)
+	}
+
+	cancel()
+	if err := <-waited; !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+	p1.Release()
+	p2.Release()
+	rm = collect(t, reader)
+	if got := mustPoint(t, rm, telemetry.MetricBudgetInUse, geo); got != 0 {
+		t.Errorf("in use after release = %v", got)
+	}
+	if got := mustPoint(t, rm, telemetry.MetricBudgetSaturated, geo); got != 0 {
+		t.Errorf("saturated after release = %v", got)
+	}
+
+	if err := unregister(); err != nil {
+		t.Fatal(err)
+	}
+	rm = collect(t, reader)
+	if _, ok := point(t, rm, telemetry.MetricBudgetCapacity, geo); ok {
+		t.Error("budget still exported after unregister")
+	}
+	if _, err := m.ObserveBudget("nil", nil); err == nil {
+		t.Error("nil budget accepted")
+	}
+}
+
+func TestMetricsBounds(t *testing.T) {
+	mp, reader := newMeterProvider()
+	m, err := telemetry.NewMetrics(telemetry.WithMeterProvider(mp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	bounds := telemetry.Bounds{Memory: 80_000, Deadline: 50_000, Budget: 50_000, Binding: "deadline"}
+	unregister, err := m.ObserveBounds("geo", func() telemetry.Bounds {
+		mu.Lock()
+		defer mu.Unlock()
+		return bounds
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = unregister() }()
+
+	check := func(name string, attrs map[string]string, want float64) {
+		t.Helper()
+		if got := mustPoint(t, collect(t, reader), name, attrs); got != want {
+			t.Errorf("%s%v = %v, want %v", name, attrs, got, want)
+		}
+	}
+	mem := map[string]string{"budget": "geo", "bound": "memory"}
+	dl := map[string]string{"budget": "geo", "bound": "deadline"}
+	check(telemetry.MetricBudgetBound, mem, 80_000)
+	check(telemetry.MetricBudgetBound, dl, 50_000)
+	check(telemetry.MetricBudgetTarget, map[string]string{"budget": "geo"}, 50_000)
+	check(telemetry.MetricBudgetBinding, dl, 1)
+	check(telemetry.MetricBudgetBinding, mem, 0)
+
+	mu.Lock()
+	bounds = telemetry.Bounds{Memory: 30_000, Deadline: 50_000, Budget: 30_000, Binding: "memory"}
+	mu.Unlock()
+	check(telemetry.MetricBudgetBinding, dl, 0)
+	check(telemetry.MetricBudgetBinding, mem, 1)
+
+	mu.Lock()
+	bounds = telemetry.Bounds{Budget: 10_000, Binding: "configured"}
+	mu.Unlock()
+	check(telemetry.MetricBudgetBinding, map[string]string{"budget": "geo", "bound": "configured"}, 1)
+	if _, err := m.ObserveBounds("x", nil); err == nil {
+		t.Error("nil func accepted")
+	}
+}

@@ -1,0 +1,144 @@
+package telemetry
+
+import (
+	"github.com/ThreeDotsLabs/watermill/message"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// ScopeName is the instrumentation scope of every tracer and meter this
+// package creates.
+const ScopeName = "github.com/spillway-go/spillway/telemetry"
+
+// Values for [WithMessagingSystem]. Kafka's is the one OpenTelemetry's
+// semantic conventions define; the conventions have no value for Redis
+// Streams or for Watermill's in-memory GoChannel, so these are Spillway's.
+const (
+	SystemKafka     = "kafka"
+	SystemRedis     = "redis"
+	SystemGoChannel = "gochannel"
+)
+
+// DefaultAttemptKey is the metadata key the retry attempt is read from by
+// default: the key Spillway's retry gate writes.
+const DefaultAttemptKey = "spillway_attempt"
+
+// Option configures [NewTracing], [NewTracingPublisher] and [NewMetrics].
+// Options that do not apply to a constructor are ignored by it.
+type Option func(*config)
+
+type config struct {
+	tracerProvider trace.TracerProvider
+	meterProvider  metric.MeterProvider
+	propagator     propagation.TextMapPropagator
+	system         string
+	consumerGroup  string
+	attributes     func(*message.Message) []attribute.KeyValue
+	topic          func(*message.Message) string
+	attemptKey     string
+	producerSpans  bool
+}
+
+func newConfig(opts []Option) config {
+	c := config{
+		system:        "watermill",
+		attemptKey:    DefaultAttemptKey,
+		producerSpans: true,
+	}
+	for _, o := range opts {
+		if o != nil {
+			o(&c)
+		}
+	}
+	// Resolved at construction, as OpenTelemetry instrumentation does: the
+	// globals delegate to whatever provider the application installs later.
+	if c.tracerProvider == nil {
+		c.tracerProvider = otel.GetTracerProvider()
+	}
+	if c.meterProvider == nil {
+		c.meterProvider = otel.GetMeterProvider()
+	}
+	if c.propagator == nil {
+		c.propagator = otel.GetTextMapPropagator()
+	}
+	return c
+}
+
+// WithTracerProvider sets the provider spans are created with. Default (and
+// when tp is nil): the global provider, otel.GetTracerProvider(), which
+// exports nothing until the application installs one.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(c *config) { c.tracerProvider = tp }
+}
+
+// WithMeterProvider sets the provider instruments are created with. Default
+// (and when mp is nil): the global provider, otel.GetMeterProvider(), which
+// records nothing until the application installs one.
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return func(c *config) { c.meterProvider = mp }
+}
+
+// WithPropagator sets how trace context is written to and read from message
+// metadata. Default (and when p is nil): the global propagator,
+// otel.GetTextMapPropagator(). OpenTelemetry's global propagator propagates
+// nothing until the application sets one; to carry W3C traceparent and
+// tracestate, set propagation.TraceContext{} (globally or here).
+func WithPropagator(p propagation.TextMapPropagator) Option {
+	return func(c *config) { c.propagator = p }
+}
+
+// WithMessagingSystem sets the messaging.system attribute of spans, such as
+// [SystemKafka], [SystemRedis] or [SystemGoChannel]. Default "watermill".
+func WithMessagingSystem(system string) Option {
+	return func(c *config) {
+		if system != "" {
+			c.system = system
+		}
+	}
+}
+
+// WithConsumerGroup sets the messaging.consumer.group.name attribute of
+// consumer spans: the Kafka consumer group or the Redis Streams group.
+func WithConsumerGroup(group string) Option {
+	return func(c *config) { c.consumerGroup = group }
+}
+
+// WithAttributes adds attributes computed from each message to its consumer
+// span (at start, so samplers see them) and to its producer span. Use it for
+// broker-specific attributes such as a Kafka partition, offset and key; the
+// kafkatel subpackage provides that function for watermill-kafka. f is
+// called from the message's goroutine and must be safe for concurrent use.
+func WithAttributes(f func(msg *message.Message) []attribute.KeyValue) Option {
+	return func(c *config) { c.attributes = f }
+}
+
+// WithTopicFunc sets how the consumed topic of a message is found. Default:
+// message.SubscribeTopicFromCtx, which Watermill's router fills in.
+func WithTopicFunc(f func(msg *message.Message) string) Option {
+	return func(c *config) { c.topic = f }
+}
+
+// WithAttemptKey sets the metadata key holding the message's retry attempt
+// count (a base-10 integer), recorded as spillway.retry.attempt. Default
+// [DefaultAttemptKey]. An empty key disables the attribute.
+func WithAttemptKey(key string) Option {
+	return func(c *config) { c.attemptKey = key }
+}
+
+// WithProducerSpans sets whether [NewTracingPublisher] starts a producer span
+// per message (default true). Without one it injects the message context's
+// current span, so the consumer span becomes a child of whatever span was
+// active when the message was created.
+func WithProducerSpans(enabled bool) Option {
+	return func(c *config) { c.producerSpans = enabled }
+}
+
+func (c *config) topicOf(msg *message.Message) string {
+	if c.topic != nil {
+		return c.topic(msg)
+	}
+	return message.SubscribeTopicFromCtx(msg.Context())
+}

@@ -1,0 +1,277 @@
+package telemetry
+
+import (
+	"context"
+	"sync"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/spillway-go/spillway/cost"
+	"github.com/spillway-go/spillway/middleware"
+)
+
+// Spillway's span attributes. Messaging attributes follow OpenTelemetry's
+// semantic conventions; these describe what Spillway did with the message.
+const (
+	// KeyVertices is the message's cost in vertices, when it is known (read
+	// from vertex_count or counted from the payload); omitted when the
+	// count was missing or malformed and the default was charged.
+	KeyVertices = attribute.Key("spillway.vertices")
+	// KeyVerticesGranted is the charge the budget admitted, after clamping.
+	KeyVerticesGranted = attribute.Key("spillway.vertices.granted")
+	// KeyCostSource is where the count came from: header, missing,
+	// malformed or computed (cost.Source).
+	KeyCostSource = attribute.Key("spillway.cost.source")
+	// KeyAdmission is how admission ended: admitted, cancelled, revoked or
+	// invalid (middleware.Outcome).
+	KeyAdmission = attribute.Key("spillway.admission.outcome")
+	// KeyAdmissionWait is the time spent waiting for budget, in seconds.
+	KeyAdmissionWait = attribute.Key("spillway.admission.wait_seconds")
+	// KeyAdmissionClamped is true when the charge exceeded the capacity.
+	KeyAdmissionClamped = attribute.Key("spillway.admission.clamped")
+	// KeyOutcome is how the message left the stack (an [Outcome]).
+	KeyOutcome = attribute.Key("spillway.outcome")
+	// KeyReason qualifies the outcome: why it was shed, deferred or
+	// dead-lettered.
+	KeyReason = attribute.Key("spillway.outcome.reason")
+	// KeyAttempt is the retry attempt count read from message metadata
+	// (see [WithAttemptKey]).
+	KeyAttempt = attribute.Key("spillway.retry.attempt")
+)
+
+// Outcome is how a message left Spillway's middleware stack. It is the
+// spillway.outcome span attribute and the outcome metric attribute. The
+// constants are the values Spillway uses; other values are allowed but
+// should be few (they become metric series).
+type Outcome string
+
+const (
+	// OutcomeHandled: the handler ran and returned nil.
+	OutcomeHandled Outcome = "handled"
+	// OutcomeError: the chain returned an error; the message is nacked.
+	OutcomeError Outcome = "error"
+	// OutcomePanic: the handler panicked.
+	OutcomePanic Outcome = "panic"
+	// OutcomeShed: dropped by a shedding policy (priority or stale version).
+	OutcomeShed Outcome = "shed"
+	// OutcomeSuperseded: dropped because a newer message for its entity
+	// arrived while it waited.
+	OutcomeSuperseded Outcome = "superseded"
+	// OutcomeDeferred: handed back for a later retry.
+	OutcomeDeferred Outcome = "deferred"
+	// OutcomeDeadLettered: failed for good and sent to the dead-letter topic.
+	OutcomeDeadLettered Outcome = "dead_lettered"
+	// OutcomeReleased: stepped aside while waiting for budget because its
+	// delivery was revoked in a rebalance; the next owner processes it.
+	OutcomeReleased Outcome = "released_on_rebalance"
+	// OutcomeCancelled: its context ended while it waited for budget.
+	OutcomeCancelled Outcome = "cancelled"
+	// OutcomeInvalid: its charge could not be admitted (a negative cost).
+	OutcomeInvalid Outcome = "invalid"
+)
+
+// record is what the telemetry middlewares learn about one message while it
+// is in the stack. It is created by the outermost of [Tracing.Middleware]
+// and [Metrics.Middleware] and found through the message context. Hooks may
+// run on another goroutine (a coalescing policy supersedes a waiting
+// message from the goroutine of the newer one), hence the lock.
+type record struct {
+	topic string
+
+	mu        sync.Mutex
+	outcome   Outcome
+	reason    string
+	admission middleware.Admission
+	admitted  bool // admission holds a value
+}
+
+type recordKey struct{}
+
+// recordContext carries a record. It is context.WithValue folded into the
+// record's allocation: one object per message instead of two. Done, Err and
+// Deadline are the parent's, so the context package still recognises a
+// cancellable parent and derived contexts start no extra goroutine.
+type recordContext struct {
+	context.Context
+	rec record
+}
+
+// Value returns the record for recordKey and asks the parent otherwise.
+func (c *recordContext) Value(key any) any {
+	if _, ok := key.(recordKey); ok {
+		return &c.rec
+	}
+	return c.Context.Value(key)
+}
+
+func recordFrom(ctx context.Context) *record {
+	r, _ := ctx.Value(recordKey{}).(*record)
+	return r
+}
+
+// ensureRecord returns the message's record, creating it (and storing it in
+// the message context) if no outer telemetry middleware has.
+func ensureRecord(msg *message.Message, topic string) *record {
+	ctx := msg.Context()
+	if r := recordFrom(ctx); r != nil {
+		return r
+	}
+	c := &recordContext{Context: ctx, rec: record{topic: topic}}
+	msg.SetContext(c)
+	return &c.rec
+}
+
+func (r *record) setOutcome(o Outcome, reason string) {
+	r.mu.Lock()
+	r.outcome, r.reason = o, reason
+	r.mu.Unlock()
+}
+
+// final returns the outcome to report once the chain has returned err.
+// An outcome recorded by a hook wins; otherwise the error decides.
+func (r *record) final(err error) (Outcome, string, middleware.Admission, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	o := r.outcome
+	if o == "" {
+		o = OutcomeHandled
+		if err != nil {
+			o = OutcomeError
+		}
+	}
+	return o, r.reason, r.admission, r.admitted
+}
+
+// Annotate adds attributes to the span of the message being processed: the
+// consumer span [Tracing.Middleware] put into msg's context, or whatever
+// span that context carries. It does nothing when the span is not recording
+// (no tracing, or not sampled) and costs one context lookup then. Safe to
+// call from any goroutine.
+func Annotate(msg *message.Message, attrs ...attribute.KeyValue) {
+	if msg == nil {
+		return
+	}
+	span := trace.SpanFromContext(msg.Context())
+	if span.IsRecording() {
+		span.SetAttributes(attrs...)
+	}
+}
+
+// RecordOutcome records how msg left the stack: it sets spillway.outcome
+// (and the extra attributes) on the message's span and remembers the
+// outcome for [Metrics.Middleware], which labels the message's duration
+// and throughput with it. Call it from the hooks of the stages that decide
+// a message's fate (shedding, retry gating). [OutcomeDeadLettered] also
+// sets the span status to Error. The last outcome recorded wins. Safe to
+// call from any goroutine; it never fails and never blocks.
+//
+// RecordOutcome does not count anything: use [Metrics.RecordOutcome] to
+// also increment the outcome's counter.
+func RecordOutcome(msg *message.Message, outcome Outcome, attrs ...attribute.KeyValue) {
+	recordOutcome(msg, outcome, "", attrs)
+}
+
+func recordOutcome(msg *message.Message, outcome Outcome, reason string, attrs []attribute.KeyValue) {
+	if msg == nil {
+		return
+	}
+	ctx := msg.Context()
+	if r := recordFrom(ctx); r != nil {
+		r.setOutcome(outcome, reason)
+	}
+	span := trace.SpanFromContext(ctx)
+	if !span.IsRecording() {
+		return
+	}
+	span.SetAttributes(KeyOutcome.String(string(outcome)))
+	if reason != "" {
+		span.SetAttributes(KeyReason.String(reason))
+	}
+	if len(attrs) > 0 {
+		span.SetAttributes(attrs...)
+	}
+	if outcome == OutcomeDeadLettered {
+		span.SetStatus(codes.Error, "dead-lettered")
+	}
+}
+
+// RecordAdmission records a budget admission on msg's span (vertices, cost
+// source, wait, admission outcome) and remembers it for
+// [Metrics.Middleware]. Its signature matches
+// middleware.BudgetConfig.OnAdmission, so it can be used there directly
+// when there are no metrics; [Metrics.OnAdmission] calls it too. A
+// cancelled, revoked or invalid admission also sets the message's outcome.
+// Safe to call from any goroutine; it never blocks.
+func RecordAdmission(msg *message.Message, a middleware.Admission) {
+	if msg == nil {
+		return
+	}
+	ctx := msg.Context()
+	o, reason := admissionOutcome(a.Outcome)
+	if r := recordFrom(ctx); r != nil {
+		r.mu.Lock()
+		r.admission, r.admitted = a, true
+		if o != "" {
+			r.outcome, r.reason = o, reason
+		}
+		r.mu.Unlock()
+	}
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		annotateAdmission(span, a, o)
+	}
+}
+
+// annotateAdmission is kept out of RecordAdmission so that the common,
+// non-recording path has a small stack frame.
+func annotateAdmission(span trace.Span, a middleware.Admission, o Outcome) {
+	attrs := make([]attribute.KeyValue, 0, 7)
+	if n, ok := knownVertices(a); ok {
+		attrs = append(attrs, KeyVertices.Int64(n))
+	}
+	attrs = append(attrs,
+		KeyCostSource.String(a.Charge.Source.String()),
+		KeyAdmission.String(a.Outcome.String()),
+		KeyAdmissionWait.Float64(a.Wait.Seconds()),
+	)
+	if a.Outcome == middleware.Admitted {
+		attrs = append(attrs, KeyVerticesGranted.Int64(a.Granted), KeyAdmissionClamped.Bool(a.Clamped))
+	}
+	if o != "" {
+		attrs = append(attrs, KeyOutcome.String(string(o)))
+	}
+	span.SetAttributes(attrs...)
+}
+
+func admissionOutcome(o middleware.Outcome) (Outcome, string) {
+	switch o {
+	case middleware.Cancelled:
+		return OutcomeCancelled, ""
+	case middleware.Revoked:
+		return OutcomeReleased, "revoked"
+	case middleware.Invalid:
+		return OutcomeInvalid, "negative_cost"
+	}
+	return "", ""
+}
+
+// knownVertices returns the message's cost when it is known: counted
+// (header or computed) or, failing that, what the budget granted.
+func knownVertices(a middleware.Admission) (int64, bool) {
+	switch a.Charge.Source {
+	case cost.SourceHeader, cost.SourceComputed:
+		return a.Charge.Vertices, true
+	}
+	if a.Outcome == middleware.Admitted {
+		return a.Granted, true
+	}
+	return 0, false
+}
+
+// headerVertices reads vertex_count when no admission was recorded.
+func headerVertices(msg *message.Message) (int64, bool) {
+	n, src := cost.ParseCount(msg.Metadata.Get(cost.MetadataKey), len(msg.Payload))
+	return n, src == cost.SourceHeader
+}

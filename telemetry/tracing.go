@@ -1,0 +1,330 @@
+package telemetry
+
+import (
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Tracing is the consumer side of Spillway's tracing: a Watermill
+// middleware that continues the producer's trace and wraps each message in
+// a consumer span. Create it with [NewTracing]. It is immutable and safe for
+// concurrent use; one Tracing may wrap any number of handlers.
+type Tracing struct {
+	cfg    config
+	tracer trace.Tracer
+	fields []string // the metadata keys the propagator reads
+	starts startCache
+}
+
+// NewTracing returns the tracing middleware. Relevant options:
+// [WithTracerProvider], [WithPropagator], [WithMessagingSystem],
+// [WithConsumerGroup], [WithAttributes], [WithTopicFunc], [WithAttemptKey].
+func NewTracing(opts ...Option) *Tracing {
+	cfg := newConfig(opts)
+	return &Tracing{
+		cfg:    cfg,
+		tracer: cfg.tracerProvider.Tracer(ScopeName),
+		fields: cfg.propagator.Fields(),
+	}
+}
+
+// carriesContext reports whether msg has any of the propagator's fields:
+// without one there is nothing to extract, and the propagator is skipped.
+// A propagator that names no fields (such as the global one before the
+// application sets it) is always asked.
+func (t *Tracing) carriesContext(msg *message.Message) bool {
+	if len(t.fields) == 0 {
+		return true
+	}
+	if len(msg.Metadata) == 0 {
+		return false
+	}
+	for _, f := range t.fields {
+		if _, ok := msg.Metadata[f]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+// Middleware wraps h in a consumer span.
+//
+// It must be the outermost Spillway middleware, so the span covers the
+// whole stack, including time spent waiting for budget. For each message it
+// extracts the trace context from the metadata with the propagator, starts
+// a span named "process <topic>" of kind Consumer as a child of the
+// extracted context (so the producer's span is its parent), and stores the
+// span in the message's context (msg.SetContext) where inner stages and the
+// handler find it: trace.SpanFromContext, [Annotate], [RecordAdmission],
+// [RecordOutcome]. Messages the handler produces with that context become
+// children of the consumer span when published through a
+// [TracingPublisher].
+//
+// The span carries messaging.system, messaging.operation.type "process",
+// messaging.operation.name, messaging.destination.name,
+// messaging.message.id, messaging.message.body.size,
+// messaging.consumer.group.name (when set), spillway.retry.attempt (when
+// the metadata has one), the attributes of [WithAttributes], and what the
+// Spillway stages record. An error from the chain is recorded on the span
+// and sets its status to Error; a panic does too and is then re-raised
+// unchanged. Tracing never returns an error of its own and never alters the
+// chain's result.
+func (t *Tracing) Middleware(h message.HandlerFunc) message.HandlerFunc {
+	return func(msg *message.Message) (out []*message.Message, err error) {
+		topic := t.cfg.topicOf(msg)
+		st := t.starts.get(topic, t.newStart)
+		parent := msg.Context()
+		if t.carriesContext(msg) {
+			parent = t.cfg.propagator.Extract(parent, MetadataCarrier{msg})
+		}
+		ctx, span := t.tracer.Start(parent, st.name, st.opts...)
+		if span.IsRecording() {
+			span.SetAttributes(t.messageAttributes(msg)...)
+		}
+		msg.SetContext(ctx)
+		rec := ensureRecord(msg, topic)
+
+		returned := false
+		defer func() {
+			if !returned {
+				// A panic, or runtime.Goexit (recover returns nil then).
+				v := recover()
+				if v == nil {
+					span.SetStatus(codes.Error, "handler goroutine exited")
+					span.End()
+					return
+				}
+				span.SetAttributes(KeyOutcome.String(string(OutcomePanic)))
+				span.SetStatus(codes.Error, fmt.Sprintf("panic: %v", v))
+				span.End()
+				panic(v)
+			}
+			if !span.IsRecording() {
+				span.End()
+				return
+			}
+			if err != nil {
+				span.RecordError(err)
+				span.SetStatus(codes.Error, err.Error())
+				span.SetAttributes(semconv.ErrorType(err))
+			}
+			o, _, _, _ := rec.final(err)
+			span.SetAttributes(KeyOutcome.String(string(o)))
+			span.End()
+		}()
+		out, err = h(msg)
+		returned = true
+		return out, err
+	}
+}
+
+// spanStart is what every consumer span of one topic starts with: its name,
+// kind and the attributes samplers may look at.
+type spanStart struct {
+	name string
+	opts []trace.SpanStartOption
+}
+
+func (t *Tracing) newStart(topic string) *spanStart {
+	attrs := []attribute.KeyValue{
+		semconv.MessagingSystemKey.String(t.cfg.system),
+		semconv.MessagingOperationTypeProcess,
+		semconv.MessagingOperationName("process"),
+		semconv.MessagingDestinationName(topic),
+	}
+	if t.cfg.consumerGroup != "" {
+		attrs = append(attrs, semconv.MessagingConsumerGroupName(t.cfg.consumerGroup))
+	}
+	return &spanStart{
+		name: "process " + topic,
+		opts: []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...)},
+	}
+}
+
+// messageAttributes are the per-message attributes, added only to spans
+// that record.
+func (t *Tracing) messageAttributes(msg *message.Message) []attribute.KeyValue {
+	attrs := make([]attribute.KeyValue, 0, 4)
+	attrs = append(attrs,
+		semconv.MessagingMessageID(msg.UUID),
+		semconv.MessagingMessageBodySize(len(msg.Payload)),
+	)
+	if t.cfg.attemptKey != "" {
+		if v := msg.Metadata.Get(t.cfg.attemptKey); v != "" {
+			if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+				attrs = append(attrs, KeyAttempt.Int64(n))
+			}
+		}
+	}
+	if t.cfg.attributes != nil {
+		attrs = append(attrs, t.cfg.attributes(msg)...)
+	}
+	return attrs
+}
+
+// startCache maps a topic to its span start, copy-on-write: lookups are an
+// atomic load and a map read, without locks or allocation.
+type startCache struct {
+	m  atomic.Pointer[map[string]*spanStart]
+	mu sync.Mutex
+}
+
+func (c *startCache) get(topic string, build func(string) *spanStart) *spanStart {
+	if m := c.m.Load(); m != nil {
+		if s, ok := (*m)[topic]; ok {
+			return s
+		}
+	}
+	return c.insert(topic, build)
+}
+
+func (c *startCache) insert(topic string, build func(string) *spanStart) *spanStart {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	old := c.m.Load()
+	if old != nil {
+		if s, ok := (*old)[topic]; ok {
+			return s
+		}
+	}
+	s := build(topic)
+	next := make(map[string]*spanStart, 1)
+	if old != nil {
+		next = make(map[string]*spanStart, len(*old)+1)
+		for k, v := range *old {
+			next[k] = v
+		}
+	}
+	next[topic] = s
+	c.m.Store(&next)
+	return s
+}
+
+// TracingPublisher is the producer side of Spillway's tracing: a
+// message.Publisher decorator that writes each message's trace context into
+// its metadata, so the consumer span continues the trace across the broker.
+// Create it with [NewTracingPublisher].
+//
+// A TracingPublisher is immutable and safe for concurrent use if the wrapped
+// publisher is. Publish writes to the metadata of the messages it is given,
+// so a message must not be published from two goroutines at once (Watermill
+// requires that anyway).
+type TracingPublisher struct {
+	pub    message.Publisher
+	cfg    config
+	tracer trace.Tracer
+	starts startCache
+}
+
+var _ message.Publisher = (*TracingPublisher)(nil)
+
+// NewTracingPublisher wraps pub. Relevant options: [WithTracerProvider],
+// [WithPropagator], [WithMessagingSystem], [WithAttributes],
+// [WithProducerSpans]. It panics if pub is nil.
+func NewTracingPublisher(pub message.Publisher, opts ...Option) *TracingPublisher {
+	if pub == nil {
+		panic("telemetry: NewTracingPublisher: nil publisher")
+	}
+	cfg := newConfig(opts)
+	return &TracingPublisher{pub: pub, cfg: cfg, tracer: cfg.tracerProvider.Tracer(ScopeName)}
+}
+
+// Publish starts a producer span "send <topic>" per message, as a child of
+// the span in msg.Context(), injects the span's context into the message's
+// metadata, and publishes all messages with one call to the wrapped
+// publisher. Each span ends when that call returns, with the publish error
+// (if any) as its status, and carries the message's vertex count when the
+// metadata has one by then (so a stamping publisher may sit inside this
+// one). With WithProducerSpans(false) it only injects the context already
+// in msg.Context(). Tracing never causes Publish to fail: the error is the
+// wrapped publisher's.
+func (p *TracingPublisher) Publish(topic string, messages ...*message.Message) error {
+	if !p.cfg.producerSpans {
+		for _, msg := range messages {
+			if msg != nil {
+				p.cfg.propagator.Inject(msg.Context(), MetadataCarrier{msg})
+			}
+		}
+		return p.pub.Publish(topic, messages...)
+	}
+
+	var one [1]trace.Span
+	spans := one[:0]
+	if len(messages) > 1 {
+		spans = make([]trace.Span, 0, len(messages))
+	}
+	st := p.starts.get(topic, p.newStart)
+	for _, msg := range messages {
+		if msg == nil {
+			spans = append(spans, nil)
+			continue
+		}
+		ctx, span := p.tracer.Start(msg.Context(), st.name, st.opts...)
+		if span.IsRecording() {
+			span.SetAttributes(p.messageAttributes(msg, len(messages))...)
+		}
+		p.cfg.propagator.Inject(ctx, MetadataCarrier{msg})
+		spans = append(spans, span)
+	}
+
+	err := p.pub.Publish(topic, messages...)
+
+	for i, span := range spans {
+		if span == nil {
+			continue
+		}
+		if span.IsRecording() {
+			if n, ok := headerVertices(messages[i]); ok {
+				span.SetAttributes(KeyVertices.Int64(n))
+			}
+			if err != nil {
+				span.RecordError(err)
+				span.SetStatus(codes.Error, err.Error())
+				span.SetAttributes(semconv.ErrorType(err))
+			}
+		}
+		span.End()
+	}
+	return err
+}
+
+func (p *TracingPublisher) newStart(topic string) *spanStart {
+	return &spanStart{
+		name: "send " + topic,
+		opts: []trace.SpanStartOption{
+			trace.WithSpanKind(trace.SpanKindProducer),
+			trace.WithAttributes(
+				semconv.MessagingSystemKey.String(p.cfg.system),
+				semconv.MessagingOperationTypeSend,
+				semconv.MessagingOperationName("send"),
+				semconv.MessagingDestinationName(topic),
+			),
+		},
+	}
+}
+
+func (p *TracingPublisher) messageAttributes(msg *message.Message, batch int) []attribute.KeyValue {
+	attrs := make([]attribute.KeyValue, 0, 4)
+	attrs = append(attrs,
+		semconv.MessagingMessageID(msg.UUID),
+		semconv.MessagingMessageBodySize(len(msg.Payload)),
+	)
+	if batch > 1 {
+		attrs = append(attrs, semconv.MessagingBatchMessageCount(batch))
+	}
+	if p.cfg.attributes != nil {
+		attrs = append(attrs, p.cfg.attributes(msg)...)
+	}
+	return attrs
+}
+
+// Close closes the wrapped publisher.
+func (p *TracingPublisher) Close() error { return p.pub.Close() }
