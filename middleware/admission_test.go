@@ -307,7 +307,10 @@ func TestBudgetCancelledOnClose(t *testing.T) {
 		return func(msg *message.Message) ([]*message.Message, error) {
 			out, err := next(msg)
 			if msg.UUID == "waiter" {
-				waiterErr <- err
+				select {
+				case waiterErr <- err: // the first delivery's verdict
+				default:
+				}
 			}
 			return out, err
 		}
@@ -327,16 +330,18 @@ func TestBudgetCancelledOnClose(t *testing.T) {
 
 	closed := make(chan struct{})
 	go func() { h.close(); close(closed) }()
-	waitFor(t, "waiter to give up", func() bool { return mw.Cancellations() == 1 })
-	close(release)
-	<-closed
+	// GoChannel resends a nacked message until its subscriber is closed, so
+	// the waiter may be delivered (and cancelled) again during shutdown.
+	waitFor(t, "waiter to give up", func() bool { return mw.Cancellations() >= 1 })
 	if _, ok := ran.Load("waiter"); ok {
 		t.Fatal("handler ran for a message cancelled while waiting")
 	}
 	if err := <-waiterErr; !errors.Is(err, context.Canceled) {
 		t.Fatalf("waiter returned %v, want context.Canceled (a nack)", err)
 	}
-	if s := vb.Stats(); s.InUse != 0 || s.Waiting != 0 || s.Cancelled != 1 {
+	close(release)
+	<-closed
+	if s := vb.Stats(); s.InUse != 0 || s.Waiting != 0 || s.Cancelled < 1 {
 		t.Fatalf("stats = %+v", s)
 	}
 }
