@@ -5,6 +5,8 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"os"
+	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -109,5 +111,29 @@ func TestTLSWithClientCertificate(t *testing.T) {
 	noCert := client(t, &redis.Options{Addr: s.Addr(), TLSConfig: &tls.Config{RootCAs: pool}})
 	if err := noCert.Ping(ctx(t)).Err(); err == nil {
 		t.Fatal("PING without a client certificate succeeded")
+	}
+}
+
+// Without redis-server a test is skipped, or fails when
+// SPILLWAY_REQUIRE_REDIS=1. Checked in a child process whose PATH is empty.
+func TestMissingServerSkipsOrFails(t *testing.T) {
+	if os.Getenv("REDISTEST_CHILD") == "1" {
+		redistest.Start(t)
+		t.Log("started") // not reached without redis-server
+		return
+	}
+	run := func(require string) (string, error) {
+		cmd := exec.Command(os.Args[0], "-test.run", "^TestMissingServerSkipsOrFails$", "-test.v")
+		cmd.Env = []string{"PATH=", "REDISTEST_CHILD=1", redistest.EnvRequire + "=" + require}
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	out, err := run("")
+	if err != nil || !strings.Contains(out, "--- SKIP") || !strings.Contains(out, "redis-server not found") {
+		t.Fatalf("without %s: err %v, output:\n%s", redistest.EnvRequire, err, out)
+	}
+	out, err = run("1")
+	if err == nil || !strings.Contains(out, "--- FAIL") {
+		t.Fatalf("with %s=1: err %v, output:\n%s", redistest.EnvRequire, err, out)
 	}
 }

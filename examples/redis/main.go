@@ -1,0 +1,212 @@
+// Command redis streams real geometry through Redis Streams into a Watermill
+// router with a Spillway vertex budget, and prints what the budget, the
+// consumer group and the keep-alive are doing once a second.
+//
+// By default it runs against an in-process miniredis (Addr "embedded"), so
+// it needs nothing installed; set REDIS_ADDR (host:port) to use a real
+// server, where the consumer-group lag is exact.
+//
+//	go run ./examples/redis [-budget 8000] [-passes 60] [-consumers 8] [-rate 0]
+//	REDIS_ADDR=127.0.0.1:6379 go run ./examples/redis
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/spillway-go/spillway/cost"
+	"github.com/spillway-go/spillway/internal/geodata"
+	"github.com/spillway-go/spillway/internal/refwork"
+	"github.com/spillway-go/spillway/middleware"
+	"github.com/spillway-go/spillway/redisbroker"
+)
+
+func main() {
+	budgetVertices := flag.Int64("budget", 8_000, "vertex budget (vertices admitted at once)")
+	passes := flag.Int("passes", 60, "reference work passes per message (scales cost per vertex)")
+	consumers := flag.Int("consumers", 8, "Redis consumers (subscriptions) in this process: the most messages in flight")
+	rate := flag.Int("rate", 0, "messages published per second (0: as fast as possible, a burst)")
+	pings := flag.Int("pings", 2, "point pings published per polygon")
+	flag.Parse()
+	if err := run(*budgetVertices, *passes, *consumers, *rate, *pings); err != nil {
+		fmt.Fprintln(os.Stderr, "redis demo:", err)
+		os.Exit(1)
+	}
+}
+
+func run(budgetVertices int64, passes, consumers, rate, pings int) error {
+	features, err := geodata.Load(geodata.Countries)
+	if err != nil {
+		return err
+	}
+
+	addr := os.Getenv("REDIS_ADDR")
+	if addr == "" {
+		addr = redisbroker.EmbeddedAddr
+	}
+	suffix := strconv.FormatInt(time.Now().UnixNano(), 36) // a fresh stream per run on a shared server
+	topic := "spillway.demo.geometry." + suffix
+	cfg := redisbroker.Config{
+		Addr:            addr,
+		Password:        os.Getenv("REDIS_PASSWORD"),
+		ConsumerGroup:   "spillway-demo",
+		Consumers:       consumers,
+		LagInterval:     500 * time.Millisecond,
+		DeadLetterTopic: "spillway.demo.deadletter." + suffix,
+	}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+
+	logger := watermill.NopLogger{}
+	redisPub, err := redisbroker.NewPublisher(cfg, logger)
+	if err != nil {
+		return err
+	}
+	defer redisPub.Close()
+	publisher := cost.NewStampingPublisher(redisPub)
+	sub, err := redisbroker.NewSubscriber(cfg, logger)
+	if err != nil {
+		return err
+	}
+	dead, err := redisbroker.NewDeadLetter(redisbroker.DeadLetterConfig{Publisher: redisPub, Topic: cfg.DeadLetterTopic})
+	if err != nil {
+		return err
+	}
+	budget := middleware.NewVertexBudget(budgetVertices)
+	admission, err := middleware.NewBudget(middleware.BudgetConfig{Budget: budget})
+	if err != nil {
+		return err
+	}
+
+	var done, vertices atomic.Int64
+	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 10 * time.Second}, logger)
+	if err != nil {
+		return err
+	}
+	// Outermost first: malformed entries are dead-lettered before they can
+	// be charged; the keep-alive needs no middleware (it runs in the
+	// subscriber and covers the wait for budget too).
+	router.AddMiddleware(dead.Middleware, admission.Middleware)
+	router.AddConsumerHandler("geometry", topic, sub, func(msg *message.Message) error {
+		if _, err := refwork.Process(refwork.Full, msg.Payload, passes); err != nil {
+			return err
+		}
+		n, _ := strconv.ParseInt(msg.Metadata.Get(cost.MetadataKey), 10, 64)
+		vertices.Add(n)
+		done.Add(1)
+		return nil
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	routerDone := make(chan error, 1)
+	go func() { routerDone <- router.Run(ctx) }()
+	<-router.Running()
+
+	// Mixed stream: every polygon is followed by a few point pings.
+	rng := rand.New(rand.NewPCG(7, 7))
+	rng.Shuffle(len(features), func(i, j int) { features[i], features[j] = features[j], features[i] })
+	total := len(features) * (1 + pings)
+	var totalVertices int64
+	for _, f := range features {
+		totalVertices += int64(f.Vertices + pings)
+	}
+	where := addr
+	if addr == redisbroker.EmbeddedAddr {
+		where = "embedded miniredis (set REDIS_ADDR for a real server; miniredis reports no lag)"
+	}
+	fmt.Printf("Redis: %s, stream %s, group %s, %d consumers\n", where, topic, cfg.ConsumerGroup, consumers)
+	fmt.Printf("streaming %d messages (%d polygons, %d pings; %d vertices) through a %d-vertex budget\n",
+		total, len(features), len(features)*pings, totalVertices, budgetVertices)
+	pubErr := make(chan error, 1)
+	go func() { pubErr <- publish(publisher, topic, features, pings, rate, rng) }()
+
+	start := time.Now()
+	last := start
+	var lastVertices int64
+	deadline := start.Add(50 * time.Second)
+	fmt.Printf("%6s %9s %12s %17s %8s %8s %9s\n", "t", "messages", "vertices/s", "budget in use", "waiting", "lag", "pending")
+	for done.Load() < int64(total) {
+		select {
+		case err := <-pubErr:
+			if err != nil {
+				return err
+			}
+		case err := <-routerDone:
+			return fmt.Errorf("router stopped early: %v", err)
+		case <-time.After(time.Second):
+		}
+		now := time.Now()
+		v := vertices.Load()
+		s := budget.Stats()
+		lag, pending := "-", "-"
+		if samples := sub.LagSampler().Samples(); len(samples) > 0 {
+			pending = strconv.FormatInt(samples[0].Pending, 10)
+			// miniredis reports the stream length as the lag: not shown.
+			if samples[0].Lag >= 0 && addr != redisbroker.EmbeddedAddr {
+				lag = strconv.FormatInt(samples[0].Lag, 10)
+			}
+		}
+		fmt.Printf("%5.0fs %9d %12.0f %8d/%-8d %8d %8s %9s\n",
+			now.Sub(start).Seconds(), done.Load(), float64(v-lastVertices)/now.Sub(last).Seconds(),
+			s.InUse, s.Capacity, s.Waiting, lag, pending)
+		last, lastVertices = now, v
+		if now.After(deadline) {
+			return fmt.Errorf("only %d of %d messages processed in %s", done.Load(), total, now.Sub(start).Round(time.Second))
+		}
+	}
+	elapsed := time.Since(start)
+	s := budget.Stats()
+	st := sub.Stats()
+	if err := router.Close(); err != nil {
+		return err
+	}
+	if err := sub.Close(); err != nil {
+		return err
+	}
+	fmt.Printf("\ndone: %d messages, %d vertices in %s (%.0f vertices/s)\n", done.Load(), vertices.Load(),
+		elapsed.Round(time.Millisecond), float64(vertices.Load())/elapsed.Seconds())
+	fmt.Printf("budget: peak %d of %d vertices, %d admissions waited (longest %s), %d clamped\n",
+		s.PeakInUse, s.Capacity, s.Waited, s.MaxWait.Round(time.Millisecond), s.Clamped)
+	fmt.Printf("redis: %d keep-alive refreshes, %d entries lost to peers, %d expired, %d malformed (%d dead-lettered); redelivery deadline %s\n",
+		st.KeepAlive.Refreshed, st.KeepAlive.Lost, st.KeepAlive.Expired, st.Malformed, dead.Count(), cfg.RedeliveryDeadline())
+	return nil
+}
+
+func publish(pub message.Publisher, topic string, features []geodata.Feature, pings, rate int, rng *rand.Rand) error {
+	var tick <-chan time.Time
+	if rate > 0 {
+		t := time.NewTicker(time.Second / time.Duration(rate))
+		defer t.Stop()
+		tick = t.C
+	}
+	for i, f := range features {
+		msgs := []*message.Message{message.NewMessage("poly-"+f.ID+"-"+strconv.Itoa(i), message.Payload(f.Geometry))}
+		for p := range pings {
+			pt, err := json.Marshal(map[string]any{"type": "Point", "coordinates": []float64{rng.Float64()*360 - 180, rng.Float64()*180 - 90}})
+			if err != nil {
+				return err
+			}
+			msgs = append(msgs, message.NewMessage(fmt.Sprintf("ping-%d-%d", i, p), pt))
+		}
+		for _, m := range msgs {
+			if tick != nil {
+				<-tick
+			}
+			if err := pub.Publish(topic, m); err != nil {
+				return fmt.Errorf("publish: %w", err)
+			}
+		}
+	}
+	return nil
+}

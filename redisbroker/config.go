@@ -1,0 +1,402 @@
+package redisbroker
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Errors returned by [Config.Validate] and the constructors. Every
+// validation error wraps ErrInvalidConfig and names the field and the value
+// it rejects; a password is never part of an error.
+var (
+	ErrInvalidConfig = errors.New("redisbroker: invalid config")
+	// ErrClosed is returned when a closed Publisher or Subscriber is used.
+	ErrClosed = errors.New("redisbroker: closed")
+)
+
+// EmbeddedAddr is the [Config.Addr] that runs an in-process miniredis
+// instead of connecting to a server. It is meant for demos: miniredis does
+// not implement idle times, delivery counts or consumer-group lag the way
+// Redis does, so claims, keep-alive and lag are only approximate there.
+const EmbeddedAddr = "embedded"
+
+// Defaults. See docs/redis.md for the reasoning behind each.
+const (
+	// DefaultConsumers is how many consumers (upstream subscriptions) a
+	// process runs per topic. One subscription delivers one message at a
+	// time, so this is also the most messages a process holds per topic.
+	DefaultConsumers = 4
+	// DefaultBlockTime is how long one XREADGROUP waits for new entries.
+	// It bounds the idle polling rate (Consumers / BlockTime per topic),
+	// not the latency: a read returns as soon as an entry arrives.
+	DefaultBlockTime = 500 * time.Millisecond
+	// DefaultMaxIdleTime is the redelivery deadline: an entry pending for
+	// longer without a keep-alive refresh is claimed by another consumer.
+	DefaultMaxIdleTime = 30 * time.Second
+	// DefaultClaimInterval is how often each consumer looks for entries
+	// idle past MaxIdleTime. A dead consumer's work is taken over within
+	// MaxIdleTime + ClaimInterval.
+	DefaultClaimInterval = 5 * time.Second
+	// DefaultNackResendSleep is the pause before a nacked message is
+	// delivered again (the same consumer keeps it).
+	DefaultNackResendSleep = 100 * time.Millisecond
+	// DefaultMaxInFlight is how long a consumer may hold entries without
+	// acking any before the keep-alive presumes it stuck and lets its
+	// entries expire, for a peer to claim.
+	DefaultMaxInFlight = 5 * time.Minute
+	// DefaultLagInterval is the period of the background lag sampler.
+	DefaultLagInterval = 5 * time.Second
+	// DefaultDeadLetterTopic receives entries that cannot be unmarshalled.
+	DefaultDeadLetterTopic = "spillway.deadletter"
+)
+
+// TLSConfig configures TLS to the server. TLS is used when Enabled is true
+// or when CAFile or CertFile is set.
+type TLSConfig struct {
+	// Enabled turns TLS on, verifying the server with the system roots
+	// unless CAFile is set.
+	Enabled bool
+	// CAFile is a PEM bundle of the CAs trusted to sign the server's
+	// certificate (replaces the system roots).
+	CAFile string
+	// CertFile and KeyFile are the client certificate and key, for servers
+	// that require one (tls-auth-clients yes). Set both or neither.
+	CertFile, KeyFile string
+	// ServerName overrides the name verified in the server certificate
+	// (default: the host part of Addr).
+	ServerName string
+	// InsecureSkipVerify disables server certificate verification. For
+	// tests only.
+	InsecureSkipVerify bool
+}
+
+func (t TLSConfig) enabled() bool { return t.Enabled || t.CAFile != "" || t.CertFile != "" }
+
+// KeepAliveConfig configures the keep-alive of held entries; see
+// [KeepAlive].
+type KeepAliveConfig struct {
+	// Interval is how often the pending entries held by the subscriber are
+	// refreshed, in one batch. Default: MaxIdleTime / 3, so two refreshes
+	// in a row can be missed before an entry becomes claimable. Must be
+	// shorter than MaxIdleTime.
+	Interval time.Duration
+	// MaxInFlight is how long a consumer may hold entries without acking
+	// any. A handler (or a wait for budget) that lasts longer is presumed
+	// stuck: the entries its consumer holds are no longer refreshed and
+	// peers claim them MaxIdleTime later. Default DefaultMaxInFlight.
+	MaxInFlight time.Duration
+	// Disabled turns the keep-alive off: entries are claimed by peers once
+	// idle for MaxIdleTime, however busy their handler is (upstream's
+	// behaviour).
+	Disabled bool
+}
+
+// Config configures a [Publisher] and a [Subscriber]. The zero value plus
+// Addr and ConsumerGroup is a working configuration; every other field has a
+// default (see the constants and docs/redis.md).
+//
+// Config holds a password: it is never logged, and String and GoString
+// redact it.
+type Config struct {
+	// Addr is the server's host:port, or [EmbeddedAddr] for an in-process
+	// miniredis (demos only).
+	Addr string
+	// Username and Password authenticate (AUTH / HELLO). Username may be
+	// empty for the default user.
+	Username string
+	Password string
+	// DB is the database number (SELECT). Default 0.
+	DB int
+	// TLS configures transport security.
+	TLS TLSConfig
+
+	// ConsumerGroup is the Redis consumer group the subscriber joins; every
+	// process of one service uses the same group, so each entry is handled
+	// by one of them. Required by Validate and NewSubscriber; NewPublisher
+	// ignores it.
+	ConsumerGroup string
+	// Consumer is the base consumer name. It must be unique among the live
+	// processes of the group and stable across restarts of one process, so
+	// a restarted process finds the entries its previous incarnation left
+	// pending (see Subscriber). Default: DefaultConsumerName(), i.e.
+	// "<hostname>-<program>". With Consumers > 1 the consumers are named
+	// "<Consumer>-0" … "<Consumer>-<Consumers-1>".
+	Consumer string
+	// Consumers is the number of consumers (subscriptions) per topic in
+	// this process; together they are the budget's concurrency. Default
+	// DefaultConsumers.
+	Consumers int
+
+	// BlockTime is how long one read blocks waiting for entries. Default
+	// DefaultBlockTime. The first read blocks this long too (upstream's
+	// DisableIndefiniteInitialBlock is always set).
+	BlockTime time.Duration
+	// ClaimInterval is how often idle entries are looked for. Default
+	// DefaultClaimInterval.
+	ClaimInterval time.Duration
+	// MaxIdleTime is the redelivery deadline: a pending entry idle for this
+	// long is claimed by another consumer. Default DefaultMaxIdleTime.
+	MaxIdleTime time.Duration
+	// NackResendSleep is the pause before a nacked message is redelivered.
+	// Default DefaultNackResendSleep; negative means no pause.
+	NackResendSleep time.Duration
+	// KeepAlive configures the keep-alive of held entries.
+	KeepAlive KeepAliveConfig
+	// LagInterval is the period of the subscriber's lag sampler. Default
+	// DefaultLagInterval.
+	LagInterval time.Duration
+
+	// DefaultMaxLen bounds every stream the publisher writes to about this
+	// many entries (XADD MAXLEN ~): when it overflows, Redis trims the
+	// oldest entries, read or not. 0 means unbounded. MaxLen overrides it
+	// per topic (a value of 0 there makes that topic unbounded).
+	DefaultMaxLen int64
+	MaxLen        map[string]int64
+
+	// DeadLetterTopic is the stream malformed entries are moved to by the
+	// [DeadLetter] middleware. Default DefaultDeadLetterTopic.
+	DeadLetterTopic string
+}
+
+func (c *Config) setDefaults() {
+	if c.Consumer == "" {
+		c.Consumer = DefaultConsumerName()
+	}
+	if c.Consumers == 0 {
+		c.Consumers = DefaultConsumers
+	}
+	if c.BlockTime == 0 {
+		c.BlockTime = DefaultBlockTime
+	}
+	if c.ClaimInterval == 0 {
+		c.ClaimInterval = DefaultClaimInterval
+	}
+	if c.MaxIdleTime == 0 {
+		c.MaxIdleTime = DefaultMaxIdleTime
+	}
+	if c.NackResendSleep == 0 {
+		c.NackResendSleep = DefaultNackResendSleep
+	}
+	if c.KeepAlive.Interval == 0 {
+		c.KeepAlive.Interval = c.MaxIdleTime / 3
+	}
+	if c.KeepAlive.MaxInFlight == 0 {
+		c.KeepAlive.MaxInFlight = DefaultMaxInFlight
+	}
+	if c.LagInterval == 0 {
+		c.LagInterval = DefaultLagInterval
+	}
+	if c.DeadLetterTopic == "" {
+		c.DeadLetterTopic = DefaultDeadLetterTopic
+	}
+}
+
+// WithDefaults returns c with every unset field set to its default.
+func (c Config) WithDefaults() Config {
+	c.setDefaults()
+	return c
+}
+
+// RedeliveryDeadline returns MaxIdleTime (after defaults): how long an
+// entry may stay pending without a keep-alive refresh before another
+// consumer claims it and runs it again. Size the vertex budget against it
+// (admitted work should drain well within it), because it is the deadline
+// that applies whenever the keep-alive is not installed, cannot reach
+// Redis, or has given up on a message after KeepAlive.MaxInFlight.
+func (c Config) RedeliveryDeadline() time.Duration {
+	c.setDefaults()
+	return c.MaxIdleTime
+}
+
+func invalid(field string, value any, why string) error {
+	return fmt.Errorf("%w: %s = %v: %s", ErrInvalidConfig, field, value, why)
+}
+
+// Validate reports the first problem with the configuration, as used by a
+// subscriber (the publisher needs a subset of it). Unset fields are checked
+// as their defaults would be.
+func (c Config) Validate() error {
+	if err := c.validateConnection(); err != nil {
+		return err
+	}
+	return c.validateSubscriber()
+}
+
+func (c Config) validateConnection() error {
+	c.setDefaults()
+	if c.Addr == "" {
+		return invalid("Addr", `""`, "required (host:port or \"embedded\")")
+	}
+	if c.Addr != EmbeddedAddr {
+		host, port, err := net.SplitHostPort(c.Addr)
+		if err != nil || host == "" {
+			return invalid("Addr", strconv.Quote(c.Addr), "want host:port or \"embedded\"")
+		}
+		if p, err := strconv.Atoi(port); err != nil || p <= 0 || p > 65535 {
+			return invalid("Addr", strconv.Quote(c.Addr), "bad port")
+		}
+	}
+	if c.DB < 0 {
+		return invalid("DB", c.DB, "must be >= 0")
+	}
+	if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {
+		return invalid("TLS.CertFile/KeyFile", strconv.Quote(c.TLS.CertFile)+"/"+strconv.Quote(c.TLS.KeyFile), "set both or neither")
+	}
+	if c.TLS.enabled() && c.Addr == EmbeddedAddr {
+		return invalid("TLS", "enabled", "not supported with the embedded server")
+	}
+	if c.DefaultMaxLen < 0 {
+		return invalid("DefaultMaxLen", c.DefaultMaxLen, "must be >= 0 (0: unbounded)")
+	}
+	topics := make([]string, 0, len(c.MaxLen))
+	for topic := range c.MaxLen {
+		topics = append(topics, topic)
+	}
+	sort.Strings(topics)
+	for _, topic := range topics {
+		if n := c.MaxLen[topic]; n < 0 {
+			return invalid("MaxLen["+strconv.Quote(topic)+"]", n, "must be >= 0 (0: unbounded)")
+		}
+	}
+	if c.DeadLetterTopic == "" {
+		return invalid("DeadLetterTopic", `""`, "must not be empty")
+	}
+	return nil
+}
+
+func (c Config) validateSubscriber() error {
+	c.setDefaults()
+	switch {
+	case c.ConsumerGroup == "":
+		return invalid("ConsumerGroup", `""`, "required by a subscriber")
+	case c.Consumers < 1:
+		return invalid("Consumers", c.Consumers, "must be >= 1")
+	case c.Consumers > 1024:
+		return invalid("Consumers", c.Consumers, "must be <= 1024")
+	case c.BlockTime < time.Millisecond:
+		return invalid("BlockTime", c.BlockTime, "must be >= 1ms")
+	case c.ClaimInterval < time.Millisecond:
+		return invalid("ClaimInterval", c.ClaimInterval, "must be >= 1ms")
+	case c.MaxIdleTime < time.Millisecond:
+		return invalid("MaxIdleTime", c.MaxIdleTime, "must be >= 1ms")
+	case !c.KeepAlive.Disabled && c.KeepAlive.Interval <= 0:
+		return invalid("KeepAlive.Interval", c.KeepAlive.Interval, "must be > 0")
+	case !c.KeepAlive.Disabled && c.KeepAlive.Interval >= c.MaxIdleTime:
+		return invalid("KeepAlive.Interval", c.KeepAlive.Interval, "must be shorter than MaxIdleTime ("+c.MaxIdleTime.String()+")")
+	case !c.KeepAlive.Disabled && c.KeepAlive.MaxInFlight <= 0:
+		return invalid("KeepAlive.MaxInFlight", c.KeepAlive.MaxInFlight, "must be > 0")
+	case c.LagInterval <= 0:
+		return invalid("LagInterval", c.LagInterval, "must be > 0")
+	case strings.ContainsAny(c.Consumer, " \t\r\n"):
+		return invalid("Consumer", strconv.Quote(c.Consumer), "must not contain white space")
+	}
+	return nil
+}
+
+// ConsumerNames returns the consumer names a subscriber with this
+// configuration uses, after defaults: Consumer itself when Consumers is 1,
+// otherwise Consumer-0 … Consumer-(Consumers-1).
+func (c Config) ConsumerNames() []string {
+	c.setDefaults()
+	if c.Consumers <= 1 {
+		return []string{c.Consumer}
+	}
+	names := make([]string, c.Consumers)
+	for i := range names {
+		names[i] = c.Consumer + "-" + strconv.Itoa(i)
+	}
+	return names
+}
+
+// DefaultConsumerName returns "<hostname>-<program>", reduced to letters,
+// digits, '.', '_' and '-'. It is stable across restarts of a process on
+// the same host (unlike a PID or a random id), so a restarted process
+// recovers its own pending entries at once. Two processes of the same
+// program on one host would share it: give each its own Config.Consumer
+// then (a pod name, an instance ordinal).
+func DefaultConsumerName() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "localhost"
+	}
+	prog := "spillway"
+	if len(os.Args) > 0 && os.Args[0] != "" {
+		prog = filepath.Base(os.Args[0])
+	}
+	return sanitizeName(host) + "-" + sanitizeName(prog)
+}
+
+func sanitizeName(s string) string {
+	b := []byte(s)
+	for i, ch := range b {
+		ok := ch == '.' || ch == '_' || ch == '-' ||
+			(ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z')
+		if !ok {
+			b[i] = '_'
+		}
+	}
+	return string(b)
+}
+
+const redacted = "[redacted]"
+
+// String describes the configuration with the password redacted.
+func (c Config) String() string {
+	pw := ""
+	if c.Password != "" {
+		pw = redacted
+	}
+	return fmt.Sprintf("redisbroker.Config{Addr:%q Username:%q Password:%q DB:%d TLS:%t ConsumerGroup:%q Consumer:%q Consumers:%d "+
+		"BlockTime:%s ClaimInterval:%s MaxIdleTime:%s NackResendSleep:%s KeepAlive:{Interval:%s MaxInFlight:%s} LagInterval:%s "+
+		"DefaultMaxLen:%d MaxLen:%v DeadLetterTopic:%q}",
+		c.Addr, c.Username, pw, c.DB, c.TLS.enabled(), c.ConsumerGroup, c.Consumer, c.Consumers,
+		c.BlockTime, c.ClaimInterval, c.MaxIdleTime, c.NackResendSleep, c.KeepAlive.Interval, c.KeepAlive.MaxInFlight, c.LagInterval,
+		c.DefaultMaxLen, c.MaxLen, c.DeadLetterTopic)
+}
+
+// GoString is String, so %#v redacts the password too.
+func (c Config) GoString() string { return c.String() }
+
+// tlsConfig builds the client TLS configuration, or nil when TLS is off.
+func (c Config) tlsConfig() (*tls.Config, error) {
+	if !c.TLS.enabled() {
+		return nil, nil
+	}
+	host, _, _ := net.SplitHostPort(c.Addr)
+	tc := &tls.Config{
+		MinVersion:         tls.VersionTLS12,
+		ServerName:         host,
+		InsecureSkipVerify: c.TLS.InsecureSkipVerify, //nolint:gosec // explicit opt-in, documented as test-only
+	}
+	if c.TLS.ServerName != "" {
+		tc.ServerName = c.TLS.ServerName
+	}
+	if c.TLS.CAFile != "" {
+		pem, err := os.ReadFile(c.TLS.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("redisbroker: TLS.CAFile: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("%w: TLS.CAFile = %q: no PEM certificates", ErrInvalidConfig, c.TLS.CAFile)
+		}
+		tc.RootCAs = pool
+	}
+	if c.TLS.CertFile != "" {
+		cert, err := tls.LoadX509KeyPair(c.TLS.CertFile, c.TLS.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("redisbroker: TLS.CertFile/KeyFile: %w", err)
+		}
+		tc.Certificates = []tls.Certificate{cert}
+	}
+	return tc, nil
+}

@@ -1,0 +1,111 @@
+package redisbroker
+
+import (
+	"errors"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+)
+
+// ErrNoDeadLetterPublisher is returned by [DeadLetterConfig.Validate] when
+// no publisher is set.
+var ErrNoDeadLetterPublisher = errors.New("redisbroker: DeadLetterConfig.Publisher is nil")
+
+// Metadata set on a dead-lettered message. It keeps the rest of the
+// malformed message's metadata, but not MetadataMalformed: read back from
+// the dead-letter stream it is a well-formed message.
+const (
+	// MetadataDeadLetterSource is the stream the malformed entry was read from.
+	MetadataDeadLetterSource = "spillway_deadletter_stream"
+	// MetadataDeadLetterID is the malformed entry's ID in that stream.
+	MetadataDeadLetterID = "spillway_deadletter_id"
+	// MetadataDeadLetterReason is why the entry could not be unmarshalled.
+	MetadataDeadLetterReason = "spillway_deadletter_reason"
+)
+
+// DeadLetterConfig configures the [DeadLetter] middleware.
+type DeadLetterConfig struct {
+	// Publisher writes to the dead-letter topic. Required. A redisbroker
+	// [Publisher] writes it as a stream next to the others.
+	Publisher message.Publisher
+	// Topic is the dead-letter topic. Default DefaultDeadLetterTopic (use
+	// Config.DeadLetterTopic to keep both in one place).
+	Topic string
+	// Logger, if set, logs each dead-lettered entry at Info.
+	Logger watermill.LoggerAdapter
+}
+
+func (c *DeadLetterConfig) setDefaults() {
+	if c.Topic == "" {
+		c.Topic = DefaultDeadLetterTopic
+	}
+	if c.Logger == nil {
+		c.Logger = watermill.NopLogger{}
+	}
+}
+
+// Validate reports whether the configuration can be used.
+func (c DeadLetterConfig) Validate() error {
+	if c.Publisher == nil {
+		return ErrNoDeadLetterPublisher
+	}
+	return nil
+}
+
+// DeadLetter is a Watermill middleware that moves malformed messages (see
+// [IsMalformed]) to the dead-letter topic instead of running the handler:
+// it publishes them, then the router acks the original. If publishing fails
+// the message is nacked and retried, so a malformed entry is never dropped.
+// Other messages pass through. It is safe for concurrent use.
+type DeadLetter struct {
+	cfg   DeadLetterConfig
+	count atomic.Uint64
+}
+
+// NewDeadLetter returns the middleware for cfg.
+func NewDeadLetter(cfg DeadLetterConfig) (*DeadLetter, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &DeadLetter{cfg: cfg}, nil
+}
+
+// Count returns how many messages were moved to the dead-letter topic.
+func (d *DeadLetter) Count() uint64 { return d.count.Load() }
+
+// Topic returns the dead-letter topic.
+func (d *DeadLetter) Topic() string { return d.cfg.Topic }
+
+// Middleware wraps h. Add it before (outside) the budget middleware: a
+// malformed message has no vertex_count and would be charged the whole
+// budget.
+func (d *DeadLetter) Middleware(h message.HandlerFunc) message.HandlerFunc {
+	return func(msg *message.Message) ([]*message.Message, error) {
+		if !IsMalformed(msg) {
+			return h(msg)
+		}
+		dl := message.NewMessage(msg.UUID, msg.Payload)
+		for k, v := range msg.Metadata {
+			dl.Metadata.Set(k, v)
+		}
+		entry, _ := EntryOf(msg)
+		for _, k := range reservedMetadata {
+			delete(dl.Metadata, k)
+		}
+		dl.Metadata.Set(MetadataDeadLetterReason, msg.Metadata.Get(MetadataMalformedReason))
+		dl.Metadata.Set(MetadataDeadLetterSource, entry.Stream)
+		dl.Metadata.Set(MetadataDeadLetterID, entry.ID)
+		dl.SetContext(msg.Context())
+		if err := d.cfg.Publisher.Publish(d.cfg.Topic, dl); err != nil {
+			return nil, fmt.Errorf("redisbroker: dead-lettering entry %s of %q: %w", entry.ID, entry.Stream, err)
+		}
+		d.count.Add(1)
+		d.cfg.Logger.Info("Malformed entry moved to the dead-letter topic", watermill.LogFields{
+			"stream": entry.Stream, "xid": entry.ID, "topic": d.cfg.Topic, "reason": msg.Metadata.Get(MetadataMalformedReason),
+		})
+		return nil, nil
+	}
+}

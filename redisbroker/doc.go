@@ -1,0 +1,50 @@
+// Package redisbroker runs Spillway over Redis Streams: a Watermill
+// publisher and subscriber built on watermill-redisstream and go-redis v9,
+// plus the pieces a work-aware budget needs that upstream lacks.
+//
+// # Pieces
+//
+//   - [Publisher]: XADD per message, optionally trimming each stream to an
+//     approximate MAXLEN (oldest entries go first, read or not).
+//   - [Subscriber]: Config.Consumers consumers of one consumer group per
+//     topic, each with a stable name and its own client, fanned in to one
+//     channel. Each consumer hands over one message at a time and waits for
+//     its ack, so the number of consumers is the concurrency the vertex
+//     budget governs.
+//   - [KeepAlive]: keeps the pending entries a subscriber holds (in a
+//     handler, waiting for budget, or read ahead by upstream) from going
+//     idle, so a peer does not claim and re-run slow but healthy work;
+//     after KeepAlive.MaxInFlight it lets go, so stuck work is still
+//     recovered. It runs inside the subscriber: nothing to install.
+//   - [DeadLetter]: a handler middleware that moves entries that could not
+//     be unmarshalled to a dead-letter stream instead of ending the
+//     subscription, as upstream does.
+//   - [Lag] and [LagSampler]: a consumer group's lag and pending count per
+//     stream (XINFO GROUPS, Redis 7), sampled in the background;
+//     [Subscriber.LagSource] feeds the shared telemetry.LagSampler.
+//
+// # Wiring
+//
+// With a Watermill router, add the dead-letter middleware outside (before)
+// the budget:
+//
+//	sub, _ := redisbroker.NewSubscriber(cfg, logger)
+//	pub, _ := redisbroker.NewPublisher(cfg, logger)
+//	dl, _ := redisbroker.NewDeadLetter(redisbroker.DeadLetterConfig{Publisher: pub, Topic: cfg.DeadLetterTopic})
+//	router.AddMiddleware(
+//		dl.Middleware,     // malformed entries never reach the budget or the handler
+//		budget.Middleware, // middleware.Budget
+//	)
+//
+// The publisher and the subscriber each own their clients (upstream closes
+// the client it is given); close both.
+//
+// # Delivery
+//
+// At least once. An entry is acked after its handler succeeds; a nacked
+// message is redelivered to the same consumer after NackResendSleep; an
+// entry whose consumer died is claimed by a peer after MaxIdleTime
+// ([Config.RedeliveryDeadline]). Connection errors are retried forever
+// (go-redis reconnects); a consumer group lost with a server restarted
+// without persistence is recreated. See docs/redis.md.
+package redisbroker

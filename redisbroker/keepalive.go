@@ -1,0 +1,409 @@
+package redisbroker
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/redis/go-redis/v9"
+)
+
+// refreshScript re-claims pending entries for the consumer that already owns
+// them, which resets their idle time without touching their delivery count
+// (XCLAIM … JUSTID). The ownership check and the claim run atomically, so an
+// entry a peer has claimed in the meantime is never taken back: XCLAIM with
+// min-idle 0 alone would steal it. KEYS[1] is the stream, ARGV[1] the group,
+// then consumer/ID pairs. Returns two lists of IDs: those now owned by
+// another consumer, and those no longer pending at all (acked, or trimmed
+// and dropped), which need nothing more.
+var refreshScript = redis.NewScript(`
+local taken, gone = {}, {}
+for i = 2, #ARGV, 2 do
+  local consumer, id = ARGV[i], ARGV[i + 1]
+  local p = redis.call('XPENDING', KEYS[1], ARGV[1], id, id, 1)
+  if #p == 0 then
+    gone[#gone + 1] = id
+  elseif p[1][2] == consumer then
+    redis.call('XCLAIM', KEYS[1], ARGV[1], consumer, 0, id, 'JUSTID')
+  else
+    taken[#taken + 1] = id
+  end
+end
+return {taken, gone}
+`)
+
+// refreshBatch bounds the entries refreshed by one script call, so one call
+// never holds the server for long.
+const refreshBatch = 256
+
+// KeepAliveStats counts what the keep-alive did.
+type KeepAliveStats struct {
+	// Tracked is the number of entries held by this subscriber right now:
+	// delivered to one of its consumers and not yet acked.
+	Tracked int
+	// Refreshed counts entry refreshes (one per entry per tick).
+	Refreshed uint64
+	// Lost counts entries found owned by another consumer at refresh: a
+	// peer claimed them while this subscriber still held them.
+	Lost uint64
+	// Expired counts entries let go because their consumer acked nothing
+	// for KeepAlive.MaxInFlight, left to be claimed by a peer.
+	Expired uint64
+	// Errors counts refresh calls that failed (Redis unreachable…).
+	Errors uint64
+}
+
+type kaKey struct{ stream, id, consumer string }
+
+// subscription identifies one Subscribe call. Upstream passes a context
+// derived from the subscription's to every read, claim and ack, so the
+// client can tell which subscription an entry was delivered to. Its fields
+// are guarded by KeepAlive.mu.
+type subscription struct {
+	ended bool
+}
+
+type subscriptionKey struct{}
+
+func withSubscription(ctx context.Context, sub *subscription) context.Context {
+	return context.WithValue(ctx, subscriptionKey{}, sub)
+}
+
+func subscriptionOf(ctx context.Context) *subscription {
+	sub, _ := ctx.Value(subscriptionKey{}).(*subscription)
+	return sub
+}
+
+// kaPipe is one upstream loop: one consumer reading one stream for one
+// subscription. It hands over one message at a time, so it is the unit that
+// makes progress or gets stuck.
+type kaPipe struct {
+	sub      *subscription
+	stream   string
+	consumer string
+}
+
+type kaPipeState struct {
+	held       int       // entries tracked for this pipe
+	progressAt time.Time // last ack, or when it went from holding nothing to holding something
+	stuck      bool      // no ack for MaxInFlight; cleared by the next ack
+}
+
+// KeepAlive keeps the pending entries held by a [Subscriber] from going
+// idle, so that a peer does not claim and re-run work that is slow but
+// healthy.
+//
+// Redis counts an entry's idle time from its delivery, and the claim loop
+// hands an entry idle past MaxIdleTime to another consumer. A consumer holds
+// more than the message its handler is working on: upstream reads ahead, so
+// each consumer also holds up to two delivered entries (one buffered, one in
+// the reader's hand) whose idle clocks run while the handler works. Those
+// would be claimed and run twice just as surely as the message in the
+// handler. So entries are tracked where they are delivered and settled: the
+// subscriber's client registers each entry its XREADGROUP or XCLAIM returns
+// and forgets it on XACK. That covers the time in the handler, the time
+// waiting for vertex budget, and the read-ahead, with no middleware to
+// install or order.
+//
+// One goroutine per subscriber refreshes every tracked entry each
+// KeepAlive.Interval, in one script call per stream (XCLAIM to the owning
+// consumer with JUSTID, after checking it still owns the entry).
+//
+// A consumer that holds entries but has acked none for KeepAlive.MaxInFlight
+// is presumed stuck: none of the entries it holds on that stream are
+// refreshed any more, so peers claim them MaxIdleTime afterwards, and until
+// its next ack it neither keeps new entries alive nor claims idle ones
+// itself (they would only queue behind the stuck handler). A consumer that
+// keeps acking keeps everything it holds alive, however long each message
+// takes.
+//
+// KeepAlive is safe for concurrent use. It belongs to its Subscriber and
+// stops when the subscriber is closed, leaving what it held to expire.
+type KeepAlive struct {
+	client    redis.UniversalClient // the subscriber's control client
+	group     string
+	interval  time.Duration
+	maxFlight time.Duration
+	disabled  bool
+	logger    watermill.LoggerAdapter
+
+	mu      sync.Mutex
+	entries map[kaKey]*subscription // → the subscription it was delivered to
+	pipes   map[kaPipe]*kaPipeState // pipes holding entries, or stuck
+
+	refreshed, lost, expired, errs atomic.Uint64
+
+	stop chan struct{}
+	done chan struct{}
+}
+
+func newKeepAlive(client redis.UniversalClient, cfg Config, logger watermill.LoggerAdapter) *KeepAlive {
+	k := &KeepAlive{
+		client:    client,
+		group:     cfg.ConsumerGroup,
+		interval:  cfg.KeepAlive.Interval,
+		maxFlight: cfg.KeepAlive.MaxInFlight,
+		disabled:  cfg.KeepAlive.Disabled,
+		logger:    logger,
+		entries:   make(map[kaKey]*subscription),
+		pipes:     make(map[kaPipe]*kaPipeState),
+		stop:      make(chan struct{}),
+		done:      make(chan struct{}),
+	}
+	if k.disabled {
+		close(k.done)
+		return k
+	}
+	go k.run()
+	return k
+}
+
+// track registers entries just delivered to consumer for sub. Entries
+// delivered after sub ended are not tracked: nobody will process them here,
+// so they are left to the idle claim.
+func (k *KeepAlive) track(sub *subscription, stream, consumer string, ids ...string) {
+	if k.disabled || len(ids) == 0 {
+		return
+	}
+	now := time.Now()
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if sub != nil && sub.ended {
+		return
+	}
+	pk := kaPipe{sub: sub, stream: stream, consumer: consumer}
+	p := k.pipes[pk]
+	if p == nil {
+		p = &kaPipeState{}
+		k.pipes[pk] = p
+	}
+	if p.held == 0 && !p.stuck {
+		p.progressAt = now
+	}
+	for _, id := range ids {
+		key := kaKey{stream: stream, id: id, consumer: consumer}
+		if _, dup := k.entries[key]; dup {
+			k.dropLocked(key)
+		}
+		k.entries[key] = sub
+		p.held++
+	}
+}
+
+// forget drops entries acked by consumer, and records the progress.
+func (k *KeepAlive) forget(sub *subscription, stream, consumer string, ids ...string) {
+	if k.disabled || len(ids) == 0 {
+		return
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, id := range ids {
+		k.dropLocked(kaKey{stream: stream, id: id, consumer: consumer})
+	}
+	pk := kaPipe{sub: sub, stream: stream, consumer: consumer}
+	if p := k.pipes[pk]; p != nil {
+		p.progressAt, p.stuck = time.Now(), false
+		if p.held <= 0 {
+			delete(k.pipes, pk)
+		}
+	}
+}
+
+// ended drops every entry delivered to sub, which has ended: what it held
+// is left to the idle claim. Entries delivered to it later are not tracked.
+func (k *KeepAlive) ended(sub *subscription) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	sub.ended = true
+	for key, owner := range k.entries {
+		if owner == sub {
+			k.dropLocked(key)
+		}
+	}
+	for pk := range k.pipes {
+		if pk.sub == sub {
+			delete(k.pipes, pk)
+		}
+	}
+}
+
+// dropLocked stops tracking key. A stuck pipe is kept (with nothing held)
+// so that entries it takes later are not kept alive either.
+func (k *KeepAlive) dropLocked(key kaKey) bool {
+	sub, ok := k.entries[key]
+	if !ok {
+		return false
+	}
+	delete(k.entries, key)
+	pk := kaPipe{sub: sub, stream: key.stream, consumer: key.consumer}
+	if p := k.pipes[pk]; p != nil {
+		p.held--
+		if p.held <= 0 && !p.stuck {
+			delete(k.pipes, pk)
+		}
+	}
+	return true
+}
+
+// stuck reports whether consumer has a pipe presumed stuck. Its claim loop
+// then leaves idle entries to peers: anything it claimed would only queue
+// behind the stuck handler.
+func (k *KeepAlive) stuck(consumer string) bool {
+	if k.disabled {
+		return false
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for pk, p := range k.pipes {
+		if pk.consumer == consumer && p.stuck {
+			return true
+		}
+	}
+	return false
+}
+
+// Stats returns counters since the subscriber was created.
+func (k *KeepAlive) Stats() KeepAliveStats {
+	k.mu.Lock()
+	n := len(k.entries)
+	k.mu.Unlock()
+	return KeepAliveStats{
+		Tracked:   n,
+		Refreshed: k.refreshed.Load(),
+		Lost:      k.lost.Load(),
+		Expired:   k.expired.Load(),
+		Errors:    k.errs.Load(),
+	}
+}
+
+func (k *KeepAlive) close() {
+	if !k.disabled {
+		close(k.stop)
+	}
+	<-k.done
+}
+
+func (k *KeepAlive) run() {
+	defer close(k.done)
+	t := time.NewTicker(k.interval)
+	defer t.Stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-k.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	for {
+		select {
+		case <-k.stop:
+			return
+		case <-t.C:
+			k.refresh(ctx)
+		}
+	}
+}
+
+// refresh sends one batch of refreshes per stream.
+func (k *KeepAlive) refresh(ctx context.Context) {
+	now := time.Now()
+	byStream := make(map[string][]any)
+	var expired []kaKey
+	k.mu.Lock()
+	for _, p := range k.pipes {
+		if !p.stuck && now.Sub(p.progressAt) >= k.maxFlight {
+			p.stuck = true
+		}
+	}
+	for key, sub := range k.entries {
+		if p := k.pipes[kaPipe{sub: sub, stream: key.stream, consumer: key.consumer}]; p != nil && p.stuck {
+			expired = append(expired, key)
+			continue
+		}
+		byStream[key.stream] = append(byStream[key.stream], key.consumer, key.id)
+	}
+	for _, key := range expired {
+		k.dropLocked(key)
+	}
+	k.mu.Unlock()
+	for _, key := range expired {
+		k.expired.Add(1)
+		k.logger.Info("Consumer made no progress for KeepAlive.MaxInFlight; its entry is no longer kept alive and a peer will claim it",
+			watermill.LogFields{"stream": key.stream, "xid": key.id, "consumer": key.consumer})
+	}
+	if len(byStream) == 0 {
+		return
+	}
+	// A refresh slower than a tick is pointless: the next tick sends a
+	// fresh batch.
+	ctx, cancel := context.WithTimeout(ctx, k.interval)
+	defer cancel()
+	for stream, pairs := range byStream {
+		for len(pairs) > 0 {
+			n := min(len(pairs), 2*refreshBatch)
+			k.refreshStream(ctx, stream, pairs[:n])
+			pairs = pairs[n:]
+		}
+	}
+}
+
+func (k *KeepAlive) refreshStream(ctx context.Context, stream string, pairs []any) {
+	args := make([]any, 0, len(pairs)+1)
+	args = append(args, k.group)
+	args = append(args, pairs...)
+	res, err := refreshScript.Run(ctx, k.client, []string{stream}, args...).Slice()
+	if err != nil {
+		if ctx.Err() == nil {
+			k.errs.Add(1)
+			k.logger.Error("Keep-alive refresh failed", err, watermill.LogFields{"stream": stream, "entries": len(pairs) / 2})
+		}
+		return
+	}
+	lostIDs, goneIDs := scriptIDs(res, 0), scriptIDs(res, 1)
+	k.refreshed.Add(uint64(len(pairs)/2 - len(lostIDs) - len(goneIDs)))
+	if len(lostIDs) == 0 {
+		return
+	}
+	lost := make(map[string]struct{}, len(lostIDs))
+	for _, id := range lostIDs {
+		lost[id] = struct{}{}
+	}
+	n := 0
+	k.mu.Lock()
+	for i := 0; i < len(pairs); i += 2 {
+		key := kaKey{stream: stream, consumer: pairs[i].(string), id: pairs[i+1].(string)}
+		if _, gone := lost[key.id]; !gone {
+			continue
+		}
+		// Acked in the meantime (already dropped), or taken by a peer:
+		// either way there is nothing left to refresh.
+		if k.dropLocked(key) {
+			n++
+		}
+	}
+	k.mu.Unlock()
+	if n > 0 {
+		k.lost.Add(uint64(n))
+		k.logger.Info("Held entries were claimed by another consumer; they may run twice",
+			watermill.LogFields{"stream": stream, "entries": n})
+	}
+}
+
+// scriptIDs returns the i-th list of IDs in the refresh script's reply.
+func scriptIDs(reply []any, i int) []string {
+	if i >= len(reply) {
+		return nil
+	}
+	list, _ := reply[i].([]any)
+	ids := make([]string, 0, len(list))
+	for _, v := range list {
+		if id, ok := v.(string); ok {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package redisbroker_test
+
+const raceEnabled = false

@@ -1,0 +1,422 @@
+package redisbroker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
+)
+
+// recoverPageSize is the XPENDING page used when a restarted consumer looks
+// for the entries its previous incarnation left pending.
+const recoverPageSize = 500
+
+// Subscriber reads a consumer group's streams through several consumers at
+// once and hands their messages to one channel per topic.
+//
+// Each of the Config.Consumers consumers is a watermill-redisstream
+// subscriber with its own client and its own, stable consumer name. One such
+// subscription delivers one message at a time and waits for its ack, so a
+// Subscriber holds at most Consumers unacked messages per topic: that is the
+// concurrency a vertex budget downstream governs.
+//
+// On top of upstream the Subscriber adds:
+//   - entry identity: every message carries its stream, entry ID, group and
+//     consumer in metadata (see [EntryOf]), which is what [KeepAlive] needs;
+//   - poison safety: an entry that cannot be unmarshalled becomes a message
+//     flagged [MetadataMalformed] instead of ending the subscription; route
+//     it with [DeadLetter];
+//   - restart recovery: on the first Subscribe to a topic, entries still
+//     pending for this subscriber's consumer names (left by its previous
+//     incarnation) are made claimable at once instead of after MaxIdleTime;
+//   - group recovery: if the group disappears (a server restarted without
+//     persistence) it is created again and reading resumes;
+//   - a lag sampler over the subscribed topics ([Subscriber.LagSampler]).
+//
+// A Subscriber is safe for concurrent use. Close stops every subscription,
+// the keep-alive and the lag sampler, and closes all clients.
+type Subscriber struct {
+	cfg     Config
+	logger  watermill.LoggerAdapter
+	names   []string
+	ups     []*redisstream.Subscriber
+	control redis.UniversalClient
+
+	keepAlive *KeepAlive
+	lag       *LagSampler
+	malformed atomic.Uint64
+
+	mu      sync.Mutex // held through Subscribe, so Close never races it
+	topics  map[string]bool
+	closed  bool
+	closing chan struct{}
+	wg      sync.WaitGroup // fan-in goroutines
+}
+
+var (
+	_ message.Subscriber           = (*Subscriber)(nil)
+	_ message.SubscribeInitializer = (*Subscriber)(nil)
+)
+
+// NewSubscriber creates the consumers of cfg.ConsumerGroup; it connects
+// lazily. It starts the keep-alive and lag goroutines (one each).
+func NewSubscriber(cfg Config, logger watermill.LoggerAdapter) (*Subscriber, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if logger == nil {
+		logger = watermill.NopLogger{}
+	}
+	s := &Subscriber{
+		cfg:     cfg,
+		logger:  logger,
+		names:   cfg.ConsumerNames(),
+		topics:  make(map[string]bool),
+		closing: make(chan struct{}),
+	}
+	var err error
+	if s.control, err = newClient(cfg, "spillway-ctl-"+cfg.Consumer); err != nil {
+		return nil, err
+	}
+	nack := cfg.NackResendSleep
+	if nack < 0 {
+		nack = redisstream.NoSleep
+	}
+	upLogger := quietLogger{LoggerAdapter: logger, closing: s.closing}
+	s.keepAlive = newKeepAlive(s.control, cfg, logger)
+	for _, name := range s.names {
+		c, err := newClient(cfg, "spillway-"+name)
+		if err != nil {
+			s.closeClients()
+			return nil, err
+		}
+		up, err := redisstream.NewSubscriber(redisstream.SubscriberConfig{
+			Client: &entryClient{UniversalClient: c, consumer: name, keepAlive: s.keepAlive}, // upstream closes it
+			Unmarshaller: safeUnmarshaller{
+				inner:     redisstream.DefaultMarshallerUnmarshaller{},
+				group:     cfg.ConsumerGroup,
+				malformed: &s.malformed,
+			},
+			Consumer:                      name,
+			ConsumerGroup:                 cfg.ConsumerGroup,
+			NackResendSleep:               nack,
+			BlockTime:                     cfg.BlockTime,
+			ClaimInterval:                 cfg.ClaimInterval,
+			MaxIdleTime:                   cfg.MaxIdleTime,
+			OldestId:                      "0",
+			ShouldClaimPendingMessage:     func(redis.XPendingExt) bool { return !s.keepAlive.stuck(name) },
+			ShouldStopOnReadErrors:        s.onReadError,
+			DisableIndefiniteInitialBlock: true,
+		}, upLogger)
+		if err != nil {
+			_ = c.Close()
+			s.closeClients()
+			return nil, err
+		}
+		s.ups = append(s.ups, up)
+	}
+	s.lag = NewLagSampler(s.control, cfg.ConsumerGroup, cfg.LagInterval, logger)
+	return s, nil
+}
+
+// closeClients closes what a failed constructor opened.
+func (s *Subscriber) closeClients() {
+	for _, up := range s.ups {
+		_ = up.Close()
+	}
+	if s.keepAlive != nil {
+		s.keepAlive.close()
+	}
+	_ = s.control.Close()
+}
+
+// Config returns the configuration in use, with defaults applied.
+func (s *Subscriber) Config() Config { return s.cfg }
+
+// Consumers returns the consumer names this subscriber reads as.
+func (s *Subscriber) Consumers() []string { return append([]string(nil), s.names...) }
+
+// KeepAlive returns the subscriber's keep-alive, for its statistics. It runs
+// by itself; there is nothing to install.
+func (s *Subscriber) KeepAlive() *KeepAlive { return s.keepAlive }
+
+// LagSampler returns the sampler of the group's lag on every topic
+// subscribed so far, sampled every Config.LagInterval.
+func (s *Subscriber) LagSampler() *LagSampler { return s.lag }
+
+// Lag reads the group's lag on topic now (one XINFO GROUPS).
+func (s *Subscriber) Lag(ctx context.Context, topic string) (LagInfo, error) {
+	return Lag(ctx, s.control, topic, s.cfg.ConsumerGroup)
+}
+
+// SubscriberStats counts what a subscriber did.
+type SubscriberStats struct {
+	// Malformed counts entries that could not be unmarshalled and were
+	// delivered flagged MetadataMalformed (a redelivery counts again).
+	Malformed uint64
+	KeepAlive KeepAliveStats
+}
+
+// Stats returns counters since the subscriber was created.
+func (s *Subscriber) Stats() SubscriberStats {
+	return SubscriberStats{Malformed: s.malformed.Load(), KeepAlive: s.keepAlive.Stats()}
+}
+
+// SubscribeInitialize creates topic's stream and the consumer group if they
+// do not exist. A new group starts at the beginning of the stream.
+func (s *Subscriber) SubscribeInitialize(topic string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return s.createGroup(ctx, topic)
+}
+
+func (s *Subscriber) createGroup(ctx context.Context, topic string) error {
+	err := s.control.XGroupCreateMkStream(ctx, topic, s.cfg.ConsumerGroup, "0").Err()
+	if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
+		return fmt.Errorf("redisbroker: creating group %q on %q: %w", s.cfg.ConsumerGroup, topic, err)
+	}
+	return nil
+}
+
+// Subscribe starts Consumers subscriptions of the group to topic and
+// returns one channel carrying all their messages. The channel is closed
+// when ctx is done or the subscriber is closed; messages not yet acked then
+// stay pending and are redelivered (claimed after MaxIdleTime, or at once by
+// this consumer's next incarnation).
+func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, ErrClosed
+	}
+	if !s.topics[topic] {
+		if err := s.createGroup(ctx, topic); err != nil {
+			return nil, err
+		}
+		s.recoverOwnPending(ctx, topic)
+		s.topics[topic] = true
+	}
+	sub := &subscription{}
+	subCtx, cancel := context.WithCancel(withSubscription(ctx, sub))
+	ins := make([]<-chan *message.Message, 0, len(s.ups))
+	for _, up := range s.ups {
+		in, err := up.Subscribe(subCtx, topic)
+		if err != nil {
+			cancel() // ends the subscriptions already started
+			s.keepAlive.ended(sub)
+			return nil, fmt.Errorf("redisbroker: subscribing to %q: %w", topic, err)
+		}
+		ins = append(ins, in)
+	}
+	s.lag.Track(topic)
+
+	out := make(chan *message.Message)
+	var fwd sync.WaitGroup
+	fwd.Add(len(ins))
+	for _, in := range ins {
+		go s.forward(subCtx, in, out, &fwd)
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		select {
+		case <-s.closing:
+			cancel() // message contexts end as soon as Close starts
+		case <-subCtx.Done():
+		}
+		fwd.Wait()
+		cancel()
+		close(out)
+		// Nobody here will process what this subscription still holds.
+		s.keepAlive.ended(sub)
+	}()
+	return out, nil
+}
+
+// forward moves messages from one consumer to the shared channel. Upstream
+// sends the next message of a consumer only after the previous one is
+// acked or nacked, so this adds no buffering. A message that cannot be
+// handed over because the subscription is ending is dropped unacked: it
+// stays pending.
+//
+// Upstream redelivers a nacked message as msg.Copy(), which has no context:
+// it would never see the subscription end, and a handler waiting on it (for
+// budget, say) would hold up shutdown. Such a message gets a context that
+// ends with the subscription, or when the consumer's next message arrives
+// (which upstream sends only once this one is settled).
+func (s *Subscriber) forward(ctx context.Context, in <-chan *message.Message, out chan<- *message.Message, wg *sync.WaitGroup) {
+	defer wg.Done()
+	var settled context.CancelFunc // ends the previous copy's context
+	defer func() {
+		if settled != nil {
+			settled()
+		}
+	}()
+	for msg := range in {
+		if settled != nil {
+			settled()
+			settled = nil
+		}
+		if msg.Context().Done() == nil {
+			mctx, cancel := context.WithCancel(ctx)
+			msg.SetContext(mctx)
+			settled = cancel
+		}
+		select {
+		case out <- msg:
+		case <-s.closing:
+		case <-ctx.Done():
+		}
+	}
+}
+
+// recoverOwnPending makes the entries pending for this subscriber's consumer
+// names claimable now. They were delivered to a previous incarnation of this
+// process (this Subscriber has delivered nothing on topic yet), which is
+// gone; without this they would wait out MaxIdleTime. XCLAIM to the same
+// consumer with IDLE set past MaxIdleTime and JUSTID changes neither the
+// owner nor the delivery count; upstream's first claim pass, which runs as
+// the subscription starts, then picks them up. Best effort: errors are
+// logged and leave the entries to the normal idle claim.
+func (s *Subscriber) recoverOwnPending(ctx context.Context, topic string) {
+	idle := strconv.FormatInt((2 * s.cfg.MaxIdleTime).Milliseconds(), 10)
+	total := 0
+	for _, name := range s.names {
+		start := "-"
+		for {
+			pending, err := s.control.XPendingExt(ctx, &redis.XPendingExtArgs{
+				Stream: topic, Group: s.cfg.ConsumerGroup, Start: start, End: "+", Count: recoverPageSize, Consumer: name,
+			}).Result()
+			if err != nil {
+				s.logger.Error("Looking for own pending entries failed", err, watermill.LogFields{"topic": topic, "consumer": name})
+				break
+			}
+			if len(pending) == 0 {
+				break
+			}
+			args := make([]any, 0, len(pending)+8)
+			args = append(args, "XCLAIM", topic, s.cfg.ConsumerGroup, name, 0)
+			for _, p := range pending {
+				args = append(args, p.ID)
+			}
+			args = append(args, "IDLE", idle, "JUSTID")
+			if err := s.control.Do(ctx, args...).Err(); err != nil {
+				s.logger.Error("Recovering own pending entries failed", err, watermill.LogFields{"topic": topic, "consumer": name})
+				break
+			}
+			total += len(pending)
+			if len(pending) < recoverPageSize {
+				break
+			}
+			start = "(" + pending[len(pending)-1].ID
+		}
+	}
+	if total > 0 {
+		s.logger.Info("Recovered entries left pending by a previous run", watermill.LogFields{"topic": topic, "entries": total})
+	}
+}
+
+// onReadError is upstream's ShouldStopOnReadErrors: stop reading at once
+// when closing, recreate the group if it vanished, keep going otherwise
+// (upstream then retries after 500 ms; go-redis reconnects).
+func (s *Subscriber) onReadError(err error) bool {
+	select {
+	case <-s.closing:
+		return true
+	default:
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, redis.ErrClosed) {
+		return true
+	}
+	if strings.HasPrefix(err.Error(), "NOGROUP") {
+		s.recreateGroups()
+	}
+	return false
+}
+
+// recreateGroups creates the group again on every subscribed topic, after a
+// server lost it (restarted without persistence, or FLUSHALL). Entries
+// published before the loss are gone with it; reading resumes with new ones.
+func (s *Subscriber) recreateGroups() {
+	s.mu.Lock()
+	topics := make([]string, 0, len(s.topics))
+	for t := range s.topics {
+		topics = append(topics, t)
+	}
+	s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, t := range topics {
+		if err := s.createGroup(ctx, t); err != nil {
+			s.logger.Error("Recreating the consumer group failed", err, watermill.LogFields{"topic": t})
+			continue
+		}
+		s.logger.Info("Consumer group was missing; created it again", watermill.LogFields{"topic": t, "group": s.cfg.ConsumerGroup})
+	}
+}
+
+// Close ends every subscription (unacked messages stay pending), stops the
+// keep-alive and the lag sampler, and closes all clients. It is idempotent.
+func (s *Subscriber) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	close(s.closing)
+	s.mu.Unlock()
+
+	errs := make([]error, len(s.ups))
+	var wg sync.WaitGroup
+	for i, up := range s.ups {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = up.Close()
+		}()
+	}
+	wg.Wait()
+	s.wg.Wait()
+	s.keepAlive.close()
+	s.lag.Close()
+	errs = append(errs, s.control.Close())
+	return errors.Join(errs...)
+}
+
+// quietLogger is the logger upstream gets: errors that only say the
+// subscriber is shutting down are logged at debug level.
+type quietLogger struct {
+	watermill.LoggerAdapter
+	closing <-chan struct{}
+}
+
+func (l quietLogger) Error(msg string, err error, fields watermill.LogFields) {
+	shuttingDown := errors.Is(err, context.Canceled) || errors.Is(err, redis.ErrClosed)
+	if !shuttingDown {
+		select {
+		case <-l.closing:
+			shuttingDown = true
+		default:
+		}
+	}
+	if shuttingDown {
+		l.LoggerAdapter.Debug(msg, fields.Add(watermill.LogFields{"err": fmt.Sprint(err)}))
+		return
+	}
+	l.LoggerAdapter.Error(msg, err, fields)
+}
+
+func (l quietLogger) With(fields watermill.LogFields) watermill.LoggerAdapter {
+	return quietLogger{LoggerAdapter: l.LoggerAdapter.With(fields), closing: l.closing}
+}

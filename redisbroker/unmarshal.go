@@ -1,0 +1,151 @@
+package redisbroker
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"unicode/utf8"
+
+	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
+	"github.com/ThreeDotsLabs/watermill/message"
+)
+
+// Metadata keys the subscriber sets on every message it delivers. A
+// producer cannot forge them: values published under these keys are
+// replaced (or removed) on delivery.
+const (
+	// MetadataStream is the stream (topic) the entry was read from.
+	MetadataStream = "_spillway_redis_stream"
+	// MetadataEntryID is the entry's Redis stream ID, e.g. "1700000000000-0".
+	MetadataEntryID = "_spillway_redis_id"
+	// MetadataConsumer is the consumer name the entry is pending for.
+	MetadataConsumer = "_spillway_redis_consumer"
+	// MetadataGroup is the consumer group the entry was read by.
+	MetadataGroup = "_spillway_redis_group"
+
+	// MetadataMalformed is "1" on a message standing for an entry that
+	// could not be unmarshalled. Its payload is a JSON [MalformedEntry].
+	MetadataMalformed = "spillway_malformed"
+	// MetadataMalformedReason holds the unmarshal error of a malformed entry.
+	MetadataMalformedReason = "spillway_malformed_reason"
+)
+
+var reservedMetadata = [...]string{MetadataStream, MetadataEntryID, MetadataConsumer, MetadataGroup, MetadataMalformed, MetadataMalformedReason}
+
+// Entry identifies the Redis stream entry a message was delivered from.
+type Entry struct {
+	Stream, ID, Group, Consumer string
+}
+
+// EntryOf returns the entry msg was delivered from, and false for a message
+// that did not come from a redisbroker Subscriber.
+func EntryOf(msg *message.Message) (Entry, bool) {
+	e := Entry{
+		Stream:   msg.Metadata.Get(MetadataStream),
+		ID:       msg.Metadata.Get(MetadataEntryID),
+		Group:    msg.Metadata.Get(MetadataGroup),
+		Consumer: msg.Metadata.Get(MetadataConsumer),
+	}
+	return e, e.Stream != "" && e.ID != "" && e.Consumer != ""
+}
+
+// IsMalformed reports whether msg stands for an entry that could not be
+// unmarshalled. Such a message must not reach a handler: install the
+// [DeadLetter] middleware.
+func IsMalformed(msg *message.Message) bool { return msg.Metadata.Get(MetadataMalformed) == "1" }
+
+// MalformedEntry is the payload of a malformed message: everything the
+// entry held, so nothing is lost on the way to the dead-letter stream.
+// Field values that are valid UTF-8 are in Fields; others, base64-encoded,
+// in FieldsBase64.
+type MalformedEntry struct {
+	Stream       string            `json:"stream"`
+	ID           string            `json:"id"`
+	Error        string            `json:"error"`
+	Fields       map[string]string `json:"fields,omitempty"`
+	FieldsBase64 map[string]string `json:"fields_base64,omitempty"`
+}
+
+// safeUnmarshaller wraps upstream's unmarshaller. Upstream ends the whole
+// subscription when Unmarshal fails; this one never fails: an entry it
+// cannot read becomes a message flagged [MetadataMalformed]. It also turns
+// the entryRef left by entryClient into metadata.
+type safeUnmarshaller struct {
+	inner     redisstream.Unmarshaller
+	group     string
+	malformed *atomic.Uint64
+}
+
+func (u safeUnmarshaller) Unmarshal(values map[string]any) (*message.Message, error) {
+	ref, _ := values[entryRefKey].(entryRef)
+	delete(values, entryRefKey)
+	msg, err := u.unmarshalInner(values)
+	if err != nil {
+		u.malformed.Add(1)
+		msg = malformedMessage(ref, values, err)
+	} else {
+		for _, k := range reservedMetadata {
+			delete(msg.Metadata, k)
+		}
+	}
+	if ref.id != "" {
+		msg.Metadata.Set(MetadataStream, ref.stream)
+		msg.Metadata.Set(MetadataEntryID, ref.id)
+		msg.Metadata.Set(MetadataGroup, u.group)
+		msg.Metadata.Set(MetadataConsumer, ref.consumer)
+	}
+	return msg, nil
+}
+
+func (u safeUnmarshaller) unmarshalInner(values map[string]any) (msg *message.Message, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			msg, err = nil, fmt.Errorf("unmarshaller panicked: %v", r)
+		}
+	}()
+	msg, err = u.inner.Unmarshal(values)
+	if err == nil && msg == nil {
+		err = fmt.Errorf("unmarshaller returned no message")
+	}
+	if err == nil && msg.Metadata == nil {
+		msg.Metadata = make(message.Metadata)
+	}
+	return msg, err
+}
+
+func malformedMessage(ref entryRef, values map[string]any, cause error) *message.Message {
+	me := MalformedEntry{Stream: ref.stream, ID: ref.id, Error: cause.Error()}
+	for k, v := range values {
+		var s string
+		switch v := v.(type) {
+		case string:
+			s = v
+		case []byte:
+			s = string(v)
+		default:
+			s = fmt.Sprint(v)
+		}
+		if utf8.ValidString(s) && utf8.ValidString(k) {
+			if me.Fields == nil {
+				me.Fields = make(map[string]string, len(values))
+			}
+			me.Fields[k] = s
+		} else {
+			if me.FieldsBase64 == nil {
+				me.FieldsBase64 = make(map[string]string)
+			}
+			me.FieldsBase64[strings.ToValidUTF8(k, "\uFFFD")] = base64.StdEncoding.EncodeToString([]byte(s))
+		}
+	}
+	payload, err := json.Marshal(me)
+	if err != nil { // cannot happen for strings; keep the error visible anyway
+		payload = []byte(`{"error":"encoding the malformed entry failed"}`)
+	}
+	uuid := "malformed-" + ref.stream + "-" + ref.id
+	msg := message.NewMessage(uuid, payload)
+	msg.Metadata.Set(MetadataMalformed, "1")
+	msg.Metadata.Set(MetadataMalformedReason, cause.Error())
+	return msg
+}
