@@ -3,9 +3,11 @@ package router
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -13,6 +15,10 @@ import (
 	"github.com/IBM/sarama"
 	"github.com/caarlos0/env/v11"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/spillway-go/spillway/cost"
+	"github.com/spillway-go/spillway/retrygate"
+	"github.com/spillway-go/spillway/shedding"
 )
 
 // EnvPrefix is the prefix of every environment variable [LoadConfig] reads.
@@ -54,6 +60,16 @@ type Config struct {
 	// Budget sizes the vertex budget shared by every handler of the router.
 	Budget BudgetConfig `yaml:"budget" envPrefix:"BUDGET_"`
 
+	// Shedding is the load-shedding policy (docs/shedding.md). It is on
+	// as soon as shedding.topics lists a sheddable topic; with no topics
+	// nothing is ever shed and the layer is left out of the stack.
+	Shedding shedding.Config `yaml:"shedding" envPrefix:"SHEDDING_"`
+
+	// Retry configures the retry gate (docs/retries.md). Off unless
+	// retry.enabled is true: by default a failed handler's message is
+	// nacked and the broker redelivers it, as in plain Watermill.
+	Retry RetryConfig `yaml:"retry" envPrefix:"RETRY_"`
+
 	// Kafka configures broker: kafka.
 	Kafka KafkaConfig `yaml:"kafka" envPrefix:"KAFKA_"`
 
@@ -82,6 +98,83 @@ type BudgetConfig struct {
 	// vertex_count is missing or malformed, instead of charging
 	// DefaultCost. It costs a full parse per unstamped message.
 	ComputeMissing bool `yaml:"compute_missing" env:"COMPUTE_MISSING"`
+
+	// AutoSize resizes the budget online from the handlers' measured
+	// throughput (docs/sizing.md). Vertices is then only the starting
+	// capacity.
+	AutoSize AutoSizeConfig `yaml:"autosize" envPrefix:"AUTOSIZE_"`
+}
+
+// AutoSizeConfig configures the budget's auto-sizer, a [cost.AutoSizer]:
+// the budget follows min(memory bound, measured vertices/s × deadline ×
+// headroom), clamped to [floor, ceiling]. Zero fields take the defaults
+// documented on them.
+type AutoSizeConfig struct {
+	// Enabled turns auto-sizing on. Default false: the budget stays at
+	// budget.vertices.
+	Enabled bool `yaml:"enabled" env:"ENABLED"`
+
+	// Deadline is the redelivery deadline the budget is sized against.
+	// Default: the broker's (Config.RedeliveryDeadline: kafka.rebalance_timeout
+	// on Kafka). The memory broker has none, so it must be set there.
+	Deadline time.Duration `yaml:"deadline" env:"DEADLINE"`
+
+	// Headroom is the share of Deadline a full budget may take to drain,
+	// in (0, 1]. Default 0.5.
+	Headroom float64 `yaml:"headroom" env:"HEADROOM"`
+
+	// MemoryBound is the memory bound in vertices, fixed (measure it with
+	// spillway size or cost.MeasureBytesPerVertex). Default 0: none, or
+	// computed from MemoryBytes. Set either this or MemoryBytes.
+	MemoryBound int64 `yaml:"memory_bound" env:"MEMORY_BOUND"`
+
+	// MemoryBytes, Processes, PrefetchBytes and BytesPerVertex compute the
+	// memory bound instead (cost.MemoryBound): (MemoryBytes / Processes −
+	// PrefetchBytes) / BytesPerVertex. MemoryBytes is the memory the
+	// consumers of one container may use for in-flight geometry; default 0
+	// (not used). BytesPerVertex is required with it.
+	MemoryBytes int64 `yaml:"memory_bytes" env:"MEMORY_BYTES"`
+	// Processes sharing MemoryBytes. Default 1.
+	Processes int `yaml:"processes" env:"PROCESSES"`
+	// PrefetchBytes each process's broker client buffers. Default 0.
+	PrefetchBytes int64 `yaml:"prefetch_bytes" env:"PREFETCH_BYTES"`
+	// BytesPerVertex is the measured memory per in-flight vertex.
+	BytesPerVertex float64 `yaml:"bytes_per_vertex" env:"BYTES_PER_VERTEX"`
+
+	// Floor is the smallest capacity the sizer sets. Default 1.
+	Floor int64 `yaml:"floor" env:"FLOOR"`
+	// Ceiling is the largest capacity the sizer sets. Default: the memory
+	// bound. Without a memory bound it is required: nothing else would
+	// stop the budget growing.
+	Ceiling int64 `yaml:"ceiling" env:"CEILING"`
+
+	// Window is the length of one measuring window. Default: Deadline.
+	Window time.Duration `yaml:"window" env:"WINDOW"`
+	// Windows is how many recent windows the throughput is the median of.
+	// Default 5.
+	Windows int `yaml:"windows" env:"WINDOWS"`
+	// MinWindows is how many windows must be measured before the first
+	// resize, at most Windows. Default 3.
+	MinWindows int `yaml:"min_windows" env:"MIN_WINDOWS"`
+	// MinBusy is how long handlers must have been busy in a window for it
+	// to count. Default Window / 20.
+	MinBusy time.Duration `yaml:"min_busy" env:"MIN_BUSY"`
+	// Hysteresis is the relative change below which the budget is left
+	// alone, in [0, 1). Default 0.1; -1 for none (resize on any change).
+	Hysteresis float64 `yaml:"hysteresis" env:"HYSTERESIS"`
+}
+
+// RetryConfig is the retry gate's section: the gate's own configuration
+// ([retrygate.Config], whose keys sit directly under retry) plus the switch
+// that turns it on.
+type RetryConfig struct {
+	// Enabled turns the retry gate on. Default false: a failed handler's
+	// message is nacked and redelivered by the broker. When on, every
+	// handler also consumes its topic's retry topic (retry.retry_topic)
+	// with the same handler and stack.
+	Enabled bool `yaml:"enabled" env:"ENABLED"`
+
+	retrygate.Config `yaml:",inline"`
 }
 
 // KafkaConfig configures the Kafka broker. Every default is chosen for
@@ -271,7 +364,16 @@ const (
 	DefaultSessionTimeout    = 10 * time.Second
 	DefaultHeartbeatInterval = time.Second
 	DefaultNackResendSleep   = 100 * time.Millisecond
+
+	DefaultAutoSizeWindows    = 5
+	DefaultAutoSizeMinWindows = 3
+	DefaultAutoSizeHysteresis = 0.1
 )
+
+// Off, in a float field documented as accepting it
+// (budget.autosize.hysteresis, retry.jitter, retry.retry_rate,
+// retry.retry_ratio), switches that feature off; zero selects the default.
+const Off = -1
 
 func (c *Config) setDefaults() {
 	if c.Broker == "" {
@@ -283,6 +385,27 @@ func (c *Config) setDefaults() {
 	if c.Budget.Vertices == 0 {
 		c.Budget.Vertices = DefaultBudgetVertices
 	}
+	a := &c.Budget.AutoSize
+	if a.Headroom == 0 {
+		a.Headroom = cost.DefaultHeadroom
+	}
+	if a.Processes == 0 {
+		a.Processes = 1
+	}
+	if a.Floor == 0 {
+		a.Floor = 1
+	}
+	if a.Windows == 0 {
+		a.Windows = DefaultAutoSizeWindows
+	}
+	if a.MinWindows == 0 {
+		a.MinWindows = min(DefaultAutoSizeMinWindows, a.Windows)
+	}
+	if a.Hysteresis == 0 {
+		a.Hysteresis = DefaultAutoSizeHysteresis
+	}
+	c.Shedding = c.Shedding.WithDefaults()
+	c.Retry.Config = c.Retry.Config.WithDefaults()
 	k := &c.Kafka
 	if len(k.Brokers) == 0 {
 		k.Brokers = []string{Embedded}
@@ -336,8 +459,15 @@ func (c Config) WithDefaults() Config {
 }
 
 // Validate reports every invalid field of c (after defaults are applied,
-// so zero fields are fine). Only the section of the chosen broker is
-// checked. The error joins one [*ConfigError] per problem.
+// so zero fields are fine). Of the broker sections only the chosen
+// broker's is checked; the budget, shedding and retry sections are always
+// checked, also while switched off, so a bad value does not wait for the
+// day it is switched on. Values that are only wrong together (retries
+// against the shedding window or the redelivery deadline, features the
+// broker cannot use) are checked when the features are on. The error
+// joins one [*ConfigError] per problem; a field of an embedded section is
+// named by its full path, e.g. shedding.priority.window or
+// retry.max_attempts.
 func (c Config) Validate() error {
 	c.setDefaults()
 	var errs []error
@@ -361,10 +491,191 @@ func (c Config) Validate() error {
 	if c.Budget.DefaultCost < 0 {
 		bad("budget.default_cost", strconv.FormatInt(c.Budget.DefaultCost, 10), "must be zero (the whole budget) or positive")
 	}
+	errs = append(errs, c.Budget.AutoSize.validate(c.autoSizeDeadline())...)
+	errs = append(errs, nested("shedding.", c.Shedding.Validate())...)
+	errs = append(errs, nested("retry.", c.Retry.Config.Validate())...)
+	errs = append(errs, c.validateCombinations()...)
 	if c.Broker == BrokerKafka {
 		errs = append(errs, c.Kafka.validate()...)
 	}
 	return errors.Join(errs...)
+}
+
+// validateCombinations checks the values that are only wrong together:
+// shedding and retries against each other and against the broker.
+func (c Config) validateCombinations() []error {
+	var errs []error
+	bad := func(field, value, reason string) {
+		errs = append(errs, &ConfigError{Field: field, Value: value, Reason: reason})
+	}
+	if c.Broker == BrokerKafka && c.Shedding.Coalesce.Enabled {
+		bad("shedding.coalesce.enabled", "true", "must be false on kafka: a partition has one message in flight, so there is never anything to coalesce, "+
+			"and it costs a goroutine per message (use shedding.version_guard)")
+	}
+	if !c.Retry.Enabled {
+		return errs
+	}
+	r := c.Retry.Config
+	if c.Broker == BrokerMemory && r.Defer == retrygate.DeferNack {
+		bad("retry.defer", string(r.Defer), "must be republish on memory: GoChannel resends the original message at once, "+
+			"so a deferred message loses its attempt count and spins while the consumer is saturated")
+	}
+	if sh := c.Shedding; len(sh.Topics) > 0 && !sh.Priority.Disabled && r.SaturatedAfter >= sh.Priority.Window {
+		bad("retry.saturated_after", r.SaturatedAfter.String(), "must be below shedding.priority.window ("+sh.Priority.Window.String()+
+			"), so retries are deferred before fresh work is shed")
+	}
+	if d := c.RedeliveryDeadline(); d > 0 && r.MaxElapsedTime > 0 && r.MaxInterval > 0 {
+		// Time in the gate counts against the deadline: retrying in
+		// process for max_elapsed_time, and holding an early retry for
+		// up to min(2 × max_interval, max_elapsed_time).
+		if in := r.MaxElapsedTime + min(2*r.MaxInterval, r.MaxElapsedTime); in >= d {
+			bad("retry.max_elapsed_time", r.MaxElapsedTime.String(), fmt.Sprintf(
+				"plus the early-retry hold (min(2 × retry.max_interval, retry.max_elapsed_time)) keeps a delivery in the gate for up to %s, "+
+					"which must stay below the redelivery deadline, kafka.rebalance_timeout (%s)", in, d))
+		}
+	}
+	return errs
+}
+
+// autoSizeDeadline is budget.autosize.deadline, or the broker's redelivery
+// deadline when it is not set.
+func (c Config) autoSizeDeadline() time.Duration {
+	if c.Budget.AutoSize.Deadline != 0 {
+		return c.Budget.AutoSize.Deadline
+	}
+	return c.RedeliveryDeadline()
+}
+
+// memoryBound is the configured memory bound in vertices: memory_bound,
+// or the one computed from memory_bytes; 0 for none (or invalid inputs,
+// which validate reports).
+func (a AutoSizeConfig) memoryBound() int64 {
+	if a.MemoryBound > 0 {
+		return a.MemoryBound
+	}
+	if a.MemoryBytes > 0 && a.Processes > 0 && a.PrefetchBytes >= 0 && finitePositive(a.BytesPerVertex) {
+		return cost.MemoryBound(a.MemoryBytes, a.Processes, a.PrefetchBytes, a.BytesPerVertex)
+	}
+	return 0
+}
+
+// ceiling is the largest capacity the sizer may set: ceiling, or the
+// memory bound; 0 for none.
+func (a AutoSizeConfig) ceiling() int64 {
+	if a.Ceiling > 0 {
+		return a.Ceiling
+	}
+	return a.memoryBound()
+}
+
+func finitePositive(f float64) bool { return f > 0 && !math.IsInf(f, 0) && !math.IsNaN(f) }
+
+func (a AutoSizeConfig) validate(deadline time.Duration) []error {
+	var errs []error
+	bad := func(field, value, reason string) {
+		errs = append(errs, &ConfigError{Field: "budget.autosize." + field, Value: value, Reason: reason})
+	}
+	itoa := func(n int64) string { return strconv.FormatInt(n, 10) }
+	if a.Deadline < 0 {
+		bad("deadline", a.Deadline.String(), "must be positive")
+	}
+	if math.IsNaN(a.Headroom) || a.Headroom <= 0 || a.Headroom > 1 {
+		bad("headroom", ftoa(a.Headroom), "must be above 0 and at most 1")
+	}
+	if a.MemoryBound < 0 {
+		bad("memory_bound", itoa(a.MemoryBound), "must be zero (none) or positive")
+	}
+	if a.MemoryBytes < 0 {
+		bad("memory_bytes", itoa(a.MemoryBytes), "must be zero (not used) or positive")
+	}
+	if a.Processes < 0 {
+		bad("processes", strconv.Itoa(a.Processes), "must be positive")
+	}
+	if a.PrefetchBytes < 0 {
+		bad("prefetch_bytes", itoa(a.PrefetchBytes), "must be zero or positive")
+	}
+	if a.BytesPerVertex != 0 && !finitePositive(a.BytesPerVertex) {
+		bad("bytes_per_vertex", ftoa(a.BytesPerVertex), "must be a positive number")
+	}
+	if a.MemoryBytes > 0 {
+		switch {
+		case a.MemoryBound > 0:
+			bad("memory_bytes", itoa(a.MemoryBytes), "set either budget.autosize.memory_bound or memory_bytes, not both")
+		case a.BytesPerVertex == 0:
+			bad("bytes_per_vertex", "0", "must be set with budget.autosize.memory_bytes")
+		case a.memoryBound() < 1 && a.Processes > 0 && a.PrefetchBytes >= 0 && finitePositive(a.BytesPerVertex):
+			bad("memory_bytes", itoa(a.MemoryBytes), fmt.Sprintf("leaves no room for a single vertex (processes %d, prefetch_bytes %d, bytes_per_vertex %s)",
+				a.Processes, a.PrefetchBytes, ftoa(a.BytesPerVertex)))
+		}
+	}
+	if a.Floor < 0 {
+		bad("floor", itoa(a.Floor), "must be positive")
+	}
+	if a.Ceiling < 0 {
+		bad("ceiling", itoa(a.Ceiling), "must be zero (the memory bound) or positive")
+	}
+	if ceil := a.ceiling(); ceil > 0 && a.Floor > ceil {
+		if a.Ceiling > 0 {
+			bad("floor", itoa(a.Floor), fmt.Sprintf("must not be above budget.autosize.ceiling (%d)", ceil))
+		} else {
+			bad("floor", itoa(a.Floor), fmt.Sprintf("must not be above the memory bound (%d vertices)", ceil))
+		}
+	}
+	if a.Window < 0 {
+		bad("window", a.Window.String(), "must be positive")
+	}
+	if a.Windows < 0 {
+		bad("windows", strconv.Itoa(a.Windows), "must be positive")
+	}
+	if a.MinWindows < 0 {
+		bad("min_windows", strconv.Itoa(a.MinWindows), "must be positive")
+	} else if a.Windows > 0 && a.MinWindows > a.Windows {
+		bad("min_windows", strconv.Itoa(a.MinWindows), fmt.Sprintf("must not exceed budget.autosize.windows (%d)", a.Windows))
+	}
+	if a.MinBusy < 0 {
+		bad("min_busy", a.MinBusy.String(), "must be zero (window / 20) or positive")
+	}
+	if math.IsNaN(a.Hysteresis) || a.Hysteresis >= 1 || (a.Hysteresis < 0 && a.Hysteresis != Off) {
+		bad("hysteresis", ftoa(a.Hysteresis), "must be at least 0 and below 1, or -1 (none)")
+	}
+	if !a.Enabled {
+		return errs
+	}
+	if deadline == 0 {
+		bad("deadline", "0s", "must be set: this broker has no redelivery deadline to size the budget against")
+	}
+	if a.ceiling() == 0 && a.MemoryBound >= 0 && a.MemoryBytes == 0 {
+		bad("ceiling", "0", "must be set when there is no memory bound (budget.autosize.memory_bound or memory_bytes): nothing else stops the budget growing")
+	}
+	return errs
+}
+
+func ftoa(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
+
+// nested turns the joined errors of an embedded section's Validate into
+// ConfigErrors whose fields carry the section's prefix.
+func nested(prefix string, err error) []error {
+	if err == nil {
+		return nil
+	}
+	list := []error{err}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		list = j.Unwrap()
+	}
+	out := make([]error, 0, len(list))
+	for _, e := range list {
+		var fe *shedding.FieldError
+		var re *retrygate.ConfigError
+		switch {
+		case errors.As(e, &fe):
+			out = append(out, &ConfigError{Field: prefix + fe.Field, Value: fe.Value, Reason: fe.Reason})
+		case errors.As(e, &re):
+			out = append(out, &ConfigError{Field: prefix + re.Field, Value: re.Value, Reason: re.Reason})
+		default:
+			out = append(out, &ConfigError{Field: strings.TrimSuffix(prefix, "."), Reason: e.Error()})
+		}
+	}
+	return out
 }
 
 func (k KafkaConfig) validate() []error {
@@ -476,8 +787,10 @@ func (c Config) GoString() string { return c.String() }
 
 // RedeliveryDeadline is how long a delivered but unacknowledged message may
 // stay in flight before the broker hands it to someone else when the group
-// changes: kafka.rebalance_timeout for Kafka, 0 (none) for memory. Size
-// the budget so admitted work drains within half of it ([SizeBudget]).
+// changes: kafka.rebalance_timeout for Kafka, 0 (none) for memory, and 0
+// for redis until its wiring lands. Size the budget so admitted work
+// drains within half of it ([SizeBudget]); budget.autosize sizes against
+// it unless budget.autosize.deadline is set.
 func (c Config) RedeliveryDeadline() time.Duration {
 	c.setDefaults()
 	if c.Broker == BrokerKafka {
@@ -488,19 +801,15 @@ func (c Config) RedeliveryDeadline() time.Duration {
 
 // SizeBudget returns the vertex budget that drains within half of deadline
 // at verticesPerSecond, the measured throughput of the whole consumer (all
-// cores, the real handler): verticesPerSecond × deadline / 2. Half, because
-// the other half is spent noticing the rebalance (a heartbeat), committing
-// and rejoining, and because throughput is measured, not promised. It
-// returns at least 1.
+// cores, the real handler): [cost.DeadlineBound] with the default headroom
+// of one half, because the other half is spent noticing the rebalance (a
+// heartbeat), committing and rejoining, and because throughput is
+// measured, not promised. It returns at least 1.
+//
+// It is a shorthand for a fixed budget; [cost.Recommend] adds the memory
+// bound, and budget.autosize keeps the deadline bound up to date online.
 func SizeBudget(verticesPerSecond float64, deadline time.Duration) int64 {
-	v := verticesPerSecond * deadline.Seconds() / 2
-	if v < 1 || v != v { // NaN too
-		return 1
-	}
-	if v > 1<<62 {
-		return 1 << 62
-	}
-	return int64(v)
+	return max(1, cost.DeadlineBound(verticesPerSecond, deadline, cost.DefaultHeadroom))
 }
 
 // LoadConfig reads the YAML file at path (skipped when path is ""), then
@@ -538,18 +847,24 @@ type leaf struct {
 }
 
 // leaves lists every leaf field of Config, depth first, in field order.
+// A struct embedded with yaml ",inline" adds its fields to the enclosing
+// section (same YAML path, same environment prefix).
 func leaves() []leaf {
 	var out []leaf
 	var walk func(t reflect.Type, path, envPrefix string, index []int)
 	walk = func(t reflect.Type, path, envPrefix string, index []int) {
 		for i := 0; i < t.NumField(); i++ {
 			f := t.Field(i)
-			name := strings.Split(f.Tag.Get("yaml"), ",")[0]
+			idx := append(append([]int(nil), index...), i)
+			if inline(f) {
+				walk(f.Type, path, envPrefix+f.Tag.Get("envPrefix"), idx)
+				continue
+			}
+			name := yamlName(f)
 			p := name
 			if path != "" {
 				p = path + "." + name
 			}
-			idx := append(append([]int(nil), index...), i)
 			if f.Type.Kind() == reflect.Struct && f.Type != reflect.TypeOf(time.Duration(0)) {
 				walk(f.Type, p, envPrefix+f.Tag.Get("envPrefix"), idx)
 				continue
@@ -564,6 +879,36 @@ func leaves() []leaf {
 	}
 	walk(reflect.TypeOf(Config{}), "", EnvPrefix, nil)
 	return out
+}
+
+func yamlName(f reflect.StructField) string { return strings.Split(f.Tag.Get("yaml"), ",")[0] }
+
+// inline reports whether f is an embedded struct whose fields YAML reads as
+// the enclosing mapping's (yaml:",inline").
+func inline(f reflect.StructField) bool {
+	if !f.Anonymous || f.Type.Kind() != reflect.Struct {
+		return false
+	}
+	_, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+	return slices.Contains(strings.Split(opts, ","), "inline")
+}
+
+// fieldByKey finds the field of struct type t whose YAML key is key,
+// looking into inline structs.
+func fieldByKey(t reflect.Type, key string) ([]int, bool) {
+	for j := 0; j < t.NumField(); j++ {
+		f := t.Field(j)
+		if inline(f) {
+			if idx, ok := fieldByKey(f.Type, key); ok {
+				return append([]int{j}, idx...), true
+			}
+			continue
+		}
+		if yamlName(f) == key {
+			return []int{j}, true
+		}
+	}
+	return nil, false
 }
 
 func (l leaf) show(v string) string {
@@ -654,18 +999,12 @@ func decodeNode(n *yaml.Node, v reflect.Value, path, file string, errs *[]error)
 		if path != "" {
 			p = path + "." + key.Value
 		}
-		field := -1
-		for j := 0; j < t.NumField(); j++ {
-			if strings.Split(t.Field(j).Tag.Get("yaml"), ",")[0] == key.Value {
-				field = j
-				break
-			}
-		}
-		if field < 0 {
+		field, ok := fieldByKey(t, key.Value)
+		if !ok {
 			*errs = append(*errs, &ConfigError{Field: p, Value: key.Value, Reason: "unknown field", Source: at(key)})
 			continue
 		}
-		decodeNode(val, v.Field(field), p, file, errs)
+		decodeNode(val, v.FieldByIndex(field), p, file, errs)
 	}
 }
 
@@ -686,8 +1025,6 @@ func typeName(t reflect.Type) string {
 	switch t {
 	case reflect.TypeOf(time.Duration(0)):
 		return "a duration such as 30s"
-	case reflect.TypeOf(Secret("")), reflect.TypeOf(Broker("")):
-		return "a string"
 	}
 	switch t.Kind() {
 	case reflect.Slice:
@@ -696,6 +1033,8 @@ func typeName(t reflect.Type) string {
 		return "a boolean"
 	case reflect.String:
 		return "a string"
+	case reflect.Float32, reflect.Float64:
+		return "a number such as 0.5 (.inf for infinity)"
 	default:
 		return "an integer (" + t.Kind().String() + ")"
 	}

@@ -3,6 +3,7 @@ package router
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -12,6 +13,10 @@ import (
 	"time"
 
 	"github.com/caarlos0/env/v11"
+
+	"github.com/spillway-go/spillway/cost"
+	"github.com/spillway-go/spillway/retrygate"
+	"github.com/spillway-go/spillway/shedding"
 )
 
 func writeConfig(t *testing.T, yaml string) string {
@@ -41,6 +46,15 @@ func TestDefaults(t *testing.T) {
 	}
 	want := Config{Broker: BrokerMemory, CloseTimeout: 30 * time.Second}
 	want.Budget.Vertices = 200_000
+	want.Budget.AutoSize = AutoSizeConfig{Headroom: 0.5, Processes: 1, Floor: 1, Windows: 5, MinWindows: 3, Hysteresis: 0.1}
+	want.Shedding = shedding.Config{EntityKey: "entity_id", VersionKey: "entity_version"}
+	want.Shedding.Priority = shedding.PriorityConfig{Window: 30 * time.Second, Key: "region_priority", ShedBelow: 2}
+	want.Shedding.VersionGuard.MaxEntities = 100_000
+	want.Retry.Config = retrygate.Config{
+		MaxAttempts: 5, InitialInterval: 100 * time.Millisecond, MaxInterval: 5 * time.Second, Multiplier: 2, Jitter: 0.5,
+		MaxElapsedTime: 10 * time.Second, RetryRate: 10, RetryBurst: 10, RetryRatio: 0.2, Defer: retrygate.DeferRepublish,
+		RetryTopic: "{topic}.retry", DeadLetterTopic: "{topic}.dead_letter",
+	}
 	want.Kafka = KafkaConfig{
 		Brokers: []string{"embedded"}, ConsumerGroup: "spillway", Partitions: 12, ReplicationFactor: 1,
 		KeyMetadata: "entity_id", Version: "2.3.0", ClientID: "spillway", ChannelBufferSize: 16,
@@ -110,6 +124,53 @@ func TestValidateNamesFieldAndValue(t *testing.T) {
 		{"sasl user", kafka(func(k *KafkaConfig) { k.SASL = SASLConfig{Mechanism: "PLAIN", Password: "hunter2"} }), "kafka.sasl.user", ""},
 		{"sasl password", kafka(func(k *KafkaConfig) { k.SASL = SASLConfig{Mechanism: "SCRAM-SHA-512", User: "u"} }), "kafka.sasl.password", ""},
 		{"sasl without mechanism", kafka(func(k *KafkaConfig) { k.SASL = SASLConfig{User: "u", Password: "hunter2"} }), "kafka.sasl.mechanism", ""},
+
+		{"shedding window", withShedding(func(c *shedding.Config) { c.Priority.Window = -time.Second }), "shedding.priority.window", "-1s"},
+		{"shedding duplicate topic", withShedding(func(c *shedding.Config) { c.Topics = []string{"p", "p"} }), "shedding.topics[1]", "p"},
+		{"shedding audit topic on the list", withShedding(func(c *shedding.Config) { c.AuditTopic = "p" }), "shedding.audit_topic", "p"},
+		{"shedding guard without topics", Config{Shedding: shedding.Config{VersionGuard: shedding.VersionGuardConfig{Enabled: true}}},
+			"shedding.version_guard.enabled", "true"},
+		{"shedding coalescing on kafka", func() Config {
+			c := kafka(func(*KafkaConfig) {})
+			c.Shedding = shedding.Config{Topics: []string{"p"}, Coalesce: shedding.CoalesceConfig{Enabled: true}}
+			return c
+		}(), "shedding.coalesce.enabled", "true"},
+
+		{"retry max attempts", withRetry(func(c *RetryConfig) { c.MaxAttempts = -1 }), "retry.max_attempts", "-1"},
+		{"retry max attempts while off", Config{Retry: RetryConfig{Config: retrygate.Config{MaxAttempts: -2}}}, "retry.max_attempts", "-2"},
+		{"retry multiplier", withRetry(func(c *RetryConfig) { c.Multiplier = 0.5 }), "retry.multiplier", "0.5"},
+		{"retry rate", withRetry(func(c *RetryConfig) { c.RetryRate = math.NaN() }), "retry.retry_rate", "NaN"},
+		{"retry defer", withRetry(func(c *RetryConfig) { c.Defer = "later" }), "retry.defer", "later"},
+		{"retry topics", withRetry(func(c *RetryConfig) { c.DeadLetterTopic = "{topic}.retry" }), "retry.dead_letter_topic", "{topic}.retry"},
+		{"retry nack on memory", withRetry(func(c *RetryConfig) { c.Defer = retrygate.DeferNack }), "retry.defer", "nack"},
+		{"retry saturated after shedding window", func() Config {
+			c := withRetry(func(c *RetryConfig) { c.SaturatedAfter = 5 * time.Second })
+			c.Shedding = shedding.Config{Topics: []string{"p"}, Priority: shedding.PriorityConfig{Window: 5 * time.Second}}
+			return c
+		}(), "retry.saturated_after", "5s"},
+		{"retry beyond the rebalance timeout", func() Config {
+			c := kafka(func(k *KafkaConfig) { k.RebalanceTimeout = 15 * time.Second })
+			c.Retry.Enabled = true // 10s in process + 10s early-retry hold
+			return c
+		}(), "retry.max_elapsed_time", "10s"},
+
+		{"autosize floor above ceiling", withAutoSize(func(a *AutoSizeConfig) { a.Floor, a.Ceiling = 500, 100 }), "budget.autosize.floor", "500"},
+		{"autosize floor above memory bound", withAutoSize(func(a *AutoSizeConfig) { a.Floor, a.Ceiling, a.MemoryBound = 500, 0, 100 }),
+			"budget.autosize.floor", "500"},
+		{"autosize without deadline on memory", withAutoSize(func(a *AutoSizeConfig) { a.Deadline = 0 }), "budget.autosize.deadline", "0s"},
+		{"autosize negative deadline", withAutoSize(func(a *AutoSizeConfig) { a.Deadline = -time.Second }), "budget.autosize.deadline", "-1s"},
+		{"autosize unbounded", withAutoSize(func(a *AutoSizeConfig) { a.Ceiling = 0 }), "budget.autosize.ceiling", "0"},
+		{"autosize headroom", withAutoSize(func(a *AutoSizeConfig) { a.Headroom = 1.5 }), "budget.autosize.headroom", "1.5"},
+		{"autosize hysteresis", withAutoSize(func(a *AutoSizeConfig) { a.Hysteresis = 1 }), "budget.autosize.hysteresis", "1"},
+		{"autosize windows", withAutoSize(func(a *AutoSizeConfig) { a.Windows, a.MinWindows = 2, 4 }), "budget.autosize.min_windows", "4"},
+		{"autosize window", withAutoSize(func(a *AutoSizeConfig) { a.Window = -time.Second }), "budget.autosize.window", "-1s"},
+		{"autosize memory bytes without bytes per vertex", withAutoSize(func(a *AutoSizeConfig) { a.MemoryBytes = 1 << 30 }),
+			"budget.autosize.bytes_per_vertex", "0"},
+		{"autosize two memory bounds", withAutoSize(func(a *AutoSizeConfig) { a.MemoryBytes, a.MemoryBound, a.BytesPerVertex = 1<<30, 1000, 64 }),
+			"budget.autosize.memory_bytes", "1073741824"},
+		{"autosize prefetch eats the memory", withAutoSize(func(a *AutoSizeConfig) { a.MemoryBytes, a.PrefetchBytes, a.BytesPerVertex = 1000, 2000, 64 }),
+			"budget.autosize.memory_bytes", "1000"},
+		{"autosize bytes per vertex", withAutoSize(func(a *AutoSizeConfig) { a.BytesPerVertex = math.Inf(1) }), "budget.autosize.bytes_per_vertex", "+Inf"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -132,6 +193,43 @@ func TestValidateNamesFieldAndValue(t *testing.T) {
 				t.Errorf("secret in error: %q", msg)
 			}
 		})
+	}
+}
+
+func withShedding(f func(*shedding.Config)) Config {
+	c := Config{Shedding: shedding.Config{Topics: []string{"p"}}}
+	f(&c.Shedding)
+	return c
+}
+
+func withRetry(f func(*RetryConfig)) Config {
+	c := Config{Retry: RetryConfig{Enabled: true}}
+	f(&c.Retry)
+	return c
+}
+
+func withAutoSize(f func(*AutoSizeConfig)) Config {
+	c := Config{}
+	c.Budget.AutoSize = AutoSizeConfig{Enabled: true, Deadline: 10 * time.Second, Ceiling: 1_000_000}
+	f(&c.Budget.AutoSize)
+	return c
+}
+
+// TestValidSections: the new sections' good values validate, and the
+// auto-sizer's deadline defaults to the broker's.
+func TestValidSections(t *testing.T) {
+	c := Config{Broker: BrokerKafka}
+	c.Shedding = shedding.Config{Topics: []string{"positions"}, AuditTopic: "shed", VersionGuard: shedding.VersionGuardConfig{Enabled: true}}
+	c.Retry = RetryConfig{Enabled: true, Config: retrygate.Config{RetryRate: math.Inf(1), Jitter: retrygate.Off, SaturatedAfter: time.Second}}
+	c.Budget.AutoSize = AutoSizeConfig{Enabled: true, MemoryBytes: 1 << 30, Processes: 2, PrefetchBytes: 1 << 20, BytesPerVertex: 100, Hysteresis: Off}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if d := c.autoSizeDeadline(); d != DefaultRebalanceTimeout {
+		t.Errorf("autosize deadline = %s, want the rebalance timeout", d)
+	}
+	if b := c.Budget.AutoSize.memoryBound(); b != ((1<<30)/2-(1<<20))/100 {
+		t.Errorf("memory bound = %d", b)
 	}
 }
 
@@ -188,6 +286,94 @@ kafka:
 	}
 }
 
+// TestLoadConfigSections: the shedding, retry and autosize sections from
+// YAML, then the environment on top.
+func TestLoadConfigSections(t *testing.T) {
+	clearEnv(t)
+	path := writeConfig(t, `
+shedding:
+  topics: [vehicle.positions, sensor.telemetry]
+  audit_topic: spillway.shed
+  priority:
+    window: 10s
+    shed_below: 3
+  version_guard:
+    enabled: true
+retry:
+  enabled: true
+  max_attempts: 3
+  retry_rate: .inf
+  jitter: -1
+  saturated_after: 2s
+  retry_topic: retries.{topic}
+budget:
+  vertices: 40000
+  autosize:
+    enabled: true
+    deadline: 20s
+    floor: 1000
+    ceiling: 500000
+    window: 5s
+    hysteresis: 0.25
+`)
+	c, err := LoadConfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(c.Shedding.Topics, []string{"vehicle.positions", "sensor.telemetry"}) || c.Shedding.AuditTopic != "spillway.shed" ||
+		c.Shedding.Priority.Window != 10*time.Second || c.Shedding.Priority.ShedBelow != 3 || !c.Shedding.VersionGuard.Enabled {
+		t.Errorf("shedding not applied: %+v", c.Shedding)
+	}
+	if c.Shedding.Priority.Key != shedding.DefaultPriorityKey {
+		t.Errorf("shedding defaults not applied: %+v", c.Shedding.Priority)
+	}
+	if !c.Retry.Enabled || c.Retry.MaxAttempts != 3 || !math.IsInf(c.Retry.RetryRate, 1) || c.Retry.Jitter != retrygate.Off ||
+		c.Retry.SaturatedAfter != 2*time.Second || c.Retry.RetryTopicFor("x") != "retries.x" {
+		t.Errorf("retry not applied: %+v", c.Retry)
+	}
+	if c.Retry.MaxInterval != retrygate.DefaultMaxInterval || c.Retry.DeadLetterTopicFor("x") != "x.dead_letter" {
+		t.Errorf("retry defaults not applied: %+v", c.Retry)
+	}
+	a := c.Budget.AutoSize
+	if !a.Enabled || a.Deadline != 20*time.Second || a.Floor != 1000 || a.Ceiling != 500_000 || a.Window != 5*time.Second ||
+		a.Hysteresis != 0.25 || a.Windows != DefaultAutoSizeWindows {
+		t.Errorf("autosize not applied: %+v", a)
+	}
+	if !strings.Contains(c.String(), "retry_rate: .inf") || !strings.Contains(c.String(), "max_attempts: 3") {
+		t.Errorf("String() does not render the retry section inline:\n%s", c)
+	}
+
+	t.Setenv("SPILLWAY_SHEDDING_TOPICS", "a,b,c")
+	t.Setenv("SPILLWAY_SHEDDING_PRIORITY_WINDOW", "15s")
+	t.Setenv("SPILLWAY_SHEDDING_VERSION_GUARD_MAX_ENTITIES", "500")
+	t.Setenv("SPILLWAY_RETRY_MAX_ATTEMPTS", "7")
+	t.Setenv("SPILLWAY_RETRY_RETRY_RATE", "-1")
+	t.Setenv("SPILLWAY_RETRY_MULTIPLIER", "1.5")
+	t.Setenv("SPILLWAY_RETRY_DEFER", "republish")
+	t.Setenv("SPILLWAY_BUDGET_AUTOSIZE_FLOOR", "2000")
+	t.Setenv("SPILLWAY_BUDGET_AUTOSIZE_MEMORY_BOUND", "400000")
+	t.Setenv("SPILLWAY_BUDGET_AUTOSIZE_DEADLINE", "30s")
+	if c, err = LoadConfig(path); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(c.Shedding.Topics, []string{"a", "b", "c"}) || c.Shedding.Priority.Window != 15*time.Second ||
+		c.Shedding.VersionGuard.MaxEntities != 500 || c.Shedding.AuditTopic != "spillway.shed" {
+		t.Errorf("environment did not override shedding: %+v", c.Shedding)
+	}
+	if c.Retry.MaxAttempts != 7 || c.Retry.RetryRate != retrygate.Off || c.Retry.Multiplier != 1.5 || !c.Retry.Enabled {
+		t.Errorf("environment did not override retry: %+v", c.Retry)
+	}
+	if a := c.Budget.AutoSize; a.Floor != 2000 || a.MemoryBound != 400_000 || a.Deadline != 30*time.Second || a.Ceiling != 500_000 {
+		t.Errorf("environment did not override autosize: %+v", a)
+	}
+
+	t.Setenv("SPILLWAY_RETRY_ENABLED", "false")
+	t.Setenv("SPILLWAY_RETRY_RETRY_RATE", "Inf")
+	if c, err = LoadConfig(path); err != nil || c.Retry.Enabled || !math.IsInf(c.Retry.RetryRate, 1) {
+		t.Errorf("SPILLWAY_RETRY_ENABLED=false, RETRY_RATE=Inf: enabled %v, rate %v, %v", c.Retry.Enabled, c.Retry.RetryRate, err)
+	}
+}
+
 func TestLoadConfigErrors(t *testing.T) {
 	cases := []struct {
 		name, yaml string
@@ -209,6 +395,28 @@ func TestLoadConfigErrors(t *testing.T) {
 			want: []string{"kafka.tls.enabled", `"yes please"`}},
 		{name: "bad broker in env", env: map[string]string{"SPILLWAY_BROKER": "nats"}, want: []string{"broker", `"nats"`}},
 		{name: "secret in file", yaml: "kafka:\n  sasl:\n    password: [hunter2]\n", want: []string{"kafka.sasl.password"}, secret: "hunter2"},
+
+		{name: "bad int in retry", yaml: "retry:\n  max_attempts: many\n", want: []string{"retry.max_attempts", ":2)", `"many"`, "an integer (int)"}},
+		{name: "bad float in retry", yaml: "retry:\n  multiplier: fast\n", want: []string{"retry.multiplier", `"fast"`, "a number"}},
+		{name: "unknown key in retry", yaml: "retry:\n  maximum_attempts: 3\n", want: []string{"retry.maximum_attempts", "unknown field"}},
+		{name: "unknown key in shedding", yaml: "shedding:\n  priority:\n    windw: 5s\n", want: []string{"shedding.priority.windw", ":3)", "unknown field"}},
+		{name: "bad duration in shedding", yaml: "shedding:\n  priority:\n    window: soon\n", want: []string{"shedding.priority.window", `"soon"`, "duration"}},
+		{name: "shedding topics not a list", yaml: "shedding:\n  topics: {a: b}\n", want: []string{"shedding.topics", "<mapping>", "a list of strings"}},
+		{name: "bad float in autosize", yaml: "budget:\n  autosize:\n    headroom: half\n", want: []string{"budget.autosize.headroom", `"half"`, "a number"}},
+		{name: "shedding validation after file", yaml: "shedding:\n  topics: [p]\n  priority:\n    window: -5s\n",
+			want: []string{`router: config: shedding.priority.window: must be positive, got "-5s"`}},
+		{name: "retry validation after file", yaml: "retry:\n  enabled: true\n  defer: nack\n",
+			want: []string{`router: config: retry.defer: must be republish on memory`, `got "nack"`}},
+		{name: "autosize validation after file", yaml: "budget:\n  autosize:\n    enabled: true\n    deadline: 10s\n    floor: 9000\n    ceiling: 100\n",
+			want: []string{`router: config: budget.autosize.floor: must not be above budget.autosize.ceiling (100), got "9000"`}},
+		{name: "bad float in env", env: map[string]string{"SPILLWAY_RETRY_JITTER": "lots"},
+			want: []string{"retry.jitter", "SPILLWAY_RETRY_JITTER", `"lots"`}},
+		{name: "bad int in env autosize", env: map[string]string{"SPILLWAY_BUDGET_AUTOSIZE_FLOOR": "x"},
+			want: []string{"budget.autosize.floor", "SPILLWAY_BUDGET_AUTOSIZE_FLOOR", `"x"`}},
+		{name: "bad duration in env shedding", env: map[string]string{"SPILLWAY_SHEDDING_PRIORITY_WINDOW": "1 fortnight"},
+			want: []string{"shedding.priority.window", "SPILLWAY_SHEDDING_PRIORITY_WINDOW"}},
+		{name: "bad value in env retry", env: map[string]string{"SPILLWAY_RETRY_ENABLED": "true", "SPILLWAY_RETRY_MAX_ATTEMPTS": "-3"},
+			want: []string{`router: config: retry.max_attempts: must be positive, got "-3"`}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -276,7 +484,9 @@ func TestEnvKeysMatchEnvLibrary(t *testing.T) {
 	if !reflect.DeepEqual(theirs, ours) {
 		t.Errorf("env keys differ:\nenv:  %v\nours: %v", theirs, ours)
 	}
-	for _, want := range []string{"SPILLWAY_BROKER", "SPILLWAY_KAFKA_BROKERS", "SPILLWAY_BUDGET_VERTICES", "SPILLWAY_KAFKA_SASL_PASSWORD"} {
+	for _, want := range []string{"SPILLWAY_BROKER", "SPILLWAY_KAFKA_BROKERS", "SPILLWAY_BUDGET_VERTICES", "SPILLWAY_KAFKA_SASL_PASSWORD",
+		"SPILLWAY_SHEDDING_TOPICS", "SPILLWAY_SHEDDING_PRIORITY_WINDOW", "SPILLWAY_RETRY_ENABLED", "SPILLWAY_RETRY_MAX_ATTEMPTS",
+		"SPILLWAY_RETRY_RETRY_RATE", "SPILLWAY_BUDGET_AUTOSIZE_ENABLED", "SPILLWAY_BUDGET_AUTOSIZE_FLOOR"} {
 		if sort.SearchStrings(ours, want) == len(ours) || ours[sort.SearchStrings(ours, want)] != want {
 			t.Errorf("no variable %s", want)
 		}
@@ -286,6 +496,12 @@ func TestEnvKeysMatchEnvLibrary(t *testing.T) {
 func TestSizeBudget(t *testing.T) {
 	if got := SizeBudget(10_000, 60*time.Second); got != 300_000 {
 		t.Errorf("SizeBudget(10k/s, 60s) = %d", got)
+	}
+	if got, want := SizeBudget(12_345, 7*time.Second), cost.DeadlineBound(12_345, 7*time.Second, cost.DefaultHeadroom); got != want {
+		t.Errorf("SizeBudget = %d, cost.DeadlineBound = %d", got, want)
+	}
+	if got := SizeBudget(math.NaN(), time.Second); got != 1 {
+		t.Errorf("SizeBudget(NaN) = %d", got)
 	}
 	if got := SizeBudget(0, time.Second); got != 1 {
 		t.Errorf("SizeBudget(0) = %d", got)

@@ -6,9 +6,13 @@
 // publisher (wrapped so every message is stamped with its vertex_count) and
 // one subscriber per handler, and puts the Spillway middleware [Stack] in
 // front of every handler: tracing, recoverer, shedding, retry gate and
-// budget slots, outermost first, of which this version fills the budget.
+// budget slots, outermost first. The budget is always there; shedding
+// (shedding.topics), the retry gate (retry.enabled) and the budget's
+// auto-sizer (budget.autosize.enabled) are switched on by configuration,
+// and the order is fixed in one place, [Stack].
 // Handlers are added by name and topic with [Router.AddHandler] or
-// [Router.AddConsumerHandler]; [Router.Run] runs them until [Router.Close],
+// [Router.AddConsumerHandler] (with the retry gate on, each also consumes
+// its topic's retry topic); [Router.Run] runs them until [Router.Close],
 // SIGINT or SIGTERM, and shutdown is graceful: nothing new is admitted,
 // waiters give up and are nacked, admitted work finishes within the close
 // timeout.

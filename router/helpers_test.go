@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -146,7 +145,6 @@ type recordingLogger struct {
 	watermill.LoggerAdapter
 	mu     sync.Mutex
 	errors []string
-	fields watermill.LogFields
 }
 
 func newRecordingLogger(t testing.TB) *recordingLogger {
@@ -165,16 +163,6 @@ func (l *recordingLogger) Errors() []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return append([]string(nil), l.errors...)
-}
-
-func (l *recordingLogger) count(substr string) int {
-	n := 0
-	for _, e := range l.Errors() {
-		if strings.Contains(e, substr) {
-			n++
-		}
-	}
-	return n
 }
 
 func xyHull(g geom.T) geom.T { return xy.ConvexHull(g) }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -17,6 +18,8 @@ import (
 
 	"github.com/spillway-go/spillway/cost"
 	"github.com/spillway-go/spillway/middleware"
+	"github.com/spillway-go/spillway/retrygate"
+	"github.com/spillway-go/spillway/shedding"
 )
 
 // ErrNotSupported is returned by [New] for a broker that Config accepts but
@@ -28,9 +31,13 @@ var ErrNotSupported = errors.New("router: broker not supported yet")
 type Option func(*options)
 
 type options struct {
-	onAdmission func(*message.Message, middleware.Admission)
-	estimator   middleware.Estimator
-	tracer      kafka.SaramaTracer
+	onAdmission    func(*message.Message, middleware.Admission)
+	estimator      middleware.Estimator
+	tracer         kafka.SaramaTracer
+	onShed         func(*message.Message, string, shedding.Reason)
+	onRetryOutcome func(retrygate.Event)
+	isPermanent    func(error) bool
+	onResize       func(from, to int64, b cost.AutoBounds)
 
 	// Test-only switches, for the control runs of the rebalance test.
 	noBudget     bool
@@ -59,6 +66,34 @@ func WithSaramaTracer(t kafka.SaramaTracer) Option {
 	return func(o *options) { o.tracer = t }
 }
 
+// WithOnShed calls f for every message the shedding policy drops (see
+// [shedding.WithOnShed]): for metrics. It must be fast and must not block.
+func WithOnShed(f func(msg *message.Message, topic string, reason shedding.Reason)) Option {
+	return func(o *options) { o.onShed = f }
+}
+
+// WithOnRetryOutcome calls f once per delivery that passes the retry gate,
+// with its outcome (see [retrygate.Options.OnOutcome]): for metrics and
+// logs. It must be fast and must not block.
+func WithOnRetryOutcome(f func(retrygate.Event)) Option {
+	return func(o *options) { o.onRetryOutcome = f }
+}
+
+// WithIsPermanent replaces the retry gate's classifier of permanent errors
+// (default [retrygate.IsPermanent]: errors marked with retrygate.Permanent
+// and undecodable geometry). A permanent error dead-letters the message at
+// once.
+func WithIsPermanent(f func(error) bool) Option {
+	return func(o *options) { o.isPermanent = f }
+}
+
+// WithOnResize calls f after each resize of the auto-sized budget (see
+// [cost.AutoSizeConfig.OnResize]); it runs with the sizer's lock held and
+// must not call the sizer.
+func WithOnResize(f func(from, to int64, b cost.AutoBounds)) Option {
+	return func(o *options) { o.onResize = f }
+}
+
 // Router is a Watermill router with the Spillway middleware stack in front
 // of every handler and a publisher and subscribers for the configured
 // broker. Handler code is the same for every broker. Create it with [New],
@@ -74,10 +109,14 @@ type Router struct {
 	pub      message.Publisher // stamping, over back.publisher()
 	budget   *middleware.VertexBudget
 	budgetMW *middleware.Budget
+	policy   *shedding.Policy // nil: no sheddable topics
+	retry    *retrygate.Gate  // nil: retry.enabled is false
+	sizer    *cost.AutoSizer  // nil: budget.autosize.enabled is false
 
 	mu       sync.Mutex
 	trackers map[string]*SessionTracker
 	topics   map[string]string // handler name -> subscribed topic
+	retryHs  map[string]*message.Handler
 	subs     []message.Subscriber
 	runCtx   context.Context
 	ran      bool
@@ -120,6 +159,7 @@ func newRouter(cfg Config, logger watermill.LoggerAdapter, o options) (*Router, 
 		opts:     o,
 		trackers: make(map[string]*SessionTracker),
 		topics:   make(map[string]string),
+		retryHs:  make(map[string]*message.Handler),
 		closed:   make(chan struct{}),
 	}
 	r.closingCtx, r.closingCancel = context.WithCancel(context.Background())
@@ -137,38 +177,97 @@ func newRouter(cfg Config, logger watermill.LoggerAdapter, o options) (*Router, 
 		return nil, err
 	}
 
+	// From here on a failure must close what the backend opened.
+	fail := func(err error) (*Router, error) {
+		_ = r.back.publisher().Close()
+		_ = r.back.close()
+		return nil, err
+	}
+	r.pub = cost.NewStampingPublisher(r.back.publisher())
+
 	var bopts []middleware.Option
 	if cfg.Budget.MessageLimit > 0 {
 		bopts = append(bopts, middleware.WithMessageLimit(cfg.Budget.MessageLimit))
 	}
 	r.budget = middleware.NewVertexBudget(cfg.Budget.Vertices, bopts...)
-	if !o.noBudget {
-		est := o.estimator
-		if est == nil {
-			var eopts []cost.EstimatorOption
-			if cfg.Budget.ComputeMissing {
-				eopts = append(eopts, cost.WithComputeMissing())
-			}
-			est = cost.NewEstimator(cfg.Budget.DefaultCost, eopts...)
+	est := o.estimator
+	if est == nil {
+		var eopts []cost.EstimatorOption
+		if cfg.Budget.ComputeMissing {
+			eopts = append(eopts, cost.WithComputeMissing())
 		}
+		est = cost.NewEstimator(cfg.Budget.DefaultCost, eopts...)
+	}
+
+	if len(cfg.Shedding.Topics) > 0 {
+		sopts := []shedding.Option{shedding.WithAuditPublisher(nopClosePublisher{r.pub}), shedding.WithOnShed(o.onShed)}
+		if cfg.Retry.Enabled {
+			sopts = append(sopts, shedding.WithTopicFunc(r.originTopic))
+		}
+		if r.policy, err = shedding.New(cfg.Shedding, r.budget, sopts...); err != nil {
+			return fail(err)
+		}
+		if t := cfg.Shedding.AuditTopic; t != "" {
+			if err := r.back.ensureTopic(t); err != nil {
+				return fail(err)
+			}
+		}
+	}
+
+	if !o.noBudget {
 		bc := middleware.BudgetConfig{Budget: r.budget, Estimator: est, OnAdmission: o.onAdmission}
 		if cfg.Broker == BrokerKafka && !o.noRevocation {
 			bc.Revoked = r.revoked
 		}
-		r.budgetMW, err = middleware.NewBudget(bc)
+		if r.policy != nil && (bc.Revoked != nil || cfg.Shedding.Coalesce.Enabled) {
+			// A waiter steps aside when a newer message of its entity
+			// supersedes it, or when its Kafka session ends.
+			bc.Revoked = r.policy.Revoked(bc.Revoked)
+		}
+		if r.budgetMW, err = middleware.NewBudget(bc); err != nil {
+			return fail(err)
+		}
+	}
+
+	if cfg.Retry.Enabled {
+		r.retry, err = retrygate.New(cfg.Retry.Config, retrygate.Options{
+			Publisher:   nopClosePublisher{r.pub},
+			Pressure:    r.budget,
+			IsPermanent: o.isPermanent,
+			OnOutcome:   o.onRetryOutcome,
+			Logger:      logger,
+		})
 		if err != nil {
-			_ = r.back.close()
-			return nil, err
+			return fail(err)
+		}
+	}
+
+	if a := cfg.Budget.AutoSize; a.Enabled && r.budgetMW != nil {
+		r.sizer, err = cost.NewAutoSizer(cost.AutoSizeConfig{
+			Budget:      r.budget,
+			Deadline:    cfg.autoSizeDeadline(),
+			Headroom:    a.Headroom,
+			MemoryBound: a.memoryBound(),
+			Floor:       a.Floor,
+			Ceiling:     a.Ceiling,
+			Window:      a.Window,
+			Windows:     a.Windows,
+			MinWindows:  a.MinWindows,
+			MinBusy:     a.MinBusy,
+			Hysteresis:  a.Hysteresis,
+			Estimator:   est,
+			OnResize:    o.onResize,
+		})
+		if err != nil {
+			return fail(fmt.Errorf("router: budget.autosize: %w", err))
 		}
 	}
 
 	r.wm, err = message.NewRouter(message.RouterConfig{CloseTimeout: cfg.CloseTimeout}, logger)
 	if err != nil {
-		_ = r.back.close()
-		return nil, err
+		return fail(err)
 	}
 	r.wm.AddMiddleware(r.stack().Middlewares()...)
-	r.pub = cost.NewStampingPublisher(r.back.publisher())
 	return r, nil
 }
 
@@ -211,11 +310,42 @@ func (r *Router) revoked(msg *message.Message) <-chan struct{} {
 	return nil
 }
 
+// Shedding returns the load-shedding policy, or nil when shedding.topics
+// is empty.
+func (r *Router) Shedding() *shedding.Policy { return r.policy }
+
+// RetryGate returns the retry gate, or nil unless retry.enabled.
+func (r *Router) RetryGate() *retrygate.Gate { return r.retry }
+
+// AutoSizer returns the budget's auto-sizer, or nil unless
+// budget.autosize.enabled.
+func (r *Router) AutoSizer() *cost.AutoSizer { return r.sizer }
+
+// RetryHandler returns the Watermill handler that consumes the retry topic
+// of the handler named name, or nil (no such handler, or the retry gate is
+// off). It runs the same handler function behind the same stack; add any
+// handler-level middleware that the handler has to it too.
+func (r *Router) RetryHandler(name string) *message.Handler {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.retryHs[name]
+}
+
+// RetryHandlerName is the name of the handler that consumes the retry
+// topic of the handler named name (its consumer group on Kafka is
+// "<kafka.consumer_group>.<name>.retry").
+func RetryHandlerName(name string) string { return name + ".retry" }
+
 // AddHandler adds a handler named name that consumes subscribeTopic and
 // publishes what it returns to publishTopic, through the stamping
 // publisher. On Kafka the topic is created if missing (embedded broker, or
 // kafka.create_topics) and the handler consumes in its own consumer group,
 // "<kafka.consumer_group>.<name>". It may be called before or after Run.
+//
+// With retry.enabled, a second handler, [RetryHandlerName](name), runs h
+// on the retry topic of subscribeTopic with the same stack (see
+// [Router.RetryHandler]), and on Kafka the retry and dead-letter topics
+// are created too.
 func (r *Router) AddHandler(name, subscribeTopic, publishTopic string, h message.HandlerFunc) (*message.Handler, error) {
 	if publishTopic == "" {
 		return nil, fmt.Errorf("router: handler %q: empty publish topic (use AddConsumerHandler)", name)
@@ -223,23 +353,74 @@ func (r *Router) AddHandler(name, subscribeTopic, publishTopic string, h message
 	if err := r.back.ensureTopic(publishTopic); err != nil {
 		return nil, err
 	}
-	sub, err := r.subscriber(name, subscribeTopic)
-	if err != nil {
-		return nil, err
-	}
-	mh := r.wm.AddHandler(name, subscribeTopic, sub, publishTopic, nopClosePublisher{r.pub}, h)
-	return mh, r.startIfRunning()
+	return r.add(name, subscribeTopic, func(name, topic string, sub message.Subscriber) *message.Handler {
+		return r.wm.AddHandler(name, topic, sub, publishTopic, nopClosePublisher{r.pub}, h)
+	})
 }
 
 // AddConsumerHandler adds a handler that publishes nothing (it may still
 // use [Router.Publisher] directly). See AddHandler.
 func (r *Router) AddConsumerHandler(name, topic string, h message.NoPublishHandlerFunc) (*message.Handler, error) {
+	return r.add(name, topic, func(name, topic string, sub message.Subscriber) *message.Handler {
+		return r.wm.AddConsumerHandler(name, topic, sub, h)
+	})
+}
+
+// add subscribes the handler name to topic and, with the retry gate on,
+// its retry handler to the retry topic; both or neither.
+func (r *Router) add(name, topic string, addTo func(name, topic string, sub message.Subscriber) *message.Handler) (*message.Handler, error) {
 	sub, err := r.subscriber(name, topic)
 	if err != nil {
 		return nil, err
 	}
-	mh := r.wm.AddConsumerHandler(name, topic, sub, h)
+	var (
+		retryName, retryTopic string
+		retrySub              message.Subscriber
+	)
+	if r.retry != nil {
+		retryName, retryTopic = RetryHandlerName(name), r.cfg.Retry.RetryTopicFor(topic)
+		err := r.back.ensureTopic(r.cfg.Retry.DeadLetterTopicFor(topic))
+		if err == nil {
+			retrySub, err = r.subscriber(retryName, retryTopic)
+		}
+		if err != nil {
+			r.unsubscribe(name, sub)
+			return nil, err
+		}
+	}
+	mh := addTo(name, topic, sub)
+	if retrySub != nil {
+		rh := addTo(retryName, retryTopic, retrySub)
+		r.mu.Lock()
+		r.retryHs[name] = rh
+		r.mu.Unlock()
+	}
 	return mh, r.startIfRunning()
+}
+
+// unsubscribe undoes subscriber for a handler that could not be added.
+func (r *Router) unsubscribe(name string, sub message.Subscriber) {
+	r.mu.Lock()
+	delete(r.topics, name)
+	delete(r.trackers, name)
+	if i := slices.Index(r.subs, sub); i >= 0 {
+		r.subs = slices.Delete(r.subs, i, i+1)
+	}
+	r.mu.Unlock()
+	_ = sub.Close()
+}
+
+// originTopic is the topic the shedding policy files msg under: the topic
+// it was consumed from, except that a retry copy consumed from a retry
+// topic counts as its origin topic's, so a retried message of a sheddable
+// stream stays sheddable and its entity's versions are guarded together.
+func (r *Router) originTopic(msg *message.Message) string {
+	topic := message.SubscribeTopicFromCtx(msg.Context())
+	if origin := msg.Metadata.Get(retrygate.OriginTopicKey); origin != "" && origin != topic &&
+		r.cfg.Retry.RetryTopicFor(origin) == topic {
+		return origin
+	}
+	return topic
 }
 
 func (r *Router) subscriber(name, topic string) (message.Subscriber, error) {
@@ -398,10 +579,14 @@ func (r *Router) close() error {
 type Stats struct {
 	Budget        middleware.BudgetStats
 	Running       int64  // messages admitted and in their handler
-	Revocations   uint64 // waiting messages that stepped aside (Kafka rebalance)
+	Revocations   uint64 // waiting messages that stepped aside (Kafka rebalance, or superseded)
 	Cancellations uint64 // waiting messages that gave up (shutdown)
 	LateMarks     uint64 // acks committed after their session ended (Kafka)
 	Evictions     uint64 // times a member came back under a new member id (Kafka)
+
+	Shedding *shedding.Stats  // nil when shedding is off
+	Retry    *retrygate.Stats // nil when the retry gate is off
+	AutoSize *cost.AutoBounds // nil when auto-sizing is off
 }
 
 // Stats returns a snapshot.
@@ -410,6 +595,18 @@ func (r *Router) Stats() Stats {
 	if r.budgetMW != nil {
 		s.Revocations = r.budgetMW.Revocations()
 		s.Cancellations = r.budgetMW.Cancellations()
+	}
+	if r.policy != nil {
+		st := r.policy.Stats()
+		s.Shedding = &st
+	}
+	if r.retry != nil {
+		st := r.retry.Stats()
+		s.Retry = &st
+	}
+	if r.sizer != nil {
+		b := r.sizer.Bounds()
+		s.AutoSize = &b
 	}
 	r.mu.Lock()
 	for _, t := range r.trackers {

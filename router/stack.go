@@ -15,24 +15,49 @@ import (
 //  2. Recoverer: turns a panic below it into an error that the outer
 //     layers can see; Watermill's router recovers panics itself, so this is
 //     only needed once outer layers care. (Later issue.)
-//  3. Shedding: rejects work before it queues when the budget has been
-//     saturated for too long; it must sit outside the budget to see
-//     pressure without adding to it. (Later issue.)
-//  4. RetryGate: holds retries back while the budget is saturated; outside
-//     the budget, so a retry never holds vertices while it sleeps. (Later
-//     issue.)
+//  3. Shedding ([shedding.Policy.Middleware]; present when shedding.topics
+//     is set): drops stale messages, and low-priority messages of
+//     sheddable topics once the budget has been saturated for
+//     shedding.priority.window, before they queue. Outside the budget, so
+//     a dropped message never waits for budget nor holds any; outside the
+//     retry gate, so it judges each delivery once, not every attempt, and
+//     a message it drops never reaches the gate.
+//  4. RetryGate ([retrygate.Gate.Middleware]; present when retry.enabled):
+//     retries failures with backoff from a retry budget, defers them to the
+//     retry topic while the budget is saturated, dead-letters permanent
+//     failures. Outside the budget, so a message holds no vertices while it
+//     backs off and each attempt is admitted afresh.
 //  5. Budget: admission against the vertex budget, innermost, so the
 //     vertices are held exactly while the handler (and handler-level
-//     middlewares) run. The router fills this slot with three parts: a
-//     shutdown gate, the [middleware.Budget] itself, and an inner layer
-//     that counts admitted work and tells the Kafka session tracker which
-//     deliveries completed.
+//     middlewares) run. Its parts, outermost first:
+//     a. "shutdown-gate": once Close starts nothing new gets in; opens a
+//     new delivery attempt for the Kafka session tracker.
+//     b. "admission": [middleware.Budget]; its Revoked hook is the Kafka
+//     session's end and, with coalescing, the message being superseded.
+//     c. "admitted": gives the handler its delivery context back, counts
+//     running work for Close, reports completed deliveries to the Kafka
+//     session tracker.
+//     d. "shedding-admitted" ([shedding.Policy.Admitted]; with shedding):
+//     re-checks a message after its wait, marks it admitted (no longer
+//     supersedable) and records handled versions for the version guard.
+//     Without it the guard never records and waiters are never
+//     superseded.
+//     e. "auto-sizer" ([cost.AutoSizer.Middleware]; when
+//     budget.autosize.enabled): innermost, so it times the handler's own
+//     work only, never the wait for budget, and never a message that
+//     shedding dropped after its wait.
 type Stack struct {
 	Tracing   message.HandlerMiddleware
 	Recoverer message.HandlerMiddleware
 	Shedding  message.HandlerMiddleware
 	RetryGate message.HandlerMiddleware
-	Budget    []message.HandlerMiddleware
+	Budget    []Layer
+}
+
+// Layer is one named part of a stack slot.
+type Layer struct {
+	Name       string
+	Middleware message.HandlerMiddleware
 }
 
 // Middlewares returns the present layers, outermost first, ready for
@@ -44,15 +69,16 @@ func (s Stack) Middlewares() []message.HandlerMiddleware {
 			out = append(out, m)
 		}
 	}
-	for _, m := range s.Budget {
-		if m != nil {
-			out = append(out, m)
+	for _, l := range s.Budget {
+		if l.Middleware != nil {
+			out = append(out, l.Middleware)
 		}
 	}
 	return out
 }
 
-// Layers returns the names of the present layers, outermost first.
+// Layers returns the names of the present slots, outermost first:
+// tracing, recoverer, shedding, retry-gate, budget.
 func (s Stack) Layers() []string {
 	var out []string
 	for _, l := range []struct {
@@ -63,22 +89,49 @@ func (s Stack) Layers() []string {
 			out = append(out, l.name)
 		}
 	}
-	if len(s.Budget) > 0 {
+	if len(s.BudgetLayers()) > 0 {
 		out = append(out, "budget")
 	}
 	return out
 }
 
-// stack builds the router's stack. Later issues fill the other slots here.
+// BudgetLayers returns the names of the budget slot's present parts,
+// outermost first: shutdown-gate, admission, admitted, shedding-admitted,
+// auto-sizer.
+func (s Stack) BudgetLayers() []string {
+	var out []string
+	for _, l := range s.Budget {
+		if l.Middleware != nil {
+			out = append(out, l.Name)
+		}
+	}
+	return out
+}
+
+// stack builds the router's stack from what New built. Later issues fill
+// the tracing and recoverer slots here.
 func (r *Router) stack() Stack {
 	s := Stack{}
-	if r.budgetMW == nil {
-		// Control configuration (tests only): no admission at all, but the
-		// shutdown gate and in-flight accounting stay.
-		s.Budget = []message.HandlerMiddleware{r.gate, r.admitted}
-		return s
+	if r.policy != nil {
+		s.Shedding = r.policy.Middleware
 	}
-	s.Budget = []message.HandlerMiddleware{r.gate, r.budgetMW.Middleware, r.admitted}
+	if r.retry != nil {
+		s.RetryGate = r.retry.Middleware
+	}
+	s.Budget = []Layer{{"shutdown-gate", r.gate}}
+	if r.budgetMW != nil {
+		// Without it (a control configuration of the tests) there is no
+		// admission at all, but the shutdown gate and in-flight
+		// accounting stay.
+		s.Budget = append(s.Budget, Layer{"admission", r.budgetMW.Middleware})
+	}
+	s.Budget = append(s.Budget, Layer{"admitted", r.admitted})
+	if r.policy != nil {
+		s.Budget = append(s.Budget, Layer{"shedding-admitted", r.policy.Admitted})
+	}
+	if r.sizer != nil {
+		s.Budget = append(s.Budget, Layer{"auto-sizer", r.sizer.Middleware})
+	}
 	return s
 }
 
