@@ -6,11 +6,14 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
+
+	"github.com/spillway-go/spillway/telemetry"
 )
 
-// backend is the seam between the router and a broker. Adding a broker
-// (Redis Streams is next) means one more implementation and one more case
-// in newRouter; handlers and the middleware stack do not change.
+// backend is the seam between the router and a broker: memory, Kafka
+// (kafka.go) and Redis Streams (redis.go). Adding a broker means one more
+// implementation and one more case in newRouter; handlers and the
+// middleware stack do not change.
 type backend interface {
 	// publisher is the broker's raw publisher; the router stamps and
 	// closes it.
@@ -21,8 +24,16 @@ type backend interface {
 	subscriber(handler, topic string) (message.Subscriber, *SessionTracker, error)
 	// ensureTopic makes topic exist, where the broker needs that.
 	ensureTopic(topic string) error
-	// lag sums the uncommitted messages of the handlers' groups.
-	lag(ctx context.Context, groups []groupTopic) (int64, error)
+	// lag reads the uncommitted messages of the handlers' groups, one
+	// sample per partition (Kafka) or stream (Redis); ErrLagUnknown when
+	// the broker cannot tell.
+	lag(ctx context.Context, groups []groupTopic) ([]telemetry.LagSample, error)
+	// deadLetter is the middleware that takes messages the broker could
+	// not decode out of the flow, outside the budget; nil if there are
+	// none.
+	deadLetter() message.HandlerMiddleware
+	// system is the messaging.system attribute of spans.
+	system() string
 	// close releases what the backend owns, after the router and the
 	// publisher are closed.
 	close() error
@@ -49,9 +60,13 @@ func (b *memoryBackend) subscriber(string, string) (message.Subscriber, *Session
 
 func (b *memoryBackend) ensureTopic(string) error { return nil }
 
-func (b *memoryBackend) lag(context.Context, []groupTopic) (int64, error) {
-	return 0, ErrLagUnknown
+func (b *memoryBackend) lag(context.Context, []groupTopic) ([]telemetry.LagSample, error) {
+	return nil, ErrLagUnknown
 }
+
+func (b *memoryBackend) deadLetter() message.HandlerMiddleware { return nil }
+
+func (b *memoryBackend) system() string { return telemetry.SystemGoChannel }
 
 // close has nothing left to do: the router closed the GoChannel when it
 // closed the publisher.

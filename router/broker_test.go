@@ -13,6 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/spillway-go/spillway/cost"
+	"github.com/spillway-go/spillway/internal/redistest"
 	"github.com/spillway-go/spillway/middleware"
 )
 
@@ -21,13 +22,30 @@ import (
 // Sarama registers go-metrics meters, and go-metrics runs one process-wide
 // ticker goroutine for all meters, started on first use and never stopped.
 // It is not per client, so it is not a leak of ours.
+//
+// A redis-server started by internal/redistest is waited for, and its
+// output copied, by goroutines that end when the test's cleanup stops the
+// server, which runs after the deferred leak check. The router itself
+// starts no processes.
 var leakOptions = []goleak.Option{
 	goleak.IgnoreTopFunction("github.com/rcrowley/go-metrics.(*meterArbiter).tick"),
+	goleak.IgnoreAnyFunction("github.com/spillway-go/spillway/internal/redistest.(*Server).launch.func1"),
+	goleak.IgnoreAnyFunction("os/exec.(*Cmd).Start.func2"),
 	goleak.IgnoreCurrent(),
 }
 
-// brokerCase is one broker the handler table runs on. The Redis Streams
-// row joins with one more entry.
+// redisConfig is a router on a fresh redis-server (skipped when
+// redis-server is missing, unless SPILLWAY_REQUIRE_REDIS=1).
+func redisConfig(t *testing.T) Config {
+	srv := redistest.Start(t)
+	c := Config{Broker: BrokerRedis}
+	c.Redis.Addr = srv.Addr()
+	c.Redis.BlockTime = 50 * time.Millisecond
+	c.Redis.LagInterval = 200 * time.Millisecond
+	return c
+}
+
+// brokerCase is one broker the handler table runs on.
 type brokerCase struct {
 	name string
 	// config returns the configuration of the router under test.
@@ -51,6 +69,11 @@ var brokerCases = []brokerCase{
 			return c
 		},
 		partitioned: true,
+	},
+	{
+		// A real redis-server: miniredis gets idle times and lag wrong.
+		name:   "redis",
+		config: redisConfig,
 	},
 }
 

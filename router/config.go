@@ -3,6 +3,7 @@ package router
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"net"
 	"os"
@@ -17,8 +18,10 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/spillway-go/spillway/cost"
+	"github.com/spillway-go/spillway/redisbroker"
 	"github.com/spillway-go/spillway/retrygate"
 	"github.com/spillway-go/spillway/shedding"
+	"github.com/spillway-go/spillway/telemetry"
 )
 
 // EnvPrefix is the prefix of every environment variable [LoadConfig] reads.
@@ -35,7 +38,7 @@ type Broker string
 const (
 	BrokerMemory Broker = "memory" // Watermill's GoChannel, persistent, in process
 	BrokerKafka  Broker = "kafka"  // watermill-kafka consumer groups (Sarama)
-	BrokerRedis  Broker = "redis"  // Redis Streams: accepted by Validate, not built yet
+	BrokerRedis  Broker = "redis"  // Redis Streams consumer groups (redisbroker)
 )
 
 // Config configures a [Router]. The zero value is valid: setDefaults fills
@@ -73,8 +76,37 @@ type Config struct {
 	// Kafka configures broker: kafka.
 	Kafka KafkaConfig `yaml:"kafka" envPrefix:"KAFKA_"`
 
-	// Redis is reserved for broker: redis (the next issue).
+	// Redis configures broker: redis.
 	Redis RedisConfig `yaml:"redis" envPrefix:"REDIS_"`
+
+	// Telemetry configures the router's OpenTelemetry traces, metrics and
+	// lag sampling (docs/operations.md). On by default: without providers
+	// (router.WithTracerProvider, WithMeterProvider, or the OpenTelemetry
+	// globals) nothing is exported and it costs little.
+	Telemetry TelemetryConfig `yaml:"telemetry" envPrefix:"TELEMETRY_"`
+}
+
+// TelemetryConfig configures the router's telemetry: the tracing and
+// metrics middlewares, the tracing publisher, the budget and lag
+// observers and the background lag sampler.
+type TelemetryConfig struct {
+	// Disabled leaves every telemetry layer out: no spans, no metrics, no
+	// lag sampler. Default false.
+	Disabled bool `yaml:"disabled" env:"DISABLED"`
+
+	// Name labels the router's series: the budget label of the budget
+	// metrics and the source label of the lag metrics. Give each router
+	// of a process its own. Default spillway.
+	Name string `yaml:"name" env:"NAME"`
+
+	// LagInterval is how often the background sampler reads the consumer
+	// lag of every handler (Kafka, Redis; never per message). Default 10s.
+	LagInterval time.Duration `yaml:"lag_interval" env:"LAG_INTERVAL"`
+
+	// LagThreshold is the total lag above which the sampler reports
+	// pressure (spillway.consumer.lag.saturated). Default 0: no threshold,
+	// never saturated; -1 is the same.
+	LagThreshold int64 `yaml:"lag_threshold" env:"LAG_THRESHOLD"`
 }
 
 // BudgetConfig sizes the router's [middleware.VertexBudget].
@@ -288,13 +320,94 @@ type SASLConfig struct {
 	Password Secret `yaml:"password" env:"PASSWORD"`
 }
 
-// RedisConfig is a placeholder for the Redis Streams broker of the next
-// issue. Its fields are parsed and redacted but not used yet.
+// RedisConfig configures the Redis Streams broker ([redisbroker]). Zero
+// fields take redisbroker's defaults; docs/redis.md explains each one.
 type RedisConfig struct {
-	// Addr is the Redis server address, host:port.
+	// Addr is the server's host:port. "embedded" runs an in-process
+	// miniredis (demos only: it gets idle times and lag wrong). Required
+	// with broker: redis.
 	Addr string `yaml:"addr" env:"ADDR"`
-	// AuthPassword is the Redis password. Secret.
-	AuthPassword Secret `yaml:"password" env:"PASSWORD"`
+	// Username authenticates with Password (ACL user); empty for the
+	// default user.
+	Username string `yaml:"username" env:"USERNAME"`
+	// Password is the Redis password. Secret.
+	Password Secret `yaml:"password" env:"PASSWORD"`
+	// DB is the database number. Default 0.
+	DB int `yaml:"db" env:"DB"`
+	// TLS configures transport encryption.
+	TLS RedisTLSConfig `yaml:"tls" envPrefix:"TLS_"`
+
+	// ConsumerGroup prefixes the consumer group of every handler: a
+	// handler named h consumes in group "<ConsumerGroup>.<h>". Default
+	// spillway.
+	ConsumerGroup string `yaml:"consumer_group" env:"CONSUMER_GROUP"`
+	// Consumer is the base consumer name, unique among the live processes
+	// of a group and stable across restarts. Default
+	// "<hostname>-<program>".
+	Consumer string `yaml:"consumer" env:"CONSUMER"`
+	// Consumers is the number of consumers per handler in this process:
+	// the most messages a handler holds at once. Default 4.
+	Consumers int `yaml:"consumers" env:"CONSUMERS"`
+
+	// BlockTime is how long one read waits for new entries. Default 500ms.
+	BlockTime time.Duration `yaml:"block_time" env:"BLOCK_TIME"`
+	// ClaimInterval is how often entries idle past MaxIdleTime are looked
+	// for. Default 5s.
+	ClaimInterval time.Duration `yaml:"claim_interval" env:"CLAIM_INTERVAL"`
+	// MaxIdleTime is the redelivery deadline the budget is sized against:
+	// an entry pending this long without a keep-alive refresh is claimed
+	// by another consumer. Default 30s.
+	MaxIdleTime time.Duration `yaml:"max_idle_time" env:"MAX_IDLE_TIME"`
+	// NackResendSleep is the pause before a nacked message is redelivered.
+	// Default 100ms; -1ns (any negative) for none.
+	NackResendSleep time.Duration `yaml:"nack_resend_sleep" env:"NACK_RESEND_SLEEP"`
+	// KeepAlive configures the refresh of held entries.
+	KeepAlive RedisKeepAliveConfig `yaml:"keep_alive" envPrefix:"KEEP_ALIVE_"`
+	// LagInterval is the period of each subscriber's own lag sampler.
+	// Default 5s.
+	LagInterval time.Duration `yaml:"lag_interval" env:"LAG_INTERVAL"`
+
+	// DefaultMaxLen trims every stream the router publishes to at about
+	// this many entries (oldest first, read or not). Default 0: unbounded.
+	DefaultMaxLen int64 `yaml:"default_max_len" env:"DEFAULT_MAX_LEN"`
+	// MaxLen overrides DefaultMaxLen per stream (0: unbounded). In the
+	// environment: stream:n,stream2:n2.
+	MaxLen map[string]int64 `yaml:"max_len" env:"MAX_LEN"`
+
+	// DeadLetterTopic is the stream entries that cannot be unmarshalled
+	// are moved to. Default spillway.deadletter.
+	DeadLetterTopic string `yaml:"dead_letter_topic" env:"DEAD_LETTER_TOPIC"`
+}
+
+// RedisTLSConfig configures TLS to the Redis server. TLS is on when
+// Enabled is true or a file is set.
+type RedisTLSConfig struct {
+	// Enabled turns TLS on (system roots unless CAFile).
+	Enabled bool `yaml:"enabled" env:"ENABLED"`
+	// CAFile is a PEM bundle of trusted CAs.
+	CAFile string `yaml:"ca_file" env:"CA_FILE"`
+	// CertFile and KeyFile are the client certificate and key (servers
+	// with tls-auth-clients yes). Set both or neither.
+	CertFile string `yaml:"cert_file" env:"CERT_FILE"`
+	KeyFile  string `yaml:"key_file" env:"KEY_FILE"`
+	// ServerName overrides the name checked against the server
+	// certificate.
+	ServerName string `yaml:"server_name" env:"SERVER_NAME"`
+	// InsecureSkipVerify disables certificate verification. Tests only.
+	InsecureSkipVerify bool `yaml:"insecure_skip_verify" env:"INSECURE_SKIP_VERIFY"`
+}
+
+// RedisKeepAliveConfig configures the keep-alive of held entries
+// ([redisbroker.KeepAliveConfig]).
+type RedisKeepAliveConfig struct {
+	// Interval is how often held entries are refreshed. Default
+	// max_idle_time / 3; must be below max_idle_time.
+	Interval time.Duration `yaml:"interval" env:"INTERVAL"`
+	// MaxInFlight is how long a consumer may hold entries without acking
+	// any before it is presumed stuck. Default 5m.
+	MaxInFlight time.Duration `yaml:"max_in_flight" env:"MAX_IN_FLIGHT"`
+	// Disabled turns the keep-alive off. Default false.
+	Disabled bool `yaml:"disabled" env:"DISABLED"`
 }
 
 // Secret is a string that never prints: String, GoString, YAML and text
@@ -364,6 +477,7 @@ const (
 	DefaultSessionTimeout    = 10 * time.Second
 	DefaultHeartbeatInterval = time.Second
 	DefaultNackResendSleep   = 100 * time.Millisecond
+	DefaultTelemetryName     = "spillway"
 
 	DefaultAutoSizeWindows    = 5
 	DefaultAutoSizeMinWindows = 3
@@ -449,6 +563,47 @@ func (c *Config) setDefaults() {
 	if k.NackResendSleep == 0 {
 		k.NackResendSleep = DefaultNackResendSleep
 	}
+	c.Redis.setDefaults()
+	t := &c.Telemetry
+	if t.Name == "" {
+		t.Name = DefaultTelemetryName
+	}
+	if t.LagInterval == 0 {
+		t.LagInterval = telemetry.DefaultLagInterval
+	}
+}
+
+func (r *RedisConfig) setDefaults() {
+	if r.ConsumerGroup == "" {
+		r.ConsumerGroup = DefaultConsumerGroup
+	}
+	if r.Consumers == 0 {
+		r.Consumers = redisbroker.DefaultConsumers
+	}
+	if r.BlockTime == 0 {
+		r.BlockTime = redisbroker.DefaultBlockTime
+	}
+	if r.ClaimInterval == 0 {
+		r.ClaimInterval = redisbroker.DefaultClaimInterval
+	}
+	if r.MaxIdleTime == 0 {
+		r.MaxIdleTime = redisbroker.DefaultMaxIdleTime
+	}
+	if r.NackResendSleep == 0 {
+		r.NackResendSleep = redisbroker.DefaultNackResendSleep
+	}
+	if r.KeepAlive.Interval == 0 {
+		r.KeepAlive.Interval = r.MaxIdleTime / 3
+	}
+	if r.KeepAlive.MaxInFlight == 0 {
+		r.KeepAlive.MaxInFlight = redisbroker.DefaultMaxInFlight
+	}
+	if r.LagInterval == 0 {
+		r.LagInterval = redisbroker.DefaultLagInterval
+	}
+	if r.DeadLetterTopic == "" {
+		r.DeadLetterTopic = redisbroker.DefaultDeadLetterTopic
+	}
 }
 
 // WithDefaults returns c with every zero field set to its default, as
@@ -495,9 +650,13 @@ func (c Config) Validate() error {
 	errs = append(errs, nested("shedding.", c.Shedding.Validate())...)
 	errs = append(errs, nested("retry.", c.Retry.Config.Validate())...)
 	errs = append(errs, c.validateCombinations()...)
-	if c.Broker == BrokerKafka {
+	switch c.Broker {
+	case BrokerKafka:
 		errs = append(errs, c.Kafka.validate()...)
+	case BrokerRedis:
+		errs = append(errs, c.Redis.validate()...)
 	}
+	errs = append(errs, c.Telemetry.validate()...)
 	return errors.Join(errs...)
 }
 
@@ -531,10 +690,19 @@ func (c Config) validateCombinations() []error {
 		if in := r.MaxElapsedTime + min(2*r.MaxInterval, r.MaxElapsedTime); in >= d {
 			bad("retry.max_elapsed_time", r.MaxElapsedTime.String(), fmt.Sprintf(
 				"plus the early-retry hold (min(2 × retry.max_interval, retry.max_elapsed_time)) keeps a delivery in the gate for up to %s, "+
-					"which must stay below the redelivery deadline, kafka.rebalance_timeout (%s)", in, d))
+					"which must stay below the redelivery deadline, %s (%s)", in, c.deadlineKey(), d))
 		}
 	}
 	return errs
+}
+
+// deadlineKey names the configuration key of the broker's redelivery
+// deadline.
+func (c Config) deadlineKey() string {
+	if c.Broker == BrokerRedis {
+		return "redis.max_idle_time"
+	}
+	return "kafka.rebalance_timeout"
 }
 
 // autoSizeDeadline is budget.autosize.deadline, or the broker's redelivery
@@ -773,6 +941,98 @@ func (k KafkaConfig) validate() []error {
 	return errs
 }
 
+func (r RedisConfig) validate() []error {
+	var errs []error
+	bad := func(field, value, reason string) {
+		f := "redis"
+		if field != "" {
+			f += "." + field
+		}
+		errs = append(errs, &ConfigError{Field: f, Value: value, Reason: reason})
+	}
+	dur := func(field string, d time.Duration) {
+		if d < time.Millisecond {
+			bad(field, d.String(), "must be at least 1ms")
+		}
+	}
+	switch r.Addr {
+	case "":
+		bad("addr", "", "must be set with broker redis (host:port, or embedded for an in-process miniredis)")
+	case redisbroker.EmbeddedAddr:
+	default:
+		host, port, err := net.SplitHostPort(r.Addr)
+		if p, perr := strconv.Atoi(port); err != nil || host == "" || perr != nil || p <= 0 || p > 65535 {
+			bad("addr", r.Addr, "must be host:port or embedded")
+		}
+	}
+	if r.DB < 0 {
+		bad("db", strconv.Itoa(r.DB), "must be zero or positive")
+	}
+	if (r.TLS.CertFile == "") != (r.TLS.KeyFile == "") {
+		bad("tls.cert_file", r.TLS.CertFile, "set redis.tls.cert_file and redis.tls.key_file together")
+	}
+	if r.Addr == redisbroker.EmbeddedAddr && (r.TLS.Enabled || r.TLS.CAFile != "" || r.TLS.CertFile != "") {
+		bad("tls.enabled", "true", "must be false with the embedded server")
+	}
+	if strings.TrimSpace(r.ConsumerGroup) == "" {
+		bad("consumer_group", r.ConsumerGroup, "must not be blank")
+	}
+	if strings.ContainsAny(r.Consumer, " \t\r\n") {
+		bad("consumer", r.Consumer, "must not contain white space")
+	}
+	if r.Consumers < 1 || r.Consumers > 1024 {
+		bad("consumers", strconv.Itoa(r.Consumers), "must be between 1 and 1024")
+	}
+	dur("block_time", r.BlockTime)
+	dur("claim_interval", r.ClaimInterval)
+	dur("max_idle_time", r.MaxIdleTime)
+	if !r.KeepAlive.Disabled {
+		if r.KeepAlive.Interval <= 0 {
+			bad("keep_alive.interval", r.KeepAlive.Interval.String(), "must be positive")
+		} else if r.KeepAlive.Interval >= r.MaxIdleTime {
+			bad("keep_alive.interval", r.KeepAlive.Interval.String(), "must be below redis.max_idle_time ("+r.MaxIdleTime.String()+")")
+		}
+		if r.KeepAlive.MaxInFlight <= 0 {
+			bad("keep_alive.max_in_flight", r.KeepAlive.MaxInFlight.String(), "must be positive")
+		}
+	}
+	if r.LagInterval <= 0 {
+		bad("lag_interval", r.LagInterval.String(), "must be positive")
+	}
+	if r.DefaultMaxLen < 0 {
+		bad("default_max_len", strconv.FormatInt(r.DefaultMaxLen, 10), "must be zero (unbounded) or positive")
+	}
+	for _, stream := range slices.Sorted(maps.Keys(r.MaxLen)) {
+		if n := r.MaxLen[stream]; n < 0 {
+			bad("max_len."+stream, strconv.FormatInt(n, 10), "must be zero (unbounded) or positive")
+		}
+	}
+	if strings.TrimSpace(r.DeadLetterTopic) == "" {
+		bad("dead_letter_topic", r.DeadLetterTopic, "must not be blank")
+	}
+	if len(errs) == 0 {
+		// Anything the checks above missed, as redisbroker words it.
+		if err := r.broker("validate").Validate(); err != nil {
+			bad("", "", err.Error())
+		}
+	}
+	return errs
+}
+
+func (t TelemetryConfig) validate() []error {
+	var errs []error
+	if strings.TrimSpace(t.Name) == "" {
+		errs = append(errs, &ConfigError{Field: "telemetry.name", Value: t.Name, Reason: "must not be blank"})
+	}
+	if t.LagInterval < 0 {
+		errs = append(errs, &ConfigError{Field: "telemetry.lag_interval", Value: t.LagInterval.String(), Reason: "must be positive"})
+	}
+	if t.LagThreshold < Off {
+		errs = append(errs, &ConfigError{Field: "telemetry.lag_threshold", Value: strconv.FormatInt(t.LagThreshold, 10), Reason: "must be zero or positive (-1 or 0: no threshold)"})
+	}
+	return errs
+}
+
 // String renders c as YAML with every secret redacted. It is safe to log.
 func (c Config) String() string {
 	out, err := yaml.Marshal(c)
@@ -786,15 +1046,19 @@ func (c Config) String() string {
 func (c Config) GoString() string { return c.String() }
 
 // RedeliveryDeadline is how long a delivered but unacknowledged message may
-// stay in flight before the broker hands it to someone else when the group
-// changes: kafka.rebalance_timeout for Kafka, 0 (none) for memory, and 0
-// for redis until its wiring lands. Size the budget so admitted work
-// drains within half of it ([SizeBudget]); budget.autosize sizes against
-// it unless budget.autosize.deadline is set.
+// stay in flight before the broker hands it to someone else:
+// kafka.rebalance_timeout on Kafka (when the group changes),
+// redis.max_idle_time on Redis (an entry left without a keep-alive refresh
+// is claimed by a peer), 0 (none) on memory. Size the budget so admitted
+// work drains within half of it ([SizeBudget]); budget.autosize sizes
+// against it unless budget.autosize.deadline is set.
 func (c Config) RedeliveryDeadline() time.Duration {
 	c.setDefaults()
-	if c.Broker == BrokerKafka {
+	switch c.Broker {
+	case BrokerKafka:
 		return c.Kafka.RebalanceTimeout
+	case BrokerRedis:
+		return c.Redis.MaxIdleTime
 	}
 	return 0
 }
@@ -1029,6 +1293,8 @@ func typeName(t reflect.Type) string {
 	switch t.Kind() {
 	case reflect.Slice:
 		return "a list of " + strings.TrimPrefix(typeName(t.Elem()), "a ") + "s"
+	case reflect.Map:
+		return "a mapping of names to " + strings.TrimPrefix(typeName(t.Elem()), "a ") + "s"
 	case reflect.Bool:
 		return "a boolean"
 	case reflect.String:

@@ -61,6 +61,13 @@ func TestDefaults(t *testing.T) {
 		FetchDefaultBytes: 256 << 10, RebalanceTimeout: 60 * time.Second, SessionTimeout: 10 * time.Second,
 		HeartbeatInterval: time.Second, InitialOffset: "oldest", NackResendSleep: 100 * time.Millisecond,
 	}
+	want.Redis = RedisConfig{
+		ConsumerGroup: "spillway", Consumers: 4, BlockTime: 500 * time.Millisecond, ClaimInterval: 5 * time.Second,
+		MaxIdleTime: 30 * time.Second, NackResendSleep: 100 * time.Millisecond, LagInterval: 5 * time.Second,
+		KeepAlive:       RedisKeepAliveConfig{Interval: 10 * time.Second, MaxInFlight: 5 * time.Minute},
+		DeadLetterTopic: "spillway.deadletter",
+	}
+	want.Telemetry = TelemetryConfig{Name: "spillway", LagInterval: 10 * time.Second}
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("defaults:\n%v\nwant\n%v", c, want)
 	}
@@ -448,7 +455,7 @@ func TestSecretsRedacted(t *testing.T) {
 	c := Config{Broker: BrokerKafka}
 	c.Kafka.SASL = SASLConfig{Mechanism: "PLAIN", User: "svc", Password: "hunter2"}
 	c.Kafka.TLS = TLSConfig{Enabled: true, CertFile: "c.pem", KeyPEM: "-----BEGIN PRIVATE KEY-----xyz"}
-	c.Redis.AuthPassword = "redis-pass"
+	c.Redis.Password = "redis-pass"
 	for _, s := range []string{c.String(), fmt.Sprint(c), fmt.Sprintf("%+v", c), fmt.Sprintf("%#v", c),
 		fmt.Sprintf("%v", c.Kafka), fmt.Sprintf("%+v", c.Kafka.SASL), fmt.Sprintf("%#v", c.Kafka.TLS)} {
 		for _, secret := range []string{"hunter2", "PRIVATE KEY", "xyz", "redis-pass"} {
@@ -509,8 +516,9 @@ func TestSizeBudget(t *testing.T) {
 }
 
 func TestNewRejects(t *testing.T) {
-	if _, err := New(Config{Broker: BrokerRedis}, nil); !errors.Is(err, ErrNotSupported) {
-		t.Errorf("redis: %v", err)
+	var addrErr *ConfigError
+	if _, err := New(Config{Broker: BrokerRedis}, nil); !errors.As(err, &addrErr) || addrErr.Field != "redis.addr" {
+		t.Errorf("redis without addr: %v", err)
 	}
 	if _, err := New(Config{Budget: BudgetConfig{Vertices: -1}}, nil); err == nil {
 		t.Error("invalid config accepted")
@@ -522,5 +530,64 @@ func TestNewRejects(t *testing.T) {
 	var ce *ConfigError
 	if !errors.As(err, &ce) || ce.Field != "kafka.tls.ca_file" {
 		t.Errorf("missing CA file: %v", err)
+	}
+}
+
+// TestRedisSection: the redis section from YAML and environment, its
+// redelivery deadline, and its validation.
+func TestRedisSection(t *testing.T) {
+	clearEnv(t)
+	p := writeConfig(t, `broker: redis
+redis:
+  addr: redis.internal:6380
+  password: s3cret
+  consumers: 8
+  max_idle_time: 45s
+  max_len: {positions: 1000}
+telemetry:
+  lag_interval: 2s
+`)
+	t.Setenv("SPILLWAY_REDIS_CONSUMER_GROUP", "tiler")
+	t.Setenv("SPILLWAY_REDIS_DEFAULT_MAX_LEN", "5000")
+	c, err := LoadConfig(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := c.Redis
+	if r.Addr != "redis.internal:6380" || r.Password != "s3cret" || r.Consumers != 8 || r.ConsumerGroup != "tiler" ||
+		r.DefaultMaxLen != 5000 || r.MaxLen["positions"] != 1000 || r.KeepAlive.Interval != 15*time.Second {
+		t.Errorf("redis section = %+v", r)
+	}
+	if d := c.RedeliveryDeadline(); d != 45*time.Second {
+		t.Errorf("RedeliveryDeadline = %s, want redis.max_idle_time 45s", d)
+	}
+	if c.Telemetry.LagInterval != 2*time.Second {
+		t.Errorf("telemetry.lag_interval = %s", c.Telemetry.LagInterval)
+	}
+	if strings.Contains(c.String(), "s3cret") || strings.Contains(fmt.Sprintf("%+v %#v", c, c), "s3cret") {
+		t.Error("redis.password printed")
+	}
+	bc := r.broker(r.consumerGroup("h"))
+	if bc.Password != "s3cret" || bc.ConsumerGroup != "tiler.h" || bc.RedeliveryDeadline() != 45*time.Second || bc.Validate() != nil {
+		t.Errorf("redisbroker config = %v (%v)", bc, bc.Validate())
+	}
+
+	bad := Config{Broker: BrokerRedis}
+	bad.Redis = RedisConfig{Addr: "nohost", Consumers: 2000, MaxIdleTime: 3 * time.Second, KeepAlive: RedisKeepAliveConfig{Interval: 5 * time.Second}}
+	bad.Redis.MaxLen = map[string]int64{"x": -1}
+	fields := map[string]bool{}
+	for _, e := range bad.Validate().(interface{ Unwrap() []error }).Unwrap() {
+		var ce *ConfigError
+		if errors.As(e, &ce) {
+			fields[ce.Field] = true
+		}
+	}
+	for _, f := range []string{"redis.addr", "redis.consumers", "redis.keep_alive.interval", "redis.max_len.x"} {
+		if !fields[f] {
+			t.Errorf("no error for %s (got %v)", f, fields)
+		}
+	}
+	if (Config{Broker: BrokerRedis, Redis: RedisConfig{Addr: "embedded"}}).Validate() != nil {
+		t.Error("redis.addr embedded rejected")
 	}
 }

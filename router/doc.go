@@ -5,8 +5,11 @@
 // [New] builds, from a [Config], the Watermill router, the broker's
 // publisher (wrapped so every message is stamped with its vertex_count) and
 // one subscriber per handler, and puts the Spillway middleware [Stack] in
-// front of every handler: tracing, recoverer, shedding, retry gate and
-// budget slots, outermost first. The budget is always there; shedding
+// front of every handler: tracing, metrics, recoverer, dead-letter,
+// shedding, retry gate and budget slots, outermost first. The budget is
+// always there; tracing and metrics unless telemetry.disabled (they export
+// to the providers of [WithTracerProvider] and [WithMeterProvider], or
+// OpenTelemetry's globals); shedding
 // (shedding.topics), the retry gate (retry.enabled) and the budget's
 // auto-sizer (budget.autosize.enabled) are switched on by configuration,
 // and the order is fixed in one place, [Stack].
@@ -25,9 +28,15 @@
 //     loopback. Sarama is configured for backpressure (a small window, the
 //     rebalance timeout as the redelivery deadline), and admission is
 //     revocation-aware: see [SessionTracker].
-//   - redis: accepted by the configuration, not built yet ([ErrNotSupported]).
+//   - redis: Redis Streams through package redisbroker: one subscriber, in
+//     its own consumer group, per handler, with the keep-alive of held
+//     entries built in; redis.max_idle_time is the redelivery deadline, and
+//     entries that cannot be unmarshalled go to redis.dead_letter_topic
+//     (the stack's dead-letter slot, outside the budget). Addr embedded
+//     runs an in-process miniredis, for demos.
 //
 // Configuration comes from a YAML file and SPILLWAY_* environment variables
-// ([LoadConfig]); docs/router.md is the reference and docs/kafka.md explains
-// the Kafka mechanics.
+// ([LoadConfig]); docs/router.md is the reference, docs/kafka.md and
+// docs/redis.md explain the brokers' mechanics and docs/operations.md the
+// telemetry.
 package router

@@ -63,5 +63,5 @@ func Example() {
 	// Output:
 	// vertices: 9
 	// admitted: 3 in use after close: 0
-	// layers: [budget]
+	// layers: [tracing metrics budget]
 }

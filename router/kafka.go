@@ -16,6 +16,9 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/xdg-go/scram"
+
+	"github.com/spillway-go/spillway/telemetry"
+	"github.com/spillway-go/spillway/telemetry/kafkatel"
 )
 
 // kafkaBackend runs handlers as watermill-kafka consumer groups.
@@ -30,13 +33,14 @@ type kafkaBackend struct {
 	marshaler kafka.MarshalerUnmarshaler
 	pub       *kafka.Publisher
 
-	mu     sync.Mutex
-	client sarama.Client // lazily, for topic creation and lag
-	admin  sarama.ClusterAdmin
+	mu         sync.Mutex
+	client     sarama.Client // lazily, for topic creation and lag
+	admin      sarama.ClusterAdmin
+	lagSources map[groupTopic]*kafkatel.LagSource
 }
 
 func newKafkaBackend(cfg KafkaConfig, logger watermill.LoggerAdapter, o options) (*kafkaBackend, error) {
-	b := &kafkaBackend{cfg: cfg, logger: logger, opts: o, brokers: cfg.Brokers}
+	b := &kafkaBackend{cfg: cfg, logger: logger, opts: o, brokers: cfg.Brokers, lagSources: make(map[groupTopic]*kafkatel.LagSource)}
 	keyField := cfg.KeyMetadata
 	b.marshaler = kafka.NewWithPartitioningMarshaler(func(_ string, msg *message.Message) (string, error) {
 		if k := msg.Metadata.Get(keyField); k != "" {
@@ -306,42 +310,40 @@ func (b *kafkaBackend) ensureTopic(topic string) error {
 	return nil
 }
 
-func (b *kafkaBackend) lag(_ context.Context, groups []groupTopic) (int64, error) {
-	client, admin, err := b.adminClient()
+// lag reads each handler group's lag per partition with kafkatel (the
+// high-water mark minus the committed offset; a partition never committed
+// counts from its oldest retained offset), one source per handler, built
+// on first use over the shared client.
+func (b *kafkaBackend) lag(ctx context.Context, groups []groupTopic) ([]telemetry.LagSample, error) {
+	client, _, err := b.adminClient()
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	var total int64
+	var out []telemetry.LagSample
 	for _, g := range groups {
-		parts, err := client.Partitions(g.topic)
-		if err != nil {
-			return 0, fmt.Errorf("router: kafka: lag: %w", err)
-		}
-		resp, err := admin.ListConsumerGroupOffsets(b.cfg.consumerGroup(g.handler), map[string][]int32{g.topic: parts})
-		if err != nil {
-			return 0, fmt.Errorf("router: kafka: lag: %w", err)
-		}
-		for _, p := range parts {
-			hwm, err := client.GetOffset(g.topic, p, sarama.OffsetNewest)
+		b.mu.Lock()
+		src := b.lagSources[g]
+		if src == nil {
+			src, err = kafkatel.NewLagSource(client, b.cfg.consumerGroup(g.handler), g.topic)
 			if err != nil {
-				return 0, fmt.Errorf("router: kafka: lag: %w", err)
+				b.mu.Unlock()
+				return nil, fmt.Errorf("router: kafka: lag: %w", err)
 			}
-			committed := int64(-1)
-			if blk := resp.GetBlock(g.topic, p); blk != nil {
-				committed = blk.Offset
-			}
-			if committed < 0 {
-				if committed, err = client.GetOffset(g.topic, p, sarama.OffsetOldest); err != nil {
-					return 0, fmt.Errorf("router: kafka: lag: %w", err)
-				}
-			}
-			if hwm > committed {
-				total += hwm - committed
-			}
+			b.lagSources[g] = src
 		}
+		b.mu.Unlock()
+		samples, err := src.Lag(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("router: kafka: lag: %w", err)
+		}
+		out = append(out, samples...)
 	}
-	return total, nil
+	return out, nil
 }
+
+func (b *kafkaBackend) deadLetter() message.HandlerMiddleware { return nil }
+
+func (b *kafkaBackend) system() string { return telemetry.SystemKafka }
 
 func (b *kafkaBackend) close() error {
 	var errs []error
@@ -352,6 +354,7 @@ func (b *kafkaBackend) close() error {
 			errs = append(errs, err)
 		}
 		b.admin, b.client = nil, nil
+		clear(b.lagSources)
 	}
 	b.mu.Unlock()
 	if b.cluster != nil {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -15,15 +16,21 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/spillway-go/spillway/cost"
 	"github.com/spillway-go/spillway/middleware"
 	"github.com/spillway-go/spillway/retrygate"
 	"github.com/spillway-go/spillway/shedding"
+	"github.com/spillway-go/spillway/telemetry"
+	"github.com/spillway-go/spillway/telemetry/kafkatel"
 )
 
 // ErrNotSupported is returned by [New] for a broker that Config accepts but
-// this version cannot run yet (redis).
+// this version cannot run. Every broker Validate accepts (memory, kafka,
+// redis) is supported now; it is kept for callers that check for it.
 var ErrNotSupported = errors.New("router: broker not supported yet")
 
 // Option customises a [Router] beyond its Config: things that are code,
@@ -38,6 +45,9 @@ type options struct {
 	onRetryOutcome func(retrygate.Event)
 	isPermanent    func(error) bool
 	onResize       func(from, to int64, b cost.AutoBounds)
+	tracerProvider trace.TracerProvider
+	meterProvider  metric.MeterProvider
+	propagator     propagation.TextMapPropagator
 
 	// Test-only switches, for the control runs of the rebalance test.
 	noBudget     bool
@@ -94,6 +104,31 @@ func WithOnResize(f func(from, to int64, b cost.AutoBounds)) Option {
 	return func(o *options) { o.onResize = f }
 }
 
+// WithTracerProvider sets the provider of the router's spans: a producer
+// span per message published through [Router.Publisher] and a consumer
+// span per message handled. Default (and nil): OpenTelemetry's global
+// provider, which exports nothing until the application installs one.
+// Ignored with telemetry.disabled.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(o *options) { o.tracerProvider = tp }
+}
+
+// WithMeterProvider sets the provider of the router's metrics (budget,
+// processing, outcomes, consumer lag; docs/operations.md). Default (and
+// nil): OpenTelemetry's global provider, which records nothing until the
+// application installs one. Ignored with telemetry.disabled.
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return func(o *options) { o.meterProvider = mp }
+}
+
+// WithPropagator sets how trace context travels in message metadata.
+// Default (and nil): OpenTelemetry's global propagator, which propagates
+// nothing until the application sets one; pass propagation.TraceContext{}
+// for W3C traceparent. Ignored with telemetry.disabled.
+func WithPropagator(p propagation.TextMapPropagator) Option {
+	return func(o *options) { o.propagator = p }
+}
+
 // Router is a Watermill router with the Spillway middleware stack in front
 // of every handler and a publisher and subscribers for the configured
 // broker. Handler code is the same for every broker. Create it with [New],
@@ -112,6 +147,12 @@ type Router struct {
 	policy   *shedding.Policy // nil: no sheddable topics
 	retry    *retrygate.Gate  // nil: retry.enabled is false
 	sizer    *cost.AutoSizer  // nil: budget.autosize.enabled is false
+
+	tracing    *telemetry.Tracing    // nil: telemetry.disabled
+	metrics    *telemetry.Metrics    // nil: telemetry.disabled
+	lagSampler *telemetry.LagSampler // nil: telemetry.disabled, or memory
+	unregister []func() error        // metric callbacks, undone by Close
+	deadLetter message.HandlerMiddleware
 
 	mu       sync.Mutex
 	trackers map[string]*SessionTracker
@@ -132,9 +173,10 @@ type Router struct {
 }
 
 // New builds a router for cfg: the broker's publisher and subscriber
-// factory, the vertex budget and the middleware stack. cfg gets its defaults
-// and is validated first. A nil logger logs nothing. For kafka with brokers
-// [embedded] it starts an in-process broker that Close stops.
+// factory, the vertex budget, the telemetry and the middleware stack. cfg
+// gets its defaults and is validated first. A nil logger logs nothing. For
+// kafka with brokers [embedded] it starts an in-process broker that Close
+// stops; redis with addr embedded runs an in-process miniredis.
 func New(cfg Config, logger watermill.LoggerAdapter, opts ...Option) (*Router, error) {
 	var o options
 	for _, opt := range opts {
@@ -170,6 +212,8 @@ func newRouter(cfg Config, logger watermill.LoggerAdapter, o options) (*Router, 
 		r.back = newMemoryBackend(logger)
 	case BrokerKafka:
 		r.back, err = newKafkaBackend(cfg.Kafka, logger, o)
+	case BrokerRedis:
+		r.back, err = newRedisBackend(cfg.Redis, logger)
 	default:
 		return nil, fmt.Errorf("%w: %s (see docs/router.md)", ErrNotSupported, cfg.Broker)
 	}
@@ -179,11 +223,37 @@ func newRouter(cfg Config, logger watermill.LoggerAdapter, o options) (*Router, 
 
 	// From here on a failure must close what the backend opened.
 	fail := func(err error) (*Router, error) {
+		r.unregisterMetrics()
 		_ = r.back.publisher().Close()
 		_ = r.back.close()
 		return nil, err
 	}
+
+	// Telemetry, outermost first: tracing, metrics; the producer chain is
+	// tracing over stamping over the broker.
+	var topts []telemetry.Option
+	if !cfg.Telemetry.Disabled {
+		topts = []telemetry.Option{
+			telemetry.WithTracerProvider(o.tracerProvider),
+			telemetry.WithMeterProvider(o.meterProvider),
+			telemetry.WithPropagator(o.propagator),
+			telemetry.WithMessagingSystem(r.back.system()),
+		}
+		if cfg.Broker == BrokerKafka {
+			topts = append(topts, telemetry.WithAttributes(kafkatel.Attributes))
+		}
+		r.tracing = telemetry.NewTracing(topts...)
+		if r.metrics, err = telemetry.NewMetrics(topts...); err != nil {
+			return fail(fmt.Errorf("router: telemetry: %w", err))
+		}
+	}
 	r.pub = cost.NewStampingPublisher(r.back.publisher())
+	if r.tracing != nil {
+		r.pub = telemetry.NewTracingPublisher(r.pub, topts...)
+	}
+	if dl := r.back.deadLetter(); dl != nil {
+		r.deadLetter = r.deadLettering(dl)
+	}
 
 	var bopts []middleware.Option
 	if cfg.Budget.MessageLimit > 0 {
@@ -200,7 +270,7 @@ func newRouter(cfg Config, logger watermill.LoggerAdapter, o options) (*Router, 
 	}
 
 	if len(cfg.Shedding.Topics) > 0 {
-		sopts := []shedding.Option{shedding.WithAuditPublisher(nopClosePublisher{r.pub}), shedding.WithOnShed(o.onShed)}
+		sopts := []shedding.Option{shedding.WithAuditPublisher(nopClosePublisher{r.pub}), shedding.WithOnShed(r.onShed(o.onShed))}
 		if cfg.Retry.Enabled {
 			sopts = append(sopts, shedding.WithTopicFunc(r.originTopic))
 		}
@@ -215,7 +285,7 @@ func newRouter(cfg Config, logger watermill.LoggerAdapter, o options) (*Router, 
 	}
 
 	if !o.noBudget {
-		bc := middleware.BudgetConfig{Budget: r.budget, Estimator: est, OnAdmission: o.onAdmission}
+		bc := middleware.BudgetConfig{Budget: r.budget, Estimator: est, OnAdmission: r.onAdmission(o.onAdmission)}
 		if cfg.Broker == BrokerKafka && !o.noRevocation {
 			bc.Revoked = r.revoked
 		}
@@ -234,7 +304,7 @@ func newRouter(cfg Config, logger watermill.LoggerAdapter, o options) (*Router, 
 			Publisher:   nopClosePublisher{r.pub},
 			Pressure:    r.budget,
 			IsPermanent: o.isPermanent,
-			OnOutcome:   o.onRetryOutcome,
+			OnOutcome:   r.onRetryOutcome(o.onRetryOutcome),
 			Logger:      logger,
 		})
 		if err != nil {
@@ -261,6 +331,10 @@ func newRouter(cfg Config, logger watermill.LoggerAdapter, o options) (*Router, 
 		if err != nil {
 			return fail(fmt.Errorf("router: budget.autosize: %w", err))
 		}
+	}
+
+	if err := r.observe(); err != nil {
+		return fail(err)
 	}
 
 	r.wm, err = message.NewRouter(message.RouterConfig{CloseTimeout: cfg.CloseTimeout}, logger)
@@ -487,6 +561,9 @@ func (r *Router) Run(ctx context.Context) error {
 	// through Close, which drains admitted work before they stop.
 	r.runCtx = context.WithoutCancel(ctx)
 	r.mu.Unlock()
+	if r.lagSampler != nil {
+		r.lagSampler.Start() // a no-op once Close has closed it
+	}
 
 	sigCtx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -542,6 +619,9 @@ func (r *Router) close() error {
 	r.closingCancel()
 	deadline := time.Now().Add(r.cfg.CloseTimeout)
 	var errs []error
+	if r.lagSampler != nil {
+		_ = r.lagSampler.Close() // before the clients it samples through
+	}
 	for r.entered.Load() > 0 {
 		if time.Now().After(deadline) {
 			errs = append(errs, fmt.Errorf("router: close: %d admitted messages still running after %s", r.running.Load(), r.cfg.CloseTimeout))
@@ -572,6 +652,7 @@ func (r *Router) close() error {
 	if err := r.back.close(); err != nil {
 		errs = append(errs, err)
 	}
+	r.unregisterMetrics()
 	return errors.Join(errs...)
 }
 
@@ -583,6 +664,7 @@ type Stats struct {
 	Cancellations uint64 // waiting messages that gave up (shutdown)
 	LateMarks     uint64 // acks committed after their session ended (Kafka)
 	Evictions     uint64 // times a member came back under a new member id (Kafka)
+	DeadLettered  uint64 // malformed entries moved to redis.dead_letter_topic (Redis)
 
 	Shedding *shedding.Stats  // nil when shedding is off
 	Retry    *retrygate.Stats // nil when the retry gate is off
@@ -591,7 +673,7 @@ type Stats struct {
 
 // Stats returns a snapshot.
 func (r *Router) Stats() Stats {
-	s := Stats{Budget: r.budget.Stats(), Running: r.running.Load()}
+	s := Stats{Budget: r.budget.Stats(), Running: r.running.Load(), DeadLettered: r.DeadLettered()}
 	if r.budgetMW != nil {
 		s.Revocations = r.budgetMW.Revocations()
 		s.Cancellations = r.budgetMW.Cancellations()
@@ -621,17 +703,34 @@ func (r *Router) Stats() Stats {
 // consumer lag (memory).
 var ErrLagUnknown = errors.New("router: consumer lag unknown for this broker")
 
-// Lag returns how many messages the router's handlers have yet to commit,
-// summed over their topics and partitions: the high water mark minus the
-// group's committed offset (a partition never committed counts from its
-// oldest retained offset).
+// Lag reads, now, how many messages the router's handlers (retry handlers
+// included) have yet to finish, summed over their topics: on Kafka, per
+// partition, the high-water mark minus the group's committed offset (a
+// partition never committed counts from its oldest retained offset); on
+// Redis, per stream, the entries not yet delivered to the handler's group
+// plus those delivered but not acked. [Router.LagSampler] caches the same
+// samples in the background.
 func (r *Router) Lag(ctx context.Context) (int64, error) {
+	samples, err := r.lagSamples(ctx)
+	if err != nil {
+		return 0, err
+	}
+	var total int64
+	for _, s := range samples {
+		total += max(s.Lag, 0)
+	}
+	return total, nil
+}
+
+// lagSamples is the router's telemetry.LagSource.
+func (r *Router) lagSamples(ctx context.Context) ([]telemetry.LagSample, error) {
 	r.mu.Lock()
 	groups := make([]groupTopic, 0, len(r.topics))
 	for name, topic := range r.topics {
 		groups = append(groups, groupTopic{handler: name, topic: topic})
 	}
 	r.mu.Unlock()
+	slices.SortFunc(groups, func(a, b groupTopic) int { return strings.Compare(a.handler, b.handler) })
 	return r.back.lag(ctx, groups)
 }
 

@@ -10,24 +10,34 @@ import (
 // outermost first. The order is fixed here and nowhere else; docs/router.md
 // explains it. A nil slot is absent.
 //
-//  1. Tracing: outermost, so a span covers everything below it, including
-//     time spent waiting for budget. (Later issue.)
-//  2. Recoverer: turns a panic below it into an error that the outer
+//  1. Tracing ([telemetry.Tracing.Middleware]; unless
+//     telemetry.disabled): outermost, so the consumer span, a child of the
+//     producer's span, covers everything below it, including time spent
+//     waiting for budget.
+//  2. Metrics ([telemetry.Metrics.Middleware]; unless telemetry.disabled):
+//     right inside tracing, so the processing duration covers the whole
+//     stack too and the outcome the inner layers record labels it.
+//  3. Recoverer: turns a panic below it into an error that the outer
 //     layers can see; Watermill's router recovers panics itself, so this is
-//     only needed once outer layers care. (Later issue.)
-//  3. Shedding ([shedding.Policy.Middleware]; present when shedding.topics
+//     only needed once outer layers care. (Not filled yet.)
+//  4. DeadLetter ([redisbroker.DeadLetter.Middleware]; on redis): moves
+//     entries that could not be unmarshalled to redis.dead_letter_topic.
+//     Outside the budget: a malformed message has no vertex_count and
+//     would be charged the whole budget; outside shedding and the retry
+//     gate, which have nothing to judge in it.
+//  5. Shedding ([shedding.Policy.Middleware]; present when shedding.topics
 //     is set): drops stale messages, and low-priority messages of
 //     sheddable topics once the budget has been saturated for
 //     shedding.priority.window, before they queue. Outside the budget, so
 //     a dropped message never waits for budget nor holds any; outside the
 //     retry gate, so it judges each delivery once, not every attempt, and
 //     a message it drops never reaches the gate.
-//  4. RetryGate ([retrygate.Gate.Middleware]; present when retry.enabled):
+//  6. RetryGate ([retrygate.Gate.Middleware]; present when retry.enabled):
 //     retries failures with backoff from a retry budget, defers them to the
 //     retry topic while the budget is saturated, dead-letters permanent
 //     failures. Outside the budget, so a message holds no vertices while it
 //     backs off and each attempt is admitted afresh.
-//  5. Budget: admission against the vertex budget, innermost, so the
+//  7. Budget: admission against the vertex budget, innermost, so the
 //     vertices are held exactly while the handler (and handler-level
 //     middlewares) run. Its parts, outermost first:
 //     a. "shutdown-gate": once Close starts nothing new gets in; opens a
@@ -47,11 +57,13 @@ import (
 //     work only, never the wait for budget, and never a message that
 //     shedding dropped after its wait.
 type Stack struct {
-	Tracing   message.HandlerMiddleware
-	Recoverer message.HandlerMiddleware
-	Shedding  message.HandlerMiddleware
-	RetryGate message.HandlerMiddleware
-	Budget    []Layer
+	Tracing    message.HandlerMiddleware
+	Metrics    message.HandlerMiddleware
+	Recoverer  message.HandlerMiddleware
+	DeadLetter message.HandlerMiddleware
+	Shedding   message.HandlerMiddleware
+	RetryGate  message.HandlerMiddleware
+	Budget     []Layer
 }
 
 // Layer is one named part of a stack slot.
@@ -64,7 +76,7 @@ type Layer struct {
 // message.Router.AddMiddleware (the first added is the outermost).
 func (s Stack) Middlewares() []message.HandlerMiddleware {
 	var out []message.HandlerMiddleware
-	for _, m := range []message.HandlerMiddleware{s.Tracing, s.Recoverer, s.Shedding, s.RetryGate} {
+	for _, m := range []message.HandlerMiddleware{s.Tracing, s.Metrics, s.Recoverer, s.DeadLetter, s.Shedding, s.RetryGate} {
 		if m != nil {
 			out = append(out, m)
 		}
@@ -78,13 +90,14 @@ func (s Stack) Middlewares() []message.HandlerMiddleware {
 }
 
 // Layers returns the names of the present slots, outermost first:
-// tracing, recoverer, shedding, retry-gate, budget.
+// tracing, metrics, recoverer, dead-letter, shedding, retry-gate, budget.
 func (s Stack) Layers() []string {
 	var out []string
 	for _, l := range []struct {
 		name string
 		m    message.HandlerMiddleware
-	}{{"tracing", s.Tracing}, {"recoverer", s.Recoverer}, {"shedding", s.Shedding}, {"retry-gate", s.RetryGate}} {
+	}{{"tracing", s.Tracing}, {"metrics", s.Metrics}, {"recoverer", s.Recoverer}, {"dead-letter", s.DeadLetter},
+		{"shedding", s.Shedding}, {"retry-gate", s.RetryGate}} {
 		if l.m != nil {
 			out = append(out, l.name)
 		}
@@ -108,10 +121,16 @@ func (s Stack) BudgetLayers() []string {
 	return out
 }
 
-// stack builds the router's stack from what New built. Later issues fill
-// the tracing and recoverer slots here.
+// stack builds the router's stack from what New built. The recoverer
+// slot stays empty.
 func (r *Router) stack() Stack {
-	s := Stack{}
+	s := Stack{DeadLetter: r.deadLetter}
+	if r.tracing != nil {
+		s.Tracing = r.tracing.Middleware
+	}
+	if r.metrics != nil {
+		s.Metrics = r.metrics.Middleware
+	}
 	if r.policy != nil {
 		s.Shedding = r.policy.Middleware
 	}
@@ -151,9 +170,11 @@ func (r *Router) gate(h message.HandlerFunc) message.HandlerFunc {
 			<-orig.Done()
 			return nil, orig.Err()
 		}
-		if t := r.tracker(message.HandlerNameFromCtx(orig)); t != nil {
+		handler := message.HandlerNameFromCtx(orig)
+		if t := r.tracker(handler); t != nil {
 			t.Begin(msg)
 		}
+		r.annotateGroup(msg, handler)
 		r.entered.Add(1)
 		defer r.entered.Add(-1)
 		ctx, cancel := context.WithCancel(context.WithValue(orig, origCtxKey{}, orig))

@@ -81,8 +81,21 @@ func TestStackLayers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer plain.Close()
-	if got := plain.Stack().Layers(); !reflect.DeepEqual(got, []string{"budget"}) {
+	if got := plain.Stack().Layers(); !reflect.DeepEqual(got, []string{"tracing", "metrics", "budget"}) {
 		t.Errorf("default layers = %v", got)
+	}
+	bare := Config{}
+	bare.Telemetry.Disabled = true
+	quiet, err := New(bare, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer quiet.Close()
+	if got := quiet.Stack().Layers(); !reflect.DeepEqual(got, []string{"budget"}) {
+		t.Errorf("layers without telemetry = %v", got)
+	}
+	if quiet.Tracing() != nil || quiet.Metrics() != nil || quiet.LagSampler() != nil {
+		t.Error("telemetry built while disabled")
 	}
 	if got := plain.Stack().BudgetLayers(); !reflect.DeepEqual(got, []string{"shutdown-gate", "admission", "admitted"}) {
 		t.Errorf("default budget parts = %v", got)
@@ -104,15 +117,15 @@ func TestStackLayers(t *testing.T) {
 	}
 	defer r.Close()
 	s := r.Stack()
-	if got := s.Layers(); !reflect.DeepEqual(got, []string{"shedding", "retry-gate", "budget"}) {
-		t.Errorf("layers = %v, want shedding, retry-gate, budget", got)
+	if got := s.Layers(); !reflect.DeepEqual(got, []string{"tracing", "metrics", "shedding", "retry-gate", "budget"}) {
+		t.Errorf("layers = %v, want tracing, metrics, shedding, retry-gate, budget", got)
 	}
 	want := []string{"shutdown-gate", "admission", "admitted", "shedding-admitted", "auto-sizer"}
 	if got := s.BudgetLayers(); !reflect.DeepEqual(got, want) {
 		t.Errorf("budget parts = %v, want %v", got, want)
 	}
-	if n := len(s.Middlewares()); n != 2+len(want) {
-		t.Errorf("%d middlewares, want %d", n, 2+len(want))
+	if n := len(s.Middlewares()); n != 4+len(want) {
+		t.Errorf("%d middlewares, want %d", n, 4+len(want))
 	}
 	if r.Shedding() == nil || r.RetryGate() == nil || r.AutoSizer() == nil {
 		t.Error("accessor nil for a configured layer")

@@ -13,6 +13,7 @@
 //
 //	go run ./examples/kafka
 //	KAFKA_BROKERS=localhost:9092 go run ./examples/kafka
+//	go run ./examples/kafka -metrics-addr 127.0.0.1:9464   # Prometheus /metrics
 //
 // It prints progress once a second and a summary at the end, and exits 0
 // once every message has been processed.
@@ -54,6 +55,7 @@ type settings struct {
 	heavyVertices            int
 	passes                   int
 	verbose                  bool
+	metricsAddr              string
 }
 
 func run() int {
@@ -64,6 +66,7 @@ func run() int {
 	flag.IntVar(&s.heavyVertices, "heavy-vertices", 30000, "vertices per heavy multipolygon")
 	flag.IntVar(&s.passes, "passes", 0, "work passes per message (0: calibrate for a run of about 20 s)")
 	flag.BoolVar(&s.verbose, "v", false, "log Watermill and Sarama at info level")
+	flag.StringVar(&s.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://<addr>/metrics (host:port, port 0 for any; empty: off)")
 	flag.Parse()
 
 	cfg, err := config()
@@ -110,7 +113,18 @@ func run() int {
 	if s.verbose {
 		logger = watermill.NewStdLogger(false, false)
 	}
-	r, err := router.New(cfg, logger)
+	var ropts []router.Option
+	if s.metricsAddr != "" {
+		ms, err := serveMetrics(s.metricsAddr)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "metrics:", err)
+			return 1
+		}
+		defer ms.Close()
+		ropts = append(ropts, router.WithMeterProvider(ms.Provider))
+		fmt.Printf("metrics: %s\n", ms.URL)
+	}
+	r, err := router.New(cfg, logger, ropts...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -327,11 +341,10 @@ type demo struct {
 	done      chan struct{}
 	doneOnce  sync.Once
 
-	mu      sync.Mutex
-	seen    map[string]bool
-	dups    int
-	maxLag  int64
-	samples int
+	mu     sync.Mutex
+	seen   map[string]bool
+	dups   int
+	maxLag int64
 }
 
 func newDemo(r *router.Router, passes, total int) *demo {

@@ -6,8 +6,11 @@
 // it needs nothing installed; set REDIS_ADDR (host:port) to use a real
 // server, where the consumer-group lag is exact.
 //
-//	go run ./examples/redis [-budget 8000] [-passes 60] [-consumers 8] [-rate 0]
+//	go run ./examples/redis [-budget 8000] [-passes 60] [-consumers 8] [-rate 0] [-metrics-addr 127.0.0.1:9464]
 //	REDIS_ADDR=127.0.0.1:6379 go run ./examples/redis
+//
+// With -metrics-addr it serves the budget, processing and lag metrics in
+// the Prometheus format at /metrics (docs/operations.md).
 package main
 
 import (
@@ -37,14 +40,15 @@ func main() {
 	consumers := flag.Int("consumers", 8, "Redis consumers (subscriptions) in this process: the most messages in flight")
 	rate := flag.Int("rate", 0, "messages published per second (0: as fast as possible, a burst)")
 	pings := flag.Int("pings", 2, "point pings published per polygon")
+	metricsAddr := flag.String("metrics-addr", "", "serve Prometheus metrics at http://<addr>/metrics (host:port, port 0 for any; empty: off)")
 	flag.Parse()
-	if err := run(*budgetVertices, *passes, *consumers, *rate, *pings); err != nil {
+	if err := run(*budgetVertices, *passes, *consumers, *rate, *pings, *metricsAddr); err != nil {
 		fmt.Fprintln(os.Stderr, "redis demo:", err)
 		os.Exit(1)
 	}
 }
 
-func run(budgetVertices int64, passes, consumers, rate, pings int) error {
+func run(budgetVertices int64, passes, consumers, rate, pings int, metricsAddr string) error {
 	features, err := geodata.Load(geodata.Countries)
 	if err != nil {
 		return err
@@ -84,7 +88,24 @@ func run(budgetVertices int64, passes, consumers, rate, pings int) error {
 		return err
 	}
 	budget := middleware.NewVertexBudget(budgetVertices)
-	admission, err := middleware.NewBudget(middleware.BudgetConfig{Budget: budget})
+	bc := middleware.BudgetConfig{Budget: budget}
+	var outer []message.HandlerMiddleware // telemetry, outermost first
+	if metricsAddr != "" {
+		ms, err := serveMetrics(metricsAddr)
+		if err != nil {
+			return err
+		}
+		defer ms.Close()
+		in, err := instrument(ms.Provider, budget, sub, cfg.LagInterval)
+		if err != nil {
+			return err
+		}
+		defer in.Close()
+		bc.OnAdmission = in.metrics.OnAdmission
+		outer = append(outer, in.metrics.Middleware)
+		fmt.Printf("metrics: %s\n", ms.URL)
+	}
+	admission, err := middleware.NewBudget(bc)
 	if err != nil {
 		return err
 	}
@@ -97,7 +118,7 @@ func run(budgetVertices int64, passes, consumers, rate, pings int) error {
 	// Outermost first: malformed entries are dead-lettered before they can
 	// be charged; the keep-alive needs no middleware (it runs in the
 	// subscriber and covers the wait for budget too).
-	router.AddMiddleware(dead.Middleware, admission.Middleware)
+	router.AddMiddleware(append(outer, dead.Middleware, admission.Middleware)...)
 	router.AddConsumerHandler("geometry", topic, sub, func(msg *message.Message) error {
 		if _, err := refwork.Process(refwork.Full, msg.Payload, passes); err != nil {
 			return err

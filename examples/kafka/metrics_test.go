@@ -1,0 +1,82 @@
+package main
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/spillway-go/spillway/router"
+)
+
+// TestMetricsEndpoint: with -metrics-addr the demo's router exports its
+// budget and consumer lag at /metrics.
+func TestMetricsEndpoint(t *testing.T) {
+	ms, err := serveMetrics("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ms.Close()
+
+	cfg := router.Config{Broker: router.BrokerKafka}
+	cfg.Kafka.Partitions = 1
+	cfg.Budget.Vertices = 4321
+	cfg.Telemetry.LagInterval = 100 * time.Millisecond
+	r, err := router.New(cfg, nil, router.WithMeterProvider(ms.Provider))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	done := make(chan struct{}, 1)
+	if _, err := r.AddConsumerHandler("reference", topic, func(*message.Message) error {
+		done <- struct{}{}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = r.Run(context.Background()) }()
+	<-r.Running()
+	if err := r.Publisher().Publish(topic, message.NewMessage("p-1", []byte(`{"type":"Point","coordinates":[1,2]}`))); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("message not consumed")
+	}
+	if err := r.LagSampler().Sample(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+
+	resp, err := http.Get(ms.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %d %v", ms.URL, resp.StatusCode, err)
+	}
+	for _, want := range []string{
+		`spillway_budget_capacity{budget="spillway"`,
+		`spillway_consumer_lag{group="spillway.reference",otel_scope_name=`,
+		`spillway_process_duration_seconds_count{`,
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics has no %s", want)
+		}
+	}
+	if !strings.Contains(string(body), "4321") {
+		t.Error("/metrics does not show the budget's capacity 4321")
+	}
+	if t.Failed() {
+		t.Logf("/metrics:\n%s", body)
+	}
+	if err := r.Close(); err != nil {
+		t.Error(err)
+	}
+}

@@ -1,0 +1,173 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+
+	"github.com/spillway-go/spillway/middleware"
+	"github.com/spillway-go/spillway/redisbroker"
+	"github.com/spillway-go/spillway/retrygate"
+	"github.com/spillway-go/spillway/shedding"
+	"github.com/spillway-go/spillway/telemetry"
+)
+
+// Tracing returns the consumer tracing middleware (the stack's tracing
+// slot), or nil with telemetry.disabled.
+func (r *Router) Tracing() *telemetry.Tracing { return r.tracing }
+
+// Metrics returns the router's metrics (the stack's metrics slot and the
+// hooks of the other layers), or nil with telemetry.disabled. Use it to
+// record outcomes of your own (Metrics.RecordOutcome).
+func (r *Router) Metrics() *telemetry.Metrics { return r.metrics }
+
+// LagSampler returns the background sampler of the handlers' consumer lag
+// (every telemetry.lag_interval, started by Run, stopped by Close), or nil
+// on memory and with telemetry.disabled. Its TotalLag is cheap enough for
+// a producer to read before every publish
+// (middleware.NewLagThrottledPublisher).
+func (r *Router) LagSampler() *telemetry.LagSampler { return r.lagSampler }
+
+// onAdmission composes the metrics' admission hook with the user's.
+func (r *Router) onAdmission(user func(*message.Message, middleware.Admission)) func(*message.Message, middleware.Admission) {
+	if r.metrics == nil {
+		return user
+	}
+	m := r.metrics.OnAdmission
+	if user == nil {
+		return m
+	}
+	return func(msg *message.Message, a middleware.Admission) {
+		m(msg, a)
+		user(msg, a)
+	}
+}
+
+// onShed counts shed and superseded messages (and marks their spans)
+// before calling the user's hook.
+func (r *Router) onShed(user func(*message.Message, string, shedding.Reason)) func(*message.Message, string, shedding.Reason) {
+	if r.metrics == nil {
+		return user
+	}
+	m := r.metrics
+	return func(msg *message.Message, topic string, reason shedding.Reason) {
+		o := telemetry.OutcomeShed
+		if reason == shedding.ReasonSuperseded {
+			o = telemetry.OutcomeSuperseded
+		}
+		m.RecordOutcome(msg, o, topic, reason.String())
+		if user != nil {
+			user(msg, topic, reason)
+		}
+	}
+}
+
+// onRetryOutcome counts deferred and dead-lettered deliveries before
+// calling the user's hook. The gate's event carries no message, so the
+// outcome reaches the counters but not the span.
+func (r *Router) onRetryOutcome(user func(retrygate.Event)) func(retrygate.Event) {
+	if r.metrics == nil {
+		return user
+	}
+	m := r.metrics
+	return func(e retrygate.Event) {
+		switch e.Outcome {
+		case retrygate.Deferred:
+			m.Count(context.Background(), telemetry.OutcomeDeferred, e.Topic, e.Cause.String(), 1)
+		case retrygate.DeadLettered:
+			m.Count(context.Background(), telemetry.OutcomeDeadLettered, e.Topic, e.Cause.String(), 1)
+		}
+		if user != nil {
+			user(e)
+		}
+	}
+}
+
+// deadLettering wraps the broker's dead-letter middleware so a message it
+// moves is counted and its span marked dead_lettered (reason malformed).
+func (r *Router) deadLettering(dl message.HandlerMiddleware) message.HandlerMiddleware {
+	if r.metrics == nil {
+		return dl
+	}
+	m := r.metrics
+	return func(h message.HandlerFunc) message.HandlerFunc {
+		next := dl(h)
+		return func(msg *message.Message) ([]*message.Message, error) {
+			if !redisbroker.IsMalformed(msg) {
+				return next(msg)
+			}
+			out, err := next(msg)
+			if err == nil {
+				m.RecordOutcome(msg, telemetry.OutcomeDeadLettered, "", "malformed")
+			}
+			return out, err
+		}
+	}
+}
+
+// annotateGroup puts the handler's consumer group on the message's span.
+func (r *Router) annotateGroup(msg *message.Message, handler string) {
+	if r.tracing == nil || handler == "" {
+		return
+	}
+	switch r.cfg.Broker {
+	case BrokerKafka:
+		telemetry.Annotate(msg, semconv.MessagingConsumerGroupName(r.cfg.Kafka.consumerGroup(handler)))
+	case BrokerRedis:
+		telemetry.Annotate(msg, semconv.MessagingConsumerGroupName(r.cfg.Redis.consumerGroup(handler)))
+	}
+}
+
+// observe registers the observable metrics (budget, auto-sizing bounds,
+// consumer lag) under telemetry.name and builds the lag sampler; Close
+// unregisters them.
+func (r *Router) observe() error {
+	if r.metrics == nil {
+		return nil
+	}
+	name := r.cfg.Telemetry.Name
+	un, err := r.metrics.ObserveBudget(name, r.budget)
+	if err != nil {
+		return fmt.Errorf("router: telemetry: %w", err)
+	}
+	r.unregister = append(r.unregister, un)
+	if r.sizer != nil {
+		sizer := r.sizer
+		un, err := r.metrics.ObserveBounds(name, func() telemetry.Bounds {
+			b := sizer.Bounds()
+			return telemetry.Bounds{Memory: b.MemoryBound, Deadline: b.DeadlineBound, Budget: b.Budget, Binding: string(b.Binding)}
+		})
+		if err != nil {
+			return fmt.Errorf("router: telemetry: %w", err)
+		}
+		r.unregister = append(r.unregister, un)
+	}
+	if r.cfg.Broker == BrokerMemory {
+		return nil
+	}
+	lopts := []telemetry.LagOption{telemetry.WithLagInterval(r.cfg.Telemetry.LagInterval)}
+	if t := r.cfg.Telemetry.LagThreshold; t > 0 {
+		lopts = append(lopts, telemetry.WithLagThreshold(t))
+	}
+	r.lagSampler = telemetry.NewLagSampler(telemetry.LagSourceFunc(r.lagSamples), lopts...)
+	un, err = r.metrics.ObserveLag(name, r.lagSampler)
+	if err != nil {
+		return fmt.Errorf("router: telemetry: %w", err)
+	}
+	r.unregister = append(r.unregister, un)
+	return nil
+}
+
+func (r *Router) unregisterMetrics() {
+	var errs []error
+	for _, un := range r.unregister {
+		errs = append(errs, un())
+	}
+	r.unregister = nil
+	if err := errors.Join(errs...); err != nil {
+		r.logger.Error("Unregistering metric callbacks", err, nil)
+	}
+}
