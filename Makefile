@@ -5,7 +5,7 @@ FUZZTIME ?= 15s
 BENCH    ?= .
 COUNT    ?= 6
 
-.PHONY: all test test-short demo demo-memory bench lint fuzz deps tidy
+.PHONY: all test test-short demo demo-memory bench bench-report lint fuzz deps tidy
 
 all: lint test
 
@@ -21,16 +21,33 @@ test: deps
 test-short:
 	$(GO) test -short -timeout $(TIMEOUT) ./...
 
-# The main job: real geometry through a budgeted router on an embedded Kafka.
+# The headline demo: the same stream of real geometry on an embedded Kafka,
+# consumed by a message-count consumer and then by a Spillway consumer, with a
+# rebalance mid-burst; prints a summary and writes demo-report.html
+# (docs/demo.md). Flags: make demo DEMO_FLAGS="--deadline 6s".
+DEMO_FLAGS ?=
 demo:
-	$(GO) run ./examples/kafka
+	$(GO) run ./cmd/spillway demo $(DEMO_FLAGS)
 
 demo-memory:
 	$(GO) run ./examples/memory
 
-# Benchmarks with their baselines in the same run (see docs/benchmarks.md).
+# Benchmarks with their baselines in the same run (see docs/benchmarks.md):
+# the Go benchmarks into bench.out, then bench-report.
 bench:
-	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -count $(COUNT) ./... | tee bench.out
+	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -count $(COUNT) -timeout 30m ./... | tee bench.out
+	@$(MAKE) --no-print-directory bench-report
+
+# The rest of the results from bench.out: its benchstat summary
+# (benchstat.out), the demo scenario's JSON summary and report
+# (bench-demo.json, bench-demo-report.html) and the goodput sweep
+# (bench-sweep.json).
+BENCHSTAT ?= $(shell command -v benchstat 2>/dev/null || echo "$(GO) run golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da")
+bench-report:
+	$(BENCHSTAT) bench.out | tee benchstat.out
+	$(GO) run ./cmd/spillway demo --json --quiet --report bench-demo-report.html > bench-demo.json
+	$(GO) run ./cmd/spillway demo --sweep --json --quiet > bench-sweep.json
+	@echo "bench: bench.out benchstat.out bench-demo.json bench-demo-report.html bench-sweep.json"
 
 lint:
 	$(GO) vet ./...

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# Installs what the test suite needs beyond Go modules, when it is missing.
+# Installs what the test suite needs beyond Go modules, when it is missing:
+# Debian's redis-server and chromium.
 # Idempotent; safe to run on a developer machine (it only installs as root).
 set -euo pipefail
 
 need=()
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+# The demo report's test loads the HTML in a headless Chromium.
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
 
 if [ ${#need[@]} -eq 0 ]; then
   exit 0

@@ -1,6 +1,7 @@
 // Command spillway is Spillway's command-line tool.
 //
 //	spillway size --sample FILE.ndjson [flags]   compute a vertex budget from a sample
+//	spillway demo [flags]                        a message-count consumer and a Spillway consumer, side by side
 //
 // Run "spillway help <command>" for a command's flags. Exit codes: 0 on
 // success, 2 for bad input (flags, sample, sizing inputs), 1 for anything
@@ -50,7 +51,7 @@ func newRootCmd(e *env) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "spillway",
 		Short: "Work-aware backpressure for spatial message streams",
-		Long: "spillway sizes and inspects the vertex budgets of Spillway consumers.\n" +
+		Long: "spillway sizes and inspects the vertex budgets of Spillway consumers, and demonstrates them.\n" +
 			"The library is github.com/spillway-go/spillway; this tool wraps its sizing API.",
 		SilenceErrors: true, // run prints one line itself
 		SilenceUsage:  true,
@@ -60,6 +61,7 @@ func newRootCmd(e *env) *cobra.Command {
 	// Flag errors are bad input too.
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return inputError{err} })
 	root.AddCommand(newSizeCmd(e))
+	root.AddCommand(newDemoCmd(e))
 	return root
 }
 

@@ -171,3 +171,20 @@ func Process(f Func, payload []byte, passes int) (float64, error) {
 	}
 	return sum, nil
 }
+
+// ProcessUntil is [Process] that calls stop before every pass and gives up
+// as soon as it returns true: ok is then false. A nil stop never stops.
+// It lets a long-running reference handler be abandoned at shutdown.
+func ProcessUntil(f Func, payload []byte, passes int, stop func() bool) (sum float64, ok bool, err error) {
+	g, err := cost.Decode(payload)
+	if err != nil {
+		return 0, false, err
+	}
+	for range max(passes, 1) {
+		if stop != nil && stop() {
+			return sum, false, nil
+		}
+		sum += f(g)
+	}
+	return sum, true, nil
+}

@@ -43,3 +43,23 @@ func TestHullOfCollinearPoints(t *testing.T) {
 		}
 	}
 }
+
+func TestProcessUntil(t *testing.T) {
+	payload := []byte(`{"type":"Polygon","coordinates":[[[0,0],[4,0],[4,4],[0,4],[0,0]]]}`)
+	want, err := Process(Full, payload, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, ok, err := ProcessUntil(Full, payload, 3, nil)
+	if err != nil || !ok || got != want {
+		t.Errorf("no stop: %v %v %v, want %v", got, ok, err, want)
+	}
+	calls := 0
+	_, ok, err = ProcessUntil(Full, payload, 3, func() bool { calls++; return calls > 2 })
+	if err != nil || ok || calls != 3 {
+		t.Errorf("stopped after two passes: ok %v, err %v, %d stop calls", ok, err, calls)
+	}
+	if _, _, err := ProcessUntil(Full, []byte("nope"), 1, nil); err == nil {
+		t.Error("undecodable payload: no error")
+	}
+}

@@ -1,0 +1,171 @@
+package demo
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/spillway-go/spillway/cost"
+	"github.com/spillway-go/spillway/router"
+)
+
+// BenchmarkKafkaConsume measures end-to-end consumption on the embedded
+// Kafka broker (kfake): b.N small stamped messages on 12 partitions,
+// published before the consumer starts, timed from the first message
+// handled to the last. The handler does nothing, so the consumer's own
+// cost is all there is to measure. Compare the ratios within one run:
+//
+//	go test -run '^$' -bench KafkaConsume -benchmem -count 6 ./internal/demo/
+//
+//	consumer=upstream-defaults  Watermill router + watermill-kafka subscriber,
+//	                            Sarama defaults (DefaultSaramaSubscriberConfig)
+//	consumer=upstream           the same with the Sarama settings the Spillway
+//	                            router uses (16-message window, 256 KiB fetch)
+//	consumer=spillway           the Spillway router: the same subscriber plus
+//	                            the session tracker and the middleware stack
+//	                            (shutdown gate, budget admission, accounting),
+//	                            telemetry on as by default (no providers: the
+//	                            OpenTelemetry no-op globals, the lag sampler)
+//	consumer=spillway-no-otel   the same with telemetry.disabled
+func BenchmarkKafkaConsume(b *testing.B) {
+	cl, err := startCluster(12)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cl.close()
+	prod, err := newBatchPublisher(cl.brokers, 10*time.Second)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer prod.Close()
+	pub := cost.NewStampingPublisher(prod)
+	var seq atomic.Int64
+	for _, c := range []string{"upstream-defaults", "upstream", "spillway", "spillway-no-otel"} {
+		b.Run("consumer="+c, func(b *testing.B) {
+			topic := fmt.Sprintf("bench-%s-%d", c, seq.Add(1))
+			publishBench(b, pub, topic, b.N)
+			benchConsume(b, c, cl.brokers, topic)
+		})
+	}
+}
+
+func publishBench(b *testing.B, pub message.Publisher, topic string, n int) {
+	b.Helper()
+	const batch = 1000
+	for i := 0; i < n; i += batch {
+		var msgs []*message.Message
+		for j := i; j < min(i+batch, n); j++ {
+			m := message.NewMessage(strconv.Itoa(j), []byte(`{"type":"Point","coordinates":[4.9,52.37]}`))
+			m.Metadata.Set(MetaEntity, "vehicle-"+strconv.Itoa(j%1000))
+			msgs = append(msgs, m)
+		}
+		if err := pub.Publish(topic, msgs...); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func benchConsume(b *testing.B, consumer string, brokers []string, topic string) {
+	b.StopTimer()
+	var (
+		handled atomic.Int64
+		first   = make(chan struct{})
+		done    = make(chan struct{})
+		once    sync.Once
+		target  = int64(b.N)
+	)
+	handler := func(*message.Message) error {
+		once.Do(func() { close(first) })
+		if handled.Add(1) == target {
+			close(done)
+		}
+		return nil
+	}
+	var (
+		run   func(context.Context) error
+		close func() error
+	)
+	group := "bench-" + topic
+	switch consumer {
+	case "spillway", "spillway-no-otel":
+		cfg := router.Config{Broker: router.BrokerKafka}
+		cfg.Telemetry.Disabled = consumer == "spillway-no-otel"
+		cfg.Budget.Vertices = 1 << 40
+		cfg.Kafka.Brokers = brokers
+		cfg.Kafka.CreateTopics = true
+		cfg.Kafka.ConsumerGroup = group
+		cfg.Kafka.Partitions = 12
+		r, err := router.New(cfg, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := r.AddConsumerHandler("h", topic, handler); err != nil {
+			b.Fatal(err)
+		}
+		run, close = r.Run, r.Close
+	default:
+		c := naiveSaramaConfig(10*time.Second, 3*time.Second)
+		if consumer == "upstream" {
+			// What the Spillway router sets (docs/kafka.md).
+			c.ChannelBufferSize = 16
+			c.Consumer.Fetch.Default = routerFetchBytes
+			c.Consumer.Group.Heartbeat.Interval = time.Second
+		}
+		sub, err := kafka.NewSubscriber(kafka.SubscriberConfig{
+			Brokers: brokers, Unmarshaler: marshaler(), OverwriteSaramaConfig: c, ConsumerGroup: group,
+		}, watermill.NopLogger{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		wm, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		wm.AddConsumerHandler("h", topic, sub, handler)
+		run, close = wm.Run, wm.Close
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- run(context.Background()) }()
+	select {
+	case <-first:
+	case err := <-errc:
+		b.Fatalf("consumer stopped: %v", err)
+	case <-time.After(60 * time.Second):
+		b.Fatal("no message consumed within 60s")
+	}
+	b.ReportAllocs()
+	cpu0 := processCPU()
+	start := time.Now()
+	b.StartTimer()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Minute):
+		b.Fatalf("only %d of %d messages consumed", handled.Load(), b.N)
+	}
+	b.StopTimer()
+	elapsed, cpu := time.Since(start), processCPU()-cpu0
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "msgs/s")
+	// CPU of the whole process (broker included) per message: unlike
+	// msgs/s it does not depend much on what else the machine runs.
+	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/msg")
+	_ = close()
+	<-errc
+}
+
+// processCPU returns the user and system CPU time the process has used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}

@@ -1,0 +1,148 @@
+package demo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/spillway-go/spillway/redisbroker"
+	"github.com/spillway-go/spillway/retrygate"
+	"github.com/spillway-go/spillway/router"
+)
+
+// ErrNoRedisServer is returned for broker redis when redis-server is not
+// installed. The embedded miniredis cannot stand in: it does not age
+// pending entries, so the idle-claim redelivery the demo is about never
+// happens on it.
+var ErrNoRedisServer = errors.New("demo: --broker redis needs redis-server on PATH (apt-get install redis-server): " +
+	"the embedded miniredis does not age pending entries, so the redelivery this demo shows cannot happen on it")
+
+// redisEnv is a real redis-server on a free loopback port, in a temporary
+// directory, without persistence.
+type redisEnv struct {
+	o      Options
+	dir    string
+	cmd    *exec.Cmd
+	addr   string
+	pub    *redisstream.Publisher
+	client *redis.Client
+}
+
+func newRedisEnv(o Options) (*redisEnv, error) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return nil, ErrNoRedisServer
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	_ = l.Close()
+	dir, err := os.MkdirTemp("", "spillway-demo-redis-")
+	if err != nil {
+		return nil, err
+	}
+	e := &redisEnv{o: o, dir: dir, addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}
+	e.cmd = exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+		"--dir", dir, "--logfile", "")
+	if err := e.cmd.Start(); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, fmt.Errorf("demo: starting redis-server: %w", err)
+	}
+	e.client = redis.NewClient(&redis.Options{Addr: e.addr})
+	for ready := time.Now().Add(10 * time.Second); ; {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		err := e.client.Ping(ctx).Err()
+		cancel()
+		if err == nil {
+			break
+		}
+		if time.Now().After(ready) {
+			e.close()
+			return nil, fmt.Errorf("demo: redis-server on %s did not answer: %w", e.addr, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	e.pub, err = redisstream.NewPublisher(redisstream.PublisherConfig{Client: redis.NewClient(&redis.Options{Addr: e.addr})}, nil)
+	if err != nil {
+		e.close()
+		return nil, err
+	}
+	return e, nil
+}
+
+func (e *redisEnv) publisher() message.Publisher { return e.pub }
+
+// naiveSubscriber is watermill-redisstream with its defaults, given the
+// same redelivery deadline (MaxIdleTime) and claim interval as Spillway's.
+func (e *redisEnv) naiveSubscriber(m *member, topic string) (message.Subscriber, error) {
+	return redisstream.NewSubscriber(redisstream.SubscriberConfig{
+		Client:        redis.NewClient(&redis.Options{Addr: e.addr}),
+		ConsumerGroup: GroupNaive + "." + topic,
+		Consumer:      m.name,
+		MaxIdleTime:   e.o.Deadline,
+		ClaimInterval: e.o.Deadline / 4,
+		// Only so that Close returns: upstream's first read otherwise
+		// blocks forever.
+		DisableIndefiniteInitialBlock: true,
+	}, m.logger)
+}
+
+func (e *redisEnv) spillwayConfig(cfg *router.Config, m *member) {
+	cfg.Broker = router.BrokerRedis
+	r := &cfg.Redis
+	r.Addr = e.addr
+	r.ConsumerGroup = GroupSpillway
+	r.Consumer = m.name // unique per member: both run in this process
+	r.MaxIdleTime = e.o.Deadline
+	r.ClaimInterval = e.o.Deadline / 4
+	r.BlockTime = 100 * time.Millisecond
+}
+
+func (e *redisEnv) routerOptions(*member) []router.Option { return nil }
+
+func (e *redisEnv) lag(group string) (int64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), lagTimeout)
+	defer cancel()
+	var total int64
+	for _, t := range []string{TopicPositions, TopicBoundaries} {
+		streams := map[string]string{t: group + "." + t}
+		if group == GroupSpillway {
+			streams[retrygate.Config{}.WithDefaults().RetryTopicFor(t)] = group + "." + router.RetryHandlerName(t)
+		}
+		for stream, g := range streams {
+			l, err := redisbroker.Lag(ctx, e.client, stream, g)
+			if err != nil {
+				continue // not created yet
+			}
+			total += max(0, l.Backlog())
+		}
+	}
+	return total, nil
+}
+
+func (e *redisEnv) sessions() bool { return false }
+
+func (e *redisEnv) close() {
+	if e.pub != nil {
+		_ = e.pub.Close()
+	}
+	if e.client != nil {
+		_ = e.client.Close()
+	}
+	if e.cmd != nil && e.cmd.Process != nil {
+		_ = e.cmd.Process.Kill()
+		_ = e.cmd.Wait()
+	}
+	_ = os.RemoveAll(e.dir)
+}
