@@ -56,14 +56,14 @@ type Calibration struct {
 func calibrate(ctx context.Context, g *Geometry, heavies, mix [][]byte, steady float64, o Options) (Calibration, error) {
 	began := time.Now()
 	c := Calibration{Cores: runtime.GOMAXPROCS(0), HeavyVertices: o.HeavyVertices, MemoryBytes: o.MemoryBytes}
-	for len(heavies) < 4 {
+	for len(heavies) < 2*c.Cores {
 		p, _, err := g.HeavyPayload(len(heavies)*977, o.HeavyVertices)
 		if err != nil {
 			return c, err
 		}
 		heavies = append(heavies, p)
 	}
-	heavies = heavies[:min(len(heavies), 4)]
+	heavies = heavies[:min(len(heavies), 16)]
 
 	// One pass per heavy payload, the best of two runs each, scaled to
 	// HeavyVertices; the mean over the payloads.
@@ -89,9 +89,10 @@ func calibrate(ctx context.Context, g *Geometry, heavies, mix [][]byte, steady f
 	}
 	c.HeavySeconds = c.PassSeconds * float64(c.Passes)
 
-	// Throughput of the whole consumer on heavy geometry: as many heavy
-	// messages as cores at once, the real handler (decode included).
-	sample, err := cost.NewSample(heavies[:min(len(heavies), max(c.Cores, 2))])
+	// Throughput of the whole consumer on heavy geometry: two heavy
+	// messages per core, as many at once as cores, the real handler
+	// (decode included).
+	sample, err := cost.NewSample(heavies[:2*c.Cores])
 	if err != nil {
 		return c, err
 	}

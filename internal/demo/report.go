@@ -85,7 +85,7 @@ func newPlot() *plot.Plot {
 	p.Legend.Left = false
 	p.Legend.TextStyle.Font.Size = vg.Points(9)
 	p.Legend.Padding = vg.Points(2)
-	p.Legend.YOffs = -vg.Points(2)
+	p.Legend.YOffs = -vg.Points(14) // below the event labels
 	p.Add(plotter.NewGrid())
 	return p
 }
@@ -95,6 +95,7 @@ func (r *Recording) timeAxis(p *plot.Plot, top float64) error {
 	bottom := p.Y.Min
 	p.X.Label.Text = "seconds since production started"
 	p.X.Min, p.X.Max = 0, r.endTime()
+	p.X.Tick.Marker = plot.TickerFunc(compactTicks)
 	marks := []struct {
 		t     float64
 		label string

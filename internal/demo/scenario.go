@@ -70,7 +70,7 @@ type Options struct {
 	// HeavyShare is the share of Deadline one heavy message takes alone on
 	// one core: it sets the handler's work passes. Default 1/3 on Kafka,
 	// where the plain consumer has one heavy message per partition in
-	// flight; 1/2 on Redis, where it has one per topic and one read ahead,
+	// flight; 0.5 on Redis, where it has one per topic and one read ahead,
 	// so only a message slower than half the deadline is claimed.
 	HeavyShare float64 `json:"heavy_share"`
 	// Passes, if positive, replaces the calibrated passes.
@@ -119,7 +119,7 @@ func DefaultOptions() Options {
 		JoinAfter:          time.Second,
 		Drain:              15 * time.Second,
 		HeavyShare:         1.0 / 3,
-		CalibrationRepeats: 2,
+		CalibrationRepeats: 1,
 		MemoryBytes:        96 << 20,
 		SampleEvery:        200 * time.Millisecond,
 		LagEvery:           500 * time.Millisecond,
@@ -553,9 +553,11 @@ func spillwayConfig(o Options, cal Calibration) router.Config {
 	a := &cfg.Budget.AutoSize
 	a.Enabled = true
 	a.MemoryBound = cal.MemoryBound
-	// The auto-sizer may halve the calibrated budget, not more: two
-	// members sharing the machine each get half of it.
+	// Floor and ceiling: what an operator would accept as fixed budgets.
+	// The auto-sizer may halve the calibrated budget (two members sharing
+	// the machine each get half of it) or raise it by half.
 	a.Floor = max(1, cal.Budget/2)
+	a.Ceiling = min(cal.MemoryBound, cal.Budget*3/2)
 	sh := &cfg.Shedding
 	sh.Topics = []string{TopicPositions}
 	sh.EntityKey, sh.VersionKey = MetaEntity, MetaVersion

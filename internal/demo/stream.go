@@ -50,6 +50,7 @@ const (
 
 var kindNames = [...]string{"ping", "parcel", "heavy"}
 
+// String returns "ping", "parcel" or "heavy".
 func (k Kind) String() string {
 	if int(k) < len(kindNames) {
 		return kindNames[k]

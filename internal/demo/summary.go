@@ -165,7 +165,7 @@ func (s Summary) Table() [][]string {
 		return fmt.Sprintf("%.1fs%s", g.RebalanceSeconds, late)
 	})
 	row("max in-flight vertices", func(g GroupSummary) string { return compact(float64(g.MaxInflightVertices)) })
-	row("budget start -> end", func(g GroupSummary) string {
+	row("budget, all members: start -> end", func(g GroupSummary) string {
 		if g.StartBudget == 0 {
 			return "none"
 		}
@@ -211,6 +211,8 @@ func secs(s float64) string {
 	switch {
 	case s < 0:
 		return "-"
+	case s < 0.001:
+		return "<1ms"
 	case s < 1:
 		return fmt.Sprintf("%.0fms", s*1000)
 	}
