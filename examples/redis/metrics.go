@@ -1,68 +1,19 @@
 package main
 
 import (
-	"context"
 	"errors"
-	"net"
-	"net/http"
+	"github.com/spillway-go/spillway/internal/promserve"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	"go.opentelemetry.io/otel/metric"
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/spillway-go/spillway/middleware"
 	"github.com/spillway-go/spillway/redisbroker"
 	"github.com/spillway-go/spillway/telemetry"
 )
 
-// metricsServer serves the router's OpenTelemetry metrics in the
-// Prometheus text format at /metrics (docs/operations.md).
-type metricsServer struct {
-	Provider *sdkmetric.MeterProvider // pass to router.WithMeterProvider
-	URL      string                   // http://host:port/metrics
-
-	srv  *http.Server
-	done chan struct{}
-}
-
-// serveMetrics listens on addr (host:port; port 0 picks a free one) and
-// serves /metrics from a registry of its own, fed by Provider.
-func serveMetrics(addr string) (*metricsServer, error) {
-	reg := prometheus.NewRegistry()
-	exporter, err := otelprom.New(otelprom.WithRegisterer(reg))
-	if err != nil {
-		return nil, err
-	}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, err
-	}
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	m := &metricsServer{
-		Provider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter)),
-		URL:      "http://" + ln.Addr().String() + "/metrics",
-		srv:      &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second},
-		done:     make(chan struct{}),
-	}
-	go func() {
-		defer close(m.done)
-		_ = m.srv.Serve(ln)
-	}()
-	return m, nil
-}
-
-// Close stops the server and the provider.
-func (m *metricsServer) Close() error {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	err := m.srv.Shutdown(ctx)
-	<-m.done
-	return errors.Join(err, m.Provider.Shutdown(ctx))
-}
+// serveMetrics serves /metrics on addr; see promserve.Serve.
+func serveMetrics(addr string) (*promserve.Server, error) { return promserve.Serve(addr) }
 
 // instruments are the demo's telemetry, wired by hand as
 // docs/operations.md describes (the router package does this itself).
