@@ -18,9 +18,21 @@ import (
 // handler hands the message to the suite and returns when it is acked or
 // nacked. So the suite exercises the subscriber as Spillway deploys it, with
 // the dead-letter middleware in the chain.
+//
+// Close closes the subscriber and then waits until every channel Subscribe
+// returned is closed, as the suite expects of any subscriber: the
+// forwarding goroutines close their channel only after the subscriber's
+// own channel has closed and their in-flight handlers have returned.
 type chainSubscriber struct {
 	*redisbroker.Subscriber
-	mws []message.HandlerMiddleware
+	mws     []message.HandlerMiddleware
+	forward *sync.WaitGroup
+}
+
+func (c chainSubscriber) Close() error {
+	err := c.Subscriber.Close()
+	c.forward.Wait()
+	return err
 }
 
 func (c chainSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
@@ -48,7 +60,9 @@ func (c chainSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *m
 	for i := len(c.mws) - 1; i >= 0; i-- {
 		h = c.mws[i](h)
 	}
+	c.forward.Add(1)
 	go func() {
+		defer c.forward.Done()
 		var wg sync.WaitGroup
 		for msg := range in {
 			wg.Add(1)
@@ -119,7 +133,7 @@ func TestUniversalPubSub(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return pub, chainSubscriber{Subscriber: sub, mws: []message.HandlerMiddleware{dl.Middleware}}
+		return pub, chainSubscriber{Subscriber: sub, mws: []message.HandlerMiddleware{dl.Middleware}, forward: new(sync.WaitGroup)}
 	}
 	tests.TestPubSub(t, features,
 		func(t *testing.T) (message.Publisher, message.Subscriber) { return build(t, uniq("suite")) },
