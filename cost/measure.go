@@ -2,6 +2,7 @@ package cost
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -163,6 +164,15 @@ type Throughput struct {
 	// Payloads and Vertices are processed per run.
 	Payloads int   `json:"payloads"`
 	Vertices int64 `json:"vertices"`
+	// Spread is how much more a slow vertex costs than the average one:
+	// the 95th percentile, by vertices, of the payloads' handler seconds
+	// per vertex, divided by the sample's mean (all handler seconds over
+	// all vertices). 1 means every payload costs the same per vertex; 2.5
+	// means the slowest 5 % of the vertices cost 2.5 times the mean or
+	// more. Each payload's time is its median over the runs. Weighting by
+	// vertices keeps a one-vertex payload, whose time is all overhead,
+	// from counting as slow geometry. See [SizingInputs.Spread].
+	Spread float64 `json:"spread"`
 }
 
 // MeasureOption configures [MeasureThroughput].
@@ -260,21 +270,66 @@ func MeasureThroughput(ctx context.Context, s *Sample, handler func(ctx context.
 	}
 
 	t := Throughput{Parallelism: cfg.parallelism, Payloads: len(s.Payloads), Vertices: s.TotalVertices}
+	took := make([][]float64, len(s.Payloads)) // each payload's handler seconds, per run
 	for range cfg.repeats {
 		runtime.GC()
-		elapsed, err := runOnce(ctx, s, order, handler, cfg.parallelism, report)
+		elapsed, err := runOnce(ctx, s, order, handler, cfg.parallelism, report, took)
 		if err != nil {
 			return Throughput{}, err
 		}
 		t.Runs = append(t.Runs, float64(s.TotalVertices)/max(elapsed.Seconds(), 1e-9))
 	}
 	t.VerticesPerSecond = median(t.Runs)
+	t.Spread = spread(s.Vertices, took)
 	return t, nil
+}
+
+// spreadQuantile is the share of the vertices at or below the per-vertex
+// cost [Throughput.Spread] reports.
+const spreadQuantile = 0.95
+
+// spread computes [Throughput.Spread] from each payload's vertices and
+// handler times. Payloads without vertices are left out; 0 if nothing is
+// left.
+func spread(vertices []int, took [][]float64) float64 {
+	type payload struct {
+		vertices  float64
+		perVertex float64
+	}
+	var (
+		ps            []payload
+		secs, vertSum float64
+	)
+	for i, v := range vertices {
+		if v <= 0 || len(took[i]) == 0 {
+			continue
+		}
+		d := median(took[i])
+		ps = append(ps, payload{float64(v), d / float64(v)})
+		secs += d
+		vertSum += float64(v)
+	}
+	if len(ps) == 0 || secs <= 0 {
+		return 0
+	}
+	slices.SortFunc(ps, func(a, b payload) int { return cmp.Compare(a.perVertex, b.perVertex) })
+	var acc float64
+	q := ps[len(ps)-1].perVertex
+	for _, p := range ps {
+		acc += p.vertices
+		if acc >= spreadQuantile*vertSum {
+			q = p.perVertex
+			break
+		}
+	}
+	return q / (secs / vertSum)
 }
 
 // runOnce processes every payload once with p workers and returns the wall
 // time.
-func runOnce(ctx context.Context, s *Sample, order []int, handler func(context.Context, []byte) error, p int, report func(int)) (time.Duration, error) {
+// took[i] gets payload i's handler time appended; each payload is handled
+// by one worker, so the slices are not shared.
+func runOnce(ctx context.Context, s *Sample, order []int, handler func(context.Context, []byte) error, p int, report func(int), took [][]float64) (time.Duration, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	var (
@@ -290,10 +345,12 @@ func runOnce(ctx context.Context, s *Sample, order []int, handler func(context.C
 					return
 				}
 				i := order[k]
+				began := time.Now()
 				if err := callHandler(ctx, handler, s.Payloads[i]); err != nil {
 					cancel(fmt.Errorf("cost: handler failed on payload %d: %w", i, err))
 					return
 				}
+				took[i] = append(took[i], time.Since(began).Seconds())
 				report(s.Vertices[i])
 			}
 		})

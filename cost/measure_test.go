@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"runtime"
 	"slices"
@@ -205,6 +206,62 @@ func TestMeasureThroughputMechanics(t *testing.T) {
 			t.Errorf("defaults: %+v", tp)
 		}
 	})
+}
+
+// Spread is the vertex-weighted 95th percentile of the cost per vertex over
+// the mean. The handler sleeps 1 ms a vertex, except on payloads of odd
+// size, which cost 3 ms a vertex.
+func TestMeasureThroughputSpread(t *testing.T) {
+	handler := func(_ context.Context, p []byte) error {
+		n, err := cost.CountPayload(p)
+		if err != nil {
+			return err
+		}
+		per := time.Millisecond
+		if n%2 == 1 {
+			per *= 3
+		}
+		time.Sleep(time.Duration(n) * per)
+		return nil
+	}
+	sizes := func(cheap, slow, slowSize int) []int {
+		var out []int
+		for range cheap {
+			out = append(out, 100)
+		}
+		for range slow {
+			out = append(out, slowSize)
+		}
+		return out
+	}
+	tests := []struct {
+		name  string
+		sizes []int
+		want  float64
+	}{
+		// Every vertex costs the same.
+		{"uniform", sizes(10, 0, 0), 1},
+		// 202 of 2,002 vertices (10 %) are slow: the 95th percentile is 3 ms,
+		// the mean (1,800 + 606) / 2,002 ms.
+		{"slow tenth", sizes(18, 2, 101), 3 / (2406.0 / 2002)},
+		// 51 of 1,851 vertices (under 5 %) are slow: the 95th percentile is
+		// a cheap vertex, below the mean the slow ones raise.
+		{"slow few", sizes(18, 1, 51), 1 / (1953.0 / 1851)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				tp, err := cost.MeasureThroughput(context.Background(), sampleOf(t, tt.sizes...), handler,
+					cost.WithParallelism(3), cost.WithRepeats(3))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if math.Abs(tp.Spread-tt.want) > 1e-9 {
+					t.Errorf("spread %v, want %v", tp.Spread, tt.want)
+				}
+			})
+		})
+	}
 }
 
 func TestMeasureThroughputStopsOnError(t *testing.T) {

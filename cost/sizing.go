@@ -27,6 +27,11 @@ const (
 // noisy neighbour on the same cores, and a mix heavier than the sample.
 const DefaultHeadroom = 0.5
 
+// DefaultTailShare is the share of the redelivery deadline the slowest
+// messages may take while a full budget drains (see [SizingInputs.Spread]
+// and [AutoSizeConfig.TailShare]).
+const DefaultTailShare = 0.75
+
 // Errors returned by [Recommend].
 var (
 	// ErrInvalidSizing: an input is missing, non-positive or not a number.
@@ -67,6 +72,18 @@ type SizingInputs struct {
 	// Headroom is the share of Deadline a full budget may take to drain,
 	// in (0, 1]. 0 means [DefaultHeadroom].
 	Headroom float64 `json:"headroom"`
+	// Spread is how much more the slow vertices of the mix cost than the
+	// average one ([Throughput.Spread]); 0 means not measured, and values
+	// below 1 count as 1. While a full budget drains, the messages in
+	// flight share the cores, so a message whose vertices cost Spread
+	// times the mean takes about Spread times the drain time. The drain
+	// time is therefore held to TailShare / Spread of the deadline when
+	// that is below Headroom: the slow messages, not the average, must
+	// finish inside the deadline.
+	Spread float64 `json:"spread"`
+	// TailShare is the share of Deadline the slow messages may take, in
+	// (0, 1]. 0 means [DefaultTailShare]. Used only with Spread.
+	TailShare float64 `json:"tail_share"`
 }
 
 // Recommendation is a computed vertex budget with every number it came
@@ -79,13 +96,20 @@ type Recommendation struct {
 	Binding Bound `json:"binding"`
 	// MemoryBound is GeometryMemoryBytes / BytesPerVertex, in vertices.
 	MemoryBound int64 `json:"memory_bound"`
-	// DeadlineBound is VerticesPerSecond × Deadline × Headroom, in vertices.
+	// DeadlineBound is VerticesPerSecond × Deadline × DrainShare, in
+	// vertices.
 	DeadlineBound int64 `json:"deadline_bound"`
+	// DrainShare is the share of Deadline a full budget may take to
+	// drain: Headroom, or TailShare / Spread if that is smaller.
+	DrainShare float64 `json:"drain_share"`
+	// SpreadLimited says that TailShare / Spread, not Headroom, set
+	// DrainShare: the mix's slow messages bind the deadline bound.
+	SpreadLimited bool `json:"spread_limited"`
 	// GeometryMemoryBytes is the memory one process has for in-flight
 	// geometry: MemoryBytes / Processes − PrefetchBytes.
 	GeometryMemoryBytes int64 `json:"geometry_memory_bytes"`
 	// DrainTime is how long a full budget takes to drain at the measured
-	// throughput: at most Deadline × Headroom.
+	// throughput: at most Deadline × DrainShare.
 	DrainTime time.Duration `json:"drain_ns"`
 	// Inputs are the inputs, with defaults filled in.
 	Inputs SizingInputs `json:"inputs"`
@@ -93,6 +117,9 @@ type Recommendation struct {
 
 // Advice says, in one sentence, what raises the budget.
 func (r Recommendation) Advice() string {
+	if r.Binding == BoundDeadline && r.SpreadLimited {
+		return fmt.Sprintf("the deadline binds, through the mix's slowest messages (%.1f× the mean cost per vertex): a faster handler on them, more cores per process or a longer redelivery deadline raise the budget; more memory does not", r.Inputs.Spread)
+	}
 	if r.Binding == BoundDeadline {
 		return "the deadline binds: a faster handler, more cores per process or a longer redelivery deadline raise the budget; more memory does not"
 	}
@@ -106,6 +133,9 @@ func (in SizingInputs) withDefaults() (SizingInputs, error) {
 	}
 	if in.Headroom == 0 {
 		in.Headroom = DefaultHeadroom
+	}
+	if in.TailShare == 0 {
+		in.TailShare = DefaultTailShare
 	}
 	bad := func(field string, v any, want string) error {
 		return fmt.Errorf("%w: %s is %v, %s", ErrInvalidSizing, field, v, want)
@@ -125,6 +155,10 @@ func (in SizingInputs) withDefaults() (SizingInputs, error) {
 		return in, bad("deadline", in.Deadline, "must be positive")
 	case !positiveFinite(in.Headroom) || in.Headroom > 1:
 		return in, bad("headroom", in.Headroom, "must be in (0, 1]")
+	case in.Spread < 0 || math.IsInf(in.Spread, 0) || math.IsNaN(in.Spread):
+		return in, bad("spread", in.Spread, "must be a non-negative number")
+	case !positiveFinite(in.TailShare) || in.TailShare > 1:
+		return in, bad("tail_share", in.TailShare, "must be in (0, 1]")
 	}
 	return in, nil
 }
@@ -137,6 +171,21 @@ func positiveFinite(f float64) bool { return f > 0 && !math.IsInf(f, 0) && !math
 func MemoryBound(memoryBytes int64, processes int, prefetchBytes int64, bytesPerVertex float64) int64 {
 	perProcess := memoryBytes/int64(max(processes, 1)) - prefetchBytes
 	return floorInt64(float64(perProcess) / bytesPerVertex)
+}
+
+// DrainShare returns the share of the deadline a full budget may take to
+// drain: headroom, or tailShare / spread when the mix's slow messages need
+// more room than that (spread above tailShare / headroom). A spread of 0
+// (not measured) leaves headroom; a spread below 1 counts as 1. The second
+// result says whether the spread set the share.
+func DrainShare(headroom, spread, tailShare float64) (float64, bool) {
+	if spread <= 0 || tailShare <= 0 {
+		return headroom, false
+	}
+	if t := tailShare / max(spread, 1); t < headroom {
+		return t, true
+	}
+	return headroom, false
 }
 
 // DeadlineBound returns how many vertices drain within headroom × deadline
@@ -162,7 +211,8 @@ func floorInt64(f float64) int64 {
 // bound, and the smaller of them, named in Binding.
 //
 //	memory bound   = (MemoryBytes / Processes − PrefetchBytes) / BytesPerVertex
-//	deadline bound = VerticesPerSecond × Deadline × Headroom
+//	drain share    = min(Headroom, TailShare / Spread)   (Headroom if Spread is 0)
+//	deadline bound = VerticesPerSecond × Deadline × drain share
 //	budget         = min(memory bound, deadline bound)
 //
 // Invalid inputs fail with an error wrapping [ErrInvalidSizing] that names
@@ -175,11 +225,14 @@ func Recommend(in SizingInputs) (Recommendation, error) {
 	if err != nil {
 		return Recommendation{Inputs: in}, err
 	}
+	share, limited := DrainShare(in.Headroom, in.Spread, in.TailShare)
 	r := Recommendation{
 		Inputs:              in,
 		GeometryMemoryBytes: in.MemoryBytes/int64(in.Processes) - in.PrefetchBytes,
 		MemoryBound:         MemoryBound(in.MemoryBytes, in.Processes, in.PrefetchBytes, in.BytesPerVertex),
-		DeadlineBound:       DeadlineBound(in.VerticesPerSecond, in.Deadline, in.Headroom),
+		DeadlineBound:       DeadlineBound(in.VerticesPerSecond, in.Deadline, share),
+		DrainShare:          share,
+		SpreadLimited:       limited,
 	}
 	r.Budget, r.Binding = r.MemoryBound, BoundMemory
 	if r.DeadlineBound < r.MemoryBound {
@@ -195,7 +248,7 @@ func Recommend(in SizingInputs) (Recommendation, error) {
 			ErrInfeasible, r.GeometryMemoryBytes, in.BytesPerVertex)
 	case r.DeadlineBound < 1:
 		return r, fmt.Errorf("%w: not one vertex drains within %v × %.2f at %.3g vertices/s",
-			ErrInfeasible, in.Deadline, in.Headroom, in.VerticesPerSecond)
+			ErrInfeasible, in.Deadline, share, in.VerticesPerSecond)
 	}
 	return r, nil
 }

@@ -137,6 +137,11 @@ func TestRecommendRejectsBadInputs(t *testing.T) {
 		{"deadline", func(in *cost.SizingInputs) { in.Deadline = -time.Second }},
 		{"headroom", func(in *cost.SizingInputs) { in.Headroom = 1.5 }},
 		{"headroom", func(in *cost.SizingInputs) { in.Headroom = -0.5 }},
+		{"spread", func(in *cost.SizingInputs) { in.Spread = -1 }},
+		{"spread", func(in *cost.SizingInputs) { in.Spread = math.NaN() }},
+		{"spread", func(in *cost.SizingInputs) { in.Spread = math.Inf(1) }},
+		{"tail_share", func(in *cost.SizingInputs) { in.TailShare = 1.5 }},
+		{"tail_share", func(in *cost.SizingInputs) { in.TailShare = -0.1 }},
 	}
 	for _, tt := range tests {
 		in := baseInputs()
@@ -149,6 +154,55 @@ func TestRecommendRejectsBadInputs(t *testing.T) {
 		if !strings.Contains(err.Error(), tt.field) {
 			t.Errorf("error %q does not name the field %s", err, tt.field)
 		}
+	}
+}
+
+// A measured spread narrows the drain share only when the slow messages
+// need more room than the headroom leaves: 400k vertices/s × 30 s is 12M
+// vertices of drain; at spread 2.5 the slowest take 2.5 × the drain time,
+// so the drain is held to 0.75 / 2.5 = 0.3 of the deadline (3.6M vertices).
+// At spread 1.2 (0.75 / 1.2 = 0.625) the headroom of 0.5 is the tighter
+// one and nothing changes.
+func TestRecommendSpread(t *testing.T) {
+	tests := []struct {
+		name           string
+		spread, tail   float64
+		share          float64
+		limited        bool
+		deadlineBound  int64
+		adviceMentions string
+	}{
+		{"not measured", 0, 0, 0.5, false, 6_000_000, "the deadline binds: a faster handler"},
+		{"uniform", 1, 0, 0.5, false, 6_000_000, "the deadline binds: a faster handler"},
+		{"below one counts as one", 0.4, 0, 0.5, false, 6_000_000, "the deadline binds: a faster handler"},
+		{"narrow", 1.2, 0, 0.5, false, 6_000_000, "the deadline binds: a faster handler"},
+		{"wide", 2.5, 0, 0.3, true, 3_600_000, "slowest messages (2.5×"},
+		{"wide, own tail share", 2.5, 1, 0.4, true, 4_800_000, "slowest messages"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			in := baseInputs()
+			in.Spread, in.TailShare = tt.spread, tt.tail
+			r, err := cost.Recommend(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if math.Abs(r.DrainShare-tt.share) > 1e-9 || r.SpreadLimited != tt.limited {
+				t.Errorf("drain share %v (limited %v), want %v (%v)", r.DrainShare, r.SpreadLimited, tt.share, tt.limited)
+			}
+			if d := r.DeadlineBound - tt.deadlineBound; d < -1 || d > 1 {
+				t.Errorf("deadline bound %d, want %d", r.DeadlineBound, tt.deadlineBound)
+			}
+			if r.Binding != cost.BoundDeadline || r.Budget != r.DeadlineBound {
+				t.Errorf("budget %d bound by %s, want the deadline bound", r.Budget, r.Binding)
+			}
+			if want := time.Duration(float64(in.Deadline) * tt.share); (r.DrainTime - want).Abs() > time.Millisecond {
+				t.Errorf("drain time %v, want %v", r.DrainTime, want)
+			}
+			if !strings.Contains(r.Advice(), tt.adviceMentions) {
+				t.Errorf("advice %q does not mention %q", r.Advice(), tt.adviceMentions)
+			}
+		})
 	}
 }
 

@@ -50,7 +50,7 @@ func newChartData(o *sizeOptions, rec cost.Recommendation, light, heavy *cost.Sa
 		memoryBytes: rec.Inputs.MemoryBytes,
 		processes:   rec.Inputs.Processes,
 		deadline:    rec.Inputs.Deadline,
-		headroom:    rec.Inputs.Headroom,
+		headroom:    rec.DrainShare,
 		memoryBound: float64(rec.MemoryBound),
 		measured:    float64(rec.DeadlineBound),
 		bpv:         rec.Inputs.BytesPerVertex,

@@ -32,6 +32,7 @@ type sizeOptions struct {
 	chart       string
 	json        bool
 	headroom    float64
+	tailShare   float64
 	parallelism int
 	repeats     int
 	progress    bool
@@ -86,6 +87,7 @@ throughput at each mix interpolated from the measured light and heavy rates.`,
 	f.StringVar(&o.chart, "chart", "", "write an SVG chart of both bounds against the heavy share to this file")
 	f.BoolVar(&o.json, "json", false, "print JSON instead of a table")
 	f.Float64Var(&o.headroom, "headroom", cost.DefaultHeadroom, "share of the deadline a full budget may take to drain, in (0, 1]")
+	f.Float64Var(&o.tailShare, "tail-share", cost.DefaultTailShare, "share of the deadline the sample's slowest messages (by cost per vertex) may take, in (0, 1]")
 	f.IntVar(&o.parallelism, "parallelism", 0, "handlers running at once while measuring (default GOMAXPROCS)")
 	f.IntVar(&o.repeats, "repeats", defaultRepeats, "measuring runs; the median counts")
 	f.BoolVar(&o.progress, "progress", false, "show a progress bar even when stderr is not a terminal (--progress=false: never)")
@@ -109,6 +111,8 @@ func (o *sizeOptions) validate() error {
 		return badInput("--heavy-above must not be negative, got %d", o.heavyAbove)
 	case !(o.headroom > 0 && o.headroom <= 1):
 		return badInput("--headroom must be in (0, 1], got %v", o.headroom)
+	case !(o.tailShare > 0 && o.tailShare <= 1):
+		return badInput("--tail-share must be in (0, 1], got %v", o.tailShare)
 	case o.parallelism < 0:
 		return badInput("--parallelism must not be negative, got %d", o.parallelism)
 	case o.repeats <= 0:
@@ -144,7 +148,11 @@ type sizeReport struct {
 		VerticesPerSecond float64 `json:"vertices_per_second"`
 		DeadlineSeconds   float64 `json:"deadline_seconds"`
 		Headroom          float64 `json:"headroom"`
+		Spread            float64 `json:"spread"`
+		TailShare         float64 `json:"tail_share"`
 	} `json:"inputs"`
+	DrainShare          float64    `json:"drain_share"`
+	SpreadLimited       bool       `json:"spread_limited"`
 	GeometryMemoryBytes int64      `json:"geometry_memory_bytes"`
 	MemoryBound         int64      `json:"memory_bound"`
 	DeadlineBound       int64      `json:"deadline_bound"`
@@ -249,6 +257,8 @@ func runSize(ctx context.Context, e *env, o *sizeOptions, progressSet bool) erro
 		VerticesPerSecond: tp.VerticesPerSecond,
 		Deadline:          o.deadline,
 		Headroom:          o.headroom,
+		Spread:            tp.Spread,
+		TailShare:         o.tailShare,
 	})
 	if err != nil {
 		if errors.Is(err, cost.ErrInvalidSizing) || errors.Is(err, cost.ErrInfeasible) {
@@ -286,6 +296,7 @@ func runSize(ctx context.Context, e *env, o *sizeOptions, progressSet bool) erro
 func measureInterleaved(ctx context.Context, samples []*cost.Sample, handler func(context.Context, []byte) error,
 	par, repeats int, bar *progress) ([]cost.Throughput, error) {
 	out := make([]cost.Throughput, len(samples))
+	spreads := make([][]float64, len(samples))
 	var base int64
 	for range repeats {
 		for i, s := range samples {
@@ -296,11 +307,13 @@ func measureInterleaved(ctx context.Context, samples []*cost.Sample, handler fun
 			}
 			base += s.TotalVertices
 			t.Runs = append(out[i].Runs, t.Runs...)
+			spreads[i] = append(spreads[i], t.Spread)
 			out[i] = t
 		}
 	}
 	for i := range out {
 		out[i].VerticesPerSecond = median(out[i].Runs)
+		out[i].Spread = median(spreads[i])
 	}
 	return out, nil
 }
@@ -358,6 +371,10 @@ func newSizeReport(o *sizeOptions, s *cost.Sample, mem cost.MemoryProfile, tp co
 	r.Inputs.VerticesPerSecond = in.VerticesPerSecond
 	r.Inputs.DeadlineSeconds = in.Deadline.Seconds()
 	r.Inputs.Headroom = in.Headroom
+	r.Inputs.Spread = in.Spread
+	r.Inputs.TailShare = in.TailShare
+	r.DrainShare = rec.DrainShare
+	r.SpreadLimited = rec.SpreadLimited
 	r.GeometryMemoryBytes = rec.GeometryMemoryBytes
 	r.MemoryBound = rec.MemoryBound
 	r.DeadlineBound = rec.DeadlineBound
@@ -401,7 +418,13 @@ func printHuman(w io.Writer, r *sizeReport, mem cost.MemoryProfile, tp cost.Thro
 	row("memory", "%s / %d %s - %s prefetch = %s per process for geometry", formatBytes(r.Inputs.MemoryBytes),
 		r.Inputs.Processes, plural(r.Inputs.Processes, "process", "processes"), formatBytes(r.Inputs.PrefetchBytes),
 		formatBytes(r.GeometryMemoryBytes))
-	row("deadline", "%v x %.2g headroom", time.Duration(r.Inputs.DeadlineSeconds*float64(time.Second)), r.Inputs.Headroom)
+	row("spread", "%.2f  (the slowest 5 %% of the vertices cost this many times the mean or more)", r.Inputs.Spread)
+	if r.SpreadLimited {
+		row("deadline", "%v x %.2g  (tail share %.2g / spread %.2f, below the %.2g headroom)",
+			time.Duration(r.Inputs.DeadlineSeconds*float64(time.Second)), r.DrainShare, r.Inputs.TailShare, r.Inputs.Spread, r.Inputs.Headroom)
+	} else {
+		row("deadline", "%v x %.2g headroom", time.Duration(r.Inputs.DeadlineSeconds*float64(time.Second)), r.Inputs.Headroom)
+	}
 	row("", "")
 	mark := func(b cost.Bound) string {
 		if r.Binding == b {
