@@ -3,6 +3,7 @@ package cost
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -79,6 +80,20 @@ type AutoSizeConfig struct {
 	// capacity by more than 10 %). Negative means 0.
 	Hysteresis float64
 
+	// TailShare is the share of Deadline the slowest handler call of a
+	// window may take (default [DefaultTailShare]; negative turns the tail
+	// guard off). The throughput alone sizes the budget for the average
+	// message; when messages differ in cost per vertex, the slow ones take
+	// several times the drain time while the budget is full. The guard
+	// reads each window's slowest call as seconds per vertex of capacity
+	// (its duration over the capacity when it began) and caps the budget
+	// at TailShare × Deadline over that: the tail bound. It shrinks the
+	// budget readily, from the latest window alone and before MinWindows,
+	// and lets it grow only as far as the median of the recent windows
+	// allows. It never goes below the vertices of the call that set it,
+	// which runs alone at that size anyway.
+	TailShare float64
+
 	// Estimator gives each message's vertices. Default: NewEstimator
 	// (FullBudget). Only messages priced from their header or counted
 	// (SourceHeader, SourceComputed) are measured; a message of unknown
@@ -99,6 +114,15 @@ type AutoBounds struct {
 	// DeadlineBound is VerticesPerSecond × Deadline × Headroom; 0 until
 	// MinWindows windows were measured.
 	DeadlineBound int64 `json:"deadline_bound"`
+	// TailBound is the tail guard's cap (see [AutoSizeConfig.TailShare]);
+	// 0 until a window was measured or with the guard off.
+	TailBound int64 `json:"tail_bound"`
+	// TailLimited says the tail bound, not the throughput, set Budget
+	// (Binding is then BoundDeadline: both bounds are about the deadline).
+	TailLimited bool `json:"tail_limited"`
+	// SlowestCall is the longest handler call of the latest measured
+	// window.
+	SlowestCall time.Duration `json:"slowest_call_ns"`
 	// Budget is the capacity the sizer wants: the smaller bound, clamped to
 	// [Floor, Ceiling]. 0 until measured.
 	Budget int64 `json:"budget"`
@@ -132,6 +156,11 @@ type AutoBounds struct {
 // [Floor, Ceiling], and the budget is resized when the target differs from
 // its capacity by more than Hysteresis.
 //
+// A tail guard caps that target too: each window's slowest call, as
+// seconds per vertex of capacity, must fit in TailShare × Deadline (see
+// [AutoSizeConfig.TailShare]). It shrinks the budget after one window and
+// lets it grow back only when most recent windows agree.
+//
 // Windows advance lazily, when a handler call completes after the current
 // window's end; no goroutine runs and nothing needs closing. With no
 // traffic, the budget stays as it is.
@@ -154,8 +183,12 @@ type AutoSizer struct {
 	winBusy     time.Duration
 	winVertices int64
 	winDone     int
-	rates       []float64 // ring of the last cfg.Windows window rates
-	next        int       // where the next rate goes in rates
+	winSlowest  time.Duration // the window's slowest call...
+	winTail     float64       // ...its seconds per vertex of capacity...
+	winTailV    int64         // ...and its vertices
+	rates       []float64     // ring of the last cfg.Windows window rates
+	tails       []int64       // ring of the windows' tail bounds, beside rates
+	next        int           // where the next window goes in the rings
 	bounds      AutoBounds
 }
 
@@ -202,6 +235,12 @@ func NewAutoSizer(cfg AutoSizeConfig) (*AutoSizer, error) {
 	case cfg.Hysteresis < 0:
 		cfg.Hysteresis = 0
 	}
+	switch {
+	case cfg.TailShare == 0:
+		cfg.TailShare = DefaultTailShare
+	case cfg.TailShare < 0:
+		cfg.TailShare = 0
+	}
 	if cfg.Estimator == nil {
 		cfg.Estimator = NewEstimator(FullBudget)
 	}
@@ -226,12 +265,15 @@ func NewAutoSizer(cfg AutoSizeConfig) (*AutoSizer, error) {
 		return nil, bad("min busy", cfg.MinBusy, "must not be negative")
 	case !(cfg.Hysteresis < 1):
 		return nil, bad("hysteresis", cfg.Hysteresis, "must be below 1")
+	case math.IsNaN(cfg.TailShare) || cfg.TailShare > 1:
+		return nil, bad("tail share", cfg.TailShare, "must be at most 1")
 	}
 	a := &AutoSizer{
 		cfg:        cfg,
 		minWindows: minWindows,
 		minBusy:    minBusy,
 		rates:      make([]float64, 0, cfg.Windows),
+		tails:      make([]int64, 0, cfg.Windows),
 		winStart:   time.Now(),
 	}
 	a.bounds.MemoryBound = cfg.MemoryBound
@@ -272,24 +314,31 @@ func (a *AutoSizer) Middleware(h message.HandlerFunc) message.HandlerFunc {
 // completed (0 if it failed). Use it to measure work that does not run
 // through a Watermill handler.
 func (a *AutoSizer) Begin() (end func(vertices int64)) {
+	capacity := a.cfg.Budget.Capacity()
+	began := time.Now()
 	a.mu.Lock()
-	a.accrueLocked(time.Now())
+	a.accrueLocked(began)
 	a.active++
 	a.mu.Unlock()
 	var once sync.Once
 	return func(vertices int64) {
-		once.Do(func() { a.end(vertices) })
+		once.Do(func() { a.end(began, capacity, vertices) })
 	}
 }
 
-func (a *AutoSizer) end(vertices int64) {
+func (a *AutoSizer) end(began time.Time, capacity, vertices int64) {
 	now := time.Now()
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.accrueLocked(now)
 	a.active--
-	a.winVertices += max(vertices, 0)
+	vertices = max(vertices, 0)
+	a.winVertices += vertices
 	a.winDone++
+	took := now.Sub(began)
+	if tail := took.Seconds() / float64(max(capacity, 1)); tail > a.winTail {
+		a.winSlowest, a.winTail, a.winTailV = took, tail, vertices
+	}
 	if now.Sub(a.winStart) >= a.cfg.Window {
 		a.closeWindowLocked(now)
 	}
@@ -306,30 +355,67 @@ func (a *AutoSizer) accrueLocked(now time.Time) {
 // closeWindowLocked records the window's throughput, if it was busy enough
 // to mean something, starts the next window and resizes if needed.
 func (a *AutoSizer) closeWindowLocked(now time.Time) {
-	if a.winDone > 0 && a.winBusy > 0 && a.winBusy >= a.minBusy {
+	measured := a.winDone > 0 && a.winBusy > 0 && a.winBusy >= a.minBusy
+	var latestTail int64
+	if measured {
 		rate := float64(a.winVertices) / a.winBusy.Seconds()
+		latestTail = math.MaxInt64
+		if a.cfg.TailShare > 0 && a.winTail > 0 {
+			latestTail = max(floorInt64(a.cfg.TailShare*a.cfg.Deadline.Seconds()/a.winTail), a.winTailV, 1)
+		}
 		if len(a.rates) < cap(a.rates) {
-			a.rates = append(a.rates, rate)
+			a.rates, a.tails = append(a.rates, rate), append(a.tails, latestTail)
 		} else {
-			a.rates[a.next] = rate
+			a.rates[a.next], a.tails[a.next] = rate, latestTail
 		}
 		a.next = (a.next + 1) % cap(a.rates)
+		a.bounds.SlowestCall = a.winSlowest
 	}
 	a.winStart, a.winBusy, a.winVertices, a.winDone = now, 0, 0, 0
-	a.recomputeLocked()
+	a.winSlowest, a.winTail, a.winTailV = 0, 0, 0
+	if measured {
+		a.recomputeLocked(latestTail)
+	}
 }
 
-func (a *AutoSizer) recomputeLocked() {
+// recomputeLocked recomputes the bounds after a measured window whose own
+// tail bound is latestTail, and resizes if the target moved far enough.
+func (a *AutoSizer) recomputeLocked(latestTail int64) {
 	b := &a.bounds
 	b.Windows = len(a.rates)
 	b.VerticesPerSecond = median(a.rates)
-	if len(a.rates) < a.minWindows {
-		return
+	cur := a.cfg.Budget.Capacity()
+	b.Capacity = cur
+
+	// The tail bound: the latest window's, or the recent windows' median
+	// if that is lower. Shrinking needs one window; growing needs most.
+	tail := int64(math.MaxInt64)
+	if a.cfg.TailShare > 0 {
+		tail = min(latestTail, medianInt64(a.tails))
+		b.TailBound = tail
+		if tail == math.MaxInt64 {
+			b.TailBound = 0
+		}
 	}
-	b.DeadlineBound = DeadlineBound(b.VerticesPerSecond, a.cfg.Deadline, a.cfg.Headroom)
-	target, binding := b.DeadlineBound, BoundDeadline
+	var target int64
+	var binding Bound
+	if len(a.rates) < a.minWindows {
+		// Too early to trust the throughput: only the tail guard may act,
+		// and only to shrink.
+		if tail >= cur {
+			return
+		}
+		target, binding = tail, BoundDeadline
+		b.TailLimited = true
+	} else {
+		b.DeadlineBound = DeadlineBound(b.VerticesPerSecond, a.cfg.Deadline, a.cfg.Headroom)
+		target, binding = b.DeadlineBound, BoundDeadline
+		b.TailLimited = tail < target
+		target = min(target, tail)
+	}
 	if a.cfg.MemoryBound > 0 && a.cfg.MemoryBound <= target {
 		target, binding = a.cfg.MemoryBound, BoundMemory
+		b.TailLimited = false
 	}
 	b.Binding, b.Clamped = binding, ClampNone
 	switch {
@@ -340,8 +426,6 @@ func (a *AutoSizer) recomputeLocked() {
 	}
 	b.Budget = target
 
-	cur := a.cfg.Budget.Capacity()
-	b.Capacity = cur
 	inRange := cur >= a.cfg.Floor && cur <= a.cfg.Ceiling
 	if target == cur || inRange && math.Abs(float64(target-cur)) <= a.cfg.Hysteresis*float64(cur) {
 		return
@@ -366,4 +450,15 @@ func (a *AutoSizer) Bounds() AutoBounds {
 	a.mu.Unlock()
 	b.Capacity = a.cfg.Budget.Capacity()
 	return b
+}
+
+// medianInt64 is the median of xs (the lower middle for an even count),
+// without reordering xs; math.MaxInt64 for none.
+func medianInt64(xs []int64) int64 {
+	if len(xs) == 0 {
+		return math.MaxInt64
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[(len(s)-1)/2]
 }

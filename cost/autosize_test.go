@@ -387,6 +387,89 @@ func TestAutoSizerBegin(t *testing.T) {
 	})
 }
 
+// The tail guard: a call that takes longer than TailShare × Deadline
+// shrinks the budget from that one window, before MinWindows, in
+// proportion (1.5 s at a capacity of 100k against 0.75 × 1 s: 50k).
+// Growing back takes most of the recent windows.
+func TestAutoSizerTailShrinksReadily(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fb := &fakeBudget{t: t, floor: 1, ceiling: 1 << 40, cap: 100_000}
+		var resizes []cost.AutoBounds
+		sizer, err := cost.NewAutoSizer(cost.AutoSizeConfig{
+			Budget: fb, Deadline: time.Second, Window: time.Second, Ceiling: 100_000, Hysteresis: -1,
+			OnResize: func(_, _ int64, b cost.AutoBounds) { resizes = append(resizes, b) },
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		call := func(d time.Duration, vertices int64) {
+			end := sizer.Begin()
+			time.Sleep(d)
+			end(vertices)
+		}
+		call(1500*time.Millisecond, 1_000)
+		if len(resizes) != 1 || fb.Capacity() != 50_000 {
+			t.Fatalf("after one slow call: capacity %d, resizes %+v; want 50000 at once", fb.Capacity(), resizes)
+		}
+		if b := resizes[0]; !b.TailLimited || b.TailBound != 50_000 || b.Binding != cost.BoundDeadline || b.SlowestCall != 1500*time.Millisecond {
+			t.Errorf("bounds %+v, want the tail guard to bind at 50000 after a 1.5 s call", b)
+		}
+		// Fast windows: 10k-vertex calls of 100 ms, 100k vertices/s, a
+		// deadline bound of 50k. The tail bound of each is large, but the
+		// median of the windows holds the slow one until it is outvoted,
+		// and the throughput bound caps the budget anyway.
+		for i := range 3 {
+			for range 10 {
+				call(100*time.Millisecond, 10_000)
+			}
+			// One fast window is not enough to lift the tail bound.
+			if tb := sizer.Bounds().TailBound; i == 0 && tb != 50_000 {
+				t.Errorf("tail bound %d after one fast window, want it held at 50000", tb)
+			}
+		}
+		if b := sizer.Bounds(); b.TailLimited || b.Capacity != 50_000 || b.DeadlineBound != 50_000 {
+			t.Errorf("after fast windows: %+v, want the throughput bound of 50000 and no tail limit", b)
+		}
+	})
+}
+
+// The tail bound never goes below the vertices of the call that set it: a
+// message that is slow alone runs alone at that size, and a smaller budget
+// would not make it faster.
+func TestAutoSizerTailFloorsAtTheSlowCall(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fb := &fakeBudget{t: t, floor: 1, ceiling: 1 << 40, cap: 10_000}
+		sizer, err := cost.NewAutoSizer(cost.AutoSizeConfig{Budget: fb, Deadline: time.Second, Window: time.Second, Ceiling: 10_000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		end := sizer.Begin()
+		time.Sleep(1500 * time.Millisecond) // 0.75 / 1.5 × 10k would be 5k
+		end(8_000)
+		if c := fb.Capacity(); c != 8_000 {
+			t.Errorf("capacity %d, want 8000: the slow call's own size", c)
+		}
+	})
+}
+
+// A negative TailShare turns the guard off: the slow call changes nothing
+// before MinWindows.
+func TestAutoSizerTailOff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fb := &fakeBudget{t: t, floor: 1, ceiling: 1 << 40, cap: 100_000}
+		sizer, err := cost.NewAutoSizer(cost.AutoSizeConfig{Budget: fb, Deadline: time.Second, Window: time.Second, Ceiling: 100_000, TailShare: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		end := sizer.Begin()
+		time.Sleep(1500 * time.Millisecond)
+		end(1_000)
+		if b := sizer.Bounds(); len(fb.resizes) != 0 || b.TailBound != 0 || b.TailLimited {
+			t.Errorf("resizes %v, bounds %+v; want none with the guard off", fb.resizes, b)
+		}
+	})
+}
+
 func TestNewAutoSizerValidates(t *testing.T) {
 	fb := &fakeBudget{t: t, floor: 1, ceiling: 1 << 40, cap: 1}
 	tests := []struct {
@@ -403,6 +486,7 @@ func TestNewAutoSizerValidates(t *testing.T) {
 		{"ceiling defaults to a memory bound below the floor", cost.AutoSizeConfig{Budget: fb, Deadline: time.Second, Floor: 10, MemoryBound: 5}},
 		{"negative windows", cost.AutoSizeConfig{Budget: fb, Deadline: time.Second, Windows: -1}},
 		{"hysteresis of 1", cost.AutoSizeConfig{Budget: fb, Deadline: time.Second, Hysteresis: 1}},
+		{"tail share above 1", cost.AutoSizeConfig{Budget: fb, Deadline: time.Second, TailShare: 1.5}},
 	}
 	for _, tt := range tests {
 		if _, err := cost.NewAutoSizer(tt.cfg); !errors.Is(err, cost.ErrInvalidSizing) {

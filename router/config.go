@@ -194,6 +194,10 @@ type AutoSizeConfig struct {
 	// Hysteresis is the relative change below which the budget is left
 	// alone, in [0, 1). Default 0.1; -1 for none (resize on any change).
 	Hysteresis float64 `yaml:"hysteresis" env:"HYSTERESIS"`
+	// TailShare is the share of Deadline the slowest handler call of a
+	// window may take before the budget shrinks for it (cost.AutoSizer's
+	// tail guard), in (0, 1]. Default 0.75; -1 turns the guard off.
+	TailShare float64 `yaml:"tail_share" env:"TAIL_SHARE"`
 }
 
 // RetryConfig is the retry gate's section: the gate's own configuration
@@ -485,7 +489,7 @@ const (
 )
 
 // Off, in a float field documented as accepting it
-// (budget.autosize.hysteresis, retry.jitter, retry.retry_rate,
+// (budget.autosize.hysteresis, budget.autosize.tail_share, retry.jitter, retry.retry_rate,
 // retry.retry_ratio), switches that feature off; zero selects the default.
 const Off = -1
 
@@ -517,6 +521,9 @@ func (c *Config) setDefaults() {
 	}
 	if a.Hysteresis == 0 {
 		a.Hysteresis = DefaultAutoSizeHysteresis
+	}
+	if a.TailShare == 0 {
+		a.TailShare = cost.DefaultTailShare
 	}
 	c.Shedding = c.Shedding.WithDefaults()
 	c.Retry.Config = c.Retry.Config.WithDefaults()
@@ -805,6 +812,9 @@ func (a AutoSizeConfig) validate(deadline time.Duration) []error {
 	}
 	if math.IsNaN(a.Hysteresis) || a.Hysteresis >= 1 || (a.Hysteresis < 0 && a.Hysteresis != Off) {
 		bad("hysteresis", ftoa(a.Hysteresis), "must be at least 0 and below 1, or -1 (none)")
+	}
+	if math.IsNaN(a.TailShare) || a.TailShare > 1 || (a.TailShare <= 0 && a.TailShare != Off) {
+		bad("tail_share", ftoa(a.TailShare), "must be in (0, 1], or -1 (off)")
 	}
 	if !a.Enabled {
 		return errs

@@ -46,7 +46,7 @@ func TestDefaults(t *testing.T) {
 	}
 	want := Config{Broker: BrokerMemory, CloseTimeout: 30 * time.Second}
 	want.Budget.Vertices = 200_000
-	want.Budget.AutoSize = AutoSizeConfig{Headroom: 0.5, Processes: 1, Floor: 1, Windows: 5, MinWindows: 3, Hysteresis: 0.1}
+	want.Budget.AutoSize = AutoSizeConfig{Headroom: 0.5, Processes: 1, Floor: 1, Windows: 5, MinWindows: 3, Hysteresis: 0.1, TailShare: 0.75}
 	want.Shedding = shedding.Config{EntityKey: "entity_id", VersionKey: "entity_version"}
 	want.Shedding.Priority = shedding.PriorityConfig{Window: 30 * time.Second, Key: "region_priority", ShedBelow: 2}
 	want.Shedding.VersionGuard.MaxEntities = 100_000
@@ -169,6 +169,8 @@ func TestValidateNamesFieldAndValue(t *testing.T) {
 		{"autosize unbounded", withAutoSize(func(a *AutoSizeConfig) { a.Ceiling = 0 }), "budget.autosize.ceiling", "0"},
 		{"autosize headroom", withAutoSize(func(a *AutoSizeConfig) { a.Headroom = 1.5 }), "budget.autosize.headroom", "1.5"},
 		{"autosize hysteresis", withAutoSize(func(a *AutoSizeConfig) { a.Hysteresis = 1 }), "budget.autosize.hysteresis", "1"},
+		{"autosize tail share", withAutoSize(func(a *AutoSizeConfig) { a.TailShare = 1.5 }), "budget.autosize.tail_share", "1.5"},
+		{"autosize negative tail share", withAutoSize(func(a *AutoSizeConfig) { a.TailShare = -0.5 }), "budget.autosize.tail_share", "-0.5"},
 		{"autosize windows", withAutoSize(func(a *AutoSizeConfig) { a.Windows, a.MinWindows = 2, 4 }), "budget.autosize.min_windows", "4"},
 		{"autosize window", withAutoSize(func(a *AutoSizeConfig) { a.Window = -time.Second }), "budget.autosize.window", "-1s"},
 		{"autosize memory bytes without bytes per vertex", withAutoSize(func(a *AutoSizeConfig) { a.MemoryBytes = 1 << 30 }),

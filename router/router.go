@@ -325,6 +325,7 @@ func newRouter(cfg Config, logger watermill.LoggerAdapter, o options) (*Router, 
 			MinWindows:  a.MinWindows,
 			MinBusy:     a.MinBusy,
 			Hysteresis:  a.Hysteresis,
+			TailShare:   a.TailShare,
 			Estimator:   est,
 			OnResize:    o.onResize,
 		})
