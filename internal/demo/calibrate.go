@@ -31,6 +31,13 @@ type Calibration struct {
 	// VerticesPerSecond is the whole consumer's throughput on heavy
 	// geometry, all cores busy (cost.MeasureThroughput).
 	VerticesPerSecond float64 `json:"vertices_per_second"`
+	// Spread is how much more the slowest heavy messages cost per vertex
+	// than the average (cost.Throughput.Spread); the deadline bound gives
+	// them room (cost.SizingInputs.Spread).
+	Spread float64 `json:"spread"`
+	// DrainShare is the share of the deadline a full budget may take to
+	// drain: the headroom, or less when the spread is wide.
+	DrainShare float64 `json:"drain_share"`
 	// BytesPerVertex is the memory one in-flight vertex of the stream takes
 	// (cost.MeasureBytesPerVertex on a sample of the stream).
 	BytesPerVertex float64 `json:"bytes_per_vertex"`
@@ -89,10 +96,12 @@ func calibrate(ctx context.Context, g *Geometry, heavies, mix [][]byte, steady f
 	}
 	c.HeavySeconds = c.PassSeconds * float64(c.Passes)
 
-	// Throughput of the whole consumer on heavy geometry: two heavy
-	// messages per core, as many at once as cores, the real handler
-	// (decode included).
-	sample, err := cost.NewSample(heavies[:2*c.Cores])
+	// Throughput of the whole consumer on heavy geometry: every heavy
+	// payload (at least two per core), as many at once as cores, the real
+	// handler (decode included). Heavy payloads differ in cost per vertex
+	// by a factor of several, so a handful would measure whichever few were
+	// picked; the spread needs the slow ones too.
+	sample, err := cost.NewSample(heavies)
 	if err != nil {
 		return c, err
 	}
@@ -103,7 +112,7 @@ func calibrate(ctx context.Context, g *Geometry, heavies, mix [][]byte, steady f
 	if err != nil {
 		return c, fmt.Errorf("demo: calibrating throughput: %w", err)
 	}
-	c.VerticesPerSecond = tp.VerticesPerSecond
+	c.VerticesPerSecond, c.Spread = tp.VerticesPerSecond, tp.Spread
 
 	// Memory per in-flight vertex, on the stream's own mix of encodings.
 	if ms, err := cost.NewSample(append(slices.Clip(mix), heavies...)); err == nil {
@@ -124,11 +133,13 @@ func calibrate(ctx context.Context, g *Geometry, heavies, mix [][]byte, steady f
 		BytesPerVertex:    c.BytesPerVertex,
 		VerticesPerSecond: c.VerticesPerSecond,
 		Deadline:          o.Deadline,
+		Spread:            c.Spread,
 	})
 	if err != nil {
 		return c, fmt.Errorf("demo: sizing the budget: %w", err)
 	}
 	c.MemoryBound, c.DeadlineBound, c.Budget, c.Binding = rec.MemoryBound, rec.DeadlineBound, rec.Budget, rec.Binding
+	c.DrainShare = rec.DrainShare
 	c.SteadyLoad = steady / c.VerticesPerSecond
 	c.Seconds = time.Since(began).Seconds()
 	return c, nil

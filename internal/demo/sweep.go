@@ -85,6 +85,8 @@ type SweepResult struct {
 	Vertices    int64        `json:"vertices"`
 	Passes      int          `json:"passes"`
 	RatePS      float64      `json:"calibrated_vertices_per_second"`
+	Spread      float64      `json:"calibrated_spread"`
+	DrainShare  float64      `json:"drain_share"`
 	DeadlineBnd int64        `json:"deadline_bound"`
 	Runs        []SweepRun   `json:"runs"`
 	// BestFixed is the index in Runs of the fixed budget with the highest
@@ -96,6 +98,10 @@ type sweepMsg struct {
 	payload  []byte
 	vertices int64
 }
+
+// sweepCalibrationHeavies is how many of the backlog's heavy messages the
+// calibration measures: enough to see the slow ones.
+const sweepCalibrationHeavies = 16
 
 // Sweep runs the goodput sweep.
 func Sweep(ctx context.Context, o SweepOptions) (*SweepResult, error) {
@@ -142,10 +148,11 @@ func Sweep(ctx context.Context, o SweepOptions) (*SweepResult, error) {
 	// the deadline alone, then the throughput with every core busy.
 	do := DefaultOptions()
 	do.Deadline, do.HeavyVertices, do.HeavyShare = o.Deadline, o.HeavyVertices, o.HeavyShare
+	do.CalibrationRepeats = 2
 	rng := rand.New(rand.NewPCG(o.Seed, 7))
 	var heavies [][]byte
 	var heavyVertices []int64
-	for range 4 {
+	for range sweepCalibrationHeavies {
 		p, v, err := g.HeavyPayload(rng.IntN(len(g.Polygons)), o.HeavyVertices)
 		if err != nil {
 			return nil, err
@@ -157,6 +164,7 @@ func Sweep(ctx context.Context, o SweepOptions) (*SweepResult, error) {
 		return nil, err
 	}
 	res.Passes, res.RatePS, res.DeadlineBnd = cal.Passes, cal.VerticesPerSecond, cal.DeadlineBound
+	res.Spread, res.DrainShare = cal.Spread, cal.DrainShare
 
 	// The backlog: by vertices about two thirds heavy, the rest parcels
 	// and pings, shuffled, sized to Work of CPU time.
@@ -384,9 +392,9 @@ func (s *SweepResult) Within(share float64) (bool, error) {
 // WriteTable prints the sweep as a table.
 func (s *SweepResult) WriteTable(w io.Writer) error {
 	fmt.Fprintf(w, "%d messages, %s vertices (about 2/3 in heavy multipolygons of %s vertices); deadline %s; "+
-		"calibrated %s vertices/s on %d cores, deadline bound %s vertices; medians of %d rounds\n\n",
+		"calibrated %s vertices/s on %d cores, spread %.2f, drain share %.2f, deadline bound %s vertices; medians of %d rounds\n\n",
 		s.Messages, compact(float64(s.Vertices)), compact(float64(s.Options.HeavyVertices)), s.Options.Deadline,
-		compact(s.RatePS), s.Machine.GOMAXPROCS, compact(float64(s.DeadlineBnd)), s.Options.Rounds)
+		compact(s.RatePS), s.Machine.GOMAXPROCS, s.Spread, s.DrainShare, compact(float64(s.DeadlineBnd)), s.Options.Rounds)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "budget\tvertices\tvertices/s\tgoodput/s\tmax processing (worst)\tp99 processing\tlate\tof best\t")
 	for i, r := range s.Runs {
