@@ -19,6 +19,7 @@ import (
 	"github.com/twpayne/go-geom"
 
 	"github.com/spillway-go/spillway/cost"
+	"github.com/spillway-go/spillway/internal/serialtest"
 )
 
 // The heavy burst and rebalance scenario: the core promise, in Watermill's
@@ -435,6 +436,7 @@ func TestHeavyBurstRebalance(t *testing.T) {
 	if testing.Short() {
 		t.Skip("heavy scenario: about a minute on two cores")
 	}
+	serialtest.Exclusive(t) // not at the same time as the demo's scenario
 	msgs := burst(t)
 
 	results := map[scenarioMode]scenarioResult{}

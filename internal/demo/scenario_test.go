@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/spillway-go/spillway/internal/serialtest"
 )
 
 // smallOptions is the demo scenario scaled down for a test: a short stream,
@@ -37,6 +39,7 @@ func TestScenario(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end demo scenario: about 40 s")
 	}
+	serialtest.Exclusive(t) // not at the same time as router's heavy burst
 	o := smallOptions()
 	o.OnPhase = func(s string) { t.Log(s) }
 	began := time.Now()
