@@ -18,6 +18,9 @@ func TestExclusiveBlocksOtherProcesses(t *testing.T) {
 		Exclusive(t)
 		return
 	}
+	// A lock of its own, not the one the heavy tests of other packages
+	// running now hold; the helper inherits it with the environment.
+	t.Setenv("TMPDIR", t.TempDir())
 	var done chan error
 	t.Run("holder", func(t *testing.T) {
 		Exclusive(t)
@@ -50,6 +53,7 @@ func TestExclusiveBlocksOtherProcesses(t *testing.T) {
 // The lock is on a file in the temporary directory, so test binaries of
 // different packages share it.
 func TestLockFileIsShared(t *testing.T) {
+	t.Setenv("TMPDIR", t.TempDir())
 	Exclusive(t)
 	f, err := os.Open(filepath.Join(os.TempDir(), LockFile))
 	if err != nil {
