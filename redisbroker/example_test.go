@@ -2,19 +2,26 @@ package redisbroker_test
 
 import (
 	"context"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/spillway-go/spillway/cost"
 	"github.com/spillway-go/spillway/middleware"
 	"github.com/spillway-go/spillway/redisbroker"
 )
 
 // A budgeted router over Redis Streams: the dead-letter middleware outside
-// the budget; the keep-alive runs inside the subscriber.
+// the budget; the keep-alive runs inside the subscriber. Addr "embedded"
+// runs an in-process server so the example needs nothing installed; in
+// production it is the server's host:port.
 func ExampleNewSubscriber() {
-	logger := watermill.NewStdLogger(false, false)
-	cfg := redisbroker.Config{Addr: "127.0.0.1:6379", ConsumerGroup: "tiler", Consumers: 8}
+	logger := watermill.NopLogger{}
+	cfg := redisbroker.Config{Addr: redisbroker.EmbeddedAddr, ConsumerGroup: "tiler", Consumers: 4}
 	pub, err := redisbroker.NewPublisher(cfg, logger)
 	if err != nil {
 		panic(err)
@@ -24,8 +31,7 @@ func ExampleNewSubscriber() {
 	if err != nil {
 		panic(err)
 	}
-	defer sub.Close()
-	dead, err := redisbroker.NewDeadLetter(redisbroker.DeadLetterConfig{Publisher: pub, Topic: cfg.DeadLetterTopic})
+	dead, err := redisbroker.NewDeadLetter(redisbroker.DeadLetterConfig{Publisher: pub, Topic: cfg.WithDefaults().DeadLetterTopic})
 	if err != nil {
 		panic(err)
 	}
@@ -38,8 +44,32 @@ func ExampleNewSubscriber() {
 		panic(err)
 	}
 	router.AddMiddleware(dead.Middleware, budget.Middleware)
+
+	const tiles = 3
+	var done atomic.Int64
+	finished := make(chan struct{})
 	router.AddConsumerHandler("tiles", "tiles", sub, func(msg *message.Message) error {
-		return nil // the geometry work
+		// The geometry work goes here.
+		if done.Add(1) == tiles {
+			close(finished)
+		}
+		return nil
 	})
-	_ = router.Run(context.Background())
+	go func() { _ = router.Run(context.Background()) }()
+	<-router.Running()
+
+	for i := range tiles {
+		msg := message.NewMessage(watermill.NewUUID(), []byte(`{"type":"Point","coordinates":[0,0]}`))
+		msg.Metadata.Set(cost.MetadataKey, strconv.Itoa(i+1))
+		if err := pub.Publish("tiles", msg); err != nil {
+			panic(err)
+		}
+	}
+	select {
+	case <-finished:
+	case <-time.After(10 * time.Second):
+	}
+	_ = router.Close() // closes the subscriber too
+	fmt.Println("processed", done.Load(), "tiles")
+	// Output: processed 3 tiles
 }
