@@ -138,7 +138,11 @@ func (r *Router) observe() error {
 		sizer := r.sizer
 		un, err := r.metrics.ObserveBounds(name, func() telemetry.Bounds {
 			b := sizer.Bounds()
-			return telemetry.Bounds{Memory: b.MemoryBound, Deadline: b.DeadlineBound, Budget: b.Budget, Binding: string(b.Binding)}
+			binding := string(b.Binding)
+			if b.TailLimited {
+				binding = "tail"
+			}
+			return telemetry.Bounds{Memory: b.MemoryBound, Deadline: b.DeadlineBound, Tail: b.TailBound, Budget: b.Budget, Binding: binding}
 		})
 		if err != nil {
 			return fmt.Errorf("router: telemetry: %w", err)

@@ -440,17 +440,20 @@ func (m *Metrics) ObserveBudget(name string, b *middleware.VertexBudget) (unregi
 // Bounds is what budget auto-sizing computed: the bound set by memory
 // (memory for in-flight geometry / bytes per vertex), the bound set by the
 // redelivery deadline (vertices/s × deadline × safety), the budget it asks
-// for, and which bound is binding ("memory", "deadline", or another name
-// such as "configured").
+// for, and which bound is binding ("memory", "deadline", "tail", or another
+// name such as "configured"). Tail is the auto-sizer's tail bound (the
+// slowest handler call scaled to the deadline; see cost.AutoSizeConfig's
+// TailShare), 0 if there is none.
 type Bounds struct {
 	Memory   int64
 	Deadline int64
+	Tail     int64
 	Budget   int64
 	Binding  string
 }
 
 // ObserveBounds exports auto-sizing under the label budget=name:
-// spillway.budget.bound{bound="memory"|"deadline"} (bounds that are not
+// spillway.budget.bound{bound="memory"|"deadline"|"tail"} (bounds that are not
 // positive are skipped), spillway.budget.target, and
 // spillway.budget.binding, which is 1 for the binding bound and 0 for the
 // others. f is called once per collection from the SDK's collection
@@ -462,6 +465,7 @@ func (m *Metrics) ObserveBounds(name string, f func() Bounds) (unregister func()
 	budget := AttrBudget.String(name)
 	memory := metric.WithAttributeSet(attribute.NewSet(budget, AttrBound.String("memory")))
 	deadline := metric.WithAttributeSet(attribute.NewSet(budget, AttrBound.String("deadline")))
+	tail := metric.WithAttributeSet(attribute.NewSet(budget, AttrBound.String("tail")))
 	plain := metric.WithAttributeSet(attribute.NewSet(budget))
 	reg, err := m.meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		b := f()
@@ -470,6 +474,9 @@ func (m *Metrics) ObserveBounds(name string, f func() Bounds) (unregister func()
 		}
 		if b.Deadline > 0 {
 			o.ObserveInt64(m.bound, b.Deadline, deadline)
+		}
+		if b.Tail > 0 {
+			o.ObserveInt64(m.bound, b.Tail, tail)
 		}
 		if b.Budget > 0 {
 			o.ObserveInt64(m.target, b.Budget, plain)
@@ -482,7 +489,8 @@ func (m *Metrics) ObserveBounds(name string, f func() Bounds) (unregister func()
 		}
 		o.ObserveInt64(m.binding, isBinding("memory"), memory)
 		o.ObserveInt64(m.binding, isBinding("deadline"), deadline)
-		if b.Binding != "" && b.Binding != "memory" && b.Binding != "deadline" {
+		o.ObserveInt64(m.binding, isBinding("tail"), tail)
+		if b.Binding != "" && b.Binding != "memory" && b.Binding != "deadline" && b.Binding != "tail" {
 			o.ObserveInt64(m.binding, 1, metric.WithAttributes(budget, AttrBound.String(b.Binding)))
 		}
 		return nil

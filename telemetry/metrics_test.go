@@ -266,6 +266,14 @@ func TestMetricsBounds(t *testing.T) {
 	check(telemetry.MetricBudgetBinding, dl, 0)
 	check(telemetry.MetricBudgetBinding, mem, 1)
 
+	tail := map[string]string{"budget": "geo", "bound": "tail"}
+	mu.Lock()
+	bounds = telemetry.Bounds{Memory: 80_000, Deadline: 50_000, Tail: 35_000, Budget: 35_000, Binding: "tail"}
+	mu.Unlock()
+	check(telemetry.MetricBudgetBound, tail, 35_000)
+	check(telemetry.MetricBudgetBinding, tail, 1)
+	check(telemetry.MetricBudgetBinding, dl, 0)
+
 	mu.Lock()
 	bounds = telemetry.Bounds{Budget: 10_000, Binding: "configured"}
 	mu.Unlock()
