@@ -3,6 +3,7 @@ package cost
 import (
 	"fmt"
 	"math"
+	"runtime"
 	"slices"
 	"sync"
 	"time"
@@ -80,6 +81,17 @@ type AutoSizeConfig struct {
 	// capacity by more than 10 %). Negative means 0.
 	Hysteresis float64
 
+	// Parallelism is how many handler calls the process can run at full
+	// speed at once: its cores for CPU-bound work (default GOMAXPROCS when
+	// the sizer is made). While fewer calls than that run, a window's busy
+	// time counts only the share of the cores in use (see [AutoSizer]), so
+	// a budget too small to keep every core busy still measures what a
+	// full one would do and can grow out of it. Set it to 1 for work that
+	// does not speed up with concurrency, or to the cores the consumers
+	// of this budget really get when they share the process with other
+	// heavy work.
+	Parallelism int
+
 	// TailShare is the share of Deadline the slowest handler call of a
 	// window may take (default [DefaultTailShare]; negative turns the tail
 	// guard off). The throughput alone sizes the budget for the average
@@ -133,7 +145,9 @@ type AutoBounds struct {
 	Binding Bound `json:"binding"`
 	// Clamped says whether Budget was held at the floor or the ceiling.
 	Clamped Clamp `json:"clamped"`
-	// VerticesPerSecond is the median throughput of the recent windows.
+	// VerticesPerSecond is the median throughput of the recent windows:
+	// vertices over core-busy time, so what Parallelism calls at once
+	// would complete.
 	VerticesPerSecond float64 `json:"vertices_per_second"`
 	// Windows is how many windows the median was taken over.
 	Windows int `json:"windows"`
@@ -165,10 +179,14 @@ type AutoBounds struct {
 // window's end; no goroutine runs and nothing needs closing. With no
 // traffic, the budget stays as it is.
 //
-// Busy time counts every running handler as sharing the same cores, so
-// while fewer handlers run than the process has cores, the measured
-// throughput is below what a full budget would reach, and the budget errs
-// small: it grows back when the load does.
+// Busy time is counted per core: a stretch with k of Parallelism calls
+// running counts k/Parallelism of its length (all of it once k reaches
+// Parallelism). So while the budget is too small to keep every core busy
+// (a heavy message clamped to run alone, say), the measured throughput is
+// still what the whole process would do, and the budget can grow past the
+// size that starves the other cores. That extrapolation assumes the work
+// scales with the cores; where it does not, set Parallelism lower. The tail
+// guard catches an overestimate that makes calls slow.
 //
 // An AutoSizer is safe for concurrent use.
 type AutoSizer struct {
@@ -180,7 +198,8 @@ type AutoSizer struct {
 	active      int
 	busySince   time.Time
 	winStart    time.Time
-	winBusy     time.Duration
+	winBusy     time.Duration // wall time with at least one call running
+	winCoreBusy float64       // seconds of busy time × the share of Parallelism in use
 	winVertices int64
 	winDone     int
 	winSlowest  time.Duration // the window's slowest call...
@@ -244,6 +263,9 @@ func NewAutoSizer(cfg AutoSizeConfig) (*AutoSizer, error) {
 	if cfg.Estimator == nil {
 		cfg.Estimator = NewEstimator(FullBudget)
 	}
+	if cfg.Parallelism == 0 {
+		cfg.Parallelism = runtime.GOMAXPROCS(0)
+	}
 	switch {
 	case cfg.Deadline <= 0:
 		return nil, bad("deadline", cfg.Deadline, "must be positive")
@@ -255,6 +277,8 @@ func NewAutoSizer(cfg AutoSizeConfig) (*AutoSizer, error) {
 		return nil, bad("floor", cfg.Floor, "must be positive")
 	case cfg.Ceiling < cfg.Floor:
 		return nil, bad("ceiling", cfg.Ceiling, fmt.Sprintf("must not be below the floor (%d)", cfg.Floor))
+	case cfg.Parallelism < 0:
+		return nil, bad("parallelism", cfg.Parallelism, "must be positive")
 	case cfg.Window < 0:
 		return nil, bad("window", cfg.Window, "must be positive")
 	case cfg.Windows < 1:
@@ -347,7 +371,9 @@ func (a *AutoSizer) end(began time.Time, capacity, vertices int64) {
 // accrueLocked adds the busy time since the last event to the window.
 func (a *AutoSizer) accrueLocked(now time.Time) {
 	if a.active > 0 {
-		a.winBusy += now.Sub(a.busySince)
+		d := now.Sub(a.busySince)
+		a.winBusy += d
+		a.winCoreBusy += d.Seconds() * float64(min(a.active, a.cfg.Parallelism)) / float64(a.cfg.Parallelism)
 	}
 	a.busySince = now
 }
@@ -358,7 +384,7 @@ func (a *AutoSizer) closeWindowLocked(now time.Time) {
 	measured := a.winDone > 0 && a.winBusy > 0 && a.winBusy >= a.minBusy
 	var latestTail int64
 	if measured {
-		rate := float64(a.winVertices) / a.winBusy.Seconds()
+		rate := float64(a.winVertices) / a.winCoreBusy
 		latestTail = math.MaxInt64
 		if a.cfg.TailShare > 0 && a.winTail > 0 {
 			latestTail = max(floorInt64(a.cfg.TailShare*a.cfg.Deadline.Seconds()/a.winTail), a.winTailV, 1)
@@ -371,7 +397,7 @@ func (a *AutoSizer) closeWindowLocked(now time.Time) {
 		a.next = (a.next + 1) % cap(a.rates)
 		a.bounds.SlowestCall = a.winSlowest
 	}
-	a.winStart, a.winBusy, a.winVertices, a.winDone = now, 0, 0, 0
+	a.winStart, a.winBusy, a.winCoreBusy, a.winVertices, a.winDone = now, 0, 0, 0, 0
 	a.winSlowest, a.winTail, a.winTailV = 0, 0, 0
 	if measured {
 		a.recomputeLocked(latestTail)

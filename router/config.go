@@ -194,6 +194,11 @@ type AutoSizeConfig struct {
 	// Hysteresis is the relative change below which the budget is left
 	// alone, in [0, 1). Default 0.1; -1 for none (resize on any change).
 	Hysteresis float64 `yaml:"hysteresis" env:"HYSTERESIS"`
+	// Parallelism is how many handler calls the process runs at full speed
+	// at once (cost.AutoSizeConfig.Parallelism): busy time counts the share
+	// of it in use, so a budget too small to keep every core busy still
+	// measures what a full one would do. Default 0: GOMAXPROCS.
+	Parallelism int `yaml:"parallelism" env:"PARALLELISM"`
 	// TailShare is the share of Deadline the slowest handler call of a
 	// window may take before the budget shrinks for it (cost.AutoSizer's
 	// tail guard), in (0, 1]. Default 0.75; -1 turns the guard off.
@@ -812,6 +817,9 @@ func (a AutoSizeConfig) validate(deadline time.Duration) []error {
 	}
 	if math.IsNaN(a.Hysteresis) || a.Hysteresis >= 1 || (a.Hysteresis < 0 && a.Hysteresis != Off) {
 		bad("hysteresis", ftoa(a.Hysteresis), "must be at least 0 and below 1, or -1 (none)")
+	}
+	if a.Parallelism < 0 {
+		bad("parallelism", strconv.Itoa(a.Parallelism), "must be zero (GOMAXPROCS) or positive")
 	}
 	if math.IsNaN(a.TailShare) || a.TailShare > 1 || (a.TailShare <= 0 && a.TailShare != Off) {
 		bad("tail_share", ftoa(a.TailShare), "must be in (0, 1], or -1 (off)")

@@ -170,6 +170,7 @@ func TestValidateNamesFieldAndValue(t *testing.T) {
 		{"autosize headroom", withAutoSize(func(a *AutoSizeConfig) { a.Headroom = 1.5 }), "budget.autosize.headroom", "1.5"},
 		{"autosize hysteresis", withAutoSize(func(a *AutoSizeConfig) { a.Hysteresis = 1 }), "budget.autosize.hysteresis", "1"},
 		{"autosize tail share", withAutoSize(func(a *AutoSizeConfig) { a.TailShare = 1.5 }), "budget.autosize.tail_share", "1.5"},
+		{"autosize parallelism", withAutoSize(func(a *AutoSizeConfig) { a.Parallelism = -1 }), "budget.autosize.parallelism", "-1"},
 		{"autosize negative tail share", withAutoSize(func(a *AutoSizeConfig) { a.TailShare = -0.5 }), "budget.autosize.tail_share", "-0.5"},
 		{"autosize windows", withAutoSize(func(a *AutoSizeConfig) { a.Windows, a.MinWindows = 2, 4 }), "budget.autosize.min_windows", "4"},
 		{"autosize window", withAutoSize(func(a *AutoSizeConfig) { a.Window = -time.Second }), "budget.autosize.window", "-1s"},

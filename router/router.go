@@ -326,6 +326,7 @@ func newRouter(cfg Config, logger watermill.LoggerAdapter, o options) (*Router, 
 			MinBusy:     a.MinBusy,
 			Hysteresis:  a.Hysteresis,
 			TailShare:   a.TailShare,
+			Parallelism: a.Parallelism,
 			Estimator:   est,
 			OnResize:    o.onResize,
 		})
