@@ -101,8 +101,10 @@ type AutoSizeConfig struct {
 	// (its duration over the capacity when it began) and caps the budget
 	// at TailShare × Deadline over that: the tail bound. It shrinks the
 	// budget readily, from the latest window alone and before MinWindows,
-	// and lets it grow only as far as the median of the recent windows
-	// allows. It never goes below the vertices of the call that set it,
+	// and holds it there until Windows windows have passed without a call
+	// that slow: the bound is the lowest of the recent windows'. A slow
+	// message that recurs every few windows keeps the budget down; one
+	// that does not lets it grow back. It never goes below the vertices of the call that set it,
 	// which runs alone at that size anyway.
 	TailShare float64
 
@@ -173,7 +175,7 @@ type AutoBounds struct {
 // A tail guard caps that target too: each window's slowest call, as
 // seconds per vertex of capacity, must fit in TailShare × Deadline (see
 // [AutoSizeConfig.TailShare]). It shrinks the budget after one window and
-// lets it grow back only when most recent windows agree.
+// lets it grow back only after Windows windows without so slow a call.
 //
 // Windows advance lazily, when a handler call completes after the current
 // window's end; no goroutine runs and nothing needs closing. With no
@@ -360,7 +362,9 @@ func (a *AutoSizer) end(began time.Time, capacity, vertices int64) {
 	a.winVertices += vertices
 	a.winDone++
 	took := now.Sub(began)
-	if tail := took.Seconds() / float64(max(capacity, 1)); tail > a.winTail {
+	// A call larger than the capacity was clamped and ran alone: it held
+	// its own size, not the capacity, so that is what its time scales with.
+	if tail := took.Seconds() / float64(max(capacity, vertices, 1)); tail > a.winTail {
 		a.winSlowest, a.winTail, a.winTailV = took, tail, vertices
 	}
 	if now.Sub(a.winStart) >= a.cfg.Window {
@@ -413,11 +417,11 @@ func (a *AutoSizer) recomputeLocked(latestTail int64) {
 	cur := a.cfg.Budget.Capacity()
 	b.Capacity = cur
 
-	// The tail bound: the latest window's, or the recent windows' median
-	// if that is lower. Shrinking needs one window; growing needs most.
+	// The tail bound: the lowest of the recent windows' (the latest is
+	// among them). Shrinking needs one window; growing needs all of them.
 	tail := int64(math.MaxInt64)
 	if a.cfg.TailShare > 0 {
-		tail = min(latestTail, medianInt64(a.tails))
+		tail = slices.Min(a.tails)
 		b.TailBound = tail
 		if tail == math.MaxInt64 {
 			b.TailBound = 0
@@ -476,15 +480,4 @@ func (a *AutoSizer) Bounds() AutoBounds {
 	a.mu.Unlock()
 	b.Capacity = a.cfg.Budget.Capacity()
 	return b
-}
-
-// medianInt64 is the median of xs (the lower middle for an even count),
-// without reordering xs; math.MaxInt64 for none.
-func medianInt64(xs []int64) int64 {
-	if len(xs) == 0 {
-		return math.MaxInt64
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	return s[(len(s)-1)/2]
 }
