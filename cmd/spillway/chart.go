@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"fmt"
 	"image/color"
 	"io"
@@ -9,13 +8,12 @@ import (
 	"time"
 
 	"gonum.org/v1/plot"
-	"gonum.org/v1/plot/font"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgsvg"
 
 	"github.com/spillway-go/spillway/cost"
+	"github.com/spillway-go/spillway/internal/plotstyle"
 )
 
 // chartData is what the chart shows: the budget each bound permits as the
@@ -109,16 +107,13 @@ var (
 
 // render draws the chart as SVG to w.
 func (c *chartData) render(w io.Writer) error {
-	sans := font.Font{Typeface: "Liberation", Variant: "Sans"}
-	plot.DefaultFont, plotter.DefaultFont = sans, sans
-	p := plot.New()
+	p := plotstyle.New()
 	p.Title.Text = fmt.Sprintf("Vertex budget by bound vs. heavy share (handler %q, %s / %d process, deadline %v x %.2g)",
 		c.handler, formatBytes(c.memoryBytes), c.processes, c.deadline, c.headroom)
 	if c.processes != 1 {
 		p.Title.Text = fmt.Sprintf("Vertex budget by bound vs. heavy share (handler %q, %s / %d processes, deadline %v x %.2g)",
 			c.handler, formatBytes(c.memoryBytes), c.processes, c.deadline, c.headroom)
 	}
-	p.Title.Padding = vg.Points(6)
 	p.X.Label.Text = fmt.Sprintf("share of vertices in heavy geometries (more than %d vertices), %%", c.heavyAbove)
 	p.Y.Label.Text = "vertex budget"
 	p.X.Min, p.X.Max = 0, 100
@@ -133,7 +128,6 @@ func (c *chartData) render(w io.Writer) error {
 	p.X.Tick.Marker = plot.ConstantTicks(xt)
 	p.Y.Min = 0
 	p.Y.Tick.Marker = plot.TickerFunc(budgetTicks)
-	p.Add(plotter.NewGrid())
 	// Top left: thumbnails first, so a viewer font wider than the one
 	// measured here only pushes the text further right.
 	p.Legend.Top = true
@@ -224,20 +218,10 @@ func (c *chartData) render(w io.Writer) error {
 	}
 	p.Add(lbl)
 
-	canvas := vgsvg.New(9*vg.Inch, 5*vg.Inch)
-	// A margin, so text drawn by a viewer with a wider font than the one
-	// measured here is not cut off at the edges.
-	pad := vg.Points(12)
-	p.Draw(draw.Crop(draw.New(canvas), pad, -pad, pad/2, -pad/2))
-	var buf bytes.Buffer
-	if _, err := canvas.WriteTo(&buf); err != nil {
+	svg, err := plotstyle.SVG(p, 9*vg.Inch, 5*vg.Inch, vg.Points(12))
+	if err != nil {
 		return err
 	}
-	// The SVG names the font the text was measured with; give viewers
-	// that lack it a sans-serif of about the same width instead of their
-	// default serif.
-	svg := bytes.ReplaceAll(buf.Bytes(), []byte("font-family:Liberation Sans;"),
-		[]byte("font-family:'Liberation Sans',Arial,Helvetica,sans-serif;"))
 	_, err = w.Write(svg)
 	return err
 }

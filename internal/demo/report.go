@@ -1,7 +1,6 @@
 package demo
 
 import (
-	"bytes"
 	"fmt"
 	"html/template"
 	"image/color"
@@ -12,11 +11,11 @@ import (
 	"time"
 
 	"gonum.org/v1/plot"
-	"gonum.org/v1/plot/font"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgsvg"
+
+	"github.com/spillway-go/spillway/internal/plotstyle"
 )
 
 // Chart is one chart of the report: an inline SVG and what it shows.
@@ -76,17 +75,13 @@ func (r *Recording) Charts() ([]Chart, error) {
 }
 
 func newPlot() *plot.Plot {
-	sans := font.Font{Typeface: "Liberation", Variant: "Sans"}
-	plot.DefaultFont, plotter.DefaultFont = sans, sans
-	p := plot.New()
+	p := plotstyle.New()
 	p.Title.TextStyle.Font.Size = vg.Points(12)
-	p.Title.Padding = vg.Points(6)
 	p.Legend.Top = true
 	p.Legend.Left = false
 	p.Legend.TextStyle.Font.Size = vg.Points(9)
 	p.Legend.Padding = vg.Points(2)
 	p.Legend.YOffs = -vg.Points(14) // below the event labels
-	p.Add(plotter.NewGrid())
 	return p
 }
 
@@ -374,14 +369,11 @@ func (r *Recording) heapChart() (*plot.Plot, string, error) {
 
 // renderSVG draws p as an SVG element ready to be inlined in HTML.
 func renderSVG(p *plot.Plot, id, title string) (string, error) {
-	c := vgsvg.New(10*vg.Inch, 4.6*vg.Inch)
-	pad := vg.Points(10)
-	p.Draw(draw.Crop(draw.New(c), pad, -pad, pad/2, -pad/2))
-	var buf bytes.Buffer
-	if _, err := c.WriteTo(&buf); err != nil {
+	b, err := plotstyle.SVG(p, 10*vg.Inch, 4.6*vg.Inch, vg.Points(10))
+	if err != nil {
 		return "", err
 	}
-	svg := buf.String()
+	svg := string(b)
 	i := strings.Index(svg, "<svg")
 	if i < 0 {
 		return "", fmt.Errorf("no <svg> element in the output")
@@ -390,9 +382,6 @@ func renderSVG(p *plot.Plot, id, title string) (string, error) {
 	// Name the chart, and let the page scale it.
 	svg = strings.Replace(svg, "<svg ", fmt.Sprintf(`<svg class="chart" id="svg-%s" role="img" aria-label="%s" `,
 		id, template.HTMLEscapeString(title)), 1)
-	// The text was measured with Liberation Sans; viewers without it get a
-	// sans-serif of about the same width rather than their default serif.
-	svg = strings.ReplaceAll(svg, "font-family:Liberation Sans;", "font-family:'Liberation Sans',Arial,Helvetica,sans-serif;")
 	return svg, nil
 }
 

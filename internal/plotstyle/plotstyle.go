@@ -1,0 +1,49 @@
+package plotstyle
+
+import (
+	"bytes"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/font"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgsvg"
+)
+
+// measuredFont is the font gonum/plot measures the text with (it ships
+// with gonum/plot, so the layout does not depend on the machine).
+var measuredFont = font.Font{Typeface: "Liberation", Variant: "Sans"}
+
+// fontFamily is how the SVG names measuredFont, and fallback what it
+// becomes: viewers without Liberation Sans get a sans-serif of about the
+// same width rather than their default serif.
+var (
+	fontFamily = []byte("font-family:Liberation Sans;")
+	fallback   = []byte("font-family:'Liberation Sans',Arial,Helvetica,sans-serif;")
+)
+
+// New returns a plot with the shared look: Liberation Sans (set as
+// gonum/plot's default font, a package-level setting), a grid and padding
+// under the title. Callers set the rest.
+func New() *plot.Plot {
+	plot.DefaultFont, plotter.DefaultFont = measuredFont, measuredFont
+	p := plot.New()
+	p.Title.Padding = vg.Points(6)
+	p.Add(plotter.NewGrid())
+	return p
+}
+
+// SVG draws p on a width × height canvas with a margin of pad on the left
+// and right and pad/2 at the top and bottom, so text drawn by a viewer with
+// a wider font than the measured one is not cut off, and returns the SVG
+// document with the font fallback in place.
+func SVG(p *plot.Plot, width, height, pad vg.Length) ([]byte, error) {
+	c := vgsvg.New(width, height)
+	p.Draw(draw.Crop(draw.New(c), pad, -pad, pad/2, -pad/2))
+	var buf bytes.Buffer
+	if _, err := c.WriteTo(&buf); err != nil {
+		return nil, err
+	}
+	return bytes.ReplaceAll(buf.Bytes(), fontFamily, fallback), nil
+}
