@@ -9,10 +9,14 @@
 // (host:port,host:port) for a real cluster; the topic is created with
 // kafka.partitions partitions if it is missing. Every router setting can be
 // overridden with SPILLWAY_* variables or a YAML file named by
-// SPILLWAY_CONFIG (docs/router.md).
+// SPILLWAY_CONFIG (docs/router.md), the broker included: with
+// SPILLWAY_BROKER=redis the same program runs on Redis Streams, on an
+// in-process server unless SPILLWAY_REDIS_ADDR names a real one.
 //
 //	go run ./examples/kafka
 //	KAFKA_BROKERS=localhost:9092 go run ./examples/kafka
+//	SPILLWAY_BROKER=redis go run ./examples/kafka
+//	SPILLWAY_BROKER=redis SPILLWAY_REDIS_ADDR=127.0.0.1:6379 go run ./examples/kafka
 //	go run ./examples/kafka -metrics-addr 127.0.0.1:9464   # Prometheus /metrics
 //
 // It prints progress once a second and a summary at the end, and exits 0
@@ -129,8 +133,13 @@ func run() int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	fmt.Printf("spillway demo: broker %s %v, topic %s, %d partitions, rebalance timeout %s\n",
-		cfg.Broker, brokersOf(r, cfg), topic, cfg.Kafka.Partitions, cfg.Kafka.RebalanceTimeout)
+	if cfg.Broker == router.BrokerRedis {
+		fmt.Printf("spillway demo: broker redis %s, stream %s, %d consumers, idle-claim after %s\n",
+			cfg.Redis.Addr, topic, cfg.Redis.Consumers, cfg.RedeliveryDeadline())
+	} else {
+		fmt.Printf("spillway demo: broker %s %v, topic %s, %d partitions, rebalance timeout %s\n",
+			cfg.Broker, brokersOf(r, cfg), topic, cfg.Kafka.Partitions, cfg.Kafka.RebalanceTimeout)
+	}
 	fmt.Printf("stream: %d messages, %d vertices (%d pings, %d polygons, %d heavies of ~%d vertices)\n",
 		len(stream), totalVertices, s.pings, s.polygons, s.heavies, s.heavyVertices)
 	fmt.Printf("handler: %d passes of area+centroid+hull, ~%.0f vertices/s on %d cores; budget %d vertices (drains in half of %s)\n",
@@ -189,6 +198,10 @@ func run() int {
 // config loads the router configuration: SPILLWAY_CONFIG and SPILLWAY_*
 // first, then the demo's defaults where nothing was set.
 func config() (router.Config, error) {
+	if os.Getenv("SPILLWAY_BROKER") == "redis" && os.Getenv("SPILLWAY_REDIS_ADDR") == "" && os.Getenv("SPILLWAY_CONFIG") == "" {
+		// Like Kafka, Redis runs in process unless told otherwise.
+		os.Setenv("SPILLWAY_REDIS_ADDR", "embedded") //nolint:errcheck // cannot fail for a valid name
+	}
 	cfg, err := router.LoadConfig(os.Getenv("SPILLWAY_CONFIG"))
 	if err != nil {
 		return cfg, err
@@ -203,6 +216,16 @@ func config() (router.Config, error) {
 	if os.Getenv("SPILLWAY_KAFKA_REBALANCE_TIMEOUT") == "" {
 		// A demo-sized deadline, so the budget is small enough to see.
 		cfg.Kafka.RebalanceTimeout = 6 * time.Second
+	}
+	if cfg.Broker == router.BrokerRedis {
+		if os.Getenv("SPILLWAY_REDIS_MAX_IDLE_TIME") == "" {
+			// The same demo-sized deadline: the idle-claim time, with the
+			// keep-alive refreshing held entries well inside it.
+			cfg.Redis.MaxIdleTime = 6 * time.Second
+			if os.Getenv("SPILLWAY_REDIS_KEEP_ALIVE_INTERVAL") == "" {
+				cfg.Redis.KeepAlive.Interval = 2 * time.Second
+			}
+		}
 	}
 	if os.Getenv("SPILLWAY_CLOSE_TIMEOUT") == "" {
 		cfg.CloseTimeout = 10 * time.Second
