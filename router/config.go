@@ -66,7 +66,7 @@ type Config struct {
 	// Shedding is the load-shedding policy (docs/shedding.md). It is on
 	// as soon as shedding.topics lists a sheddable topic; with no topics
 	// nothing is ever shed and the layer is left out of the stack.
-	Shedding shedding.Config `yaml:"shedding" envPrefix:"SHEDDING_"`
+	Shedding SheddingConfig `yaml:"shedding" envPrefix:"SHEDDING_"`
 
 	// Retry configures the retry gate (docs/retries.md). Off unless
 	// retry.enabled is true: by default a failed handler's message is
@@ -204,6 +204,32 @@ type AutoSizeConfig struct {
 	// tail guard), in (0, 1]. Default 0.75; -1 turns the guard off.
 	TailShare float64 `yaml:"tail_share" env:"TAIL_SHARE"`
 }
+
+// SheddingConfig is the shedding section: the policy's own configuration
+// ([shedding.Config], whose keys sit directly under shedding) plus the
+// pressure signal that priority shedding waits on.
+type SheddingConfig struct {
+	shedding.Config `yaml:",inline"`
+
+	// Pressure is the signal that must last shedding.priority.window
+	// before low-priority messages are shed: budget (default: the vertex
+	// budget saturated, every vertex in use with work waiting), lag (the
+	// consumer lag above telemetry.lag_threshold, as the lag sampler reads
+	// it every telemetry.lag_interval) or either (whichever has lasted
+	// longer). Lag needs telemetry on and a lag threshold.
+	Pressure Pressure `yaml:"pressure" env:"PRESSURE"`
+}
+
+// Pressure names the signal behind priority shedding
+// (shedding.pressure).
+type Pressure string
+
+// The values of shedding.pressure.
+const (
+	PressureBudget Pressure = "budget"
+	PressureLag    Pressure = "lag"
+	PressureEither Pressure = "either"
+)
 
 // RetryConfig is the retry gate's section: the gate's own configuration
 // ([retrygate.Config], whose keys sit directly under retry) plus the switch
@@ -530,7 +556,10 @@ func (c *Config) setDefaults() {
 	if a.TailShare == 0 {
 		a.TailShare = cost.DefaultTailShare
 	}
-	c.Shedding = c.Shedding.WithDefaults()
+	c.Shedding.Config = c.Shedding.Config.WithDefaults()
+	if c.Shedding.Pressure == "" {
+		c.Shedding.Pressure = PressureBudget
+	}
 	c.Retry.Config = c.Retry.Config.WithDefaults()
 	k := &c.Kafka
 	if len(k.Brokers) == 0 {
@@ -659,7 +688,7 @@ func (c Config) Validate() error {
 		bad("budget.default_cost", strconv.FormatInt(c.Budget.DefaultCost, 10), "must be zero (the whole budget) or positive")
 	}
 	errs = append(errs, c.Budget.AutoSize.validate(c.autoSizeDeadline())...)
-	errs = append(errs, nested("shedding.", c.Shedding.Validate())...)
+	errs = append(errs, nested("shedding.", c.Shedding.Config.Validate())...)
 	errs = append(errs, nested("retry.", c.Retry.Config.Validate())...)
 	errs = append(errs, c.validateCombinations()...)
 	switch c.Broker {
@@ -678,6 +707,15 @@ func (c Config) validateCombinations() []error {
 	var errs []error
 	bad := func(field, value, reason string) {
 		errs = append(errs, &ConfigError{Field: field, Value: value, Reason: reason})
+	}
+	switch p := c.Shedding.Pressure; p {
+	case "", PressureBudget:
+	case PressureLag, PressureEither:
+		if c.Telemetry.Disabled || c.Telemetry.LagThreshold <= 0 {
+			bad("shedding.pressure", string(p), "needs the lag sampler: telemetry on and telemetry.lag_threshold above 0")
+		}
+	default:
+		bad("shedding.pressure", string(p), "must be budget, lag or either")
 	}
 	if c.Broker == BrokerKafka && c.Shedding.Coalesce.Enabled {
 		bad("shedding.coalesce.enabled", "true", "must be false on kafka: a partition has one message in flight, so there is never anything to coalesce, "+

@@ -47,9 +47,10 @@ func TestDefaults(t *testing.T) {
 	want := Config{Broker: BrokerMemory, CloseTimeout: 30 * time.Second}
 	want.Budget.Vertices = 200_000
 	want.Budget.AutoSize = AutoSizeConfig{Headroom: 0.5, Processes: 1, Floor: 1, Windows: 5, MinWindows: 3, Hysteresis: 0.1, TailShare: 0.75}
-	want.Shedding = shedding.Config{EntityKey: "entity_id", VersionKey: "entity_version"}
+	want.Shedding.Config = shedding.Config{EntityKey: "entity_id", VersionKey: "entity_version"}
 	want.Shedding.Priority = shedding.PriorityConfig{Window: 30 * time.Second, Key: "region_priority", ShedBelow: 2}
 	want.Shedding.VersionGuard.MaxEntities = 100_000
+	want.Shedding.Pressure = PressureBudget
 	want.Retry.Config = retrygate.Config{
 		MaxAttempts: 5, InitialInterval: 100 * time.Millisecond, MaxInterval: 5 * time.Second, Multiplier: 2, Jitter: 0.5,
 		MaxElapsedTime: 10 * time.Second, RetryRate: 10, RetryBurst: 10, RetryRatio: 0.2, Defer: retrygate.DeferRepublish,
@@ -135,13 +136,29 @@ func TestValidateNamesFieldAndValue(t *testing.T) {
 		{"shedding window", withShedding(func(c *shedding.Config) { c.Priority.Window = -time.Second }), "shedding.priority.window", "-1s"},
 		{"shedding duplicate topic", withShedding(func(c *shedding.Config) { c.Topics = []string{"p", "p"} }), "shedding.topics[1]", "p"},
 		{"shedding audit topic on the list", withShedding(func(c *shedding.Config) { c.AuditTopic = "p" }), "shedding.audit_topic", "p"},
-		{"shedding guard without topics", Config{Shedding: shedding.Config{VersionGuard: shedding.VersionGuardConfig{Enabled: true}}},
+		{"shedding guard without topics", Config{Shedding: SheddingConfig{Config: shedding.Config{VersionGuard: shedding.VersionGuardConfig{Enabled: true}}}},
 			"shedding.version_guard.enabled", "true"},
 		{"shedding coalescing on kafka", func() Config {
 			c := kafka(func(*KafkaConfig) {})
-			c.Shedding = shedding.Config{Topics: []string{"p"}, Coalesce: shedding.CoalesceConfig{Enabled: true}}
+			c.Shedding.Config = shedding.Config{Topics: []string{"p"}, Coalesce: shedding.CoalesceConfig{Enabled: true}}
 			return c
 		}(), "shedding.coalesce.enabled", "true"},
+		{"shedding pressure unknown", func() Config {
+			c := withShedding(func(*shedding.Config) {})
+			c.Shedding.Pressure = "heat"
+			return c
+		}(), "shedding.pressure", "heat"},
+		{"shedding on lag without a threshold", func() Config {
+			c := withShedding(func(*shedding.Config) {})
+			c.Shedding.Pressure = PressureLag
+			return c
+		}(), "shedding.pressure", "lag"},
+		{"shedding on lag without telemetry", func() Config {
+			c := withShedding(func(*shedding.Config) {})
+			c.Shedding.Pressure = PressureEither
+			c.Telemetry.Disabled, c.Telemetry.LagThreshold = true, 1000
+			return c
+		}(), "shedding.pressure", "either"},
 
 		{"retry max attempts", withRetry(func(c *RetryConfig) { c.MaxAttempts = -1 }), "retry.max_attempts", "-1"},
 		{"retry max attempts while off", Config{Retry: RetryConfig{Config: retrygate.Config{MaxAttempts: -2}}}, "retry.max_attempts", "-2"},
@@ -152,7 +169,7 @@ func TestValidateNamesFieldAndValue(t *testing.T) {
 		{"retry nack on memory", withRetry(func(c *RetryConfig) { c.Defer = retrygate.DeferNack }), "retry.defer", "nack"},
 		{"retry saturated after shedding window", func() Config {
 			c := withRetry(func(c *RetryConfig) { c.SaturatedAfter = 5 * time.Second })
-			c.Shedding = shedding.Config{Topics: []string{"p"}, Priority: shedding.PriorityConfig{Window: 5 * time.Second}}
+			c.Shedding.Config = shedding.Config{Topics: []string{"p"}, Priority: shedding.PriorityConfig{Window: 5 * time.Second}}
 			return c
 		}(), "retry.saturated_after", "5s"},
 		{"retry beyond the rebalance timeout", func() Config {
@@ -207,8 +224,8 @@ func TestValidateNamesFieldAndValue(t *testing.T) {
 }
 
 func withShedding(f func(*shedding.Config)) Config {
-	c := Config{Shedding: shedding.Config{Topics: []string{"p"}}}
-	f(&c.Shedding)
+	c := Config{Shedding: SheddingConfig{Config: shedding.Config{Topics: []string{"p"}}}}
+	f(&c.Shedding.Config)
 	return c
 }
 
@@ -229,9 +246,10 @@ func withAutoSize(f func(*AutoSizeConfig)) Config {
 // auto-sizer's deadline defaults to the broker's.
 func TestValidSections(t *testing.T) {
 	c := Config{Broker: BrokerKafka}
-	c.Shedding = shedding.Config{Topics: []string{"positions"}, AuditTopic: "shed", VersionGuard: shedding.VersionGuardConfig{Enabled: true}}
+	c.Shedding.Config = shedding.Config{Topics: []string{"positions"}, AuditTopic: "shed", VersionGuard: shedding.VersionGuardConfig{Enabled: true}}
 	c.Retry = RetryConfig{Enabled: true, Config: retrygate.Config{RetryRate: math.Inf(1), Jitter: retrygate.Off, SaturatedAfter: time.Second}}
 	c.Budget.AutoSize = AutoSizeConfig{Enabled: true, MemoryBytes: 1 << 30, Processes: 2, PrefetchBytes: 1 << 20, BytesPerVertex: 100, Hysteresis: Off}
+	c.Shedding.Pressure, c.Telemetry.LagThreshold = PressureEither, 5000
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}

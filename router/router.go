@@ -274,7 +274,7 @@ func newRouter(cfg Config, logger watermill.LoggerAdapter, o options) (*Router, 
 		if cfg.Retry.Enabled {
 			sopts = append(sopts, shedding.WithTopicFunc(r.originTopic))
 		}
-		if r.policy, err = shedding.New(cfg.Shedding, r.budget, sopts...); err != nil {
+		if r.policy, err = shedding.New(cfg.Shedding.Config, r.sheddingPressure(cfg.Shedding.Pressure), sopts...); err != nil {
 			return fail(err)
 		}
 		if t := cfg.Shedding.AuditTopic; t != "" {
@@ -741,3 +741,27 @@ type groupTopic struct{ handler, topic string }
 type nopClosePublisher struct{ message.Publisher }
 
 func (nopClosePublisher) Close() error { return nil }
+
+// pressureFunc adapts a function to shedding.Pressure.
+type pressureFunc func() time.Duration
+
+func (f pressureFunc) SaturatedFor() time.Duration { return f() }
+
+// sheddingPressure is the signal priority shedding waits on
+// (shedding.pressure). The lag sampler is built after the shedding policy,
+// so the lag is read through r when asked, never before New returns.
+func (r *Router) sheddingPressure(p Pressure) shedding.Pressure {
+	lag := func() time.Duration {
+		if r.lagSampler == nil {
+			return 0
+		}
+		return r.lagSampler.SaturatedFor()
+	}
+	switch p {
+	case PressureLag:
+		return pressureFunc(lag)
+	case PressureEither:
+		return pressureFunc(func() time.Duration { return max(r.budget.SaturatedFor(), lag()) })
+	}
+	return r.budget
+}

@@ -228,7 +228,7 @@ func TestSheddingThroughRouter(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cfg := Config{CloseTimeout: 10 * time.Second}
 		cfg.Budget.Vertices = 100
-		cfg.Shedding = shedding.Config{
+		cfg.Shedding.Config = shedding.Config{
 			Topics:     []string{"positions"},
 			AuditTopic: "positions.shed",
 			Priority:   shedding.PriorityConfig{Window: 5 * time.Second},
@@ -375,7 +375,7 @@ func runRetry(t *testing.T, bc brokerCase) {
 	cfg.Retry.Enabled = true
 	cfg.Retry.MaxInterval = time.Second
 	if bc.partitioned {
-		cfg.Shedding = shedding.Config{Topics: []string{"positions"}, AuditTopic: "positions.shed"}
+		cfg.Shedding.Config = shedding.Config{Topics: []string{"positions"}, AuditTopic: "positions.shed"}
 	}
 	r, err := New(cfg, nil)
 	if err != nil {
