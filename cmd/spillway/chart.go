@@ -127,7 +127,7 @@ func (c *chartData) render(w io.Writer) error {
 	}
 	p.X.Tick.Marker = plot.ConstantTicks(xt)
 	p.Y.Min = 0
-	p.Y.Tick.Marker = plot.TickerFunc(budgetTicks)
+	p.Y.Tick.Marker = plotstyle.RoundTicks(short)
 	// Top left: thumbnails first, so a viewer font wider than the one
 	// measured here only pushes the text further right.
 	p.Legend.Top = true
@@ -224,26 +224,4 @@ func (c *chartData) render(w io.Writer) error {
 	}
 	_, err = w.Write(svg)
 	return err
-}
-
-// budgetTicks labels the budget axis every 1, 2, 2.5 or 5 × 10^k vertices,
-// whichever gives five to ten labels.
-func budgetTicks(lo, hi float64) []plot.Tick {
-	if hi <= lo {
-		return nil
-	}
-	raw := (hi - lo) / 6
-	mag := math.Pow(10, math.Floor(math.Log10(raw)))
-	step := 10 * mag
-	for _, m := range []float64{1, 2, 2.5, 5} {
-		if m*mag >= raw {
-			step = m * mag
-			break
-		}
-	}
-	var ticks []plot.Tick
-	for v := math.Ceil(lo/step) * step; v <= hi; v += step {
-		ticks = append(ticks, plot.Tick{Value: v, Label: short(v)})
-	}
-	return ticks
 }

@@ -90,7 +90,7 @@ func (r *Recording) timeAxis(p *plot.Plot, top float64) error {
 	bottom := p.Y.Min
 	p.X.Label.Text = "seconds since production started"
 	p.X.Min, p.X.Max = 0, r.endTime()
-	p.X.Tick.Marker = plot.TickerFunc(compactTicks)
+	p.X.Tick.Marker = plotstyle.RoundTicks(compact)
 	marks := []struct {
 		t     float64
 		label string
@@ -157,7 +157,7 @@ func addLine(p *plot.Plot, xys plotter.XYs, c color.Color, width float64, dashes
 func (r *Recording) inflightChart() (*plot.Plot, string, error) {
 	p := newPlot()
 	p.Y.Label.Text = "vertices in handlers"
-	p.Y.Tick.Marker = plot.TickerFunc(compactTicks)
+	p.Y.Tick.Marker = plotstyle.RoundTicks(compact)
 	top := float64(r.Calibration.MemoryBound)
 	for _, g := range r.Groups {
 		var in, bud plotter.XYs
@@ -264,7 +264,7 @@ func (r *Recording) latencyChart() (*plot.Plot, string, error) {
 func (r *Recording) lagChart() (*plot.Plot, string, error) {
 	p := newPlot()
 	p.Y.Label.Text = "messages not yet committed"
-	p.Y.Tick.Marker = plot.TickerFunc(compactTicks)
+	p.Y.Tick.Marker = plotstyle.RoundTicks(compact)
 	top := 10.0
 	for _, g := range r.Groups {
 		var xys plotter.XYs
@@ -383,27 +383,6 @@ func renderSVG(p *plot.Plot, id, title string) (string, error) {
 	svg = strings.Replace(svg, "<svg ", fmt.Sprintf(`<svg class="chart" id="svg-%s" role="img" aria-label="%s" `,
 		id, template.HTMLEscapeString(title)), 1)
 	return svg, nil
-}
-
-// compactTicks labels a linear axis with five to ten round values.
-func compactTicks(lo, hi float64) []plot.Tick {
-	if hi <= lo {
-		return nil
-	}
-	raw := (hi - lo) / 6
-	mag := math.Pow(10, math.Floor(math.Log10(raw)))
-	step := 10 * mag
-	for _, m := range []float64{1, 2, 2.5, 5} {
-		if m*mag >= raw {
-			step = m * mag
-			break
-		}
-	}
-	var ticks []plot.Tick
-	for v := math.Ceil(lo/step) * step; v <= hi; v += step {
-		ticks = append(ticks, plot.Tick{Value: v, Label: compact(v)})
-	}
-	return ticks
 }
 
 func formatMiB(b int64) string { return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20)) }

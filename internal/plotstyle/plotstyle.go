@@ -2,6 +2,7 @@ package plotstyle
 
 import (
 	"bytes"
+	"math"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/font"
@@ -46,4 +47,28 @@ func SVG(p *plot.Plot, width, height, pad vg.Length) ([]byte, error) {
 		return nil, err
 	}
 	return bytes.ReplaceAll(buf.Bytes(), fontFamily, fallback), nil
+}
+
+// RoundTicks labels a linear axis every 1, 2, 2.5 or 5 × 10^k, whichever
+// gives five to ten labels, each written by label.
+func RoundTicks(label func(float64) string) plot.Ticker {
+	return plot.TickerFunc(func(lo, hi float64) []plot.Tick {
+		if hi <= lo {
+			return nil
+		}
+		raw := (hi - lo) / 6
+		mag := math.Pow(10, math.Floor(math.Log10(raw)))
+		step := 10 * mag
+		for _, m := range []float64{1, 2, 2.5, 5} {
+			if m*mag >= raw {
+				step = m * mag
+				break
+			}
+		}
+		var ticks []plot.Tick
+		for v := math.Ceil(lo/step) * step; v <= hi; v += step {
+			ticks = append(ticks, plot.Tick{Value: v, Label: label(v)})
+		}
+		return ticks
+	})
 }
