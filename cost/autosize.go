@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -98,14 +99,15 @@ type AutoSizeConfig struct {
 	// message; when messages differ in cost per vertex, the slow ones take
 	// several times the drain time while the budget is full. The guard
 	// reads each window's slowest call as seconds per vertex of capacity
-	// (its duration over the capacity when it began) and caps the budget
-	// at TailShare × Deadline over that: the tail bound. It shrinks the
+	// (its duration over the capacity when it began, or over its own
+	// vertices if it was clamped to run alone) and caps the budget at
+	// TailShare × Deadline over that: the tail bound. It shrinks the
 	// budget readily, from the latest window alone and before MinWindows,
 	// and holds it there until Windows windows have passed without a call
 	// that slow: the bound is the lowest of the recent windows'. A slow
 	// message that recurs every few windows keeps the budget down; one
-	// that does not lets it grow back. It never goes below the vertices of the call that set it,
-	// which runs alone at that size anyway.
+	// that does not lets it grow back. It never goes below the vertices of
+	// the call that set it, which runs alone at that size anyway.
 	TailShare float64
 
 	// Estimator gives each message's vertices. Default: NewEstimator
@@ -195,6 +197,9 @@ type AutoSizer struct {
 	cfg        AutoSizeConfig
 	minWindows int
 	minBusy    time.Duration
+	// capacity is the budget's capacity as last read or set under mu,
+	// for Begin to note without taking the budget's lock per call.
+	capacity atomic.Int64
 
 	mu          sync.Mutex
 	active      int
@@ -303,6 +308,7 @@ func NewAutoSizer(cfg AutoSizeConfig) (*AutoSizer, error) {
 		winStart:   time.Now(),
 	}
 	a.bounds.MemoryBound = cfg.MemoryBound
+	a.capacity.Store(cfg.Budget.Capacity())
 	return a, nil
 }
 
@@ -340,7 +346,7 @@ func (a *AutoSizer) Middleware(h message.HandlerFunc) message.HandlerFunc {
 // completed (0 if it failed). Use it to measure work that does not run
 // through a Watermill handler.
 func (a *AutoSizer) Begin() (end func(vertices int64)) {
-	capacity := a.cfg.Budget.Capacity()
+	capacity := a.capacity.Load()
 	began := time.Now()
 	a.mu.Lock()
 	a.accrueLocked(began)
@@ -416,6 +422,7 @@ func (a *AutoSizer) recomputeLocked(latestTail int64) {
 	b.VerticesPerSecond = median(a.rates)
 	cur := a.cfg.Budget.Capacity()
 	b.Capacity = cur
+	a.capacity.Store(cur)
 
 	// The tail bound: the lowest of the recent windows' (the latest is
 	// among them). Shrinking needs one window; growing needs all of them.
@@ -466,6 +473,7 @@ func (a *AutoSizer) recomputeLocked(latestTail int64) {
 	}
 	b.Err = nil
 	b.Capacity = target
+	a.capacity.Store(target)
 	b.Resizes++
 	if a.cfg.OnResize != nil {
 		a.cfg.OnResize(cur, target, *b)
