@@ -742,13 +742,9 @@ type nopClosePublisher struct{ message.Publisher }
 
 func (nopClosePublisher) Close() error { return nil }
 
-// pressureFunc adapts a function to shedding.Pressure.
-type pressureFunc func() time.Duration
-
-func (f pressureFunc) SaturatedFor() time.Duration { return f() }
-
 // sheddingPressure is the signal priority shedding waits on
-// (shedding.pressure). The lag sampler is built after the shedding policy,
+// (shedding.pressure); retrygate.PressureFunc has the shape of
+// shedding.Pressure too. The lag sampler is built after the shedding policy,
 // so the lag is read through r when asked, never before New returns.
 func (r *Router) sheddingPressure(p Pressure) shedding.Pressure {
 	lag := func() time.Duration {
@@ -759,9 +755,9 @@ func (r *Router) sheddingPressure(p Pressure) shedding.Pressure {
 	}
 	switch p {
 	case PressureLag:
-		return pressureFunc(lag)
+		return retrygate.PressureFunc(lag)
 	case PressureEither:
-		return pressureFunc(func() time.Duration { return max(r.budget.SaturatedFor(), lag()) })
+		return retrygate.PressureFunc(func() time.Duration { return max(r.budget.SaturatedFor(), lag()) })
 	}
 	return r.budget
 }
