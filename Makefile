@@ -7,19 +7,27 @@ COUNT    ?= 6
 
 .PHONY: all test test-short demo demo-memory bench bench-report lint fuzz deps tidy
 
+# The repository's modules, tied together by go.work: the library at the
+# root (what a user's go get brings in), the embedded brokers (kfake,
+# miniredis), the CLI and demo, and the examples. Every target below runs
+# over all of them from the root.
+MODULES := . embedded cmd examples
+PKGS    := ./... ./embedded/... ./cmd/... ./examples/...
+
 all: lint test
 
 # deps installs what the tests need that Go modules do not bring:
-# Debian's redis-server (the Redis Streams tests run against a real server).
+# Debian's redis-server (the Redis Streams tests run against a real server)
+# and chromium (the demo report's test).
 deps:
 	@bash .ci/deps.sh
-	@$(GO) mod download
+	@for m in $(MODULES); do (cd $$m && $(GO) mod download); done
 
 test: deps
-	$(GO) test -race -timeout $(TIMEOUT) ./...
+	$(GO) test -race -timeout $(TIMEOUT) $(PKGS)
 
 test-short:
-	$(GO) test -short -timeout $(TIMEOUT) ./...
+	$(GO) test -short -timeout $(TIMEOUT) $(PKGS)
 
 # The headline demo: the same stream of real geometry on an embedded Kafka,
 # consumed by a message-count consumer and then by a Spillway consumer, with a
@@ -35,7 +43,7 @@ demo-memory:
 # Benchmarks with their baselines in the same run (see docs/benchmarks.md):
 # the Go benchmarks into bench.out, then bench-report.
 bench:
-	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -count $(COUNT) -timeout 30m ./... | tee bench.out
+	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -count $(COUNT) -timeout 30m $(PKGS) | tee bench.out
 	@$(MAKE) --no-print-directory bench-report
 
 # The rest of the results from bench.out: its benchstat summary
@@ -50,19 +58,21 @@ bench-report:
 	@echo "bench: bench.out benchstat.out bench-demo.json bench-demo-report.html bench-sweep.json"
 
 lint:
-	$(GO) vet ./...
+	$(GO) vet $(PKGS)
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
-	$(GO) tool staticcheck ./...
+	$(GO) tool staticcheck $(PKGS)
 
 # Short runs of every native fuzz test; FUZZTIME per target.
 fuzz:
-	@for pkg in $$($(GO) list ./...); do \
+	@for pkg in $$($(GO) list $(PKGS)); do \
 	  for f in $$($(GO) test -list '^Fuzz' $$pkg 2>/dev/null | grep '^Fuzz'); do \
 	    echo "== $$pkg $$f"; \
 	    $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
 	  done; \
 	done
 
+# Each module is tidied on its own (GOWORK=off): go.work is for working in
+# the repository, a module's go.mod is what its users get.
 tidy:
-	$(GO) mod tidy
+	@for m in $(MODULES); do (cd $$m && GOWORK=off $(GO) mod tidy) || exit 1; done

@@ -24,7 +24,9 @@ var (
 )
 
 // EmbeddedAddr is the [Config.Addr] that runs an in-process miniredis
-// instead of connecting to a server. It is meant for demos: miniredis does
+// instead of connecting to a server, once package
+// github.com/spillway-go/spillway/embedded is imported (without it, this
+// address is a validation error). It is meant for demos: miniredis does
 // not implement idle times, delivery counts or consumer-group lag the way
 // Redis does, so claims, keep-alive and lag are only approximate there.
 const EmbeddedAddr = "embedded"
@@ -253,6 +255,9 @@ func (c Config) validateConnection() error {
 	}
 	if c.TLS.enabled() && c.Addr == EmbeddedAddr {
 		return invalid("TLS", "enabled", "not supported with the embedded server")
+	}
+	if c.Addr == EmbeddedAddr && !EmbeddedLinked() {
+		return fmt.Errorf("%w: Addr: %w", ErrInvalidConfig, ErrEmbeddedNotLinked)
 	}
 	if c.DefaultMaxLen < 0 {
 		return invalid("DefaultMaxLen", c.DefaultMaxLen, "must be >= 0 (0: unbounded)")

@@ -3,6 +3,7 @@ package redisbroker_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -178,10 +179,11 @@ func TestMaxLenTrimsOldest(t *testing.T) {
 	check(unbounded, 1000, 1000)
 }
 
-// Addr "embedded" runs an in-process miniredis for demos: the publisher and
-// subscriber share it, and the keep-alive script runs there too.
+// Addr "embedded" is a validation error until a server is registered (the
+// embedded package does that for miniredis); once one is, the publisher
+// and subscriber share it and the keep-alive script runs there too. Here a
+// real redis-server stands in for the registered server.
 func TestEmbedded(t *testing.T) {
-	t.Parallel()
 	cfg := redisbroker.Config{
 		Addr:          redisbroker.EmbeddedAddr,
 		ConsumerGroup: "g",
@@ -191,6 +193,20 @@ func TestEmbedded(t *testing.T) {
 		MaxIdleTime:   time.Second,
 		KeepAlive:     redisbroker.KeepAliveConfig{Interval: 100 * time.Millisecond},
 	}
+	if err := cfg.Validate(); !errors.Is(err, redisbroker.ErrEmbeddedNotLinked) || !strings.Contains(err.Error(), "spillway/embedded") {
+		t.Fatalf("Validate with nothing registered: %v, want ErrEmbeddedNotLinked naming the import", err)
+	}
+	if _, err := redisbroker.NewPublisher(cfg, nil); !errors.Is(err, redisbroker.ErrEmbeddedNotLinked) {
+		t.Fatalf("NewPublisher with nothing registered: %v, want ErrEmbeddedNotLinked", err)
+	}
+	srv := redistest.Start(t)
+	var started atomic.Int32
+	redisbroker.RegisterEmbedded(func() (string, func(), error) {
+		started.Add(1)
+		return srv.Addr(), func() {}, nil
+	})
+	t.Cleanup(func() { redisbroker.RegisterEmbedded(nil) })
+
 	topic := "embedded"
 	sub := newSubscriber(t, cfg)
 	c := newCounter()
@@ -201,8 +217,11 @@ func TestEmbedded(t *testing.T) {
 	})
 	want := ids("e", 4)
 	publish(t, newPublisher(t, cfg), topic, want...)
-	waitFor(t, "messages through miniredis", 30*time.Second, func() bool { return len(c.missing(want)) == 0 })
+	waitFor(t, "messages through the embedded server", 30*time.Second, func() bool { return len(c.missing(want)) == 0 })
 	if s := sub.Stats().KeepAlive; s.Refreshed == 0 || s.Errors != 0 {
-		t.Fatalf("keep-alive on miniredis: %+v", s)
+		t.Fatalf("keep-alive on the embedded server: %+v", s)
+	}
+	if n := started.Load(); n != 1 {
+		t.Fatalf("embedded server started %d times, want once for every client of the process", n)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/caarlos0/env/v11"
 
 	"github.com/spillway-go/spillway/cost"
+	"github.com/spillway-go/spillway/redisbroker"
 	"github.com/spillway-go/spillway/retrygate"
 	"github.com/spillway-go/spillway/shedding"
 )
@@ -57,7 +58,7 @@ func TestDefaults(t *testing.T) {
 		RetryTopic: "{topic}.retry", DeadLetterTopic: "{topic}.dead_letter",
 	}
 	want.Kafka = KafkaConfig{
-		Brokers: []string{"embedded"}, ConsumerGroup: "spillway", Partitions: 12, ReplicationFactor: 1,
+		ConsumerGroup: "spillway", Partitions: 12, ReplicationFactor: 1,
 		KeyMetadata: "entity_id", Version: "2.3.0", ClientID: "spillway", ChannelBufferSize: 16,
 		FetchDefaultBytes: 256 << 10, RebalanceTimeout: 60 * time.Second, SessionTimeout: 10 * time.Second,
 		HeartbeatInterval: time.Second, InitialOffset: "oldest", NackResendSleep: 100 * time.Millisecond,
@@ -76,8 +77,12 @@ func TestDefaults(t *testing.T) {
 		t.Errorf("zero Config does not validate: %v", err)
 	}
 	kc := Config{Broker: BrokerKafka}
+	if err := kc.Validate(); err == nil || !strings.Contains(err.Error(), "kafka.brokers") {
+		t.Errorf("kafka Config without brokers: %v, want a kafka.brokers error", err)
+	}
+	kc.Kafka.Brokers = []string{"kafka-1:9092"}
 	if err := kc.Validate(); err != nil {
-		t.Errorf("zero kafka Config does not validate: %v", err)
+		t.Errorf("kafka Config with only brokers does not validate: %v", err)
 	}
 	if d := kc.RedeliveryDeadline(); d != 60*time.Second {
 		t.Errorf("RedeliveryDeadline = %s", d)
@@ -112,7 +117,8 @@ func TestValidateNamesFieldAndValue(t *testing.T) {
 		{"replication", kafka(func(k *KafkaConfig) { k.ReplicationFactor = -1 }), "kafka.replication_factor", "-1"},
 		{"version", kafka(func(k *KafkaConfig) { k.Version = "latest" }), "kafka.version", "latest"},
 		{"old version", kafka(func(k *KafkaConfig) { k.Version = "0.10.0" }), "kafka.version", "0.10.0"},
-		{"embedded version", Config{Broker: BrokerKafka, Kafka: KafkaConfig{Version: "3.6.0"}}, "kafka.version", "3.6.0"},
+		{"embedded version", Config{Broker: BrokerKafka, Kafka: KafkaConfig{Brokers: []string{"embedded"}, Version: "3.6.0"}}, "kafka.version", "3.6.0"},
+		{"no brokers", Config{Broker: BrokerKafka}, "kafka.brokers", ""},
 		{"buffer", kafka(func(k *KafkaConfig) { k.ChannelBufferSize = -1 }), "kafka.channel_buffer_size", "-1"},
 		{"fetch", kafka(func(k *KafkaConfig) { k.FetchDefaultBytes = -1 }), "kafka.fetch_default_bytes", "-1"},
 		{"rebalance", kafka(func(k *KafkaConfig) { k.RebalanceTimeout = -time.Second }), "kafka.rebalance_timeout", "-1s"},
@@ -246,6 +252,7 @@ func withAutoSize(f func(*AutoSizeConfig)) Config {
 // auto-sizer's deadline defaults to the broker's.
 func TestValidSections(t *testing.T) {
 	c := Config{Broker: BrokerKafka}
+	c.Kafka.Brokers = []string{"kafka-1:9092"}
 	c.Shedding.Config = shedding.Config{Topics: []string{"positions"}, AuditTopic: "shed", VersionGuard: shedding.VersionGuardConfig{Enabled: true}}
 	c.Retry = RetryConfig{Enabled: true, Config: retrygate.Config{RetryRate: math.Inf(1), Jitter: retrygate.Off, SaturatedAfter: time.Second}}
 	c.Budget.AutoSize = AutoSizeConfig{Enabled: true, MemoryBytes: 1 << 30, Processes: 2, PrefetchBytes: 1 << 20, BytesPerVertex: 100, Hysteresis: Off}
@@ -608,7 +615,15 @@ telemetry:
 			t.Errorf("no error for %s (got %v)", f, fields)
 		}
 	}
-	if (Config{Broker: BrokerRedis, Redis: RedisConfig{Addr: "embedded"}}).Validate() != nil {
-		t.Error("redis.addr embedded rejected")
+	// "embedded" needs the embedded package's registration: without it
+	// the error names the import; with it, the address validates.
+	emb := Config{Broker: BrokerRedis, Redis: RedisConfig{Addr: "embedded"}}
+	if err := emb.Validate(); err == nil || !strings.Contains(err.Error(), `import _ "github.com/spillway-go/spillway/embedded"`) {
+		t.Errorf("redis.addr embedded with nothing registered: %v, want an error naming the import", err)
+	}
+	redisbroker.RegisterEmbedded(func() (string, func(), error) { return "", nil, errors.New("not started in this test") })
+	defer redisbroker.RegisterEmbedded(nil)
+	if err := emb.Validate(); err != nil {
+		t.Errorf("redis.addr embedded rejected once registered: %v", err)
 	}
 }

@@ -14,9 +14,9 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/xdg-go/scram"
 
+	"github.com/spillway-go/spillway/kafkabroker"
 	"github.com/spillway-go/spillway/telemetry"
 	"github.com/spillway-go/spillway/telemetry/kafkatel"
 )
@@ -27,8 +27,8 @@ type kafkaBackend struct {
 	logger watermill.LoggerAdapter
 	opts   options
 
-	cluster *kfake.Cluster // embedded broker, nil for an external cluster
-	brokers []string
+	stopEmbedded func() // stops the embedded broker, nil for an external cluster
+	brokers      []string
 
 	marshaler kafka.MarshalerUnmarshaler
 	pub       *kafka.Publisher
@@ -52,20 +52,12 @@ func newKafkaBackend(cfg KafkaConfig, logger watermill.LoggerAdapter, o options)
 	})
 
 	if cfg.embedded() {
-		opts := []kfake.Opt{
-			kfake.NumBrokers(1),
-			kfake.DefaultNumPartitions(int(cfg.Partitions)),
-			kfake.AllowAutoTopicCreation(),
-		}
-		if len(cfg.Topics) > 0 {
-			opts = append(opts, kfake.SeedTopics(cfg.Partitions, cfg.Topics...))
-		}
-		cl, err := kfake.NewCluster(opts...)
+		brokers, stop, err := kafkabroker.StartEmbedded(cfg.Partitions, cfg.Topics)
 		if err != nil {
-			return nil, fmt.Errorf("router: kafka: starting embedded broker: %w", err)
+			return nil, fmt.Errorf("router: kafka: %w", err)
 		}
-		b.cluster = cl
-		b.brokers = cl.ListenAddrs()
+		b.stopEmbedded = stop
+		b.brokers = brokers
 		logger.Info("Embedded Kafka broker started", watermill.LogFields{"brokers": fmt.Sprint(b.brokers)})
 	} else if cfg.CreateTopics {
 		for _, t := range cfg.Topics {
@@ -357,9 +349,9 @@ func (b *kafkaBackend) close() error {
 		clear(b.lagSources)
 	}
 	b.mu.Unlock()
-	if b.cluster != nil {
-		b.cluster.Close()
-		b.cluster = nil
+	if b.stopEmbedded != nil {
+		b.stopEmbedded()
+		b.stopEmbedded = nil
 	}
 	return errors.Join(errs...)
 }

@@ -15,10 +15,10 @@ import (
 
 	"github.com/IBM/sarama"
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twpayne/go-geom"
 
 	"github.com/spillway-go/spillway/cost"
+	"github.com/spillway-go/spillway/internal/kafkatest"
 	"github.com/spillway-go/spillway/internal/serialtest"
 )
 
@@ -230,15 +230,11 @@ func runScenario(t *testing.T, mode scenarioMode, msgs []burstMessage) scenarioR
 	res := scenarioResult{mode: mode, capacity: cal.budget}
 	began := time.Now()
 
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(burstPartitions, burstTopic))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cluster.Close()
+	cluster := kafkatest.Start(t, burstPartitions, burstTopic)
 
 	cfg := Config{Broker: BrokerKafka, CloseTimeout: 15 * time.Second}
 	cfg.Budget.Vertices = cal.budget
-	cfg.Kafka.Brokers = cluster.ListenAddrs()
+	cfg.Kafka.Brokers = cluster.Brokers()
 	cfg.Kafka.ConsumerGroup = "rebalance-" + mode.String()
 	cfg.Kafka.Partitions = burstPartitions
 	cfg.Kafka.RebalanceTimeout = rebalanceTimeout

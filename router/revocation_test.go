@@ -9,10 +9,10 @@ import (
 	"github.com/IBM/sarama"
 	"github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"go.uber.org/goleak"
 
 	"github.com/spillway-go/spillway/cost"
+	"github.com/spillway-go/spillway/internal/kafkatest"
 )
 
 // TestRevocationStepAsideAndLateCommit pins the mechanism down without any
@@ -23,15 +23,11 @@ import (
 // message has run exactly once.
 func TestRevocationStepAsideAndLateCommit(t *testing.T) {
 	defer goleak.VerifyNone(t, leakOptions...)
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "r"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cluster.Close()
+	cluster := kafkatest.Start(t, 2, "r")
 
 	cfg := Config{Broker: BrokerKafka, CloseTimeout: 10 * time.Second}
 	cfg.Budget.Vertices = 100
-	cfg.Kafka.Brokers = cluster.ListenAddrs()
+	cfg.Kafka.Brokers = cluster.Brokers()
 	cfg.Kafka.Partitions = 2
 	cfg.Kafka.RebalanceTimeout = 20 * time.Second
 	cfg.Kafka.HeartbeatInterval = 100 * time.Millisecond

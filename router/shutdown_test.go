@@ -10,10 +10,10 @@ import (
 
 	"github.com/IBM/sarama"
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"go.uber.org/goleak"
 
 	"github.com/spillway-go/spillway/cost"
+	"github.com/spillway-go/spillway/internal/kafkatest"
 )
 
 // keyFor returns a key that Sarama's hash partitioner puts on partition p
@@ -38,15 +38,11 @@ func keyFor(t *testing.T, topic string, p, partitions int32) string {
 // processes it, and only it.
 func TestGracefulShutdownKafka(t *testing.T) {
 	defer goleak.VerifyNone(t, leakOptions...)
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "jobs"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cluster.Close()
+	cluster := kafkatest.Start(t, 2, "jobs")
 
 	cfg := Config{Broker: BrokerKafka, CloseTimeout: 10 * time.Second}
 	cfg.Budget.Vertices = 100
-	cfg.Kafka.Brokers = cluster.ListenAddrs()
+	cfg.Kafka.Brokers = cluster.Brokers()
 	cfg.Kafka.Partitions = 2
 	cfg.Kafka.HeartbeatInterval = 200 * time.Millisecond
 

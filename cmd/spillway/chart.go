@@ -12,8 +12,8 @@ import (
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 
+	"github.com/spillway-go/spillway/cmd/internal/plotstyle"
 	"github.com/spillway-go/spillway/cost"
-	"github.com/spillway-go/spillway/internal/plotstyle"
 )
 
 // chartData is what the chart shows: the budget each bound permits as the

@@ -16,7 +16,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/spillway-go/spillway/internal/demo"
+	"github.com/spillway-go/spillway/cmd/internal/demo"
 )
 
 // demoOptions are the flags of "spillway demo".

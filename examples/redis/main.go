@@ -28,6 +28,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/spillway-go/spillway/cost"
+	_ "github.com/spillway-go/spillway/embedded" // kafka.brokers / redis.addr "embedded"
 	"github.com/spillway-go/spillway/internal/geodata"
 	"github.com/spillway-go/spillway/internal/refwork"
 	"github.com/spillway-go/spillway/middleware"

@@ -11,7 +11,6 @@ import (
 	"github.com/IBM/sarama"
 	"github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -20,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.uber.org/goleak"
 
+	"github.com/spillway-go/spillway/internal/kafkatest"
 	"github.com/spillway-go/spillway/telemetry"
 	"github.com/spillway-go/spillway/telemetry/kafkatel"
 )
@@ -87,12 +87,8 @@ func (h *consumeUpTo) ConsumeClaim(sess sarama.ConsumerGroupSession, claim saram
 // lag reads N−M per partition, through the source, the sampler and the
 // spillway.consumer.lag metric.
 func TestKafkaLagOverEmbeddedCluster(t *testing.T) {
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "parcels"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cluster.Close()
-	addrs := cluster.ListenAddrs()
+	cluster := kafkatest.Start(t, 3, "parcels")
+	addrs := cluster.Brokers()
 
 	client, err := sarama.NewClient(addrs, saramaConfig())
 	if err != nil {
@@ -236,11 +232,7 @@ func lagGauge(t *testing.T, rm metricdata.ResourceMetrics) map[attribute.Set]int
 // consumer span whose parent is the producer span, with the partition,
 // offset and key from the message context.
 func TestTracingOverEmbeddedKafka(t *testing.T) {
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "parcels"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cluster.Close()
+	cluster := kafkatest.Start(t, 2, "parcels")
 	sr := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))
 	opts := []telemetry.Option{
@@ -254,7 +246,7 @@ func TestTracingOverEmbeddedKafka(t *testing.T) {
 	marshaler := kafka.NewWithPartitioningMarshaler(func(_ string, msg *message.Message) (string, error) {
 		return msg.Metadata.Get("entity_id"), nil
 	})
-	kpub, err := kafka.NewPublisher(kafka.PublisherConfig{Brokers: cluster.ListenAddrs(), Marshaler: marshaler}, nil)
+	kpub, err := kafka.NewPublisher(kafka.PublisherConfig{Brokers: cluster.Brokers(), Marshaler: marshaler}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -273,7 +265,7 @@ func TestTracingOverEmbeddedKafka(t *testing.T) {
 	subCfg := kafka.DefaultSaramaSubscriberConfig()
 	subCfg.Consumer.Offsets.Initial = sarama.OffsetOldest
 	sub, err := kafka.NewSubscriber(kafka.SubscriberConfig{
-		Brokers: cluster.ListenAddrs(), Unmarshaler: marshaler, ConsumerGroup: "workers", OverwriteSaramaConfig: subCfg,
+		Brokers: cluster.Brokers(), Unmarshaler: marshaler, ConsumerGroup: "workers", OverwriteSaramaConfig: subCfg,
 	}, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -1,19 +1,18 @@
-package kafkatel_test
+package embedded_test
 
 import (
 	"context"
 	"fmt"
 
 	"github.com/IBM/sarama"
-	"github.com/twmb/franz-go/pkg/kfake"
-
+	"github.com/spillway-go/spillway/embedded"
 	"github.com/spillway-go/spillway/telemetry/kafkatel"
 )
 
-// Lag of a consumer group that has not committed anything yet: every
-// retained message counts.
-func ExampleNewLagSource() {
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "parcels"))
+// An embedded Kafka broker for a test or a demo, and the lag of a consumer
+// group that has not committed anything yet: every retained message counts.
+func ExampleStartKafka() {
+	cluster, err := embedded.StartKafka(1, "parcels")
 	if err != nil {
 		panic(err)
 	}
@@ -22,7 +21,7 @@ func ExampleNewLagSource() {
 	cfg := sarama.NewConfig()
 	cfg.Version = sarama.V2_3_0_0
 	cfg.Producer.Return.Successes = true
-	client, err := sarama.NewClient(cluster.ListenAddrs(), cfg)
+	client, err := sarama.NewClient(cluster.Brokers(), cfg)
 	if err != nil {
 		panic(err)
 	}

@@ -1,4 +1,4 @@
-package redisbroker_test
+package embedded_test
 
 import (
 	"context"
@@ -11,15 +11,16 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/spillway-go/spillway/cost"
+	_ "github.com/spillway-go/spillway/embedded" // registers the embedded server for Addr "embedded"
 	"github.com/spillway-go/spillway/middleware"
 	"github.com/spillway-go/spillway/redisbroker"
 )
 
 // A budgeted router over Redis Streams: the dead-letter middleware outside
-// the budget; the keep-alive runs inside the subscriber. Addr "embedded"
-// runs an in-process server so the example needs nothing installed; in
-// production it is the server's host:port.
-func ExampleNewSubscriber() {
+// the budget; the keep-alive runs inside the subscriber. With this package
+// imported, Addr "embedded" runs an in-process server, so the example needs
+// nothing installed; in production it is the server's host:port.
+func Example_redis() {
 	logger := watermill.NopLogger{}
 	cfg := redisbroker.Config{Addr: redisbroker.EmbeddedAddr, ConsumerGroup: "tiler", Consumers: 4}
 	pub, err := redisbroker.NewPublisher(cfg, logger)

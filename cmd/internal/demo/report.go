@@ -15,7 +15,7 @@ import (
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 
-	"github.com/spillway-go/spillway/internal/plotstyle"
+	"github.com/spillway-go/spillway/cmd/internal/plotstyle"
 )
 
 // Chart is one chart of the report: an inline SVG and what it shows.

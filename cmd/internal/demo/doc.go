@@ -22,3 +22,6 @@
 // The command-line front end is "spillway demo" (cmd/spillway); docs/demo.md
 // explains what the demo shows and how to read the report.
 package demo
+
+// The demo's Redis consumers may run on redis.addr "embedded".
+import _ "github.com/spillway-go/spillway/embedded"

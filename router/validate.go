@@ -1,0 +1,593 @@
+package router
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/IBM/sarama"
+
+	"github.com/spillway-go/spillway/cost"
+	"github.com/spillway-go/spillway/kafkabroker"
+	"github.com/spillway-go/spillway/redisbroker"
+	"github.com/spillway-go/spillway/retrygate"
+	"github.com/spillway-go/spillway/shedding"
+	"github.com/spillway-go/spillway/telemetry"
+)
+
+func (c *Config) setDefaults() {
+	if c.Broker == "" {
+		c.Broker = BrokerMemory
+	}
+	if c.CloseTimeout == 0 {
+		c.CloseTimeout = DefaultCloseTimeout
+	}
+	if c.Budget.Vertices == 0 {
+		c.Budget.Vertices = DefaultBudgetVertices
+	}
+	a := &c.Budget.AutoSize
+	if a.Headroom == 0 {
+		a.Headroom = cost.DefaultHeadroom
+	}
+	if a.Processes == 0 {
+		a.Processes = 1
+	}
+	if a.Floor == 0 {
+		a.Floor = 1
+	}
+	if a.Windows == 0 {
+		a.Windows = DefaultAutoSizeWindows
+	}
+	if a.MinWindows == 0 {
+		a.MinWindows = min(DefaultAutoSizeMinWindows, a.Windows)
+	}
+	if a.Hysteresis == 0 {
+		a.Hysteresis = DefaultAutoSizeHysteresis
+	}
+	if a.TailShare == 0 {
+		a.TailShare = cost.DefaultTailShare
+	}
+	c.Shedding.Config = c.Shedding.Config.WithDefaults()
+	if c.Shedding.Pressure == "" {
+		c.Shedding.Pressure = PressureBudget
+	}
+	c.Retry.Config = c.Retry.Config.WithDefaults()
+	k := &c.Kafka
+	if k.ConsumerGroup == "" {
+		k.ConsumerGroup = DefaultConsumerGroup
+	}
+	if k.Partitions == 0 {
+		k.Partitions = DefaultPartitions
+	}
+	if k.ReplicationFactor == 0 {
+		k.ReplicationFactor = 1
+	}
+	if k.KeyMetadata == "" {
+		k.KeyMetadata = DefaultKeyMetadata
+	}
+	if k.Version == "" {
+		k.Version = DefaultKafkaVersion
+	}
+	if k.ClientID == "" {
+		k.ClientID = DefaultClientID
+	}
+	if k.ChannelBufferSize == 0 {
+		k.ChannelBufferSize = DefaultChannelBufferSize
+	}
+	if k.FetchDefaultBytes == 0 {
+		k.FetchDefaultBytes = DefaultFetchDefaultBytes
+	}
+	if k.RebalanceTimeout == 0 {
+		k.RebalanceTimeout = DefaultRebalanceTimeout
+	}
+	if k.SessionTimeout == 0 {
+		k.SessionTimeout = DefaultSessionTimeout
+	}
+	if k.HeartbeatInterval == 0 {
+		k.HeartbeatInterval = DefaultHeartbeatInterval
+	}
+	if k.InitialOffset == "" {
+		k.InitialOffset = "oldest"
+	}
+	if k.NackResendSleep == 0 {
+		k.NackResendSleep = DefaultNackResendSleep
+	}
+	c.Redis.setDefaults()
+	t := &c.Telemetry
+	if t.Name == "" {
+		t.Name = DefaultTelemetryName
+	}
+	if t.LagInterval == 0 {
+		t.LagInterval = telemetry.DefaultLagInterval
+	}
+}
+
+func (r *RedisConfig) setDefaults() {
+	if r.ConsumerGroup == "" {
+		r.ConsumerGroup = DefaultConsumerGroup
+	}
+	if r.Consumers == 0 {
+		r.Consumers = redisbroker.DefaultConsumers
+	}
+	if r.BlockTime == 0 {
+		r.BlockTime = redisbroker.DefaultBlockTime
+	}
+	if r.ClaimInterval == 0 {
+		r.ClaimInterval = redisbroker.DefaultClaimInterval
+	}
+	if r.MaxIdleTime == 0 {
+		r.MaxIdleTime = redisbroker.DefaultMaxIdleTime
+	}
+	if r.NackResendSleep == 0 {
+		r.NackResendSleep = redisbroker.DefaultNackResendSleep
+	}
+	if r.KeepAlive.Interval == 0 {
+		r.KeepAlive.Interval = r.MaxIdleTime / 3
+	}
+	if r.KeepAlive.MaxInFlight == 0 {
+		r.KeepAlive.MaxInFlight = redisbroker.DefaultMaxInFlight
+	}
+	if r.LagInterval == 0 {
+		r.LagInterval = redisbroker.DefaultLagInterval
+	}
+	if r.DeadLetterTopic == "" {
+		r.DeadLetterTopic = redisbroker.DefaultDeadLetterTopic
+	}
+}
+
+// WithDefaults returns c with every zero field set to its default, as
+// [New] and [LoadConfig] use it.
+func (c Config) WithDefaults() Config {
+	c.setDefaults()
+	return c
+}
+
+// Validate reports every invalid field of c (after defaults are applied,
+// so zero fields are fine). Of the broker sections only the chosen
+// broker's is checked; the budget, shedding and retry sections are always
+// checked, also while switched off, so a bad value does not wait for the
+// day it is switched on. Values that are only wrong together (retries
+// against the shedding window or the redelivery deadline, features the
+// broker cannot use) are checked when the features are on. The error
+// joins one [*ConfigError] per problem; a field of an embedded section is
+// named by its full path, e.g. shedding.priority.window or
+// retry.max_attempts.
+func (c Config) Validate() error {
+	c.setDefaults()
+	var errs []error
+	bad := func(field, value, reason string) {
+		errs = append(errs, &ConfigError{Field: field, Value: value, Reason: reason})
+	}
+	switch c.Broker {
+	case BrokerMemory, BrokerKafka, BrokerRedis:
+	default:
+		bad("broker", string(c.Broker), "must be one of memory, kafka, redis")
+	}
+	if c.CloseTimeout < 0 {
+		bad("close_timeout", c.CloseTimeout.String(), "must be positive")
+	}
+	if c.Budget.Vertices < 0 {
+		bad("budget.vertices", strconv.FormatInt(c.Budget.Vertices, 10), "must be positive")
+	}
+	if c.Budget.MessageLimit < 0 {
+		bad("budget.message_limit", strconv.FormatInt(c.Budget.MessageLimit, 10), "must be zero (no limit) or positive")
+	}
+	if c.Budget.DefaultCost < 0 {
+		bad("budget.default_cost", strconv.FormatInt(c.Budget.DefaultCost, 10), "must be zero (the whole budget) or positive")
+	}
+	errs = append(errs, c.Budget.AutoSize.validate(c.autoSizeDeadline())...)
+	errs = append(errs, nested("shedding.", c.Shedding.Config.Validate())...)
+	errs = append(errs, nested("retry.", c.Retry.Config.Validate())...)
+	errs = append(errs, c.validateCombinations()...)
+	switch c.Broker {
+	case BrokerKafka:
+		errs = append(errs, c.Kafka.validate()...)
+	case BrokerRedis:
+		errs = append(errs, c.Redis.validate()...)
+	}
+	errs = append(errs, c.Telemetry.validate()...)
+	return errors.Join(errs...)
+}
+
+// validateCombinations checks the values that are only wrong together:
+// shedding and retries against each other and against the broker.
+func (c Config) validateCombinations() []error {
+	var errs []error
+	bad := func(field, value, reason string) {
+		errs = append(errs, &ConfigError{Field: field, Value: value, Reason: reason})
+	}
+	switch p := c.Shedding.Pressure; p {
+	case "", PressureBudget:
+	case PressureLag, PressureEither:
+		if c.Telemetry.Disabled || c.Telemetry.LagThreshold <= 0 {
+			bad("shedding.pressure", string(p), "needs the lag sampler: telemetry on and telemetry.lag_threshold above 0")
+		}
+	default:
+		bad("shedding.pressure", string(p), "must be budget, lag or either")
+	}
+	if c.Broker == BrokerKafka && c.Shedding.Coalesce.Enabled {
+		bad("shedding.coalesce.enabled", "true", "must be false on kafka: a partition has one message in flight, so there is never anything to coalesce, "+
+			"and it costs a goroutine per message (use shedding.version_guard)")
+	}
+	if !c.Retry.Enabled {
+		return errs
+	}
+	r := c.Retry.Config
+	if c.Broker == BrokerMemory && r.Defer == retrygate.DeferNack {
+		bad("retry.defer", string(r.Defer), "must be republish on memory: GoChannel resends the original message at once, "+
+			"so a deferred message loses its attempt count and spins while the consumer is saturated")
+	}
+	if sh := c.Shedding; len(sh.Topics) > 0 && !sh.Priority.Disabled && r.SaturatedAfter >= sh.Priority.Window {
+		bad("retry.saturated_after", r.SaturatedAfter.String(), "must be below shedding.priority.window ("+sh.Priority.Window.String()+
+			"), so retries are deferred before fresh work is shed")
+	}
+	if d := c.RedeliveryDeadline(); d > 0 && r.MaxElapsedTime > 0 && r.MaxInterval > 0 {
+		// Time in the gate counts against the deadline: retrying in
+		// process for max_elapsed_time, and holding an early retry for
+		// up to min(2 × max_interval, max_elapsed_time).
+		if in := r.MaxElapsedTime + min(2*r.MaxInterval, r.MaxElapsedTime); in >= d {
+			bad("retry.max_elapsed_time", r.MaxElapsedTime.String(), fmt.Sprintf(
+				"plus the early-retry hold (min(2 × retry.max_interval, retry.max_elapsed_time)) keeps a delivery in the gate for up to %s, "+
+					"which must stay below the redelivery deadline, %s (%s)", in, c.deadlineKey(), d))
+		}
+	}
+	return errs
+}
+
+// deadlineKey names the configuration key of the broker's redelivery
+// deadline.
+func (c Config) deadlineKey() string {
+	if c.Broker == BrokerRedis {
+		return "redis.max_idle_time"
+	}
+	return "kafka.rebalance_timeout"
+}
+
+// autoSizeDeadline is budget.autosize.deadline, or the broker's redelivery
+// deadline when it is not set.
+func (c Config) autoSizeDeadline() time.Duration {
+	if c.Budget.AutoSize.Deadline != 0 {
+		return c.Budget.AutoSize.Deadline
+	}
+	return c.RedeliveryDeadline()
+}
+
+// memoryBound is the configured memory bound in vertices: memory_bound,
+// or the one computed from memory_bytes; 0 for none (or invalid inputs,
+// which validate reports).
+func (a AutoSizeConfig) memoryBound() int64 {
+	if a.MemoryBound > 0 {
+		return a.MemoryBound
+	}
+	if a.MemoryBytes > 0 && a.Processes > 0 && a.PrefetchBytes >= 0 && finitePositive(a.BytesPerVertex) {
+		return cost.MemoryBound(a.MemoryBytes, a.Processes, a.PrefetchBytes, a.BytesPerVertex)
+	}
+	return 0
+}
+
+// ceiling is the largest capacity the sizer may set: ceiling, or the
+// memory bound; 0 for none.
+func (a AutoSizeConfig) ceiling() int64 {
+	if a.Ceiling > 0 {
+		return a.Ceiling
+	}
+	return a.memoryBound()
+}
+
+func finitePositive(f float64) bool { return f > 0 && !math.IsInf(f, 0) && !math.IsNaN(f) }
+
+func (a AutoSizeConfig) validate(deadline time.Duration) []error {
+	var errs []error
+	bad := func(field, value, reason string) {
+		errs = append(errs, &ConfigError{Field: "budget.autosize." + field, Value: value, Reason: reason})
+	}
+	itoa := func(n int64) string { return strconv.FormatInt(n, 10) }
+	if a.Deadline < 0 {
+		bad("deadline", a.Deadline.String(), "must be positive")
+	}
+	if math.IsNaN(a.Headroom) || a.Headroom <= 0 || a.Headroom > 1 {
+		bad("headroom", ftoa(a.Headroom), "must be above 0 and at most 1")
+	}
+	if a.MemoryBound < 0 {
+		bad("memory_bound", itoa(a.MemoryBound), "must be zero (none) or positive")
+	}
+	if a.MemoryBytes < 0 {
+		bad("memory_bytes", itoa(a.MemoryBytes), "must be zero (not used) or positive")
+	}
+	if a.Processes < 0 {
+		bad("processes", strconv.Itoa(a.Processes), "must be positive")
+	}
+	if a.PrefetchBytes < 0 {
+		bad("prefetch_bytes", itoa(a.PrefetchBytes), "must be zero or positive")
+	}
+	if a.BytesPerVertex != 0 && !finitePositive(a.BytesPerVertex) {
+		bad("bytes_per_vertex", ftoa(a.BytesPerVertex), "must be a positive number")
+	}
+	if a.MemoryBytes > 0 {
+		switch {
+		case a.MemoryBound > 0:
+			bad("memory_bytes", itoa(a.MemoryBytes), "set either budget.autosize.memory_bound or memory_bytes, not both")
+		case a.BytesPerVertex == 0:
+			bad("bytes_per_vertex", "0", "must be set with budget.autosize.memory_bytes")
+		case a.memoryBound() < 1 && a.Processes > 0 && a.PrefetchBytes >= 0 && finitePositive(a.BytesPerVertex):
+			bad("memory_bytes", itoa(a.MemoryBytes), fmt.Sprintf("leaves no room for a single vertex (processes %d, prefetch_bytes %d, bytes_per_vertex %s)",
+				a.Processes, a.PrefetchBytes, ftoa(a.BytesPerVertex)))
+		}
+	}
+	if a.Floor < 0 {
+		bad("floor", itoa(a.Floor), "must be positive")
+	}
+	if a.Ceiling < 0 {
+		bad("ceiling", itoa(a.Ceiling), "must be zero (the memory bound) or positive")
+	}
+	if ceil := a.ceiling(); ceil > 0 && a.Floor > ceil {
+		if a.Ceiling > 0 {
+			bad("floor", itoa(a.Floor), fmt.Sprintf("must not be above budget.autosize.ceiling (%d)", ceil))
+		} else {
+			bad("floor", itoa(a.Floor), fmt.Sprintf("must not be above the memory bound (%d vertices)", ceil))
+		}
+	}
+	if a.Window < 0 {
+		bad("window", a.Window.String(), "must be positive")
+	}
+	if a.Windows < 0 {
+		bad("windows", strconv.Itoa(a.Windows), "must be positive")
+	}
+	if a.MinWindows < 0 {
+		bad("min_windows", strconv.Itoa(a.MinWindows), "must be positive")
+	} else if a.Windows > 0 && a.MinWindows > a.Windows {
+		bad("min_windows", strconv.Itoa(a.MinWindows), fmt.Sprintf("must not exceed budget.autosize.windows (%d)", a.Windows))
+	}
+	if a.MinBusy < 0 {
+		bad("min_busy", a.MinBusy.String(), "must be zero (window / 20) or positive")
+	}
+	if math.IsNaN(a.Hysteresis) || a.Hysteresis >= 1 || (a.Hysteresis < 0 && a.Hysteresis != Off) {
+		bad("hysteresis", ftoa(a.Hysteresis), "must be at least 0 and below 1, or -1 (none)")
+	}
+	if a.Parallelism < 0 {
+		bad("parallelism", strconv.Itoa(a.Parallelism), "must be zero (GOMAXPROCS) or positive")
+	}
+	if math.IsNaN(a.TailShare) || a.TailShare > 1 || (a.TailShare <= 0 && a.TailShare != Off) {
+		bad("tail_share", ftoa(a.TailShare), "must be in (0, 1], or -1 (off)")
+	}
+	if !a.Enabled {
+		return errs
+	}
+	if deadline == 0 {
+		bad("deadline", "0s", "must be set: this broker has no redelivery deadline to size the budget against")
+	}
+	if a.ceiling() == 0 && a.MemoryBound >= 0 && a.MemoryBytes == 0 {
+		bad("ceiling", "0", "must be set when there is no memory bound (budget.autosize.memory_bound or memory_bytes): nothing else stops the budget growing")
+	}
+	return errs
+}
+
+func ftoa(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
+
+// nested turns the joined errors of an embedded section's Validate into
+// ConfigErrors whose fields carry the section's prefix.
+func nested(prefix string, err error) []error {
+	if err == nil {
+		return nil
+	}
+	list := []error{err}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		list = j.Unwrap()
+	}
+	out := make([]error, 0, len(list))
+	for _, e := range list {
+		var fe *shedding.FieldError
+		var re *retrygate.ConfigError
+		switch {
+		case errors.As(e, &fe):
+			out = append(out, &ConfigError{Field: prefix + fe.Field, Value: fe.Value, Reason: fe.Reason})
+		case errors.As(e, &re):
+			out = append(out, &ConfigError{Field: prefix + re.Field, Value: re.Value, Reason: re.Reason})
+		default:
+			out = append(out, &ConfigError{Field: strings.TrimSuffix(prefix, "."), Reason: e.Error()})
+		}
+	}
+	return out
+}
+
+func (k KafkaConfig) validate() []error {
+	var errs []error
+	bad := func(field, value, reason string) {
+		errs = append(errs, &ConfigError{Field: "kafka." + field, Value: value, Reason: reason})
+	}
+	if len(k.Brokers) == 0 {
+		bad("brokers", "", "required with broker kafka: host:port of the bootstrap brokers, or embedded for an in-process broker")
+	}
+	for i, b := range k.Brokers {
+		switch {
+		case b == Embedded && len(k.Brokers) > 1:
+			bad(fmt.Sprintf("brokers[%d]", i), b, "embedded must be the only entry")
+		case b == Embedded:
+			if !kafkabroker.EmbeddedLinked() {
+				bad(fmt.Sprintf("brokers[%d]", i), b, kafkabroker.ErrEmbeddedNotLinked.Error())
+			}
+		default:
+			if host, port, err := net.SplitHostPort(b); err != nil || host == "" || port == "" {
+				bad(fmt.Sprintf("brokers[%d]", i), b, "must be host:port or embedded")
+			}
+		}
+	}
+	if strings.TrimSpace(k.ConsumerGroup) == "" {
+		bad("consumer_group", k.ConsumerGroup, "must not be blank")
+	}
+	for i, t := range k.Topics {
+		if strings.TrimSpace(t) == "" {
+			bad(fmt.Sprintf("topics[%d]", i), t, "must not be blank")
+		}
+	}
+	if k.Partitions < 0 {
+		bad("partitions", strconv.Itoa(int(k.Partitions)), "must be positive")
+	}
+	if k.ReplicationFactor < 0 {
+		bad("replication_factor", strconv.Itoa(int(k.ReplicationFactor)), "must be positive")
+	}
+	if v, err := sarama.ParseKafkaVersion(k.Version); err != nil {
+		bad("version", k.Version, "must be a Kafka version such as 2.8.0")
+	} else if !v.IsAtLeast(sarama.V0_10_1_0) {
+		bad("version", k.Version, "must be at least 0.10.1 (the first with a rebalance timeout)")
+	} else if k.embedded() && v.IsAtLeast(sarama.V2_4_0_0) {
+		bad("version", k.Version, "must be at most 2.3.0 with the embedded broker (Sarama cannot decode its newer responses)")
+	}
+	if k.ChannelBufferSize < 0 {
+		bad("channel_buffer_size", strconv.Itoa(k.ChannelBufferSize), "must be positive")
+	}
+	if k.FetchDefaultBytes < 0 {
+		bad("fetch_default_bytes", strconv.Itoa(int(k.FetchDefaultBytes)), "must be positive")
+	}
+	if k.RebalanceTimeout < 0 {
+		bad("rebalance_timeout", k.RebalanceTimeout.String(), "must be positive")
+	} else if k.RebalanceTimeout%time.Millisecond != 0 || k.RebalanceTimeout < time.Millisecond {
+		bad("rebalance_timeout", k.RebalanceTimeout.String(), "must be a whole number of milliseconds")
+	}
+	if k.SessionTimeout < 0 {
+		bad("session_timeout", k.SessionTimeout.String(), "must be positive")
+	}
+	if k.HeartbeatInterval < 0 {
+		bad("heartbeat_interval", k.HeartbeatInterval.String(), "must be positive")
+	} else if k.SessionTimeout > 0 && k.HeartbeatInterval >= k.SessionTimeout {
+		bad("heartbeat_interval", k.HeartbeatInterval.String(), "must be below kafka.session_timeout ("+k.SessionTimeout.String()+")")
+	}
+	switch k.InitialOffset {
+	case "oldest", "newest":
+	default:
+		bad("initial_offset", k.InitialOffset, "must be oldest or newest")
+	}
+	if k.NackResendSleep < 0 {
+		bad("nack_resend_sleep", k.NackResendSleep.String(), "must be zero or positive")
+	}
+	if k.TLS.KeyFile != "" && k.TLS.KeyPEM != "" {
+		bad("tls.key_pem", k.TLS.KeyPEM.String(), "set either kafka.tls.key_file or kafka.tls.key_pem, not both")
+	}
+	hasKey := k.TLS.KeyFile != "" || k.TLS.KeyPEM != ""
+	if k.TLS.CertFile != "" && !hasKey {
+		bad("tls.cert_file", k.TLS.CertFile, "needs kafka.tls.key_file or kafka.tls.key_pem")
+	}
+	if k.TLS.CertFile == "" && hasKey {
+		bad("tls.key_file", k.TLS.KeyFile+k.TLS.KeyPEM.String(), "needs kafka.tls.cert_file")
+	}
+	if !k.TLS.Enabled && (k.TLS.CAFile != "" || k.TLS.CertFile != "" || hasKey) {
+		bad("tls.enabled", "false", "must be true when TLS files are set")
+	}
+	switch k.SASL.Mechanism {
+	case "":
+		if k.SASL.User != "" || k.SASL.Password != "" {
+			bad("sasl.mechanism", "", "must be set (PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512) when a SASL user or password is")
+		}
+	case sarama.SASLTypePlaintext, sarama.SASLTypeSCRAMSHA256, sarama.SASLTypeSCRAMSHA512:
+		if k.SASL.User == "" {
+			bad("sasl.user", "", "must be set with kafka.sasl.mechanism "+k.SASL.Mechanism)
+		}
+		if k.SASL.Password == "" {
+			bad("sasl.password", "", "must be set with kafka.sasl.mechanism "+k.SASL.Mechanism)
+		}
+	default:
+		bad("sasl.mechanism", k.SASL.Mechanism, "must be PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
+	}
+	return errs
+}
+
+func (r RedisConfig) validate() []error {
+	var errs []error
+	bad := func(field, value, reason string) {
+		f := "redis"
+		if field != "" {
+			f += "." + field
+		}
+		errs = append(errs, &ConfigError{Field: f, Value: value, Reason: reason})
+	}
+	dur := func(field string, d time.Duration) {
+		if d < time.Millisecond {
+			bad(field, d.String(), "must be at least 1ms")
+		}
+	}
+	switch r.Addr {
+	case "":
+		bad("addr", "", "must be set with broker redis (host:port, or embedded for an in-process miniredis)")
+	case redisbroker.EmbeddedAddr:
+		if !redisbroker.EmbeddedLinked() {
+			bad("addr", r.Addr, redisbroker.ErrEmbeddedNotLinked.Error())
+		}
+	default:
+		host, port, err := net.SplitHostPort(r.Addr)
+		if p, perr := strconv.Atoi(port); err != nil || host == "" || perr != nil || p <= 0 || p > 65535 {
+			bad("addr", r.Addr, "must be host:port or embedded")
+		}
+	}
+	if r.DB < 0 {
+		bad("db", strconv.Itoa(r.DB), "must be zero or positive")
+	}
+	if (r.TLS.CertFile == "") != (r.TLS.KeyFile == "") {
+		bad("tls.cert_file", r.TLS.CertFile, "set redis.tls.cert_file and redis.tls.key_file together")
+	}
+	if r.Addr == redisbroker.EmbeddedAddr && (r.TLS.Enabled || r.TLS.CAFile != "" || r.TLS.CertFile != "") {
+		bad("tls.enabled", "true", "must be false with the embedded server")
+	}
+	if strings.TrimSpace(r.ConsumerGroup) == "" {
+		bad("consumer_group", r.ConsumerGroup, "must not be blank")
+	}
+	if strings.ContainsAny(r.Consumer, " \t\r\n") {
+		bad("consumer", r.Consumer, "must not contain white space")
+	}
+	if r.Consumers < 1 || r.Consumers > 1024 {
+		bad("consumers", strconv.Itoa(r.Consumers), "must be between 1 and 1024")
+	}
+	dur("block_time", r.BlockTime)
+	dur("claim_interval", r.ClaimInterval)
+	dur("max_idle_time", r.MaxIdleTime)
+	if !r.KeepAlive.Disabled {
+		if r.KeepAlive.Interval <= 0 {
+			bad("keep_alive.interval", r.KeepAlive.Interval.String(), "must be positive")
+		} else if r.KeepAlive.Interval >= r.MaxIdleTime {
+			bad("keep_alive.interval", r.KeepAlive.Interval.String(), "must be below redis.max_idle_time ("+r.MaxIdleTime.String()+")")
+		}
+		if r.KeepAlive.MaxInFlight <= 0 {
+			bad("keep_alive.max_in_flight", r.KeepAlive.MaxInFlight.String(), "must be positive")
+		}
+	}
+	if r.LagInterval <= 0 {
+		bad("lag_interval", r.LagInterval.String(), "must be positive")
+	}
+	if r.DefaultMaxLen < 0 {
+		bad("default_max_len", strconv.FormatInt(r.DefaultMaxLen, 10), "must be zero (unbounded) or positive")
+	}
+	for _, stream := range slices.Sorted(maps.Keys(r.MaxLen)) {
+		if n := r.MaxLen[stream]; n < 0 {
+			bad("max_len."+stream, strconv.FormatInt(n, 10), "must be zero (unbounded) or positive")
+		}
+	}
+	if strings.TrimSpace(r.DeadLetterTopic) == "" {
+		bad("dead_letter_topic", r.DeadLetterTopic, "must not be blank")
+	}
+	if len(errs) == 0 {
+		// Anything the checks above missed, as redisbroker words it.
+		if err := r.broker("validate").Validate(); err != nil {
+			bad("", "", err.Error())
+		}
+	}
+	return errs
+}
+
+func (t TelemetryConfig) validate() []error {
+	var errs []error
+	if strings.TrimSpace(t.Name) == "" {
+		errs = append(errs, &ConfigError{Field: "telemetry.name", Value: t.Name, Reason: "must not be blank"})
+	}
+	if t.LagInterval < 0 {
+		errs = append(errs, &ConfigError{Field: "telemetry.lag_interval", Value: t.LagInterval.String(), Reason: "must be positive"})
+	}
+	if t.LagThreshold < Off {
+		errs = append(errs, &ConfigError{Field: "telemetry.lag_threshold", Value: strconv.FormatInt(t.LagThreshold, 10), Reason: "must be zero or positive (-1 or 0: no threshold)"})
+	}
+	return errs
+}
