@@ -15,8 +15,9 @@
 // and the order is fixed in one place, [Stack].
 // Handlers are added by name and topic with [Router.AddHandler] or
 // [Router.AddConsumerHandler] (with the retry gate on, each also consumes
-// its topic's retry topic); [Router.Run] runs them until [Router.Close],
-// SIGINT or SIGTERM, and shutdown is graceful: nothing new is admitted,
+// its topic's retry topic); [Router.Run] runs them until [Router.Close] or
+// its context ends (or a signal, with [WithSignals]: the router takes no
+// signals unless asked), and shutdown is graceful: nothing new is admitted,
 // waiters give up and are nacked, admitted work finishes within the close
 // timeout.
 //

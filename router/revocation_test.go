@@ -169,6 +169,7 @@ func TestTracerComposes(t *testing.T) {
 	defer goleak.VerifyNone(t, leakOptions...)
 	inner := &countingTracer{SaramaTracer: kafka.NewOTELSaramaTracer()}
 	cfg := Config{Broker: BrokerKafka, CloseTimeout: 10 * time.Second}
+	cfg.Kafka.Brokers = []string{Embedded}
 	cfg.Kafka.Partitions = 2
 	r, err := New(cfg, nil, WithSaramaTracer(inner))
 	if err != nil {

@@ -48,6 +48,7 @@ type options struct {
 	tracerProvider trace.TracerProvider
 	meterProvider  metric.MeterProvider
 	propagator     propagation.TextMapPropagator
+	signals        []os.Signal
 
 	// Test-only switches, for the control runs of the rebalance test.
 	noBudget     bool
@@ -61,6 +62,18 @@ type options struct {
 // fast and must not block.
 func WithOnAdmission(f func(*message.Message, middleware.Admission)) Option {
 	return func(o *options) { o.onAdmission = f }
+}
+
+// WithSignals makes [Router.Run] shut the router down gracefully, as Close
+// does, when the process receives one of sigs (SIGINT and SIGTERM when none
+// are given). Without it the router leaves signals alone: they belong to the
+// program, which may cancel Run's context or call Close on its own terms.
+func WithSignals(sigs ...os.Signal) Option {
+	if len(sigs) == 0 {
+		sigs = []os.Signal{os.Interrupt, syscall.SIGTERM}
+	}
+	sigs = slices.Clone(sigs)
+	return func(o *options) { o.signals = sigs }
 }
 
 // WithEstimator replaces the estimator built from Config.Budget.
@@ -546,8 +559,9 @@ func (r *Router) startIfRunning() error {
 }
 
 // Run starts every handler and blocks until the router is closed: by Close,
-// by SIGINT or SIGTERM, or by ctx ending, each of which shuts down
-// gracefully (see Close). It returns nil after a graceful shutdown.
+// by ctx ending, or by a signal named with [WithSignals], each of which
+// shuts down gracefully (see Close). It returns nil after a graceful
+// shutdown.
 func (r *Router) Run(ctx context.Context) error {
 	r.mu.Lock()
 	if r.ran {
@@ -567,8 +581,12 @@ func (r *Router) Run(ctx context.Context) error {
 		r.lagSampler.Start() // a no-op once Close has closed it
 	}
 
-	sigCtx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	sigCtx := ctx
+	if len(r.opts.signals) > 0 {
+		var stop context.CancelFunc
+		sigCtx, stop = signal.NotifyContext(ctx, r.opts.signals...)
+		defer stop()
+	}
 
 	errc := make(chan error, 1)
 	go func() { errc <- r.wm.Run(r.runCtx) }()

@@ -2,6 +2,8 @@ package router
 
 import (
 	"context"
+	"os"
+	"os/signal"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -160,11 +162,11 @@ func TestGracefulShutdownKafka(t *testing.T) {
 	}
 }
 
-// TestSignalShutdown: SIGTERM closes the router gracefully: Run returns nil
-// once the admitted handler has finished.
+// TestSignalShutdown: with WithSignals, SIGTERM closes the router
+// gracefully: Run returns nil once the admitted handler has finished.
 func TestSignalShutdown(t *testing.T) {
 	defer goleak.VerifyNone(t, leakOptions...)
-	r, err := New(Config{CloseTimeout: 10 * time.Second}, nil)
+	r, err := New(Config{CloseTimeout: 10 * time.Second}, nil, WithSignals())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,10 +215,57 @@ func TestSignalShutdown(t *testing.T) {
 	}
 }
 
+// TestNoSignalsUnlessAsked: without WithSignals the router leaves signals
+// to the program: a signal the program handles does not stop Run, and one
+// named with WithSignals does.
+func TestNoSignalsUnlessAsked(t *testing.T) {
+	defer goleak.VerifyNone(t, leakOptions...)
+	mine := make(chan os.Signal, 4)
+	signal.Notify(mine, syscall.SIGUSR1) // so the signal cannot end the test process
+	defer signal.Stop(mine)
+	for _, asked := range []bool{false, true} {
+		var opts []Option
+		if asked {
+			opts = append(opts, WithSignals(syscall.SIGUSR1))
+		}
+		r, err := New(Config{CloseTimeout: 5 * time.Second}, nil, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		runErr := make(chan error, 1)
+		go func() { runErr <- r.Run(context.Background()) }()
+		<-r.Running()
+		if err := syscall.Kill(syscall.Getpid(), syscall.SIGUSR1); err != nil {
+			t.Fatal(err)
+		}
+		<-mine
+		select {
+		case err := <-runErr:
+			if !asked {
+				t.Fatalf("Run returned (%v) on a signal the router was not given", err)
+			}
+			if err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+		case <-time.After(500 * time.Millisecond):
+			if asked {
+				t.Fatal("Run did not return on the signal named with WithSignals")
+			}
+			if err := r.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-runErr; err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+		}
+	}
+}
+
 // TestCloseWithoutRun: a router that never ran closes at once.
 func TestCloseWithoutRun(t *testing.T) {
 	defer goleak.VerifyNone(t, leakOptions...)
 	c := Config{Broker: BrokerKafka}
+	c.Kafka.Brokers = []string{Embedded}
 	c.Kafka.Partitions = 2
 	r, err := New(c, nil)
 	if err != nil {
