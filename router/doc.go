@@ -5,7 +5,7 @@
 // [New] builds, from a [Config], the Watermill router, the broker's
 // publisher (wrapped so every message is stamped with its vertex_count) and
 // one subscriber per handler, and puts the Spillway middleware [Stack] in
-// front of every handler: tracing, metrics, recoverer, dead-letter,
+// front of every handler: tracing, metrics, dead-letter,
 // shedding, retry gate and budget slots, outermost first. The budget is
 // always there; tracing and metrics unless telemetry.disabled (they export
 // to the providers of [WithTracerProvider] and [WithMeterProvider], or

@@ -17,27 +17,24 @@ import (
 //  2. Metrics ([telemetry.Metrics.Middleware]; unless telemetry.disabled):
 //     right inside tracing, so the processing duration covers the whole
 //     stack too and the outcome the inner layers record labels it.
-//  3. Recoverer: turns a panic below it into an error that the outer
-//     layers can see; Watermill's router recovers panics itself, so this is
-//     only needed once outer layers care. (Not filled yet.)
-//  4. DeadLetter ([redisbroker.DeadLetter.Middleware]; on redis): moves
+//  3. DeadLetter ([redisbroker.DeadLetter.Middleware]; on redis): moves
 //     entries that could not be unmarshalled to redis.dead_letter_topic.
 //     Outside the budget: a malformed message has no vertex_count and
 //     would be charged the whole budget; outside shedding and the retry
 //     gate, which have nothing to judge in it.
-//  5. Shedding ([shedding.Policy.Middleware]; present when shedding.topics
+//  4. Shedding ([shedding.Policy.Middleware]; present when shedding.topics
 //     is set): drops stale messages, and low-priority messages of
 //     sheddable topics once the budget has been saturated for
 //     shedding.priority.window, before they queue. Outside the budget, so
 //     a dropped message never waits for budget nor holds any; outside the
 //     retry gate, so it judges each delivery once, not every attempt, and
 //     a message it drops never reaches the gate.
-//  6. RetryGate ([retrygate.Gate.Middleware]; present when retry.enabled):
+//  5. RetryGate ([retrygate.Gate.Middleware]; present when retry.enabled):
 //     retries failures with backoff from a retry budget, defers them to the
 //     retry topic while the budget is saturated, dead-letters permanent
 //     failures. Outside the budget, so a message holds no vertices while it
 //     backs off and each attempt is admitted afresh.
-//  7. Budget: admission against the vertex budget, innermost, so the
+//  6. Budget: admission against the vertex budget, innermost, so the
 //     vertices are held exactly while the handler (and handler-level
 //     middlewares) run. Its parts, outermost first:
 //     a. "shutdown-gate": once Close starts nothing new gets in; opens a
@@ -59,7 +56,6 @@ import (
 type Stack struct {
 	Tracing    message.HandlerMiddleware
 	Metrics    message.HandlerMiddleware
-	Recoverer  message.HandlerMiddleware
 	DeadLetter message.HandlerMiddleware
 	Shedding   message.HandlerMiddleware
 	RetryGate  message.HandlerMiddleware
@@ -76,7 +72,7 @@ type Layer struct {
 // message.Router.AddMiddleware (the first added is the outermost).
 func (s Stack) Middlewares() []message.HandlerMiddleware {
 	var out []message.HandlerMiddleware
-	for _, m := range []message.HandlerMiddleware{s.Tracing, s.Metrics, s.Recoverer, s.DeadLetter, s.Shedding, s.RetryGate} {
+	for _, m := range []message.HandlerMiddleware{s.Tracing, s.Metrics, s.DeadLetter, s.Shedding, s.RetryGate} {
 		if m != nil {
 			out = append(out, m)
 		}
@@ -90,13 +86,13 @@ func (s Stack) Middlewares() []message.HandlerMiddleware {
 }
 
 // Layers returns the names of the present slots, outermost first:
-// tracing, metrics, recoverer, dead-letter, shedding, retry-gate, budget.
+// tracing, metrics, dead-letter, shedding, retry-gate, budget.
 func (s Stack) Layers() []string {
 	var out []string
 	for _, l := range []struct {
 		name string
 		m    message.HandlerMiddleware
-	}{{"tracing", s.Tracing}, {"metrics", s.Metrics}, {"recoverer", s.Recoverer}, {"dead-letter", s.DeadLetter},
+	}{{"tracing", s.Tracing}, {"metrics", s.Metrics}, {"dead-letter", s.DeadLetter},
 		{"shedding", s.Shedding}, {"retry-gate", s.RetryGate}} {
 		if l.m != nil {
 			out = append(out, l.name)
@@ -121,8 +117,9 @@ func (s Stack) BudgetLayers() []string {
 	return out
 }
 
-// stack builds the router's stack from what New built. The recoverer
-// slot stays empty.
+// stack builds the router's stack from what New built. There is no
+// recoverer slot: Watermill's router recovers a handler's panic itself and
+// nacks the message, and the budget refunds on panic.
 func (r *Router) stack() Stack {
 	s := Stack{DeadLetter: r.deadLetter}
 	if r.tracing != nil {

@@ -1,0 +1,182 @@
+// Command apicount counts the exported identifiers of the library module:
+// functions, types, methods, constants, variables and struct fields that a
+// user can name, per package and in all. Test files, internal packages,
+// main packages and the other modules (embedded, cmd, examples) are left
+// out. Run it from the repository root:
+//
+//	go run ./internal/apicount
+//
+// docs/api.md records the counts and the targets.
+package main
+
+import (
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+)
+
+func main() {
+	counts, err := Count(".")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "apicount:", err)
+		os.Exit(1)
+	}
+	pkgs := make([]string, 0, len(counts))
+	total := 0
+	for p, n := range counts {
+		pkgs = append(pkgs, p)
+		total += n
+	}
+	sort.Strings(pkgs)
+	for _, p := range pkgs {
+		fmt.Printf("%-24s %4d\n", p, counts[p])
+	}
+	fmt.Printf("%-24s %4d\n", "total", total)
+}
+
+// Count walks the library module under root and returns the number of
+// exported identifiers per package directory (relative to root).
+func Count(root string) (map[string]int, error) {
+	counts := map[string]int{}
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() {
+			return nil
+		}
+		rel, _ := filepath.Rel(root, path)
+		if rel != "." {
+			name := d.Name()
+			if strings.HasPrefix(name, ".") || name == "internal" || name == "testdata" || name == "docs" {
+				return filepath.SkipDir
+			}
+			if _, err := os.Stat(filepath.Join(path, "go.mod")); err == nil {
+				return filepath.SkipDir // another module
+			}
+		}
+		n, ok, err := countDir(path)
+		if err != nil {
+			return err
+		}
+		if ok {
+			counts[filepath.ToSlash(rel)] = n
+		}
+		return nil
+	})
+	return counts, err
+}
+
+func countDir(dir string) (int, bool, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return 0, false, err
+	}
+	fset := token.NewFileSet()
+	n, found := 0, false
+	for _, e := range entries {
+		name := e.Name()
+		if e.IsDir() || !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, filepath.Join(dir, name), nil, parser.SkipObjectResolution)
+		if err != nil {
+			return 0, false, err
+		}
+		if f.Name.Name == "main" {
+			continue
+		}
+		found = true
+		n += countFile(f)
+	}
+	return n, found, nil
+}
+
+func countFile(f *ast.File) int {
+	n := 0
+	for _, decl := range f.Decls {
+		switch d := decl.(type) {
+		case *ast.FuncDecl:
+			if !d.Name.IsExported() {
+				continue
+			}
+			if d.Recv != nil && !exportedRecv(d.Recv) {
+				continue
+			}
+			n++
+		case *ast.GenDecl:
+			for _, spec := range d.Specs {
+				switch s := spec.(type) {
+				case *ast.TypeSpec:
+					if !s.Name.IsExported() {
+						continue
+					}
+					n++
+					n += exportedMembers(s.Type)
+				case *ast.ValueSpec:
+					for _, id := range s.Names {
+						if id.IsExported() {
+							n++
+						}
+					}
+				}
+			}
+		}
+	}
+	return n
+}
+
+// exportedMembers counts the exported fields of a struct type and the
+// exported methods of an interface type.
+func exportedMembers(t ast.Expr) int {
+	var fields *ast.FieldList
+	switch tt := t.(type) {
+	case *ast.StructType:
+		fields = tt.Fields
+	case *ast.InterfaceType:
+		fields = tt.Methods
+	default:
+		return 0
+	}
+	n := 0
+	for _, f := range fields.List {
+		for _, id := range f.Names {
+			if id.IsExported() {
+				n++
+			}
+		}
+		if len(f.Names) == 0 { // embedded
+			if id := embeddedName(f.Type); id != "" && ast.IsExported(id) {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+func embeddedName(t ast.Expr) string {
+	switch tt := t.(type) {
+	case *ast.Ident:
+		return tt.Name
+	case *ast.StarExpr:
+		return embeddedName(tt.X)
+	case *ast.SelectorExpr:
+		return tt.Sel.Name
+	case *ast.IndexExpr:
+		return embeddedName(tt.X)
+	}
+	return ""
+}
+
+func exportedRecv(recv *ast.FieldList) bool {
+	if len(recv.List) == 0 {
+		return false
+	}
+	return ast.IsExported(embeddedName(recv.List[0].Type))
+}
