@@ -213,6 +213,9 @@ func config() (router.Config, error) {
 	if b := os.Getenv("KAFKA_BROKERS"); b != "" {
 		cfg.Kafka.Brokers = strings.Split(b, ",")
 		cfg.Kafka.CreateTopics = true
+	} else if len(cfg.Kafka.Brokers) == 0 {
+		// The demo runs in process unless told otherwise.
+		cfg.Kafka.Brokers = []string{router.Embedded}
 	}
 	if os.Getenv("SPILLWAY_KAFKA_REBALANCE_TIMEOUT") == "" {
 		// A demo-sized deadline, so the budget is small enough to see.

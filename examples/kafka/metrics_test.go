@@ -23,6 +23,7 @@ func TestMetricsEndpoint(t *testing.T) {
 	defer ms.Close()
 
 	cfg := router.Config{Broker: router.BrokerKafka}
+	cfg.Kafka.Brokers = []string{router.Embedded}
 	cfg.Kafka.Partitions = 1
 	cfg.Budget.Vertices = 4321
 	cfg.Telemetry.LagInterval = 100 * time.Millisecond
