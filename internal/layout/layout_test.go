@@ -148,6 +148,8 @@ func TestDependencyDirection(t *testing.T) {
 	for from := range imports {
 		forbid(from, "embedded", "cmd", "examples")
 	}
+	// The root package is the shared vocabulary: it imports no other.
+	forbid("", "cost", "sizing", "middleware", "producer", "shedding", "retrygate", "kafkabroker", "redisbroker", "telemetry", "router")
 	forbid("kafkabroker", "router")
 	forbid("redisbroker", "router")
 	forbid("cost", "router", "kafkabroker", "redisbroker", "telemetry", "middleware")
