@@ -20,10 +20,6 @@
 // [ErrTooLarge] instead of exhausting memory or the stack, and CountPayload
 // counts binary input without building the geometry at all.
 //
-// The package also sizes budgets (docs/sizing.md): [MeasureBytesPerVertex]
-// and [MeasureThroughput] measure a [Sample] of real payloads with the real
-// handler, [Recommend] turns the measurements and the deployment (memory,
-// processes, prefetch, redelivery deadline) into a budget and names the
-// bound that binds, and an [AutoSizer] keeps a running budget sized to the
-// handler's measured speed as the traffic mix drifts.
+// How big the budget should be is package sizing's concern
+// (github.com/spillway-go/spillway/sizing, docs/sizing.md).
 package cost

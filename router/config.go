@@ -7,10 +7,10 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/spillway-go/spillway/cost"
 	"github.com/spillway-go/spillway/kafkabroker"
 	"github.com/spillway-go/spillway/retrygate"
 	"github.com/spillway-go/spillway/shedding"
+	"github.com/spillway-go/spillway/sizing"
 )
 
 // EnvPrefix is the prefix of every environment variable [LoadConfig] reads.
@@ -126,7 +126,7 @@ type BudgetConfig struct {
 	AutoSize AutoSizeConfig `yaml:"autosize" envPrefix:"AUTOSIZE_"`
 }
 
-// AutoSizeConfig configures the budget's auto-sizer, a [cost.AutoSizer]:
+// AutoSizeConfig configures the budget's auto-sizer, a [sizing.AutoSizer]:
 // the budget follows min(memory bound, measured vertices/s × deadline ×
 // headroom), clamped to [floor, ceiling]. Zero fields take the defaults
 // documented on them.
@@ -145,12 +145,12 @@ type AutoSizeConfig struct {
 	Headroom float64 `yaml:"headroom" env:"HEADROOM"`
 
 	// MemoryBound is the memory bound in vertices, fixed (measure it with
-	// spillway size or cost.MeasureBytesPerVertex). Default 0: none, or
+	// spillway size or sizing.MeasureBytesPerVertex). Default 0: none, or
 	// computed from MemoryBytes. Set either this or MemoryBytes.
 	MemoryBound int64 `yaml:"memory_bound" env:"MEMORY_BOUND"`
 
 	// MemoryBytes, Processes, PrefetchBytes and BytesPerVertex compute the
-	// memory bound instead (cost.MemoryBound): (MemoryBytes / Processes −
+	// memory bound instead (sizing.MemoryBound): (MemoryBytes / Processes −
 	// PrefetchBytes) / BytesPerVertex. MemoryBytes is the memory the
 	// consumers of one container may use for in-flight geometry; default 0
 	// (not used). BytesPerVertex is required with it.
@@ -184,12 +184,12 @@ type AutoSizeConfig struct {
 	// alone, in [0, 1). Default 0.1; -1 for none (resize on any change).
 	Hysteresis float64 `yaml:"hysteresis" env:"HYSTERESIS"`
 	// Parallelism is how many handler calls the process runs at full speed
-	// at once (cost.AutoSizeConfig.Parallelism): busy time counts the share
+	// at once (sizing.AutoSizeConfig.Parallelism): busy time counts the share
 	// of it in use, so a budget too small to keep every core busy still
 	// measures what a full one would do. Default 0: GOMAXPROCS.
 	Parallelism int `yaml:"parallelism" env:"PARALLELISM"`
 	// TailShare is the share of Deadline the slowest handler call of a
-	// window may take before the budget shrinks for it (cost.AutoSizer's
+	// window may take before the budget shrinks for it (sizing.AutoSizer's
 	// tail guard), in (0, 1]. Default 0.75; -1 turns the guard off.
 	TailShare float64 `yaml:"tail_share" env:"TAIL_SHARE"`
 }
@@ -546,13 +546,13 @@ func (c Config) RedeliveryDeadline() time.Duration {
 
 // SizeBudget returns the vertex budget that drains within half of deadline
 // at verticesPerSecond, the measured throughput of the whole consumer (all
-// cores, the real handler): [cost.DeadlineBound] with the default headroom
+// cores, the real handler): [sizing.DeadlineBound] with the default headroom
 // of one half, because the other half is spent noticing the rebalance (a
 // heartbeat), committing and rejoining, and because throughput is
 // measured, not promised. It returns at least 1.
 //
-// It is a shorthand for a fixed budget; [cost.Recommend] adds the memory
+// It is a shorthand for a fixed budget; [sizing.Recommend] adds the memory
 // bound, and budget.autosize keeps the deadline bound up to date online.
 func SizeBudget(verticesPerSecond float64, deadline time.Duration) int64 {
-	return max(1, cost.DeadlineBound(verticesPerSecond, deadline, cost.DefaultHeadroom))
+	return max(1, sizing.DeadlineBound(verticesPerSecond, deadline, sizing.DefaultHeadroom))
 }

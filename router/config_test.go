@@ -14,10 +14,10 @@ import (
 
 	"github.com/caarlos0/env/v11"
 
-	"github.com/spillway-go/spillway/cost"
 	"github.com/spillway-go/spillway/redisbroker"
 	"github.com/spillway-go/spillway/retrygate"
 	"github.com/spillway-go/spillway/shedding"
+	"github.com/spillway-go/spillway/sizing"
 )
 
 func writeConfig(t *testing.T, yaml string) string {
@@ -532,8 +532,8 @@ func TestSizeBudget(t *testing.T) {
 	if got := SizeBudget(10_000, 60*time.Second); got != 300_000 {
 		t.Errorf("SizeBudget(10k/s, 60s) = %d", got)
 	}
-	if got, want := SizeBudget(12_345, 7*time.Second), cost.DeadlineBound(12_345, 7*time.Second, cost.DefaultHeadroom); got != want {
-		t.Errorf("SizeBudget = %d, cost.DeadlineBound = %d", got, want)
+	if got, want := SizeBudget(12_345, 7*time.Second), sizing.DeadlineBound(12_345, 7*time.Second, sizing.DefaultHeadroom); got != want {
+		t.Errorf("SizeBudget = %d, sizing.DeadlineBound = %d", got, want)
 	}
 	if got := SizeBudget(math.NaN(), time.Second); got != 1 {
 		t.Errorf("SizeBudget(NaN) = %d", got)

@@ -24,6 +24,7 @@ import (
 	"github.com/spillway-go/spillway/middleware"
 	"github.com/spillway-go/spillway/retrygate"
 	"github.com/spillway-go/spillway/shedding"
+	"github.com/spillway-go/spillway/sizing"
 	"github.com/spillway-go/spillway/telemetry"
 	"github.com/spillway-go/spillway/telemetry/kafkatel"
 )
@@ -44,7 +45,7 @@ type options struct {
 	onShed         func(*message.Message, string, shedding.Reason)
 	onRetryOutcome func(retrygate.Event)
 	isPermanent    func(error) bool
-	onResize       func(from, to int64, b cost.AutoBounds)
+	onResize       func(from, to int64, b sizing.AutoBounds)
 	tracerProvider trace.TracerProvider
 	meterProvider  metric.MeterProvider
 	propagator     propagation.TextMapPropagator
@@ -111,9 +112,9 @@ func WithIsPermanent(f func(error) bool) Option {
 }
 
 // WithOnResize calls f after each resize of the auto-sized budget (see
-// [cost.AutoSizeConfig.OnResize]); it runs with the sizer's lock held and
+// [sizing.AutoSizeConfig.OnResize]); it runs with the sizer's lock held and
 // must not call the sizer.
-func WithOnResize(f func(from, to int64, b cost.AutoBounds)) Option {
+func WithOnResize(f func(from, to int64, b sizing.AutoBounds)) Option {
 	return func(o *options) { o.onResize = f }
 }
 
@@ -157,9 +158,9 @@ type Router struct {
 	pub      message.Publisher // stamping, over back.publisher()
 	budget   *middleware.VertexBudget
 	budgetMW *middleware.Budget
-	policy   *shedding.Policy // nil: no sheddable topics
-	retry    *retrygate.Gate  // nil: retry.enabled is false
-	sizer    *cost.AutoSizer  // nil: budget.autosize.enabled is false
+	policy   *shedding.Policy  // nil: no sheddable topics
+	retry    *retrygate.Gate   // nil: retry.enabled is false
+	sizer    *sizing.AutoSizer // nil: budget.autosize.enabled is false
 
 	tracing    *telemetry.Tracing    // nil: telemetry.disabled
 	metrics    *telemetry.Metrics    // nil: telemetry.disabled
@@ -326,7 +327,7 @@ func newRouter(cfg Config, logger watermill.LoggerAdapter, o options) (*Router, 
 	}
 
 	if a := cfg.Budget.AutoSize; a.Enabled && r.budgetMW != nil {
-		r.sizer, err = cost.NewAutoSizer(cost.AutoSizeConfig{
+		r.sizer, err = sizing.NewAutoSizer(sizing.AutoSizeConfig{
 			Budget:      r.budget,
 			Deadline:    cfg.autoSizeDeadline(),
 			Headroom:    a.Headroom,
@@ -408,7 +409,7 @@ func (r *Router) RetryGate() *retrygate.Gate { return r.retry }
 
 // AutoSizer returns the budget's auto-sizer, or nil unless
 // budget.autosize.enabled.
-func (r *Router) AutoSizer() *cost.AutoSizer { return r.sizer }
+func (r *Router) AutoSizer() *sizing.AutoSizer { return r.sizer }
 
 // RetryHandler returns the Watermill handler that consumes the retry topic
 // of the handler named name, or nil (no such handler, or the retry gate is
@@ -686,9 +687,9 @@ type Stats struct {
 	Evictions     uint64 // times a member came back under a new member id (Kafka)
 	DeadLettered  uint64 // malformed entries moved to redis.dead_letter_topic (Redis)
 
-	Shedding *shedding.Stats  // nil when shedding is off
-	Retry    *retrygate.Stats // nil when the retry gate is off
-	AutoSize *cost.AutoBounds // nil when auto-sizing is off
+	Shedding *shedding.Stats    // nil when shedding is off
+	Retry    *retrygate.Stats   // nil when the retry gate is off
+	AutoSize *sizing.AutoBounds // nil when auto-sizing is off
 }
 
 // Stats returns a snapshot.

@@ -49,7 +49,7 @@ import (
 //     supersedable) and records handled versions for the version guard.
 //     Without it the guard never records and waiters are never
 //     superseded.
-//     e. "auto-sizer" ([cost.AutoSizer.Middleware]; when
+//     e. "auto-sizer" ([sizing.AutoSizer.Middleware]; when
 //     budget.autosize.enabled): innermost, so it times the handler's own
 //     work only, never the wait for budget, and never a message that
 //     shedding dropped after its wait.

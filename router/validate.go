@@ -13,11 +13,11 @@ import (
 
 	"github.com/IBM/sarama"
 
-	"github.com/spillway-go/spillway/cost"
 	"github.com/spillway-go/spillway/kafkabroker"
 	"github.com/spillway-go/spillway/redisbroker"
 	"github.com/spillway-go/spillway/retrygate"
 	"github.com/spillway-go/spillway/shedding"
+	"github.com/spillway-go/spillway/sizing"
 	"github.com/spillway-go/spillway/telemetry"
 )
 
@@ -33,7 +33,7 @@ func (c *Config) setDefaults() {
 	}
 	a := &c.Budget.AutoSize
 	if a.Headroom == 0 {
-		a.Headroom = cost.DefaultHeadroom
+		a.Headroom = sizing.DefaultHeadroom
 	}
 	if a.Processes == 0 {
 		a.Processes = 1
@@ -51,7 +51,7 @@ func (c *Config) setDefaults() {
 		a.Hysteresis = DefaultAutoSizeHysteresis
 	}
 	if a.TailShare == 0 {
-		a.TailShare = cost.DefaultTailShare
+		a.TailShare = sizing.DefaultTailShare
 	}
 	c.Shedding.Config = c.Shedding.Config.WithDefaults()
 	if c.Shedding.Pressure == "" {
@@ -266,7 +266,7 @@ func (a AutoSizeConfig) memoryBound() int64 {
 		return a.MemoryBound
 	}
 	if a.MemoryBytes > 0 && a.Processes > 0 && a.PrefetchBytes >= 0 && finitePositive(a.BytesPerVertex) {
-		return cost.MemoryBound(a.MemoryBytes, a.Processes, a.PrefetchBytes, a.BytesPerVertex)
+		return sizing.MemoryBound(a.MemoryBytes, a.Processes, a.PrefetchBytes, a.BytesPerVertex)
 	}
 	return 0
 }

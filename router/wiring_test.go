@@ -23,6 +23,7 @@ import (
 	"github.com/spillway-go/spillway/cost"
 	"github.com/spillway-go/spillway/retrygate"
 	"github.com/spillway-go/spillway/shedding"
+	"github.com/spillway-go/spillway/sizing"
 )
 
 // Tests of the wiring of shedding, the retry gate and the auto-sizer into
@@ -598,7 +599,7 @@ func TestAutoSizeThroughRouter(t *testing.T) {
 			resizeMu sync.Mutex
 			resizes  []resize
 		)
-		r, err := New(cfg, nil, WithOnResize(func(from, to int64, _ cost.AutoBounds) {
+		r, err := New(cfg, nil, WithOnResize(func(from, to int64, _ sizing.AutoBounds) {
 			resizeMu.Lock()
 			resizes = append(resizes, resize{from, to})
 			resizeMu.Unlock()
@@ -656,7 +657,7 @@ func TestAutoSizeThroughRouter(t *testing.T) {
 		if len(resizes) != 1 || resizes[0].from != 1000 || resizes[0].to != b.DeadlineBound || b.DeadlineBound < 9_900 || b.DeadlineBound > 10_100 {
 			t.Errorf("resizes %v, deadline bound %d: want one resize from 1000 to the deadline bound, about 10000", resizes, b.DeadlineBound)
 		}
-		if b.Binding != cost.BoundDeadline || b.Clamped != cost.ClampNone || b.Windows != 1 {
+		if b.Binding != sizing.BoundDeadline || b.Clamped != sizing.ClampNone || b.Windows != 1 {
 			t.Errorf("bounds: %+v", b)
 		}
 		if st := r.Stats(); st.Budget.Capacity != b.DeadlineBound || st.AutoSize == nil || st.AutoSize.Resizes != 1 {

@@ -13,7 +13,7 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 
 	"github.com/spillway-go/spillway/cmd/internal/plotstyle"
-	"github.com/spillway-go/spillway/cost"
+	"github.com/spillway-go/spillway/sizing"
 )
 
 // chartData is what the chart shows: the budget each bound permits as the
@@ -24,7 +24,7 @@ import (
 // of the coordinates far more than on the size of the geometry, and
 // measuring it per class would mostly add noise. The deadline bound follows
 // the throughput of each mix, combined harmonically from the light and
-// heavy rates ([cost.MixThroughput]).
+// heavy rates ([sizing.MixThroughput]).
 type chartData struct {
 	handler     string
 	memoryBytes int64
@@ -42,7 +42,7 @@ type chartData struct {
 	sampleShare float64 // heavy share of the sample's vertices
 }
 
-func newChartData(o *sizeOptions, rec cost.Recommendation, light, heavy *cost.Sample, lightVPS, heavyVPS float64) *chartData {
+func newChartData(o *sizeOptions, rec sizing.Recommendation, light, heavy *sizing.Sample, lightVPS, heavyVPS float64) *chartData {
 	return &chartData{
 		handler:     o.handler,
 		memoryBytes: rec.Inputs.MemoryBytes,
@@ -63,7 +63,7 @@ func newChartData(o *sizeOptions, rec cost.Recommendation, light, heavy *cost.Sa
 
 // deadlineBound is the deadline bound at heavy share s.
 func (c *chartData) deadlineBound(s float64) float64 {
-	return cost.MixThroughput(c.lightVPS, c.heavyVPS, s) * c.deadline.Seconds() * c.headroom
+	return sizing.MixThroughput(c.lightVPS, c.heavyVPS, s) * c.deadline.Seconds() * c.headroom
 }
 
 // crossover returns the heavy share at which the deadline bound equals the

@@ -16,8 +16,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/spillway-go/spillway/cost"
 	"github.com/spillway-go/spillway/internal/refwork"
+	"github.com/spillway-go/spillway/sizing"
 )
 
 // sizeOptions are the flags of "spillway size".
@@ -66,7 +66,7 @@ payload per line (GeoJSON Feature, Geometry or FeatureCollection, or hex
 WKB/EWKB), ideally a contiguous window of the busiest hour.
 
 The handlers are built-in stand-ins for your own (--handler); to size with
-your real handler, call cost.MeasureThroughput and cost.Recommend from Go.
+your real handler, call sizing.MeasureThroughput and sizing.Recommend from Go.
 
 --chart writes an SVG of the budget each bound permits against the share of
 heavy geometry (geometries with more than --heavy-above vertices), with the
@@ -86,8 +86,8 @@ throughput at each mix interpolated from the measured light and heavy rates.`,
 	f.IntVar(&o.heavyAbove, "heavy-above", defaultHeavyAbove, "vertices above which a geometry counts as heavy (for --chart)")
 	f.StringVar(&o.chart, "chart", "", "write an SVG chart of both bounds against the heavy share to this file")
 	f.BoolVar(&o.json, "json", false, "print JSON instead of a table")
-	f.Float64Var(&o.headroom, "headroom", cost.DefaultHeadroom, "share of the deadline a full budget may take to drain, in (0, 1]")
-	f.Float64Var(&o.tailShare, "tail-share", cost.DefaultTailShare, "share of the deadline the sample's slowest messages (by cost per vertex) may take, in (0, 1]")
+	f.Float64Var(&o.headroom, "headroom", sizing.DefaultHeadroom, "share of the deadline a full budget may take to drain, in (0, 1]")
+	f.Float64Var(&o.tailShare, "tail-share", sizing.DefaultTailShare, "share of the deadline the sample's slowest messages (by cost per vertex) may take, in (0, 1]")
 	f.IntVar(&o.parallelism, "parallelism", 0, "handlers running at once while measuring (default GOMAXPROCS)")
 	f.IntVar(&o.repeats, "repeats", defaultRepeats, "measuring runs; the median counts")
 	f.BoolVar(&o.progress, "progress", false, "show a progress bar even when stderr is not a terminal (--progress=false: never)")
@@ -138,8 +138,8 @@ type sizeReport struct {
 		Parallelism int    `json:"parallelism"`
 		Repeats     int    `json:"repeats"`
 	} `json:"handler"`
-	Memory     cost.MemoryProfile `json:"memory"`
-	Throughput cost.Throughput    `json:"throughput"`
+	Memory     sizing.MemoryProfile `json:"memory"`
+	Throughput sizing.Throughput    `json:"throughput"`
 	Inputs     struct {
 		MemoryBytes       int64   `json:"memory_bytes"`
 		Processes         int     `json:"processes"`
@@ -151,16 +151,16 @@ type sizeReport struct {
 		Spread            float64 `json:"spread"`
 		TailShare         float64 `json:"tail_share"`
 	} `json:"inputs"`
-	DrainShare          float64    `json:"drain_share"`
-	SpreadLimited       bool       `json:"spread_limited"`
-	GeometryMemoryBytes int64      `json:"geometry_memory_bytes"`
-	MemoryBound         int64      `json:"memory_bound"`
-	DeadlineBound       int64      `json:"deadline_bound"`
-	Budget              int64      `json:"budget"`
-	Binding             cost.Bound `json:"binding"`
-	DrainSeconds        float64    `json:"drain_seconds"`
-	Advice              string     `json:"advice"`
-	Mix                 *mixReport `json:"mix,omitempty"`
+	DrainShare          float64      `json:"drain_share"`
+	SpreadLimited       bool         `json:"spread_limited"`
+	GeometryMemoryBytes int64        `json:"geometry_memory_bytes"`
+	MemoryBound         int64        `json:"memory_bound"`
+	DeadlineBound       int64        `json:"deadline_bound"`
+	Budget              int64        `json:"budget"`
+	Binding             sizing.Bound `json:"binding"`
+	DrainSeconds        float64      `json:"drain_seconds"`
+	Advice              string       `json:"advice"`
+	Mix                 *mixReport   `json:"mix,omitempty"`
 }
 
 // mixReport describes the chart (present with --chart only).
@@ -198,7 +198,7 @@ func runSize(ctx context.Context, e *env, o *sizeOptions, progressSet bool) erro
 	}
 
 	var (
-		light, heavy *cost.Sample
+		light, heavy *sizing.Sample
 		out          *pendingFile
 	)
 	if o.chart != "" {
@@ -236,11 +236,11 @@ func runSize(ctx context.Context, e *env, o *sizeOptions, progressSet bool) erro
 		return err
 	}
 
-	mem, err := cost.MeasureBytesPerVertex(sample)
+	mem, err := sizing.MeasureBytesPerVertex(sample)
 	if err != nil {
 		return fmt.Errorf("measuring memory: %w", err)
 	}
-	samples := []*cost.Sample{sample}
+	samples := []*sizing.Sample{sample}
 	if o.chart != "" {
 		samples = append(samples, light, heavy)
 	}
@@ -249,7 +249,7 @@ func runSize(ctx context.Context, e *env, o *sizeOptions, progressSet bool) erro
 		return err
 	}
 	tp := rates[0]
-	rec, err := cost.Recommend(cost.SizingInputs{
+	rec, err := sizing.Recommend(sizing.Inputs{
 		MemoryBytes:       int64(o.memory),
 		Processes:         o.processes,
 		PrefetchBytes:     int64(o.prefetch),
@@ -261,7 +261,7 @@ func runSize(ctx context.Context, e *env, o *sizeOptions, progressSet bool) erro
 		TailShare:         o.tailShare,
 	})
 	if err != nil {
-		if errors.Is(err, cost.ErrInvalidSizing) || errors.Is(err, cost.ErrInfeasible) {
+		if errors.Is(err, sizing.ErrInvalidInput) || errors.Is(err, sizing.ErrInfeasible) {
 			return inputError{err}
 		}
 		return err
@@ -293,15 +293,15 @@ func runSize(ctx context.Context, e *env, o *sizeOptions, progressSet bool) erro
 // taking turns (round 1: every sample once, round 2: ...), so a burst of
 // load on a shared machine slows every sample's runs alike and the ratios
 // between them hold. Each result's rate is the median of its runs.
-func measureInterleaved(ctx context.Context, samples []*cost.Sample, handler func(context.Context, []byte) error,
-	par, repeats int, bar *progress) ([]cost.Throughput, error) {
-	out := make([]cost.Throughput, len(samples))
+func measureInterleaved(ctx context.Context, samples []*sizing.Sample, handler func(context.Context, []byte) error,
+	par, repeats int, bar *progress) ([]sizing.Throughput, error) {
+	out := make([]sizing.Throughput, len(samples))
 	spreads := make([][]float64, len(samples))
 	var base int64
 	for range repeats {
 		for i, s := range samples {
-			t, err := cost.MeasureThroughput(ctx, s, handler,
-				cost.WithParallelism(par), cost.WithRepeats(1), cost.WithProgress(bar.offset(base)))
+			t, err := sizing.MeasureThroughput(ctx, s, handler,
+				sizing.WithParallelism(par), sizing.WithRepeats(1), sizing.WithProgress(bar.offset(base)))
 			if err != nil {
 				return nil, fmt.Errorf("measuring throughput: %w", err)
 			}
@@ -333,19 +333,19 @@ func median(xs []float64) float64 {
 }
 
 // readSampleFile reads and checks the sample; every problem is bad input.
-func readSampleFile(path string) (*cost.Sample, error) {
+func readSampleFile(path string) (*sizing.Sample, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, inputError{err}
 	}
 	defer f.Close()
-	s, err := cost.ReadSample(f)
+	s, err := sizing.ReadSample(f)
 	if err != nil {
-		var le *cost.SampleLineError
+		var le *sizing.SampleLineError
 		switch {
 		case errors.As(err, &le):
 			return nil, badInput("%s:%d: not a geometry: %v", path, le.Line, strings.TrimPrefix(le.Err.Error(), "cost: "))
-		case errors.Is(err, cost.ErrEmptySample):
+		case errors.Is(err, sizing.ErrEmptySample):
 			return nil, badInput("%s: empty sample: no geometries in the file", path)
 		}
 		return nil, badInput("%s: %v", path, err)
@@ -353,7 +353,7 @@ func readSampleFile(path string) (*cost.Sample, error) {
 	return s, nil
 }
 
-func newSizeReport(o *sizeOptions, s *cost.Sample, mem cost.MemoryProfile, tp cost.Throughput, rec cost.Recommendation, par int) *sizeReport {
+func newSizeReport(o *sizeOptions, s *sizing.Sample, mem sizing.MemoryProfile, tp sizing.Throughput, rec sizing.Recommendation, par int) *sizeReport {
 	r := &sizeReport{Memory: mem, Throughput: tp}
 	r.Sample.File = o.sample
 	r.Sample.Geometries = len(s.Payloads)
@@ -386,7 +386,7 @@ func newSizeReport(o *sizeOptions, s *cost.Sample, mem cost.MemoryProfile, tp co
 }
 
 // printHuman prints the report as an aligned table.
-func printHuman(w io.Writer, r *sizeReport, mem cost.MemoryProfile, tp cost.Throughput) {
+func printHuman(w io.Writer, r *sizeReport, mem sizing.MemoryProfile, tp sizing.Throughput) {
 	var buf bytes.Buffer
 	defer func(out io.Writer) {
 		// The blank rows of the table come out padded; trim them.
@@ -426,14 +426,14 @@ func printHuman(w io.Writer, r *sizeReport, mem cost.MemoryProfile, tp cost.Thro
 		row("deadline", "%v x %.2g headroom", time.Duration(r.Inputs.DeadlineSeconds*float64(time.Second)), r.Inputs.Headroom)
 	}
 	row("", "")
-	mark := func(b cost.Bound) string {
+	mark := func(b sizing.Bound) string {
 		if r.Binding == b {
 			return "  <- binds"
 		}
 		return ""
 	}
-	row("memory bound", "%s vertices%s", group(r.MemoryBound), mark(cost.BoundMemory))
-	row("deadline bound", "%s vertices%s", group(r.DeadlineBound), mark(cost.BoundDeadline))
+	row("memory bound", "%s vertices%s", group(r.MemoryBound), mark(sizing.BoundMemory))
+	row("deadline bound", "%s vertices%s", group(r.DeadlineBound), mark(sizing.BoundDeadline))
 	row("budget", "%s vertices  (a full budget drains in %v)", group(r.Budget),
 		time.Duration(r.DrainSeconds*float64(time.Second)).Round(time.Millisecond))
 	tw.Flush()

@@ -105,8 +105,9 @@ type pkg struct {
 }
 
 // Which library package may import which: the broker packages never import
-// router, and cost and middleware import no broker, telemetry or router
-// package; no library package imports the embedded brokers.
+// router; cost, sizing and middleware import no broker, telemetry or router
+// package; cost does not import sizing (sizing builds on cost); no library
+// package imports the embedded brokers.
 func TestDependencyDirection(t *testing.T) {
 	root := repoRoot(t)
 	cmd := exec.Command("go", "list", "-json", "./...")
@@ -152,6 +153,7 @@ func TestDependencyDirection(t *testing.T) {
 	forbid("", "cost", "sizing", "middleware", "producer", "shedding", "retrygate", "kafkabroker", "redisbroker", "telemetry", "router")
 	forbid("kafkabroker", "router")
 	forbid("redisbroker", "router")
-	forbid("cost", "router", "kafkabroker", "redisbroker", "telemetry", "middleware")
+	forbid("cost", "router", "kafkabroker", "redisbroker", "telemetry", "middleware", "sizing")
+	forbid("sizing", "router", "kafkabroker", "redisbroker", "telemetry", "middleware")
 	forbid("middleware", "router", "kafkabroker", "redisbroker", "telemetry")
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/spillway-go/spillway/cost"
 	"github.com/spillway-go/spillway/internal/refwork"
+	"github.com/spillway-go/spillway/sizing"
 )
 
 // routerFetchBytes is the router's default kafka.fetch_default_bytes: what
@@ -29,25 +30,25 @@ type Calibration struct {
 	Passes       int     `json:"passes"`
 	HeavySeconds float64 `json:"heavy_seconds"`
 	// VerticesPerSecond is the whole consumer's throughput on heavy
-	// geometry, all cores busy (cost.MeasureThroughput).
+	// geometry, all cores busy (sizing.MeasureThroughput).
 	VerticesPerSecond float64 `json:"vertices_per_second"`
 	// Spread is how much more the slowest heavy messages cost per vertex
-	// than the average (cost.Throughput.Spread); the deadline bound gives
-	// them room (cost.SizingInputs.Spread).
+	// than the average (sizing.Throughput.Spread); the deadline bound gives
+	// them room (sizing.Inputs.Spread).
 	Spread float64 `json:"spread"`
 	// DrainShare is the share of the deadline a full budget may take to
 	// drain: the headroom, or less when the spread is wide.
 	DrainShare float64 `json:"drain_share"`
 	// BytesPerVertex is the memory one in-flight vertex of the stream takes
-	// (cost.MeasureBytesPerVertex on a sample of the stream).
+	// (sizing.MeasureBytesPerVertex on a sample of the stream).
 	BytesPerVertex float64 `json:"bytes_per_vertex"`
 	MemoryBytes    int64   `json:"memory_bytes"`
 	PrefetchBytes  int64   `json:"prefetch_bytes"`
 	MemoryBound    int64   `json:"memory_bound"`
 	DeadlineBound  int64   `json:"deadline_bound"`
 	// Budget is the smaller bound: Spillway's starting budget.
-	Budget  int64      `json:"budget"`
-	Binding cost.Bound `json:"binding"`
+	Budget  int64        `json:"budget"`
+	Binding sizing.Bound `json:"binding"`
 	// SteadyLoad is about what share of the machine the steady part of the
 	// stream (pings and parcels) needs.
 	SteadyLoad float64 `json:"steady_load"`
@@ -55,7 +56,7 @@ type Calibration struct {
 }
 
 // calibrate measures the reference handler on this machine and sizes the
-// budget: cost.Recommend with the deadline and memory of o. heavies are
+// budget: sizing.Recommend with the deadline and memory of o. heavies are
 // heavy payloads of the stream (their cost per vertex varies by a factor of
 // two or three with the polygons they are made of, so the calibration uses
 // several), mix a sample of the whole stream for the memory per vertex, and
@@ -101,22 +102,22 @@ func calibrate(ctx context.Context, g *Geometry, heavies, mix [][]byte, steady f
 	// handler (decode included). Heavy payloads differ in cost per vertex
 	// by a factor of several, so a handful would measure whichever few were
 	// picked; the spread needs the slow ones too.
-	sample, err := cost.NewSample(heavies)
+	sample, err := sizing.NewSample(heavies)
 	if err != nil {
 		return c, err
 	}
-	tp, err := cost.MeasureThroughput(ctx, sample, func(_ context.Context, p []byte) error {
+	tp, err := sizing.MeasureThroughput(ctx, sample, func(_ context.Context, p []byte) error {
 		_, err := refwork.Process(refwork.Full, p, c.Passes)
 		return err
-	}, cost.WithParallelism(c.Cores), cost.WithRepeats(o.CalibrationRepeats))
+	}, sizing.WithParallelism(c.Cores), sizing.WithRepeats(o.CalibrationRepeats))
 	if err != nil {
 		return c, fmt.Errorf("demo: calibrating throughput: %w", err)
 	}
 	c.VerticesPerSecond, c.Spread = tp.VerticesPerSecond, tp.Spread
 
 	// Memory per in-flight vertex, on the stream's own mix of encodings.
-	if ms, err := cost.NewSample(append(slices.Clip(mix), heavies...)); err == nil {
-		if mem, err := cost.MeasureBytesPerVertex(ms); err == nil {
+	if ms, err := sizing.NewSample(append(slices.Clip(mix), heavies...)); err == nil {
+		if mem, err := sizing.MeasureBytesPerVertex(ms); err == nil {
 			c.BytesPerVertex = mem.BytesPerVertex
 		}
 	}
@@ -126,7 +127,7 @@ func calibrate(ctx context.Context, g *Geometry, heavies, mix [][]byte, steady f
 	// Each consumer prefetches up to fetch_default_bytes per partition of
 	// both topics.
 	c.PrefetchBytes = int64(2*o.Partitions) * routerFetchBytes
-	rec, err := cost.Recommend(cost.SizingInputs{
+	rec, err := sizing.Recommend(sizing.Inputs{
 		MemoryBytes:       o.MemoryBytes,
 		Processes:         1,
 		PrefetchBytes:     c.PrefetchBytes,

@@ -20,6 +20,7 @@ import (
 	"github.com/spillway-go/spillway/retrygate"
 	"github.com/spillway-go/spillway/router"
 	"github.com/spillway-go/spillway/shedding"
+	"github.com/spillway-go/spillway/sizing"
 )
 
 // The consumer groups the demo compares.
@@ -580,7 +581,7 @@ func (gr *groupRun) startSpillway(ctx context.Context, m *member) error {
 	opts := append(gr.env.routerOptions(m),
 		router.WithOnShed(gr.onShed),
 		router.WithOnRetryOutcome(gr.onRetry),
-		router.WithOnResize(func(from, to int64, _ cost.AutoBounds) {
+		router.WithOnResize(func(from, to int64, _ sizing.AutoBounds) {
 			go gr.event(fmt.Sprintf("member %s: auto-sizer resized the budget %d -> %d vertices", m.name, from, to))
 		}),
 	)

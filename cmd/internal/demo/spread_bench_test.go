@@ -18,7 +18,7 @@ import (
 // goodput sweep builds them, each processed once per iteration on one core.
 // It reports the fastest, median, mean, 95th percentile and slowest
 // payload's nanoseconds per vertex (each payload's best over the
-// iterations), and the spread as cost.MeasureThroughput defines it:
+// iterations), and the spread as sizing.MeasureThroughput defines it:
 //
 //	go test -run '^$' -bench HeavyCostPerVertex -benchtime 3x ./internal/demo/
 func BenchmarkHeavyCostPerVertex(b *testing.B) {

@@ -12,9 +12,9 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/spillway-go/spillway/cost"
 	"github.com/spillway-go/spillway/internal/refwork"
 	"github.com/spillway-go/spillway/middleware"
+	"github.com/spillway-go/spillway/sizing"
 )
 
 // SweepOptions configures the goodput sweep: the same backlog of mixed
@@ -224,9 +224,9 @@ func Sweep(ctx context.Context, o SweepOptions) (*SweepResult, error) {
 				return res, err
 			}
 			phase("round %d/%d: %s budget, %d vertices", round+1, o.Rounds, c.name, c.budget)
-			var acfg *cost.AutoSizeConfig
+			var acfg *sizing.AutoSizeConfig
 			if c.auto {
-				acfg = &cost.AutoSizeConfig{
+				acfg = &sizing.AutoSizeConfig{
 					Deadline: o.Deadline, Floor: lo, Ceiling: hi, Window: o.Window,
 					Windows: 5, MinWindows: 3, MinBusy: o.Window / 10,
 				}
@@ -286,14 +286,14 @@ func medianRun(rs []SweepRun, deadline time.Duration) SweepRun {
 
 // runSweep processes msgs once: each admitted in order against a budget of
 // capacity b (auto-sized when acfg is set), then run on its own goroutine.
-func runSweep(ctx context.Context, msgs []sweepMsg, passes int, o SweepOptions, b int64, acfg *cost.AutoSizeConfig) SweepRun {
+func runSweep(ctx context.Context, msgs []sweepMsg, passes int, o SweepOptions, b int64, acfg *sizing.AutoSizeConfig) SweepRun {
 	runtime.GC()
 	budget := middleware.NewVertexBudget(b)
-	var sizer *cost.AutoSizer
+	var sizer *sizing.AutoSizer
 	if acfg != nil {
 		acfg.Budget = budget
 		var err error
-		if sizer, err = cost.NewAutoSizer(*acfg); err != nil {
+		if sizer, err = sizing.NewAutoSizer(*acfg); err != nil {
 			panic(err) // the configuration is built above
 		}
 	}

@@ -1,4 +1,4 @@
-package cost
+package sizing
 
 import (
 	"errors"
@@ -28,25 +28,26 @@ const (
 const DefaultHeadroom = 0.5
 
 // DefaultTailShare is the share of the redelivery deadline the slowest
-// messages may take while a full budget drains (see [SizingInputs.Spread]
+// messages may take while a full budget drains (see [Inputs.Spread]
 // and [AutoSizeConfig.TailShare]).
 const DefaultTailShare = 0.75
 
-// Errors returned by [Recommend].
+// Errors returned by [Recommend] and, for ErrInvalidInput, by
+// [NewAutoSizer] and [AutoSizeConfig.Validate].
 var (
-	// ErrInvalidSizing: an input is missing, non-positive or not a number.
-	// The wrapping error names the field.
-	ErrInvalidSizing = errors.New("cost: invalid sizing input")
+	// ErrInvalidInput: an input or auto-sizer setting is missing, out of
+	// range or not a number. The wrapping error names the field.
+	ErrInvalidInput = errors.New("sizing: invalid input")
 	// ErrInfeasible: the inputs are valid but a bound is below one vertex
 	// (the per-process memory cannot hold a single vertex, or nothing drains
 	// within the deadline). The wrapping error says which.
-	ErrInfeasible = errors.New("cost: no budget fits")
+	ErrInfeasible = errors.New("sizing: no budget fits")
 )
 
-// SizingInputs are what a vertex budget is computed from: two measurements
+// Inputs are what a vertex budget is computed from: two measurements
 // ([MeasureBytesPerVertex], [MeasureThroughput]) and three facts about the
 // deployment.
-type SizingInputs struct {
+type Inputs struct {
 	// MemoryBytes is the memory the consumers of one container (or host)
 	// may use for in-flight geometry, in bytes: the container limit minus
 	// what the processes need besides it (their idle RSS). Required.
@@ -112,7 +113,7 @@ type Recommendation struct {
 	// throughput: at most Deadline × DrainShare.
 	DrainTime time.Duration `json:"drain_ns"`
 	// Inputs are the inputs, with defaults filled in.
-	Inputs SizingInputs `json:"inputs"`
+	Inputs Inputs `json:"inputs"`
 }
 
 // Advice says, in one sentence, what raises the budget.
@@ -127,7 +128,7 @@ func (r Recommendation) Advice() string {
 }
 
 // withDefaults fills in the defaults and validates in.
-func (in SizingInputs) withDefaults() (SizingInputs, error) {
+func (in Inputs) withDefaults() (Inputs, error) {
 	if in.Processes == 0 {
 		in.Processes = 1
 	}
@@ -138,7 +139,7 @@ func (in SizingInputs) withDefaults() (SizingInputs, error) {
 		in.TailShare = DefaultTailShare
 	}
 	bad := func(field string, v any, want string) error {
-		return fmt.Errorf("%w: %s is %v, %s", ErrInvalidSizing, field, v, want)
+		return fmt.Errorf("%w: %s is %v, %s", ErrInvalidInput, field, v, want)
 	}
 	switch {
 	case in.MemoryBytes <= 0:
@@ -173,12 +174,12 @@ func MemoryBound(memoryBytes int64, processes int, prefetchBytes int64, bytesPer
 	return floorInt64(float64(perProcess) / bytesPerVertex)
 }
 
-// DrainShare returns the share of the deadline a full budget may take to
+// drainShare returns the share of the deadline a full budget may take to
 // drain: headroom, or tailShare / spread when the mix's slow messages need
 // more room than that (spread above tailShare / headroom). A spread of 0
 // (not measured) leaves headroom; a spread below 1 counts as 1. The second
 // result says whether the spread set the share.
-func DrainShare(headroom, spread, tailShare float64) (float64, bool) {
+func drainShare(headroom, spread, tailShare float64) (float64, bool) {
 	if spread <= 0 || tailShare <= 0 {
 		return headroom, false
 	}
@@ -215,17 +216,17 @@ func floorInt64(f float64) int64 {
 //	deadline bound = VerticesPerSecond × Deadline × drain share
 //	budget         = min(memory bound, deadline bound)
 //
-// Invalid inputs fail with an error wrapping [ErrInvalidSizing] that names
+// Invalid inputs fail with an error wrapping [ErrInvalidInput] that names
 // the field. If the prefetch leaves no memory for geometry or a bound is
 // below one vertex, the error wraps [ErrInfeasible] and the returned
 // Recommendation still carries the bounds and inputs, for display. Recommend
 // is a pure function.
-func Recommend(in SizingInputs) (Recommendation, error) {
+func Recommend(in Inputs) (Recommendation, error) {
 	in, err := in.withDefaults()
 	if err != nil {
 		return Recommendation{Inputs: in}, err
 	}
-	share, limited := DrainShare(in.Headroom, in.Spread, in.TailShare)
+	share, limited := drainShare(in.Headroom, in.Spread, in.TailShare)
 	r := Recommendation{
 		Inputs:              in,
 		GeometryMemoryBytes: in.MemoryBytes/int64(in.Processes) - in.PrefetchBytes,

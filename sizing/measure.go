@@ -1,4 +1,4 @@
-package cost
+package sizing
 
 import (
 	"bytes"
@@ -16,11 +16,13 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/spillway-go/spillway/cost"
 )
 
 // ErrNoVertices is returned by the measuring functions for a nil sample or
 // one without any vertex: there is nothing to divide by.
-var ErrNoVertices = errors.New("cost: sample has no vertices to measure")
+var ErrNoVertices = errors.New("sizing: sample has no vertices to measure")
 
 // measureMu serializes memory measurements: each one switches the garbage
 // collector off for the whole process.
@@ -59,7 +61,7 @@ const heapObjectsMetric = "/memory/classes/heap/objects:bytes"
 
 // MeasureBytesPerVertex measures the memory a sample's geometry takes while
 // it is in flight, per vertex. Every payload is copied (the copy stands for
-// the message body the broker client allocated) and decoded with [Decode],
+// the message body the broker client allocated) and decoded with [cost.Decode],
 // and all copies and geometries are kept, so the raw bytes, the parser's
 // intermediates and the go-geom coordinates coexist. The heap growth is read
 // with runtime/metrics and cross-checked against the growth of the
@@ -102,9 +104,9 @@ func MeasureBytesPerVertex(s *Sample) (MemoryProfile, error) {
 	heap0 := heap()
 	for i, p := range s.Payloads {
 		body := bytes.Clone(p)
-		g, err := Decode(body)
+		g, err := cost.Decode(body)
 		if err != nil {
-			return MemoryProfile{}, fmt.Errorf("cost: measuring payload %d: %w", i, err)
+			return MemoryProfile{}, fmt.Errorf("sizing: measuring payload %d: %w", i, err)
 		}
 		held = append(held, body, g)
 	}
@@ -171,7 +173,7 @@ type Throughput struct {
 	// means the slowest 5 % of the vertices cost 2.5 times the mean or
 	// more. Each payload's time is its median over the runs. Weighting by
 	// vertices keeps a one-vertex payload, whose time is all overhead,
-	// from counting as slow geometry. See [SizingInputs.Spread].
+	// from counting as slow geometry. See [Inputs.Spread].
 	Spread float64 `json:"spread"`
 }
 
@@ -238,7 +240,7 @@ func MeasureThroughput(ctx context.Context, s *Sample, handler func(ctx context.
 		return Throughput{}, ErrNoVertices
 	}
 	if handler == nil {
-		return Throughput{}, errors.New("cost: MeasureThroughput: nil handler")
+		return Throughput{}, errors.New("sizing: MeasureThroughput: nil handler")
 	}
 	cfg := measureConfig{parallelism: runtime.GOMAXPROCS(0), repeats: 5}
 	for _, o := range opts {
@@ -347,7 +349,7 @@ func runOnce(ctx context.Context, s *Sample, order []int, handler func(context.C
 				i := order[k]
 				began := time.Now()
 				if err := callHandler(ctx, handler, s.Payloads[i]); err != nil {
-					cancel(fmt.Errorf("cost: handler failed on payload %d: %w", i, err))
+					cancel(fmt.Errorf("sizing: handler failed on payload %d: %w", i, err))
 					return
 				}
 				took[i] = append(took[i], time.Since(began).Seconds())
@@ -365,7 +367,7 @@ func runOnce(ctx context.Context, s *Sample, order []int, handler func(context.C
 
 // ErrHandlerPanicked is wrapped by the error [MeasureThroughput] returns
 // when the handler panics.
-var ErrHandlerPanicked = errors.New("cost: handler panicked")
+var ErrHandlerPanicked = errors.New("sizing: handler panicked")
 
 // callHandler calls handler, turning a panic into an error.
 func callHandler(ctx context.Context, handler func(context.Context, []byte) error, payload []byte) (err error) {

@@ -1,16 +1,16 @@
-package cost_test
+package sizing_test
 
 import (
 	"fmt"
 	"time"
 
-	"github.com/spillway-go/spillway/cost"
+	"github.com/spillway-go/spillway/sizing"
 )
 
 func ExampleRecommend() {
-	// Measured on a sample of the busiest hour (cost.MeasureBytesPerVertex
-	// and cost.MeasureThroughput); the rest describes the deployment.
-	in := cost.SizingInputs{
+	// Measured on a sample of the busiest hour (sizing.MeasureBytesPerVertex
+	// and sizing.MeasureThroughput); the rest describes the deployment.
+	in := sizing.Inputs{
 		MemoryBytes:       4 << 30,   // 4 GiB container, less the processes' idle RSS
 		Processes:         2,         // two consumers share it
 		PrefetchBytes:     256 << 20, // each buffers up to 256 MiB ahead
@@ -18,7 +18,7 @@ func ExampleRecommend() {
 		VerticesPerSecond: 300_000,
 		Deadline:          60 * time.Second, // Kafka Rebalance.Timeout
 	}
-	r, err := cost.Recommend(in)
+	r, err := sizing.Recommend(in)
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -31,7 +31,7 @@ func ExampleRecommend() {
 	// Twice the processes in the same container: each gets half the
 	// memory, and memory binds.
 	in.Processes = 4
-	r, _ = cost.Recommend(in)
+	r, _ = sizing.Recommend(in)
 	fmt.Println("budget:        ", r.Budget, r.Binding)
 	fmt.Println(r.Advice())
 

@@ -1,4 +1,4 @@
-package cost
+package sizing
 
 import (
 	"bufio"
@@ -6,20 +6,22 @@ import (
 	"errors"
 	"fmt"
 	"io"
+
+	"github.com/spillway-go/spillway/cost"
 )
 
 // Errors returned by [ReadSample].
 var (
 	// ErrEmptySample: the input holds no payload at all.
-	ErrEmptySample = errors.New("cost: sample has no geometries")
+	ErrEmptySample = errors.New("sizing: sample has no geometries")
 	// ErrBadSampleLine: a line of the sample is not a spatial payload with
 	// at least one vertex. It is wrapped by a [*SampleLineError].
-	ErrBadSampleLine = errors.New("cost: sample line is not a geometry")
+	ErrBadSampleLine = errors.New("sizing: sample line is not a geometry")
 )
 
-// maxSampleLine bounds one line of a sample, like [MaxPayloadBytes] bounds a
+// maxSampleLine bounds one line of a sample, like [cost.MaxPayloadBytes] bounds a
 // payload.
-const maxSampleLine = MaxPayloadBytes
+const maxSampleLine = cost.MaxPayloadBytes
 
 // Sample is a set of real payloads to size a budget on, with the vertex
 // count of each. Build one with [ReadSample] or [NewSample]; it is read-only
@@ -27,7 +29,7 @@ const maxSampleLine = MaxPayloadBytes
 type Sample struct {
 	// Payloads are the messages' bodies, as they travel on the wire.
 	Payloads [][]byte
-	// Vertices[i] is the vertex count of Payloads[i] ([CountPayload]).
+	// Vertices[i] is the vertex count of Payloads[i] ([cost.CountPayload]).
 	Vertices []int
 	// TotalVertices is the sum of Vertices.
 	TotalVertices int64
@@ -36,7 +38,7 @@ type Sample struct {
 }
 
 // SampleLineError reports the line of a sample that could not be used. It
-// wraps [ErrBadSampleLine] and the decoding error (one of [Decode]'s
+// wraps [ErrBadSampleLine] and the decoding error (one of [cost.Decode]'s
 // sentinels), so errors.Is works for both.
 type SampleLineError struct {
 	Line int // 1-based
@@ -71,7 +73,7 @@ func ReadSample(r io.Reader) (*Sample, error) {
 		if len(b) == 0 {
 			continue
 		}
-		n, err := CountPayload(b)
+		n, err := cost.CountPayload(b)
 		if err != nil {
 			return nil, &SampleLineError{Line: line, Err: err}
 		}
@@ -83,9 +85,9 @@ func ReadSample(r io.Reader) (*Sample, error) {
 	if err := sc.Err(); err != nil {
 		if errors.Is(err, bufio.ErrTooLong) {
 			return nil, &SampleLineError{Line: line + 1,
-				Err: fmt.Errorf("%w: line longer than %d bytes", ErrTooLarge, maxSampleLine)}
+				Err: fmt.Errorf("%w: line longer than %d bytes", cost.ErrTooLarge, maxSampleLine)}
 		}
-		return nil, fmt.Errorf("cost: reading sample: %w", err)
+		return nil, fmt.Errorf("sizing: reading sample: %w", err)
 	}
 	if len(s.Payloads) == 0 {
 		return nil, ErrEmptySample
@@ -104,9 +106,9 @@ func NewSample(payloads [][]byte) (*Sample, error) {
 	}
 	s := &Sample{Payloads: make([][]byte, 0, len(payloads)), Vertices: make([]int, 0, len(payloads))}
 	for i, p := range payloads {
-		n, err := CountPayload(p)
+		n, err := cost.CountPayload(p)
 		if err != nil {
-			return nil, fmt.Errorf("cost: sample payload %d: %w", i, err)
+			return nil, fmt.Errorf("sizing: sample payload %d: %w", i, err)
 		}
 		s.add(p, n)
 	}

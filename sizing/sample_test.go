@@ -1,4 +1,4 @@
-package cost_test
+package sizing_test
 
 import (
 	"errors"
@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/spillway-go/spillway/cost"
+	"github.com/spillway-go/spillway/sizing"
 )
 
 func TestReadSample(t *testing.T) {
@@ -16,7 +17,7 @@ func TestReadSample(t *testing.T) {
 		`{"type":"Polygon","coordinates":[[[0,0],[4,0],[4,4],[0,4],[0,0]]]}`,
 		`{"type":"LineString","coordinates":[[0,0],[1,1],[2,2]]}`,
 	}, "\n")
-	s, err := cost.ReadSample(strings.NewReader(in))
+	s, err := sizing.ReadSample(strings.NewReader(in))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,8 +49,8 @@ func TestReadSampleErrors(t *testing.T) {
 		line   int // 0: not a line error
 		target error
 	}{
-		{"empty", "", 0, cost.ErrEmptySample},
-		{"blank lines only", "\n  \n\n", 0, cost.ErrEmptySample},
+		{"empty", "", 0, sizing.ErrEmptySample},
+		{"blank lines only", "\n  \n\n", 0, sizing.ErrEmptySample},
 		{"not JSON", point + "\n\nhello\n", 3, cost.ErrUnknownFormat},
 		{"not a geometry", point + "\n" + `{"name":"x"}` + "\n", 2, cost.ErrUnknownFormat},
 		{"truncated", `{"type":"Point","coordinates":[1,`, 1, cost.ErrMalformed},
@@ -57,7 +58,7 @@ func TestReadSampleErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := cost.ReadSample(strings.NewReader(tt.in))
+			_, err := sizing.ReadSample(strings.NewReader(tt.in))
 			if err == nil {
 				t.Fatal("no error")
 			}
@@ -67,8 +68,8 @@ func TestReadSampleErrors(t *testing.T) {
 				}
 				return
 			}
-			var le *cost.SampleLineError
-			if !errors.As(err, &le) || le.Line != tt.line || !errors.Is(err, cost.ErrBadSampleLine) {
+			var le *sizing.SampleLineError
+			if !errors.As(err, &le) || le.Line != tt.line || !errors.Is(err, sizing.ErrBadSampleLine) {
 				t.Fatalf("error %v, want a line error on line %d", err, tt.line)
 			}
 			if tt.target != nil && !errors.Is(err, tt.target) {
@@ -79,10 +80,10 @@ func TestReadSampleErrors(t *testing.T) {
 }
 
 func TestNewSample(t *testing.T) {
-	if _, err := cost.NewSample(nil); !errors.Is(err, cost.ErrEmptySample) {
+	if _, err := sizing.NewSample(nil); !errors.Is(err, sizing.ErrEmptySample) {
 		t.Fatalf("nil payloads: %v", err)
 	}
-	_, err := cost.NewSample([][]byte{[]byte(`{"type":"Point","coordinates":[1,2]}`), []byte("nope")})
+	_, err := sizing.NewSample([][]byte{[]byte(`{"type":"Point","coordinates":[1,2]}`), []byte("nope")})
 	if !errors.Is(err, cost.ErrUnknownFormat) || !strings.Contains(err.Error(), "payload 1") {
 		t.Fatalf("bad payload: %v", err)
 	}

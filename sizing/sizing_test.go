@@ -1,4 +1,4 @@
-package cost_test
+package sizing_test
 
 import (
 	"errors"
@@ -7,14 +7,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/spillway-go/spillway/cost"
+	"github.com/spillway-go/spillway/sizing"
 )
 
 // baseInputs has round numbers: 1 GiB for one process at 128 B/vertex is a
 // memory bound of 8,388,608 vertices; 400k vertices/s × 30 s × 0.5 is a
 // deadline bound of 6,000,000.
-func baseInputs() cost.SizingInputs {
-	return cost.SizingInputs{
+func baseInputs() sizing.Inputs {
+	return sizing.Inputs{
 		MemoryBytes:       1 << 30,
 		Processes:         1,
 		BytesPerVertex:    128,
@@ -26,27 +26,27 @@ func baseInputs() cost.SizingInputs {
 func TestRecommendSmallerBoundWins(t *testing.T) {
 	tests := []struct {
 		name    string
-		edit    func(*cost.SizingInputs)
+		edit    func(*sizing.Inputs)
 		budget  int64
-		binding cost.Bound
+		binding sizing.Bound
 	}{
-		{"deadline binds", func(*cost.SizingInputs) {}, 6_000_000, cost.BoundDeadline},
-		{"memory binds", func(in *cost.SizingInputs) { in.VerticesPerSecond = 800_000 }, 8_388_608, cost.BoundMemory},
-		{"prefetch is taken off", func(in *cost.SizingInputs) {
+		{"deadline binds", func(*sizing.Inputs) {}, 6_000_000, sizing.BoundDeadline},
+		{"memory binds", func(in *sizing.Inputs) { in.VerticesPerSecond = 800_000 }, 8_388_608, sizing.BoundMemory},
+		{"prefetch is taken off", func(in *sizing.Inputs) {
 			in.VerticesPerSecond = 800_000
 			in.PrefetchBytes = 256 << 20
-		}, 6_291_456, cost.BoundMemory},
-		{"tie goes to memory", func(in *cost.SizingInputs) {
+		}, 6_291_456, sizing.BoundMemory},
+		{"tie goes to memory", func(in *sizing.Inputs) {
 			in.Deadline = 16 * time.Second // × 0.5 = 8 s
 			in.VerticesPerSecond = 1 << 20
-		}, 8_388_608, cost.BoundMemory},
-		{"headroom scales the deadline bound", func(in *cost.SizingInputs) { in.Headroom = 0.25 }, 3_000_000, cost.BoundDeadline},
+		}, 8_388_608, sizing.BoundMemory},
+		{"headroom scales the deadline bound", func(in *sizing.Inputs) { in.Headroom = 0.25 }, 3_000_000, sizing.BoundDeadline},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			in := baseInputs()
 			tt.edit(&in)
-			r, err := cost.Recommend(in)
+			r, err := sizing.Recommend(in)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -57,7 +57,7 @@ func TestRecommendSmallerBoundWins(t *testing.T) {
 			if r.Budget != min(r.MemoryBound, r.DeadlineBound) {
 				t.Fatalf("budget %d is not the smaller of %d and %d", r.Budget, r.MemoryBound, r.DeadlineBound)
 			}
-			want := map[cost.Bound]int64{cost.BoundMemory: r.MemoryBound, cost.BoundDeadline: r.DeadlineBound}
+			want := map[sizing.Bound]int64{sizing.BoundMemory: r.MemoryBound, sizing.BoundDeadline: r.DeadlineBound}
 			if want[r.Binding] != r.Budget {
 				t.Fatalf("binding %q names a bound of %d, budget is %d", r.Binding, want[r.Binding], r.Budget)
 			}
@@ -72,7 +72,7 @@ func TestRecommendSmallerBoundWins(t *testing.T) {
 }
 
 func TestRecommendDrainTime(t *testing.T) {
-	r, err := cost.Recommend(baseInputs())
+	r, err := sizing.Recommend(baseInputs())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,26 +88,26 @@ func TestRecommendDrainTime(t *testing.T) {
 func TestRecommendBindingFlips(t *testing.T) {
 	in := baseInputs()
 	in.VerticesPerSecond = 500_000 // deadline bound 7.5M, memory bound 8.39M
-	r, err := cost.Recommend(in)
+	r, err := sizing.Recommend(in)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Binding != cost.BoundDeadline {
+	if r.Binding != sizing.BoundDeadline {
 		t.Fatalf("baseline: %s binds (memory %d, deadline %d), want deadline", r.Binding, r.MemoryBound, r.DeadlineBound)
 	}
 
-	for name, edit := range map[string]func(*cost.SizingInputs){
-		"double the processes": func(in *cost.SizingInputs) { in.Processes *= 2 },
-		"halve the memory":     func(in *cost.SizingInputs) { in.MemoryBytes /= 2 },
+	for name, edit := range map[string]func(*sizing.Inputs){
+		"double the processes": func(in *sizing.Inputs) { in.Processes *= 2 },
+		"halve the memory":     func(in *sizing.Inputs) { in.MemoryBytes /= 2 },
 	} {
 		t.Run(name, func(t *testing.T) {
 			in := in
 			edit(&in)
-			f, err := cost.Recommend(in)
+			f, err := sizing.Recommend(in)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if f.Binding != cost.BoundMemory {
+			if f.Binding != sizing.BoundMemory {
 				t.Fatalf("%s binds (memory %d, deadline %d), want memory", f.Binding, f.MemoryBound, f.DeadlineBound)
 			}
 			if f.MemoryBound != r.MemoryBound/2 || f.DeadlineBound != r.DeadlineBound {
@@ -123,32 +123,32 @@ func TestRecommendBindingFlips(t *testing.T) {
 func TestRecommendRejectsBadInputs(t *testing.T) {
 	tests := []struct {
 		field string
-		edit  func(*cost.SizingInputs)
+		edit  func(*sizing.Inputs)
 	}{
-		{"memory_bytes", func(in *cost.SizingInputs) { in.MemoryBytes = 0 }},
-		{"memory_bytes", func(in *cost.SizingInputs) { in.MemoryBytes = -1 }},
-		{"processes", func(in *cost.SizingInputs) { in.Processes = -2 }},
-		{"prefetch_bytes", func(in *cost.SizingInputs) { in.PrefetchBytes = -1 }},
-		{"bytes_per_vertex", func(in *cost.SizingInputs) { in.BytesPerVertex = 0 }},
-		{"bytes_per_vertex", func(in *cost.SizingInputs) { in.BytesPerVertex = math.NaN() }},
-		{"vertices_per_second", func(in *cost.SizingInputs) { in.VerticesPerSecond = -5 }},
-		{"vertices_per_second", func(in *cost.SizingInputs) { in.VerticesPerSecond = math.Inf(1) }},
-		{"deadline", func(in *cost.SizingInputs) { in.Deadline = 0 }},
-		{"deadline", func(in *cost.SizingInputs) { in.Deadline = -time.Second }},
-		{"headroom", func(in *cost.SizingInputs) { in.Headroom = 1.5 }},
-		{"headroom", func(in *cost.SizingInputs) { in.Headroom = -0.5 }},
-		{"spread", func(in *cost.SizingInputs) { in.Spread = -1 }},
-		{"spread", func(in *cost.SizingInputs) { in.Spread = math.NaN() }},
-		{"spread", func(in *cost.SizingInputs) { in.Spread = math.Inf(1) }},
-		{"tail_share", func(in *cost.SizingInputs) { in.TailShare = 1.5 }},
-		{"tail_share", func(in *cost.SizingInputs) { in.TailShare = -0.1 }},
+		{"memory_bytes", func(in *sizing.Inputs) { in.MemoryBytes = 0 }},
+		{"memory_bytes", func(in *sizing.Inputs) { in.MemoryBytes = -1 }},
+		{"processes", func(in *sizing.Inputs) { in.Processes = -2 }},
+		{"prefetch_bytes", func(in *sizing.Inputs) { in.PrefetchBytes = -1 }},
+		{"bytes_per_vertex", func(in *sizing.Inputs) { in.BytesPerVertex = 0 }},
+		{"bytes_per_vertex", func(in *sizing.Inputs) { in.BytesPerVertex = math.NaN() }},
+		{"vertices_per_second", func(in *sizing.Inputs) { in.VerticesPerSecond = -5 }},
+		{"vertices_per_second", func(in *sizing.Inputs) { in.VerticesPerSecond = math.Inf(1) }},
+		{"deadline", func(in *sizing.Inputs) { in.Deadline = 0 }},
+		{"deadline", func(in *sizing.Inputs) { in.Deadline = -time.Second }},
+		{"headroom", func(in *sizing.Inputs) { in.Headroom = 1.5 }},
+		{"headroom", func(in *sizing.Inputs) { in.Headroom = -0.5 }},
+		{"spread", func(in *sizing.Inputs) { in.Spread = -1 }},
+		{"spread", func(in *sizing.Inputs) { in.Spread = math.NaN() }},
+		{"spread", func(in *sizing.Inputs) { in.Spread = math.Inf(1) }},
+		{"tail_share", func(in *sizing.Inputs) { in.TailShare = 1.5 }},
+		{"tail_share", func(in *sizing.Inputs) { in.TailShare = -0.1 }},
 	}
 	for _, tt := range tests {
 		in := baseInputs()
 		tt.edit(&in)
-		_, err := cost.Recommend(in)
-		if !errors.Is(err, cost.ErrInvalidSizing) {
-			t.Errorf("%s: error %v, want ErrInvalidSizing", tt.field, err)
+		_, err := sizing.Recommend(in)
+		if !errors.Is(err, sizing.ErrInvalidInput) {
+			t.Errorf("%s: error %v, want ErrInvalidInput", tt.field, err)
 			continue
 		}
 		if !strings.Contains(err.Error(), tt.field) {
@@ -183,7 +183,7 @@ func TestRecommendSpread(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			in := baseInputs()
 			in.Spread, in.TailShare = tt.spread, tt.tail
-			r, err := cost.Recommend(in)
+			r, err := sizing.Recommend(in)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -193,7 +193,7 @@ func TestRecommendSpread(t *testing.T) {
 			if d := r.DeadlineBound - tt.deadlineBound; d < -1 || d > 1 {
 				t.Errorf("deadline bound %d, want %d", r.DeadlineBound, tt.deadlineBound)
 			}
-			if r.Binding != cost.BoundDeadline || r.Budget != r.DeadlineBound {
+			if r.Binding != sizing.BoundDeadline || r.Budget != r.DeadlineBound {
 				t.Errorf("budget %d bound by %s, want the deadline bound", r.Budget, r.Binding)
 			}
 			if want := time.Duration(float64(in.Deadline) * tt.share); (r.DrainTime - want).Abs() > time.Millisecond {
@@ -209,21 +209,21 @@ func TestRecommendSpread(t *testing.T) {
 func TestRecommendInfeasible(t *testing.T) {
 	tests := []struct {
 		name string
-		edit func(*cost.SizingInputs)
+		edit func(*sizing.Inputs)
 		want string
 	}{
-		{"prefetch eats the memory", func(in *cost.SizingInputs) {
+		{"prefetch eats the memory", func(in *sizing.Inputs) {
 			in.Processes = 4
 			in.PrefetchBytes = 256 << 20
 		}, "prefetch"},
-		{"no vertex fits", func(in *cost.SizingInputs) { in.MemoryBytes = 100 }, "no vertex"},
-		{"nothing drains", func(in *cost.SizingInputs) { in.VerticesPerSecond = 0.01 }, "drains"},
+		{"no vertex fits", func(in *sizing.Inputs) { in.MemoryBytes = 100 }, "no vertex"},
+		{"nothing drains", func(in *sizing.Inputs) { in.VerticesPerSecond = 0.01 }, "drains"},
 	}
 	for _, tt := range tests {
 		in := baseInputs()
 		tt.edit(&in)
-		r, err := cost.Recommend(in)
-		if !errors.Is(err, cost.ErrInfeasible) || !strings.Contains(err.Error(), tt.want) {
+		r, err := sizing.Recommend(in)
+		if !errors.Is(err, sizing.ErrInfeasible) || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%s: error %v, want ErrInfeasible mentioning %q", tt.name, err, tt.want)
 		}
 		if r.Inputs.MemoryBytes != in.MemoryBytes {
@@ -243,13 +243,13 @@ func TestMixThroughput(t *testing.T) {
 		{0.5, 800_000},
 	}
 	for _, tt := range tests {
-		if got := cost.MixThroughput(light, heavy, tt.share); math.Abs(got-tt.want) > 1e-6*tt.want {
+		if got := sizing.MixThroughput(light, heavy, tt.share); math.Abs(got-tt.want) > 1e-6*tt.want {
 			t.Errorf("MixThroughput(share %v) = %v, want %v", tt.share, got, tt.want)
 		}
 	}
 	// Harmonic, so never above the linear interpolation.
 	for s := 0.0; s <= 1; s += 0.1 {
-		if got, lin := cost.MixThroughput(light, heavy, s), light+(heavy-light)*s; got > lin*(1+1e-12) {
+		if got, lin := sizing.MixThroughput(light, heavy, s), light+(heavy-light)*s; got > lin*(1+1e-12) {
 			t.Errorf("share %v: %v above the linear %v", s, got, lin)
 		}
 	}

@@ -1,4 +1,4 @@
-package cost
+package sizing
 
 import (
 	"fmt"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/spillway-go/spillway/cost"
 )
 
 // Resizable is a budget whose capacity can change at run time.
@@ -20,9 +21,9 @@ type Resizable interface {
 	Resize(capacity int64) error
 }
 
-// ChargeEstimator prices a message. *[Estimator] implements it.
+// ChargeEstimator prices a message. *[cost.Estimator] implements it.
 type ChargeEstimator interface {
-	Estimate(msg *message.Message) Charge
+	Estimate(msg *message.Message) cost.Charge
 }
 
 // Clamp says whether an auto-sized budget was held at a configured limit
@@ -44,7 +45,7 @@ type AutoSizeConfig struct {
 	Budget Resizable
 
 	// Deadline is the broker's redelivery deadline (see
-	// [SizingInputs.Deadline]). Required.
+	// [Inputs.Deadline]). Required.
 	Deadline time.Duration
 	// Headroom is the share of Deadline a full budget may take to drain.
 	// 0 means [DefaultHeadroom].
@@ -110,9 +111,9 @@ type AutoSizeConfig struct {
 	// the call that set it, which runs alone at that size anyway.
 	TailShare float64
 
-	// Estimator gives each message's vertices. Default: NewEstimator
-	// (FullBudget). Only messages priced from their header or counted
-	// (SourceHeader, SourceComputed) are measured; a message of unknown
+	// Estimator gives each message's vertices. Default: cost.NewEstimator
+	// (cost.FullBudget). Only messages priced from their header or counted
+	// (cost.SourceHeader, cost.SourceComputed) are measured; a message of unknown
 	// cost would teach the sizer a made-up rate, so it is passed through
 	// unmeasured.
 	Estimator ChargeEstimator
@@ -194,9 +195,7 @@ type AutoBounds struct {
 //
 // An AutoSizer is safe for concurrent use.
 type AutoSizer struct {
-	cfg        AutoSizeConfig
-	minWindows int
-	minBusy    time.Duration
+	cfg AutoSizeConfig
 	// capacity is the budget's capacity as last read or set under mu,
 	// for Begin to note without taking the budget's lock per call.
 	capacity atomic.Int64
@@ -218,94 +217,105 @@ type AutoSizer struct {
 	bounds      AutoBounds
 }
 
-// NewAutoSizer validates cfg, fills in its defaults and returns a sizer. It
-// does not resize the budget until MinWindows windows were measured. Errors
-// wrap [ErrInvalidSizing] and name the field.
-func NewAutoSizer(cfg AutoSizeConfig) (*AutoSizer, error) {
-	bad := func(field string, v any, want string) error {
-		return fmt.Errorf("%w: auto-sizer %s is %v, %s", ErrInvalidSizing, field, v, want)
+func (c *AutoSizeConfig) setDefaults() {
+	if c.Headroom == 0 {
+		c.Headroom = DefaultHeadroom
 	}
-	if cfg.Budget == nil {
-		return nil, fmt.Errorf("%w: auto-sizer budget is nil", ErrInvalidSizing)
+	if c.Floor == 0 {
+		c.Floor = 1
 	}
-	if cfg.Headroom == 0 {
-		cfg.Headroom = DefaultHeadroom
-	}
-	if cfg.Floor == 0 {
-		cfg.Floor = 1
-	}
-	if cfg.Ceiling == 0 {
-		cfg.Ceiling = cfg.MemoryBound
-		if cfg.Ceiling == 0 {
-			cfg.Ceiling = math.MaxInt64
+	if c.Ceiling == 0 {
+		c.Ceiling = c.MemoryBound
+		if c.Ceiling == 0 {
+			c.Ceiling = math.MaxInt64
 		}
 	}
-	if cfg.Window == 0 {
-		cfg.Window = cfg.Deadline
+	if c.Window == 0 {
+		c.Window = c.Deadline
 	}
-	if cfg.Windows == 0 {
-		cfg.Windows = 5
+	if c.Windows == 0 {
+		c.Windows = 5
 	}
-	minWindows := cfg.MinWindows
-	if minWindows == 0 {
-		minWindows = 3
+	if c.MinWindows == 0 {
+		c.MinWindows = 3
 	}
-	minWindows = min(minWindows, cfg.Windows)
-	minBusy := cfg.MinBusy
-	if minBusy == 0 {
-		minBusy = cfg.Window / 20
+	c.MinWindows = min(c.MinWindows, c.Windows)
+	if c.MinBusy == 0 {
+		c.MinBusy = c.Window / 20
 	}
 	switch {
-	case cfg.Hysteresis == 0:
-		cfg.Hysteresis = 0.1
-	case cfg.Hysteresis < 0:
-		cfg.Hysteresis = 0
+	case c.Hysteresis == 0:
+		c.Hysteresis = 0.1
+	case c.Hysteresis < 0:
+		c.Hysteresis = 0
 	}
 	switch {
-	case cfg.TailShare == 0:
-		cfg.TailShare = DefaultTailShare
-	case cfg.TailShare < 0:
-		cfg.TailShare = 0
+	case c.TailShare == 0:
+		c.TailShare = DefaultTailShare
+	case c.TailShare < 0:
+		c.TailShare = 0
 	}
-	if cfg.Estimator == nil {
-		cfg.Estimator = NewEstimator(FullBudget)
+	if c.Estimator == nil {
+		c.Estimator = cost.NewEstimator(cost.FullBudget)
 	}
-	if cfg.Parallelism == 0 {
-		cfg.Parallelism = runtime.GOMAXPROCS(0)
+	if c.Parallelism == 0 {
+		c.Parallelism = runtime.GOMAXPROCS(0)
 	}
+}
+
+// Validate reports the first invalid field of c after defaults are applied,
+// so zero fields are fine. The error wraps [ErrInvalidInput] and names the
+// field.
+func (c AutoSizeConfig) Validate() error {
+	bad := func(field string, v any, want string) error {
+		return fmt.Errorf("%w: auto-sizer %s is %v, %s", ErrInvalidInput, field, v, want)
+	}
+	if c.Budget == nil {
+		return fmt.Errorf("%w: auto-sizer budget is nil", ErrInvalidInput)
+	}
+	c.setDefaults()
 	switch {
-	case cfg.Deadline <= 0:
-		return nil, bad("deadline", cfg.Deadline, "must be positive")
-	case !positiveFinite(cfg.Headroom) || cfg.Headroom > 1:
-		return nil, bad("headroom", cfg.Headroom, "must be in (0, 1]")
-	case cfg.MemoryBound < 0:
-		return nil, bad("memory bound", cfg.MemoryBound, "must not be negative")
-	case cfg.Floor < 1:
-		return nil, bad("floor", cfg.Floor, "must be positive")
-	case cfg.Ceiling < cfg.Floor:
-		return nil, bad("ceiling", cfg.Ceiling, fmt.Sprintf("must not be below the floor (%d)", cfg.Floor))
-	case cfg.Parallelism < 0:
-		return nil, bad("parallelism", cfg.Parallelism, "must be positive")
-	case cfg.Window < 0:
-		return nil, bad("window", cfg.Window, "must be positive")
-	case cfg.Windows < 1:
-		return nil, bad("windows", cfg.Windows, "must be positive")
-	case minWindows < 1:
-		return nil, bad("min windows", cfg.MinWindows, "must be positive")
-	case minBusy < 0:
-		return nil, bad("min busy", cfg.MinBusy, "must not be negative")
-	case !(cfg.Hysteresis < 1):
-		return nil, bad("hysteresis", cfg.Hysteresis, "must be below 1")
-	case math.IsNaN(cfg.TailShare) || cfg.TailShare > 1:
-		return nil, bad("tail share", cfg.TailShare, "must be at most 1")
+	case c.Deadline <= 0:
+		return bad("deadline", c.Deadline, "must be positive")
+	case !positiveFinite(c.Headroom) || c.Headroom > 1:
+		return bad("headroom", c.Headroom, "must be in (0, 1]")
+	case c.MemoryBound < 0:
+		return bad("memory bound", c.MemoryBound, "must not be negative")
+	case c.Floor < 1:
+		return bad("floor", c.Floor, "must be positive")
+	case c.Ceiling < c.Floor:
+		return bad("ceiling", c.Ceiling, fmt.Sprintf("must not be below the floor (%d)", c.Floor))
+	case c.Parallelism < 0:
+		return bad("parallelism", c.Parallelism, "must be positive")
+	case c.Window < 0:
+		return bad("window", c.Window, "must be positive")
+	case c.Windows < 1:
+		return bad("windows", c.Windows, "must be positive")
+	case c.MinWindows < 1:
+		return bad("min windows", c.MinWindows, "must be positive")
+	case c.MinBusy < 0:
+		return bad("min busy", c.MinBusy, "must not be negative")
+	case !(c.Hysteresis < 1):
+		return bad("hysteresis", c.Hysteresis, "must be below 1")
+	case math.IsNaN(c.TailShare) || c.TailShare > 1:
+		return bad("tail share", c.TailShare, "must be at most 1")
 	}
+	return nil
+}
+
+// NewAutoSizer validates cfg, fills in its defaults and returns a sizer. It
+// does not resize the budget until MinWindows windows were measured. Errors
+// wrap [ErrInvalidInput] and name the field.
+func NewAutoSizer(cfg AutoSizeConfig) (*AutoSizer, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.setDefaults()
 	a := &AutoSizer{
-		cfg:        cfg,
-		minWindows: minWindows,
-		minBusy:    minBusy,
-		rates:      make([]float64, 0, cfg.Windows),
-		tails:      make([]int64, 0, cfg.Windows),
-		winStart:   time.Now(),
+		cfg:      cfg,
+		rates:    make([]float64, 0, cfg.Windows),
+		tails:    make([]int64, 0, cfg.Windows),
+		winStart: time.Now(),
 	}
 	a.bounds.MemoryBound = cfg.MemoryBound
 	a.capacity.Store(cfg.Budget.Capacity())
@@ -323,7 +333,7 @@ func NewAutoSizer(cfg AutoSizeConfig) (*AutoSizer, error) {
 func (a *AutoSizer) Middleware(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
 		c := a.cfg.Estimator.Estimate(msg)
-		if c.Source != SourceHeader && c.Source != SourceComputed {
+		if c.Source != cost.SourceHeader && c.Source != cost.SourceComputed {
 			return h(msg)
 		}
 		end := a.Begin()
@@ -391,7 +401,7 @@ func (a *AutoSizer) accrueLocked(now time.Time) {
 // closeWindowLocked records the window's throughput, if it was busy enough
 // to mean something, starts the next window and resizes if needed.
 func (a *AutoSizer) closeWindowLocked(now time.Time) {
-	measured := a.winDone > 0 && a.winBusy > 0 && a.winBusy >= a.minBusy
+	measured := a.winDone > 0 && a.winBusy > 0 && a.winBusy >= a.cfg.MinBusy
 	var latestTail int64
 	if measured {
 		rate := float64(a.winVertices) / a.winCoreBusy
@@ -436,7 +446,7 @@ func (a *AutoSizer) recomputeLocked(latestTail int64) {
 	}
 	var target int64
 	var binding Bound
-	if len(a.rates) < a.minWindows {
+	if len(a.rates) < a.cfg.MinWindows {
 		// Too early to trust the throughput: only the tail guard may act,
 		// and only to shrink.
 		if tail >= cur {

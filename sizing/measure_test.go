@@ -1,4 +1,4 @@
-package cost_test
+package sizing_test
 
 import (
 	"context"
@@ -17,18 +17,19 @@ import (
 
 	"github.com/spillway-go/spillway/cost"
 	"github.com/spillway-go/spillway/internal/refwork"
+	"github.com/spillway-go/spillway/sizing"
 )
 
 // loadSample reads a testdata file as a sample, keeping the features for
 // which keep returns true (nil: all of them).
-func loadSample(tb testing.TB, file string, keep func(i, vertices int) bool) *cost.Sample {
+func loadSample(tb testing.TB, file string, keep func(i, vertices int) bool) *sizing.Sample {
 	tb.Helper()
 	f, err := os.Open(file)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	defer f.Close()
-	s, err := cost.ReadSample(f)
+	s, err := sizing.ReadSample(f)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -41,7 +42,7 @@ func loadSample(tb testing.TB, file string, keep func(i, vertices int) bool) *co
 			payloads = append(payloads, p)
 		}
 	}
-	sub, err := cost.NewSample(payloads)
+	sub, err := sizing.NewSample(payloads)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -62,13 +63,13 @@ func lineString(n int) []byte {
 	return []byte(b.String())
 }
 
-func sampleOf(tb testing.TB, sizes ...int) *cost.Sample {
+func sampleOf(tb testing.TB, sizes ...int) *sizing.Sample {
 	tb.Helper()
 	payloads := make([][]byte, len(sizes))
 	for i, n := range sizes {
 		payloads[i] = lineString(n)
 	}
-	s, err := cost.NewSample(payloads)
+	s, err := sizing.NewSample(payloads)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -94,7 +95,7 @@ func refHandler(tb testing.TB, name string) func(context.Context, []byte) error 
 // it, and so the result cannot be the naive 16 bytes per vertex.
 func TestMeasureBytesPerVertexGeoJSON(t *testing.T) {
 	s := loadSample(t, countriesFile, func(i, _ int) bool { return i < 120 })
-	m, err := cost.MeasureBytesPerVertex(s)
+	m, err := sizing.MeasureBytesPerVertex(s)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,14 +126,14 @@ func TestMeasureBytesPerVertexGeoJSON(t *testing.T) {
 }
 
 func TestMeasureRejectsEmpty(t *testing.T) {
-	if _, err := cost.MeasureBytesPerVertex(nil); !errors.Is(err, cost.ErrNoVertices) {
+	if _, err := sizing.MeasureBytesPerVertex(nil); !errors.Is(err, sizing.ErrNoVertices) {
 		t.Errorf("MeasureBytesPerVertex(nil): %v", err)
 	}
-	empty, err := cost.NewSample([][]byte{[]byte(`{"type":"Feature","geometry":null}`)})
+	empty, err := sizing.NewSample([][]byte{[]byte(`{"type":"Feature","geometry":null}`)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cost.MeasureThroughput(context.Background(), empty, refHandler(t, "noop")); !errors.Is(err, cost.ErrNoVertices) {
+	if _, err := sizing.MeasureThroughput(context.Background(), empty, refHandler(t, "noop")); !errors.Is(err, sizing.ErrNoVertices) {
 		t.Errorf("MeasureThroughput(no vertices): %v", err)
 	}
 }
@@ -176,8 +177,8 @@ func TestMeasureThroughputMechanics(t *testing.T) {
 			}
 			last, total = done, tot
 		}
-		tp, err := cost.MeasureThroughput(context.Background(), s, handler,
-			cost.WithParallelism(2), cost.WithRepeats(3), cost.WithProgress(progress))
+		tp, err := sizing.MeasureThroughput(context.Background(), s, handler,
+			sizing.WithParallelism(2), sizing.WithRepeats(3), sizing.WithProgress(progress))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -198,7 +199,7 @@ func TestMeasureThroughputMechanics(t *testing.T) {
 		}
 
 		// The default parallelism is GOMAXPROCS.
-		tp, err = cost.MeasureThroughput(context.Background(), s, handler, cost.WithRepeats(1))
+		tp, err = sizing.MeasureThroughput(context.Background(), s, handler, sizing.WithRepeats(1))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -251,8 +252,8 @@ func TestMeasureThroughputSpread(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				tp, err := cost.MeasureThroughput(context.Background(), sampleOf(t, tt.sizes...), handler,
-					cost.WithParallelism(3), cost.WithRepeats(3))
+				tp, err := sizing.MeasureThroughput(context.Background(), sampleOf(t, tt.sizes...), handler,
+					sizing.WithParallelism(3), sizing.WithRepeats(3))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -268,13 +269,13 @@ func TestMeasureThroughputStopsOnError(t *testing.T) {
 	boom := errors.New("boom")
 	s := sampleOf(t, 5, 6, 7, 8)
 	var calls atomic.Int32
-	_, err := cost.MeasureThroughput(context.Background(), s, func(_ context.Context, p []byte) error {
+	_, err := sizing.MeasureThroughput(context.Background(), s, func(_ context.Context, p []byte) error {
 		calls.Add(1)
 		if n, _ := cost.CountPayload(p); n == 7 {
 			return boom
 		}
 		return nil
-	}, cost.WithParallelism(1))
+	}, sizing.WithParallelism(1))
 	if !errors.Is(err, boom) || !strings.Contains(err.Error(), "payload 2") {
 		t.Fatalf("error %v, want boom naming payload 2", err)
 	}
@@ -282,19 +283,19 @@ func TestMeasureThroughputStopsOnError(t *testing.T) {
 		t.Fatalf("%d calls: the measurement went on after the error", c)
 	}
 
-	_, err = cost.MeasureThroughput(context.Background(), s, func(_ context.Context, p []byte) error {
+	_, err = sizing.MeasureThroughput(context.Background(), s, func(_ context.Context, p []byte) error {
 		if n, _ := cost.CountPayload(p); n == 6 {
 			panic("kaboom")
 		}
 		return nil
 	})
-	if !errors.Is(err, cost.ErrHandlerPanicked) || !strings.Contains(err.Error(), "kaboom") || !strings.Contains(err.Error(), "payload 1") {
+	if !errors.Is(err, sizing.ErrHandlerPanicked) || !strings.Contains(err.Error(), "kaboom") || !strings.Contains(err.Error(), "payload 1") {
 		t.Fatalf("panic: %v", err)
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := cost.MeasureThroughput(ctx, s, refHandler(t, "noop")); !errors.Is(err, context.Canceled) {
+	if _, err := sizing.MeasureThroughput(ctx, s, refHandler(t, "noop")); !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled: %v", err)
 	}
 }
@@ -327,18 +328,18 @@ func TestHeavySampleGetsSmallerBudget(t *testing.T) {
 	var hRuns, lRuns []float64
 	for range 3 {
 		for _, m := range []struct {
-			s    *cost.Sample
+			s    *sizing.Sample
 			runs *[]float64
 		}{{heavy, &hRuns}, {light, &lRuns}} {
-			tp, err := cost.MeasureThroughput(context.Background(), m.s, handler, cost.WithRepeats(1))
+			tp, err := sizing.MeasureThroughput(context.Background(), m.s, handler, sizing.WithRepeats(1))
 			if err != nil {
 				t.Fatal(err)
 			}
 			*m.runs = append(*m.runs, tp.Runs...)
 		}
 	}
-	recommend := func(vps float64) cost.Recommendation {
-		r, err := cost.Recommend(cost.SizingInputs{
+	recommend := func(vps float64) sizing.Recommendation {
+		r, err := sizing.Recommend(sizing.Inputs{
 			MemoryBytes: 64 << 30, BytesPerVertex: 200, VerticesPerSecond: vps, Deadline: 30 * time.Second,
 		})
 		if err != nil {
@@ -351,7 +352,7 @@ func TestHeavySampleGetsSmallerBudget(t *testing.T) {
 		len(heavy.Payloads), heavy.TotalVertices, h.Inputs.VerticesPerSecond, h.Budget, h.Binding)
 	t.Logf("light: %d geometries, %d vertices, %.0f vertices/s → budget %d (%s)",
 		len(light.Payloads), light.TotalVertices, l.Inputs.VerticesPerSecond, l.Budget, l.Binding)
-	if h.Binding != cost.BoundDeadline || l.Binding != cost.BoundDeadline {
+	if h.Binding != sizing.BoundDeadline || l.Binding != sizing.BoundDeadline {
 		t.Fatalf("the deadline should bind both: %s, %s", h.Binding, l.Binding)
 	}
 	if h.Budget >= l.Budget {
@@ -372,7 +373,7 @@ func TestRecommendedBudgetDrainsWithinDeadline(t *testing.T) {
 
 	var failures []string
 	for attempt := 1; attempt <= 3; attempt++ {
-		tp, err := cost.MeasureThroughput(context.Background(), s, handler, cost.WithRepeats(3), cost.WithParallelism(par))
+		tp, err := sizing.MeasureThroughput(context.Background(), s, handler, sizing.WithRepeats(3), sizing.WithParallelism(par))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -381,13 +382,13 @@ func TestRecommendedBudgetDrainsWithinDeadline(t *testing.T) {
 		// no shorter than 300 ms, so one scheduling hiccup is not most of it.
 		deadline := time.Duration(2 * float64(s.TotalVertices) / tp.VerticesPerSecond * float64(time.Second))
 		deadline = max(deadline, 300*time.Millisecond)
-		r, err := cost.Recommend(cost.SizingInputs{
+		r, err := sizing.Recommend(sizing.Inputs{
 			MemoryBytes: 64 << 30, BytesPerVertex: 200, VerticesPerSecond: tp.VerticesPerSecond, Deadline: deadline,
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if r.Binding != cost.BoundDeadline {
+		if r.Binding != sizing.BoundDeadline {
 			t.Fatalf("memory binds: %+v", r)
 		}
 		budgetSecs := float64(r.Budget) / tp.VerticesPerSecond
@@ -413,7 +414,7 @@ func TestRecommendedBudgetDrainsWithinDeadline(t *testing.T) {
 // drain runs payloads from s, in order and cycling, until they add up to
 // at least budget vertices, through handler with par workers, and returns
 // the wall time and the vertices run.
-func drain(t *testing.T, s *cost.Sample, handler func(context.Context, []byte) error, par int, budget int64) (time.Duration, int64) {
+func drain(t *testing.T, s *sizing.Sample, handler func(context.Context, []byte) error, par int, budget int64) (time.Duration, int64) {
 	t.Helper()
 	var work [][]byte
 	var total int64

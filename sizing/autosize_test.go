@@ -1,4 +1,4 @@
-package cost_test
+package sizing_test
 
 import (
 	"errors"
@@ -15,11 +15,12 @@ import (
 
 	"github.com/spillway-go/spillway/cost"
 	"github.com/spillway-go/spillway/middleware"
+	"github.com/spillway-go/spillway/sizing"
 )
 
-// The auto-sizer resizes the budget through cost.Resizable, which the
-// middleware package's budget implements (cost cannot import middleware).
-var _ cost.Resizable = (*middleware.VertexBudget)(nil)
+// The auto-sizer resizes the budget through sizing.Resizable, which the
+// middleware package's budget implements (sizing does not depend on middleware).
+var _ sizing.Resizable = (*middleware.VertexBudget)(nil)
 
 // fakeBudget records resizes and fails the test if one leaves [floor,
 // ceiling].
@@ -129,10 +130,10 @@ func TestAutoSizerFollowsMixShift(t *testing.T) {
 		type resize struct {
 			at       time.Time
 			from, to int64
-			binding  cost.Bound
+			binding  sizing.Bound
 		}
 		var resizes []resize
-		sizer, err := cost.NewAutoSizer(cost.AutoSizeConfig{
+		sizer, err := sizing.NewAutoSizer(sizing.AutoSizeConfig{
 			Budget:      vb,
 			Deadline:    time.Second,
 			Parallelism: 4, // the 4 producers: their sleeps overlap as 4 cores would
@@ -140,7 +141,7 @@ func TestAutoSizerFollowsMixShift(t *testing.T) {
 			Floor:       1_000,
 			Window:      window,
 			Windows:     5,
-			OnResize: func(from, to int64, b cost.AutoBounds) {
+			OnResize: func(from, to int64, b sizing.AutoBounds) {
 				resizes = append(resizes, resize{time.Now(), from, to, b.Binding})
 			},
 		})
@@ -172,17 +173,17 @@ func TestAutoSizerFollowsMixShift(t *testing.T) {
 			t.Fatalf("%d resizes, want a grow on light traffic and a shrink on heavy", len(resizes))
 		}
 		grow, shrink := resizes[0], resizes[len(resizes)-1]
-		if grow.to != 40_000 || grow.binding != cost.BoundMemory || !grow.at.Before(shift) {
+		if grow.to != 40_000 || grow.binding != sizing.BoundMemory || !grow.at.Before(shift) {
 			t.Errorf("light traffic: %+v, want a resize to the memory bound 40000 before the shift", grow)
 		}
-		if shrink.binding != cost.BoundDeadline || shrink.to > 22_000 || shrink.to < 18_000 {
+		if shrink.binding != sizing.BoundDeadline || shrink.to > 22_000 || shrink.to < 18_000 {
 			t.Errorf("heavy traffic: %+v, want a resize to about 20000, bound by the deadline", shrink)
 		}
 		first := resizes[1]
 		if lag := first.at.Sub(shift); first.to >= 40_000 || lag > 4*window+200*time.Millisecond {
 			t.Errorf("first resize after the shift: %+v, %v after it; want a shrink within 4 windows", first, lag)
 		}
-		if b.Binding != cost.BoundDeadline || b.Capacity != vb.Capacity() || b.MemoryBound != 40_000 || b.Windows != 5 {
+		if b.Binding != sizing.BoundDeadline || b.Capacity != vb.Capacity() || b.MemoryBound != 40_000 || b.Windows != 5 {
 			t.Errorf("bounds %+v", b)
 		}
 		if b.DeadlineBound < 18_000 || b.DeadlineBound > 22_000 || b.VerticesPerSecond < 36_000 || b.VerticesPerSecond > 44_000 {
@@ -199,7 +200,7 @@ func TestAutoSizerFollowsMixShift(t *testing.T) {
 func TestAutoSizerMeasuresBusyTime(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fb := &fakeBudget{t: t, floor: 1, ceiling: 1 << 40, cap: 1_000_000}
-		sizer, err := cost.NewAutoSizer(cost.AutoSizeConfig{Budget: fb, Deadline: 2 * time.Second, Window: time.Second, Parallelism: 1})
+		sizer, err := sizing.NewAutoSizer(sizing.AutoSizeConfig{Budget: fb, Deadline: 2 * time.Second, Window: time.Second, Parallelism: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -214,7 +215,7 @@ func TestAutoSizerMeasuresBusyTime(t *testing.T) {
 			t.Errorf("%.0f vertices/s, want 100000 (per busy second)", b.VerticesPerSecond)
 		}
 		// Deadline bound: 100k × 2 s × 0.5; no memory bound, no ceiling.
-		if b.Binding != cost.BoundDeadline || b.Budget < 99_000 || b.Budget > 101_000 || b.Clamped != cost.ClampNone {
+		if b.Binding != sizing.BoundDeadline || b.Budget < 99_000 || b.Budget > 101_000 || b.Clamped != sizing.ClampNone {
 			t.Errorf("bounds %+v, want a deadline-bound budget of about 100000", b)
 		}
 		if fb.Capacity() != b.Budget {
@@ -226,43 +227,43 @@ func TestAutoSizerMeasuresBusyTime(t *testing.T) {
 func TestAutoSizerFloorAndCeiling(t *testing.T) {
 	tests := []struct {
 		name      string
-		cfg       cost.AutoSizeConfig
+		cfg       sizing.AutoSizeConfig
 		start     int64
 		shape     shape
 		producers int
 		want      int64
-		clamp     cost.Clamp
+		clamp     sizing.Clamp
 	}{
 		{
 			// 400k vertices/s: a deadline bound of 400k, far above the ceiling.
 			name:      "fast handler stops at the ceiling",
-			cfg:       cost.AutoSizeConfig{Floor: 1_000, Ceiling: 5_000},
+			cfg:       sizing.AutoSizeConfig{Floor: 1_000, Ceiling: 5_000},
 			start:     2_000,
 			shape:     shape{vertices: 100, perVertex: 10 * time.Microsecond},
 			producers: 4,
 			want:      5_000,
-			clamp:     cost.ClampCeiling,
+			clamp:     sizing.ClampCeiling,
 		},
 		{
 			// 1000 vertices/s: a deadline bound of 1000, below the floor.
 			name:      "slow handler stops at the floor",
-			cfg:       cost.AutoSizeConfig{Floor: 2_000, Ceiling: 50_000},
+			cfg:       sizing.AutoSizeConfig{Floor: 2_000, Ceiling: 50_000},
 			start:     30_000,
 			shape:     shape{vertices: 1000, perVertex: time.Millisecond},
 			producers: 1,
 			want:      2_000,
-			clamp:     cost.ClampFloor,
+			clamp:     sizing.ClampFloor,
 		},
 		{
 			// A capacity that starts above the ceiling is brought into
 			// range even though the target is within the hysteresis.
 			name:      "out of range start",
-			cfg:       cost.AutoSizeConfig{Floor: 1_000, Ceiling: 5_000, Hysteresis: 0.5},
+			cfg:       sizing.AutoSizeConfig{Floor: 1_000, Ceiling: 5_000, Hysteresis: 0.5},
 			start:     6_000,
 			shape:     shape{vertices: 100, perVertex: 10 * time.Microsecond},
 			producers: 4,
 			want:      5_000,
-			clamp:     cost.ClampCeiling,
+			clamp:     sizing.ClampCeiling,
 		},
 	}
 	for _, tt := range tests {
@@ -272,7 +273,7 @@ func TestAutoSizerFloorAndCeiling(t *testing.T) {
 				cfg := tt.cfg
 				cfg.Budget, cfg.Deadline, cfg.Window = fb, 2*time.Second, time.Second
 				cfg.Parallelism = tt.producers // each producer's sleeps stand for one core
-				sizer, err := cost.NewAutoSizer(cfg)
+				sizer, err := sizing.NewAutoSizer(cfg)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -280,7 +281,7 @@ func TestAutoSizerFloorAndCeiling(t *testing.T) {
 				s.shape.Store(&tt.shape)
 				s.run(t, withPerVertex(s, sizer.Middleware(work)), time.Now().Add(8*time.Second))
 				b := sizer.Bounds()
-				if fb.Capacity() != tt.want || b.Budget != tt.want || b.Clamped != tt.clamp || b.Binding != cost.BoundDeadline {
+				if fb.Capacity() != tt.want || b.Budget != tt.want || b.Clamped != tt.clamp || b.Binding != sizing.BoundDeadline {
 					t.Errorf("capacity %d, bounds %+v; want %d clamped at the %s", fb.Capacity(), b, tt.want, tt.clamp)
 				}
 				if b.Resizes != 1 || len(fb.resizes) != 1 {
@@ -295,7 +296,7 @@ func TestAutoSizerFloorAndCeiling(t *testing.T) {
 func TestAutoSizerHysteresis(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fb := &fakeBudget{t: t, floor: 1, ceiling: 1 << 40, cap: 40_000}
-		sizer, err := cost.NewAutoSizer(cost.AutoSizeConfig{Budget: fb, Deadline: time.Second, Window: time.Second, Parallelism: 1})
+		sizer, err := sizing.NewAutoSizer(sizing.AutoSizeConfig{Budget: fb, Deadline: time.Second, Window: time.Second, Parallelism: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -319,7 +320,7 @@ func TestAutoSizerHysteresis(t *testing.T) {
 func TestAutoSizerSkipsUnknownCost(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fb := &fakeBudget{t: t, floor: 1, ceiling: 1 << 40, cap: 40_000}
-		sizer, err := cost.NewAutoSizer(cost.AutoSizeConfig{Budget: fb, Deadline: time.Second, Window: time.Second, Parallelism: 1})
+		sizer, err := sizing.NewAutoSizer(sizing.AutoSizeConfig{Budget: fb, Deadline: time.Second, Window: time.Second, Parallelism: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -342,7 +343,7 @@ func TestAutoSizerSkipsUnknownCost(t *testing.T) {
 func TestAutoSizerCountsFailuresAsNoWork(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fb := &fakeBudget{t: t, floor: 10, ceiling: 1 << 40, cap: 40_000}
-		sizer, err := cost.NewAutoSizer(cost.AutoSizeConfig{Budget: fb, Deadline: time.Second, Window: time.Second, Floor: 10, Parallelism: 1})
+		sizer, err := sizing.NewAutoSizer(sizing.AutoSizeConfig{Budget: fb, Deadline: time.Second, Window: time.Second, Floor: 10, Parallelism: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -374,7 +375,7 @@ func TestAutoSizerCountsFailuresAsNoWork(t *testing.T) {
 func TestAutoSizerBegin(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fb := &fakeBudget{t: t, floor: 1, ceiling: 1 << 40, cap: 1_000}
-		sizer, err := cost.NewAutoSizer(cost.AutoSizeConfig{Budget: fb, Deadline: time.Second, Window: time.Second, MinWindows: 1, Parallelism: 1})
+		sizer, err := sizing.NewAutoSizer(sizing.AutoSizeConfig{Budget: fb, Deadline: time.Second, Window: time.Second, MinWindows: 1, Parallelism: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -397,10 +398,10 @@ func TestAutoSizerBegin(t *testing.T) {
 func TestAutoSizerTailShrinksReadily(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fb := &fakeBudget{t: t, floor: 1, ceiling: 1 << 40, cap: 100_000}
-		var resizes []cost.AutoBounds
-		sizer, err := cost.NewAutoSizer(cost.AutoSizeConfig{
+		var resizes []sizing.AutoBounds
+		sizer, err := sizing.NewAutoSizer(sizing.AutoSizeConfig{
 			Budget: fb, Deadline: time.Second, Window: time.Second, Ceiling: 100_000, Hysteresis: -1, Parallelism: 1,
-			OnResize: func(_, _ int64, b cost.AutoBounds) { resizes = append(resizes, b) },
+			OnResize: func(_, _ int64, b sizing.AutoBounds) { resizes = append(resizes, b) },
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -414,7 +415,7 @@ func TestAutoSizerTailShrinksReadily(t *testing.T) {
 		if len(resizes) != 1 || fb.Capacity() != 50_000 {
 			t.Fatalf("after one slow call: capacity %d, resizes %+v; want 50000 at once", fb.Capacity(), resizes)
 		}
-		if b := resizes[0]; !b.TailLimited || b.TailBound != 50_000 || b.Binding != cost.BoundDeadline || b.SlowestCall != 1500*time.Millisecond {
+		if b := resizes[0]; !b.TailLimited || b.TailBound != 50_000 || b.Binding != sizing.BoundDeadline || b.SlowestCall != 1500*time.Millisecond {
 			t.Errorf("bounds %+v, want the tail guard to bind at 50000 after a 1.5 s call", b)
 		}
 		// Fast windows: 10k-vertex calls of 100 ms, 100k vertices/s, a
@@ -446,7 +447,7 @@ func TestAutoSizerTailShrinksReadily(t *testing.T) {
 func TestAutoSizerTailFloorsAtTheSlowCall(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fb := &fakeBudget{t: t, floor: 1, ceiling: 1 << 40, cap: 10_000}
-		sizer, err := cost.NewAutoSizer(cost.AutoSizeConfig{Budget: fb, Deadline: time.Second, Window: time.Second, Ceiling: 10_000})
+		sizer, err := sizing.NewAutoSizer(sizing.AutoSizeConfig{Budget: fb, Deadline: time.Second, Window: time.Second, Ceiling: 10_000})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -467,7 +468,7 @@ func TestAutoSizerTailFloorsAtTheSlowCall(t *testing.T) {
 func TestAutoSizerTailClampedCall(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fb := &fakeBudget{t: t, floor: 1, ceiling: 1 << 40, cap: 10_000}
-		sizer, err := cost.NewAutoSizer(cost.AutoSizeConfig{Budget: fb, Deadline: time.Second, Window: time.Second, Ceiling: 100_000, Parallelism: 1})
+		sizer, err := sizing.NewAutoSizer(sizing.AutoSizeConfig{Budget: fb, Deadline: time.Second, Window: time.Second, Ceiling: 100_000, Parallelism: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -487,7 +488,7 @@ func TestAutoSizerTailClampedCall(t *testing.T) {
 func TestAutoSizerTailOff(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fb := &fakeBudget{t: t, floor: 1, ceiling: 1 << 40, cap: 100_000}
-		sizer, err := cost.NewAutoSizer(cost.AutoSizeConfig{Budget: fb, Deadline: time.Second, Window: time.Second, Ceiling: 100_000, TailShare: -1})
+		sizer, err := sizing.NewAutoSizer(sizing.AutoSizeConfig{Budget: fb, Deadline: time.Second, Window: time.Second, Ceiling: 100_000, TailShare: -1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -513,7 +514,7 @@ func TestAutoSizerCountsBusyTimePerCore(t *testing.T) {
 		t.Run(strconv.Itoa(tt.callers), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				fb := &fakeBudget{t: t, floor: 1, ceiling: 1 << 40, cap: 1_000}
-				sizer, err := cost.NewAutoSizer(cost.AutoSizeConfig{
+				sizer, err := sizing.NewAutoSizer(sizing.AutoSizeConfig{
 					Budget: fb, Deadline: time.Second, Window: time.Second, MinWindows: 1, Parallelism: 4,
 				})
 				if err != nil {
@@ -546,27 +547,34 @@ func TestNewAutoSizerValidates(t *testing.T) {
 	fb := &fakeBudget{t: t, floor: 1, ceiling: 1 << 40, cap: 1}
 	tests := []struct {
 		name string
-		cfg  cost.AutoSizeConfig
+		cfg  sizing.AutoSizeConfig
 	}{
-		{"no budget", cost.AutoSizeConfig{Deadline: time.Second}},
-		{"no deadline", cost.AutoSizeConfig{Budget: fb}},
-		{"negative deadline", cost.AutoSizeConfig{Budget: fb, Deadline: -time.Second}},
-		{"headroom above 1", cost.AutoSizeConfig{Budget: fb, Deadline: time.Second, Headroom: 2}},
-		{"negative memory bound", cost.AutoSizeConfig{Budget: fb, Deadline: time.Second, MemoryBound: -1}},
-		{"negative floor", cost.AutoSizeConfig{Budget: fb, Deadline: time.Second, Floor: -1}},
-		{"ceiling below floor", cost.AutoSizeConfig{Budget: fb, Deadline: time.Second, Floor: 10, Ceiling: 5}},
-		{"ceiling defaults to a memory bound below the floor", cost.AutoSizeConfig{Budget: fb, Deadline: time.Second, Floor: 10, MemoryBound: 5}},
-		{"negative windows", cost.AutoSizeConfig{Budget: fb, Deadline: time.Second, Windows: -1}},
-		{"hysteresis of 1", cost.AutoSizeConfig{Budget: fb, Deadline: time.Second, Hysteresis: 1}},
-		{"tail share above 1", cost.AutoSizeConfig{Budget: fb, Deadline: time.Second, TailShare: 1.5}},
-		{"negative parallelism", cost.AutoSizeConfig{Budget: fb, Deadline: time.Second, Parallelism: -2}},
+		{"no budget", sizing.AutoSizeConfig{Deadline: time.Second}},
+		{"no deadline", sizing.AutoSizeConfig{Budget: fb}},
+		{"negative deadline", sizing.AutoSizeConfig{Budget: fb, Deadline: -time.Second}},
+		{"headroom above 1", sizing.AutoSizeConfig{Budget: fb, Deadline: time.Second, Headroom: 2}},
+		{"negative memory bound", sizing.AutoSizeConfig{Budget: fb, Deadline: time.Second, MemoryBound: -1}},
+		{"negative floor", sizing.AutoSizeConfig{Budget: fb, Deadline: time.Second, Floor: -1}},
+		{"ceiling below floor", sizing.AutoSizeConfig{Budget: fb, Deadline: time.Second, Floor: 10, Ceiling: 5}},
+		{"ceiling defaults to a memory bound below the floor", sizing.AutoSizeConfig{Budget: fb, Deadline: time.Second, Floor: 10, MemoryBound: 5}},
+		{"negative windows", sizing.AutoSizeConfig{Budget: fb, Deadline: time.Second, Windows: -1}},
+		{"hysteresis of 1", sizing.AutoSizeConfig{Budget: fb, Deadline: time.Second, Hysteresis: 1}},
+		{"tail share above 1", sizing.AutoSizeConfig{Budget: fb, Deadline: time.Second, TailShare: 1.5}},
+		{"negative parallelism", sizing.AutoSizeConfig{Budget: fb, Deadline: time.Second, Parallelism: -2}},
 	}
 	for _, tt := range tests {
-		if _, err := cost.NewAutoSizer(tt.cfg); !errors.Is(err, cost.ErrInvalidSizing) {
-			t.Errorf("%s: error %v, want ErrInvalidSizing", tt.name, err)
+		if _, err := sizing.NewAutoSizer(tt.cfg); !errors.Is(err, sizing.ErrInvalidInput) {
+			t.Errorf("%s: error %v, want ErrInvalidInput", tt.name, err)
+		}
+		if err := tt.cfg.Validate(); !errors.Is(err, sizing.ErrInvalidInput) {
+			t.Errorf("%s: Validate: %v, want ErrInvalidInput", tt.name, err)
 		}
 	}
-	if _, err := cost.NewAutoSizer(cost.AutoSizeConfig{Budget: fb, Deadline: time.Second}); err != nil {
+	minimal := sizing.AutoSizeConfig{Budget: fb, Deadline: time.Second}
+	if err := minimal.Validate(); err != nil {
+		t.Errorf("minimal config: Validate: %v", err)
+	}
+	if _, err := sizing.NewAutoSizer(minimal); err != nil {
 		t.Errorf("minimal config: %v", err)
 	}
 }
