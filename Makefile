@@ -37,8 +37,9 @@ DEMO_FLAGS ?=
 demo:
 	$(GO) run ./cmd/spillway demo $(DEMO_FLAGS)
 
+# The in-memory example (examples/README.md) on the repository's two samples.
 demo-memory:
-	$(GO) run ./examples/memory
+	$(GO) run ./examples/memory -data testdata/countries-land-10km.ndjson,testdata/us-counties-10m.ndjson
 
 # Benchmarks with their baselines in the same run (see docs/benchmarks.md):
 # the Go benchmarks into bench.out, then bench-report.

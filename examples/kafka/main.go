@@ -1,9 +1,13 @@
 // Command kafka is the Spillway demo: a mixed stream of point pings, real
-// polygons and heavy multipolygons (real polygons from the repository's
-// testdata, found at run time by internal/geodata), every message stamped
-// with its vertex_count, consumed through the Spillway router by a
+// polygons and heavy multipolygons assembled from them, every message
+// stamped with its vertex_count, consumed through the Spillway router by a
 // CPU-bound reference handler (area, centroid and convex hull with go-geom's
-// xy package, internal/refwork) under a vertex budget.
+// xy package) under a vertex budget.
+//
+// The polygons come from -data: NDJSON files of GeoJSON features, one
+// feature a line, comma-separated. The default names the repository's two
+// samples (countries and US counties) relative to its root, so run it from
+// there or point -data at your own files.
 //
 // It runs against an embedded Kafka broker by default. Set KAFKA_BROKERS
 // (host:port,host:port) for a real cluster; the topic is created with
@@ -18,6 +22,7 @@
 //	SPILLWAY_BROKER=redis go run ./examples/kafka
 //	SPILLWAY_BROKER=redis SPILLWAY_REDIS_ADDR=127.0.0.1:6379 go run ./examples/kafka
 //	go run ./examples/kafka -metrics-addr 127.0.0.1:9464   # Prometheus /metrics
+//	go run ./examples/kafka -data my-features.ndjson
 //
 // It prints progress once a second and a summary at the end, and exits 0
 // once every message has been processed.
@@ -44,18 +49,20 @@ import (
 
 	"github.com/spillway-go/spillway/cost"
 	_ "github.com/spillway-go/spillway/embedded" // kafka.brokers / redis.addr "embedded"
-	"github.com/spillway-go/spillway/internal/geodata"
-	"github.com/spillway-go/spillway/internal/refwork"
 	"github.com/spillway-go/spillway/router"
 )
 
-const topic = "geo.events"
+const (
+	topic       = "geo.events"
+	defaultData = "testdata/countries-land-10km.ndjson,testdata/us-counties-10m.ndjson"
+)
 
 func main() {
 	os.Exit(run())
 }
 
 type settings struct {
+	data                     string
 	pings, polygons, heavies int
 	heavyVertices            int
 	passes                   int
@@ -65,9 +72,10 @@ type settings struct {
 
 func run() int {
 	var s settings
+	flag.StringVar(&s.data, "data", defaultData, "NDJSON files of GeoJSON features, comma-separated")
 	flag.IntVar(&s.pings, "pings", 3000, "point pings in the stream")
-	flag.IntVar(&s.polygons, "polygons", 400, "real polygons from testdata in the stream")
-	flag.IntVar(&s.heavies, "heavies", 24, "heavy multipolygons assembled from testdata polygons")
+	flag.IntVar(&s.polygons, "polygons", 400, "real polygons from -data in the stream")
+	flag.IntVar(&s.heavies, "heavies", 24, "heavy multipolygons assembled from -data polygons")
 	flag.IntVar(&s.heavyVertices, "heavy-vertices", 30000, "vertices per heavy multipolygon")
 	flag.IntVar(&s.passes, "passes", 0, "work passes per message (0: calibrate for a run of about 20 s)")
 	flag.BoolVar(&s.verbose, "v", false, "log Watermill and Sarama at info level")
@@ -80,7 +88,7 @@ func run() int {
 		return 2
 	}
 
-	features, polygons, err := loadGeometry()
+	features, polygons, err := loadGeometry(s.data)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -126,8 +134,8 @@ func run() int {
 			return 1
 		}
 		defer ms.Close()
-		ropts = append(ropts, router.WithMeterProvider(ms.Provider))
-		fmt.Printf("metrics: %s\n", ms.URL)
+		ropts = append(ropts, router.WithMeterProvider(ms.provider))
+		fmt.Printf("metrics: %s\n", ms.url)
 	}
 	r, err := router.New(cfg, logger, ropts...)
 	if err != nil {
@@ -255,32 +263,31 @@ type streamMessage struct {
 	vertices int
 }
 
-// loadGeometry reads the repository's testdata (see internal/geodata for
-// how it is found): the features as GeoJSON, and every polygon decoded, to
-// assemble heavy multipolygons from.
-func loadGeometry() ([]geodata.Feature, []*geom.Polygon, error) {
-	var features []geodata.Feature
+// loadGeometry reads the features in data (see loadFeatures) as GeoJSON,
+// and decodes every polygon among them, to assemble heavy multipolygons
+// from.
+func loadGeometry(data string) ([]feature, []*geom.Polygon, error) {
+	features, err := loadFeatures(data)
+	if err != nil {
+		return nil, nil, err
+	}
 	var polygons []*geom.Polygon
-	for _, name := range []string{geodata.Countries, geodata.Counties} {
-		fs, err := geodata.Load(name)
+	for _, f := range features {
+		g, err := cost.Decode(f.geometry)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, fmt.Errorf("feature %s: %w", f.id, err)
 		}
-		for _, f := range fs {
-			g, err := cost.Decode(f.Geometry)
-			if err != nil {
-				return nil, nil, fmt.Errorf("%s %s: %w", name, f.ID, err)
-			}
-			switch g := g.(type) {
-			case *geom.Polygon:
-				polygons = append(polygons, g)
-			case *geom.MultiPolygon:
-				for i := range g.NumPolygons() {
-					polygons = append(polygons, g.Polygon(i))
-				}
+		switch g := g.(type) {
+		case *geom.Polygon:
+			polygons = append(polygons, g)
+		case *geom.MultiPolygon:
+			for i := range g.NumPolygons() {
+				polygons = append(polygons, g.Polygon(i))
 			}
 		}
-		features = append(features, fs...)
+	}
+	if len(polygons) == 0 {
+		return nil, nil, fmt.Errorf("%s: no polygons to assemble heavy multipolygons from", data)
 	}
 	return features, polygons, nil
 }
@@ -301,7 +308,7 @@ func assemble(polygons []*geom.Polygon, start, minVertices int) *geom.MultiPolyg
 
 // buildStream mixes pings, real polygons and heavy multipolygons in a
 // random but reproducible order.
-func buildStream(s settings, features []geodata.Feature, polygons []*geom.Polygon) ([]streamMessage, error) {
+func buildStream(s settings, features []feature, polygons []*geom.Polygon) ([]streamMessage, error) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	var out []streamMessage
 	for i := range s.pings {
@@ -311,7 +318,7 @@ func buildStream(s settings, features []geodata.Feature, polygons []*geom.Polygo
 	}
 	for range s.polygons {
 		f := features[rng.IntN(len(features))]
-		out = append(out, streamMessage{key: "feature-" + f.ID, kind: "polygon", payload: f.Geometry, vertices: f.Vertices})
+		out = append(out, streamMessage{key: "feature-" + f.id, kind: "polygon", payload: f.geometry, vertices: f.vertices})
 	}
 	for i := range s.heavies {
 		mp := assemble(polygons, rng.IntN(len(polygons)), s.heavyVertices)
@@ -350,7 +357,7 @@ func timeOne(payload []byte, passes int) time.Duration {
 	best := time.Duration(1<<63 - 1)
 	for range 3 {
 		start := time.Now()
-		if _, err := refwork.Process(refwork.Full, payload, passes); err != nil {
+		if _, err := work(payload, passes); err != nil {
 			panic(err)
 		}
 		best = min(best, time.Since(start))
@@ -381,7 +388,7 @@ func newDemo(r *router.Router, passes, total int) *demo {
 func (d *demo) handle(msg *message.Message) error {
 	// The reference handler: decode, then area, centroid and convex hull
 	// (go-geom's xy package), d.passes times.
-	if _, err := refwork.Process(refwork.Full, msg.Payload, d.passes); err != nil {
+	if _, err := work(msg.Payload, d.passes); err != nil {
 		return fmt.Errorf("processing %s: %w", msg.UUID, err)
 	}
 	n, _ := cost.ParseCount(msg.Metadata.Get(cost.MetadataKey), len(msg.Payload))

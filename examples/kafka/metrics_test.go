@@ -27,7 +27,7 @@ func TestMetricsEndpoint(t *testing.T) {
 	cfg.Kafka.Partitions = 1
 	cfg.Budget.Vertices = 4321
 	cfg.Telemetry.LagInterval = 100 * time.Millisecond
-	r, err := router.New(cfg, nil, router.WithMeterProvider(ms.Provider))
+	r, err := router.New(cfg, nil, router.WithMeterProvider(ms.provider))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,14 +53,14 @@ func TestMetricsEndpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	resp, err := http.Get(ms.URL)
+	resp, err := http.Get(ms.url)
 	if err != nil {
 		t.Fatal(err)
 	}
 	body, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET %s: %d %v", ms.URL, resp.StatusCode, err)
+		t.Fatalf("GET %s: %d %v", ms.url, resp.StatusCode, err)
 	}
 	for _, want := range []string{
 		`spillway_budget_capacity{budget="spillway"`,

@@ -2,7 +2,12 @@
 // in-process GoChannel with a Spillway vertex budget, and prints what the
 // budget is doing once a second.
 //
-//	go run ./examples/memory [-budget 20000] [-passes 60] [-rate 0]
+//	go run ./examples/memory [-data FILE[,FILE...]] [-budget 20000] [-passes 60] [-rate 0]
+//
+// The geometry comes from -data: NDJSON files of GeoJSON features, one
+// feature a line, comma-separated. The default names the repository's two
+// samples (countries and US counties) relative to its root, so run it from
+// there or point -data at your own files.
 package main
 
 import (
@@ -22,18 +27,19 @@ import (
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 
 	"github.com/spillway-go/spillway/cost"
-	"github.com/spillway-go/spillway/internal/geodata"
-	"github.com/spillway-go/spillway/internal/refwork"
 	"github.com/spillway-go/spillway/middleware"
 )
 
+const defaultData = "testdata/countries-land-10km.ndjson,testdata/us-counties-10m.ndjson"
+
 func main() {
+	data := flag.String("data", defaultData, "NDJSON files of GeoJSON features, comma-separated")
 	budgetVertices := flag.Int64("budget", 20_000, "vertex budget (vertices admitted at once)")
 	passes := flag.Int("passes", 60, "reference work passes per message (scales cost per vertex)")
 	rate := flag.Int("rate", 0, "messages published per second (0: as fast as possible, a burst)")
 	pings := flag.Int("pings", 2, "point pings published per polygon")
 	flag.Parse()
-	if err := run(*budgetVertices, *passes, *rate, *pings); err != nil {
+	if err := run(*data, *budgetVertices, *passes, *rate, *pings); err != nil {
 		fmt.Fprintln(os.Stderr, "memory demo:", err)
 		os.Exit(1)
 	}
@@ -45,14 +51,10 @@ type stats struct {
 	maxWait        time.Duration // longest admission wait since the last tick
 }
 
-func run(budgetVertices int64, passes, rate, pings int) error {
-	var features []geodata.Feature
-	for _, name := range []string{geodata.Countries, geodata.Counties} {
-		f, err := geodata.Load(name)
-		if err != nil {
-			return err
-		}
-		features = append(features, f...)
+func run(data string, budgetVertices int64, passes, rate, pings int) error {
+	features, err := loadFeatures(data)
+	if err != nil {
+		return err
 	}
 
 	logger := watermill.NopLogger{}
@@ -78,7 +80,7 @@ func run(budgetVertices int64, passes, rate, pings int) error {
 	}
 	router.AddMiddleware(admission.Middleware)
 	router.AddConsumerHandler("geometry", "geometry", pubSub, func(msg *message.Message) error {
-		if _, err := refwork.Process(refwork.Full, msg.Payload, passes); err != nil {
+		if _, err := work(msg.Payload, passes); err != nil {
 			return err
 		}
 		n, _ := strconv.ParseInt(msg.Metadata.Get(cost.MetadataKey), 10, 64)
@@ -97,7 +99,7 @@ func run(budgetVertices int64, passes, rate, pings int) error {
 	total := len(features) * (1 + pings)
 	var totalVertices int64
 	for _, f := range features {
-		totalVertices += int64(f.Vertices + pings)
+		totalVertices += int64(f.vertices + pings)
 	}
 	fmt.Printf("streaming %d messages (%d polygons, %d pings; %d vertices) through a %d-vertex budget\n",
 		total, len(features), len(features)*pings, totalVertices, budgetVertices)
@@ -109,7 +111,7 @@ func run(budgetVertices int64, passes, rate, pings int) error {
 			tick = t.C
 		}
 		for i, f := range features {
-			msgs := []*message.Message{message.NewMessage("poly-"+f.ID+"-"+strconv.Itoa(i), message.Payload(f.Geometry))}
+			msgs := []*message.Message{message.NewMessage("poly-"+f.id+"-"+strconv.Itoa(i), message.Payload(f.geometry))}
 			for p := range pings {
 				pt, _ := json.Marshal(map[string]any{"type": "Point", "coordinates": []float64{rng.Float64()*360 - 180, rng.Float64()*180 - 90}})
 				msgs = append(msgs, message.NewMessage(fmt.Sprintf("ping-%d-%d", i, p), pt))

@@ -6,8 +6,13 @@
 // it needs nothing installed; set REDIS_ADDR (host:port) to use a real
 // server, where the consumer-group lag is exact.
 //
-//	go run ./examples/redis [-budget 8000] [-passes 60] [-consumers 8] [-rate 0] [-metrics-addr 127.0.0.1:9464]
+//	go run ./examples/redis [-data FILE[,FILE...]] [-budget 8000] [-passes 60] [-consumers 8] [-rate 0] [-metrics-addr 127.0.0.1:9464]
 //	REDIS_ADDR=127.0.0.1:6379 go run ./examples/redis
+//
+// The geometry comes from -data: NDJSON files of GeoJSON features, one
+// feature a line, comma-separated. The default names the repository's
+// countries sample relative to its root, so run it from there or point
+// -data at your own files.
 //
 // With -metrics-addr it serves the budget, processing and lag metrics in
 // the Prometheus format at /metrics (docs/operations.md).
@@ -29,13 +34,14 @@ import (
 
 	"github.com/spillway-go/spillway/cost"
 	_ "github.com/spillway-go/spillway/embedded" // kafka.brokers / redis.addr "embedded"
-	"github.com/spillway-go/spillway/internal/geodata"
-	"github.com/spillway-go/spillway/internal/refwork"
 	"github.com/spillway-go/spillway/middleware"
 	"github.com/spillway-go/spillway/redisbroker"
 )
 
+const defaultData = "testdata/countries-land-10km.ndjson"
+
 func main() {
+	data := flag.String("data", defaultData, "NDJSON files of GeoJSON features, comma-separated")
 	budgetVertices := flag.Int64("budget", 8_000, "vertex budget (vertices admitted at once)")
 	passes := flag.Int("passes", 60, "reference work passes per message (scales cost per vertex)")
 	consumers := flag.Int("consumers", 8, "Redis consumers (subscriptions) in this process: the most messages in flight")
@@ -43,14 +49,14 @@ func main() {
 	pings := flag.Int("pings", 2, "point pings published per polygon")
 	metricsAddr := flag.String("metrics-addr", "", "serve Prometheus metrics at http://<addr>/metrics (host:port, port 0 for any; empty: off)")
 	flag.Parse()
-	if err := run(*budgetVertices, *passes, *consumers, *rate, *pings, *metricsAddr); err != nil {
+	if err := run(*data, *budgetVertices, *passes, *consumers, *rate, *pings, *metricsAddr); err != nil {
 		fmt.Fprintln(os.Stderr, "redis demo:", err)
 		os.Exit(1)
 	}
 }
 
-func run(budgetVertices int64, passes, consumers, rate, pings int, metricsAddr string) error {
-	features, err := geodata.Load(geodata.Countries)
+func run(data string, budgetVertices int64, passes, consumers, rate, pings int, metricsAddr string) error {
+	features, err := loadFeatures(data)
 	if err != nil {
 		return err
 	}
@@ -97,14 +103,14 @@ func run(budgetVertices int64, passes, consumers, rate, pings int, metricsAddr s
 			return err
 		}
 		defer ms.Close()
-		in, err := instrument(ms.Provider, budget, sub, cfg.LagInterval)
+		in, err := instrument(ms.provider, budget, sub, cfg.LagInterval)
 		if err != nil {
 			return err
 		}
 		defer in.Close()
 		bc.OnAdmission = in.metrics.OnAdmission
 		outer = append(outer, in.metrics.Middleware)
-		fmt.Printf("metrics: %s\n", ms.URL)
+		fmt.Printf("metrics: %s\n", ms.url)
 	}
 	admission, err := middleware.NewBudget(bc)
 	if err != nil {
@@ -121,7 +127,7 @@ func run(budgetVertices int64, passes, consumers, rate, pings int, metricsAddr s
 	// subscriber and covers the wait for budget too).
 	router.AddMiddleware(append(outer, dead.Middleware, admission.Middleware)...)
 	router.AddConsumerHandler("geometry", topic, sub, func(msg *message.Message) error {
-		if _, err := refwork.Process(refwork.Full, msg.Payload, passes); err != nil {
+		if _, err := work(msg.Payload, passes); err != nil {
 			return err
 		}
 		n, _ := strconv.ParseInt(msg.Metadata.Get(cost.MetadataKey), 10, 64)
@@ -141,7 +147,7 @@ func run(budgetVertices int64, passes, consumers, rate, pings int, metricsAddr s
 	total := len(features) * (1 + pings)
 	var totalVertices int64
 	for _, f := range features {
-		totalVertices += int64(f.Vertices + pings)
+		totalVertices += int64(f.vertices + pings)
 	}
 	where := addr
 	if addr == redisbroker.EmbeddedAddr {
@@ -205,7 +211,7 @@ func run(budgetVertices int64, passes, consumers, rate, pings int, metricsAddr s
 	return nil
 }
 
-func publish(pub message.Publisher, topic string, features []geodata.Feature, pings, rate int, rng *rand.Rand) error {
+func publish(pub message.Publisher, topic string, features []feature, pings, rate int, rng *rand.Rand) error {
 	var tick <-chan time.Time
 	if rate > 0 {
 		t := time.NewTicker(time.Second / time.Duration(rate))
@@ -213,7 +219,7 @@ func publish(pub message.Publisher, topic string, features []geodata.Feature, pi
 		tick = t.C
 	}
 	for i, f := range features {
-		msgs := []*message.Message{message.NewMessage("poly-"+f.ID+"-"+strconv.Itoa(i), message.Payload(f.Geometry))}
+		msgs := []*message.Message{message.NewMessage("poly-"+f.id+"-"+strconv.Itoa(i), message.Payload(f.geometry))}
 		for p := range pings {
 			pt, err := json.Marshal(map[string]any{"type": "Point", "coordinates": []float64{rng.Float64()*360 - 180, rng.Float64()*180 - 90}})
 			if err != nil {

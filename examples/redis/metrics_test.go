@@ -35,7 +35,7 @@ func TestMetricsEndpoint(t *testing.T) {
 	}
 	defer sub.Close()
 	budget := middleware.NewVertexBudget(4321)
-	in, err := instrument(ms.Provider, budget, sub, time.Hour)
+	in, err := instrument(ms.provider, budget, sub, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,14 +62,14 @@ func TestMetricsEndpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	resp, err := http.Get(ms.URL)
+	resp, err := http.Get(ms.url)
 	if err != nil {
 		t.Fatal(err)
 	}
 	body, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET %s: %d %v", ms.URL, resp.StatusCode, err)
+		t.Fatalf("GET %s: %d %v", ms.url, resp.StatusCode, err)
 	}
 	for _, want := range []string{
 		`spillway_budget_capacity{budget="redis-demo"`,
