@@ -184,8 +184,13 @@ func applyEnv(c *Config, environ map[string]string, src map[string]string) error
 		slices.Sort(unknown)
 		errs := make([]error, 0, len(unknown))
 		for _, name := range unknown {
-			errs = append(errs, &ConfigError{Field: name, Value: name, Source: "env " + name,
-				Reason: "unknown environment variable: no configuration field reads it (docs/router.md lists them)"})
+			reason := "unknown environment variable: no configuration field reads it"
+			if near := nearest(name, known); near != "" {
+				reason += "; did you mean " + near + "?"
+			} else {
+				reason += " (docs/router.md lists them)"
+			}
+			errs = append(errs, &ConfigError{Field: name, Value: name, Source: "env " + name, Reason: reason})
 		}
 		return errors.Join(errs...)
 	}
@@ -222,6 +227,39 @@ func applyEnv(c *Config, environ map[string]string, src map[string]string) error
 		return fmt.Errorf("router: config: environment: %w", env.ParseWithOptions(c, opts))
 	}
 	return errors.Join(errs...)
+}
+
+// nearest returns the name in known closest to name, if it is at most two
+// edits away, or "".
+func nearest(name string, known map[string]bool) string {
+	best, bestD := "", 3
+	for k := range known {
+		if d := editDistance(name, k); d < bestD || d == bestD && k < best {
+			best, bestD = k, d
+		}
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance between a and b, in bytes.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			sub := prev[j-1]
+			if a[i-1] != b[j-1] {
+				sub++
+			}
+			cur[j] = min(sub, prev[j]+1, cur[j-1]+1)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }
 
 // decodeYAML decodes data into c field by field so that every error names

@@ -122,11 +122,13 @@ func TestLoadConfigUnknownEnv(t *testing.T) {
 	clearEnv(t)
 	t.Setenv("SPILLWAY_KAFKA_BROKER", "k:9092") // brokers, misspelt
 	t.Setenv("SPILLWAY_BUDGET_VERTICE", "5")
+	t.Setenv("SPILLWAY_NOT_A_FIELD_AT_ALL", "x")
 	_, err := LoadConfig("")
 	if err == nil {
 		t.Fatal("unknown variables accepted")
 	}
-	for _, want := range []string{"SPILLWAY_KAFKA_BROKER", "SPILLWAY_BUDGET_VERTICE", "unknown environment variable"} {
+	for _, want := range []string{"SPILLWAY_KAFKA_BROKER (", "SPILLWAY_BUDGET_VERTICE (", "unknown environment variable",
+		"did you mean SPILLWAY_KAFKA_BROKERS?", "did you mean SPILLWAY_BUDGET_VERTICES?", "SPILLWAY_NOT_A_FIELD_AT_ALL (env SPILLWAY_NOT_A_FIELD_AT_ALL): unknown environment variable: no configuration field reads it (docs/router.md lists them)"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q lacks %q", err, want)
 		}
