@@ -32,7 +32,8 @@ func LoadConfig(path string) (Config, error) {
 // from. The map has one entry per leaf field, keyed by its YAML path (e.g.
 // kafka.brokers), whose value is "FILE:LINE" (the line of the value in the
 // file, path as given), "env NAME" (an environment variable), or
-// [SourceDefault] (set in neither: the field holds its default). These are
+// [SourceDefault] (set in neither, or set to zero, which selects the
+// default: the field holds its default). These are
 // the strings [ConfigError.Source] uses. When only validation fails the
 // map comes back with the error, so that a caller can say where each bad
 // value was set (Validate does not know); when the file or the
@@ -52,12 +53,15 @@ func LoadConfigSources(path string) (Config, map[string]string, error) {
 	if err := applyEnv(&c, nil, src); err != nil {
 		return Config{}, nil, err
 	}
+	loaded := reflect.ValueOf(c)
+	c.setDefaults()
+	// A field that was not set, or was set to zero and then given its
+	// default, shows the default.
 	for _, l := range leaves() {
-		if _, ok := src[l.path]; !ok {
+		if _, ok := src[l.path]; !ok || !reflect.DeepEqual(loaded.FieldByIndex(l.index).Interface(), reflect.ValueOf(c).FieldByIndex(l.index).Interface()) {
 			src[l.path] = SourceDefault
 		}
 	}
-	c.setDefaults()
 	if err := c.Validate(); err != nil {
 		return Config{}, src, err
 	}
