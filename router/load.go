@@ -31,13 +31,11 @@ func LoadConfig(path string) (Config, error) {
 // LoadConfigSources is [LoadConfig] that also says where each value came
 // from. The map has one entry per leaf field, keyed by its YAML path (e.g.
 // kafka.brokers), whose value is "FILE:LINE" (the line of the value in the
-// file, path as given), "env NAME" (an environment variable), or
-// [SourceDefault] (set in neither, or set to zero, which selects the
-// default: the field holds its default). These are
-// the strings [ConfigError.Source] uses. When only validation fails the
-// map comes back with the error, so that a caller can say where each bad
-// value was set (Validate does not know); when the file or the
-// environment cannot be read it is nil.
+// file, path as given), "env NAME" (the environment variable), or
+// [SourceDefault]. These are the strings [ConfigError.Source] uses. When
+// only validation fails the map comes back with the error, so that a
+// caller can say where each bad value was set (Validate does not know);
+// when the file or the environment cannot be read it is nil.
 func LoadConfigSources(path string) (Config, map[string]string, error) {
 	var c Config
 	src := make(map[string]string)
@@ -68,8 +66,9 @@ func LoadConfigSources(path string) (Config, map[string]string, error) {
 	return c, src, nil
 }
 
-// SourceDefault is the source [LoadConfigSources] gives a field set
-// neither in the file nor in the environment.
+// SourceDefault is the source [LoadConfigSources] gives a field that holds
+// its default: set neither in the file nor in the environment, or set to
+// zero there, which selects the default.
 const SourceDefault = "default"
 
 // notConfig reports whether name, a variable starting with EnvPrefix, is
