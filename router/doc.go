@@ -37,7 +37,8 @@
 //     runs an in-process miniredis, for demos.
 //
 // Configuration comes from a YAML file and SPILLWAY_* environment variables
-// ([LoadConfig]); docs/router.md is the reference, docs/kafka.md and
+// ([LoadConfig]; [LoadConfigSources] also says where each value came from,
+// as "spillway config print" shows); docs/router.md is the reference, docs/kafka.md and
 // docs/redis.md explain the brokers' mechanics and docs/operations.md the
 // telemetry.
 package router

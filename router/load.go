@@ -15,28 +15,74 @@ import (
 
 // LoadConfig reads the YAML file at path (skipped when path is ""), then
 // applies SPILLWAY_* environment variables on top (the environment wins),
-// fills defaults and validates. Unknown YAML keys are errors. Every error
-// names the field (as its YAML path), where the value came from and the
-// value itself, secrets excepted.
+// fills defaults and validates. Unknown YAML keys are errors, and so is a
+// set, non-empty SPILLWAY_* variable that no field reads (a typo would
+// otherwise be ignored), except the reserved names listed in
+// docs/router.md: SPILLWAY_CONFIG, SPILLWAY_TESTDATA,
+// SPILLWAY_REBALANCE_OBSERVE, SPILLWAY_REDIS_DEBUG and anything starting
+// with SPILLWAY_REQUIRE_. YAML anchors, aliases and merge keys (<<: *base)
+// work. Every error names the field (as its YAML path), where the value
+// came from and the value itself, secrets excepted.
 func LoadConfig(path string) (Config, error) {
+	c, _, err := LoadConfigSources(path)
+	return c, err
+}
+
+// LoadConfigSources is [LoadConfig] that also says where each value came
+// from. The map has one entry per leaf field, keyed by its YAML path (e.g.
+// kafka.brokers), whose value is "FILE:LINE" (the line of the value in the
+// file, path as given), "env NAME" (the environment variable), or
+// [SourceDefault]. These are the strings [ConfigError.Source] uses. When
+// only validation fails the map comes back with the error, so that a
+// caller can say where each bad value was set (Validate does not know);
+// when the file or the environment cannot be read it is nil.
+func LoadConfigSources(path string) (Config, map[string]string, error) {
 	var c Config
+	src := make(map[string]string)
 	if path != "" {
 		data, err := os.ReadFile(path)
 		if err != nil {
-			return Config{}, fmt.Errorf("router: config: %w", err)
+			return Config{}, nil, fmt.Errorf("router: config: %w", err)
 		}
-		if err := decodeYAML(data, path, &c); err != nil {
-			return Config{}, err
+		if err := decodeYAML(data, path, &c, src); err != nil {
+			return Config{}, nil, err
 		}
 	}
-	if err := applyEnv(&c, nil); err != nil {
-		return Config{}, err
+	if err := applyEnv(&c, nil, src); err != nil {
+		return Config{}, nil, err
 	}
+	loaded := reflect.ValueOf(c)
 	c.setDefaults()
-	if err := c.Validate(); err != nil {
-		return Config{}, err
+	// A field that was not set, or was set to zero and then given its
+	// default, shows the default.
+	for _, l := range leaves() {
+		if _, ok := src[l.path]; !ok || !reflect.DeepEqual(loaded.FieldByIndex(l.index).Interface(), reflect.ValueOf(c).FieldByIndex(l.index).Interface()) {
+			src[l.path] = SourceDefault
+		}
 	}
-	return c, nil
+	if err := c.Validate(); err != nil {
+		return Config{}, src, err
+	}
+	return c, src, nil
+}
+
+// SourceDefault is the source [LoadConfigSources] gives a field that holds
+// its default: set neither in the file nor in the environment, or set to
+// zero there, which selects the default.
+const SourceDefault = "default"
+
+// notConfig reports whether name, a variable starting with EnvPrefix, is
+// one that Spillway's programs and tests read themselves rather than a
+// configuration field, so LoadConfig must not reject it.
+func notConfig(name string) bool {
+	switch name {
+	case EnvPrefix + "CONFIG", // the examples' configuration file
+		EnvPrefix + "TESTDATA",          // internal/geodata: the sample data directory
+		EnvPrefix + "REBALANCE_OBSERVE", // router's rebalance test
+		EnvPrefix + "REDIS_DEBUG":       // redisbroker's tests
+		return true
+	}
+	return strings.HasPrefix(name, EnvPrefix+"REQUIRE_") // the test harness: SPILLWAY_REQUIRE_REDIS, ...
 }
 
 // leaf is one settable configuration value.
@@ -119,18 +165,49 @@ func (l leaf) show(v string) string {
 	return v
 }
 
-// applyEnv overlays environment variables on c. environ, if non-nil,
-// replaces the process environment (tests).
-func applyEnv(c *Config, environ map[string]string) error {
+// applyEnv overlays environment variables on c and records in src the
+// fields they set. environ, if non-nil, replaces the process environment
+// (tests). A non-empty SPILLWAY_* variable that names no field is an error
+// (see [notConfig]); an empty one counts as unset, as for the fields.
+func applyEnv(c *Config, environ map[string]string, src map[string]string) error {
+	if environ == nil {
+		environ = env.ToMap(os.Environ())
+	}
+	known := make(map[string]bool)
+	for _, l := range leaves() {
+		known[l.env] = true
+	}
+	var unknown []string
+	for name, v := range environ {
+		if strings.HasPrefix(name, EnvPrefix) && v != "" && !known[name] && !notConfig(name) {
+			unknown = append(unknown, name)
+		}
+	}
+	if len(unknown) > 0 {
+		slices.Sort(unknown)
+		errs := make([]error, 0, len(unknown))
+		for _, name := range unknown {
+			reason := "unknown environment variable: no configuration field reads it"
+			if near := nearest(name, known); near != "" {
+				reason += "; did you mean " + near + "?"
+			} else {
+				reason += " (docs/router.md lists them)"
+			}
+			errs = append(errs, &ConfigError{Field: name, Value: name, Source: "env " + name, Reason: reason})
+		}
+		return errors.Join(errs...)
+	}
 	opts := env.Options{Prefix: EnvPrefix, Environment: environ}
 	if err := env.ParseWithOptions(c, opts); err == nil {
+		for _, l := range leaves() {
+			if environ[l.env] != "" {
+				src[l.path] = "env " + l.env
+			}
+		}
 		return nil
 	}
 	// env reports Go field names, which repeat across sections. Attribute
 	// each failure by parsing the variables that are set one at a time.
-	if environ == nil {
-		environ = env.ToMap(os.Environ())
-	}
 	var errs []error
 	for _, l := range leaves() {
 		v, ok := environ[l.env]
@@ -155,9 +232,43 @@ func applyEnv(c *Config, environ map[string]string) error {
 	return errors.Join(errs...)
 }
 
+// nearest returns the name in known closest to name, if it is at most two
+// edits away, or "".
+func nearest(name string, known map[string]bool) string {
+	best, bestD := "", 3
+	for k := range known {
+		if d := editDistance(name, k); d < bestD || d == bestD && k < best {
+			best, bestD = k, d
+		}
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance between a and b, in bytes.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			sub := prev[j-1]
+			if a[i-1] != b[j-1] {
+				sub++
+			}
+			cur[j] = min(sub, prev[j]+1, cur[j-1]+1)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
+
 // decodeYAML decodes data into c field by field so that every error names
-// the field's path and line.
-func decodeYAML(data []byte, file string, c *Config) error {
+// the field's path and line, and records in src the line of every leaf it
+// sets.
+func decodeYAML(data []byte, file string, c *Config, src map[string]string) error {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
 		return fmt.Errorf("router: config: %s: %w", file, err)
@@ -165,48 +276,131 @@ func decodeYAML(data []byte, file string, c *Config) error {
 	if len(doc.Content) == 0 {
 		return nil // empty file
 	}
-	var errs []error
-	decodeNode(doc.Content[0], reflect.ValueOf(c).Elem(), "", file, &errs)
-	return errors.Join(errs...)
+	d := decoder{file: file, src: src}
+	d.node(doc.Content[0], reflect.ValueOf(c).Elem(), "")
+	return errors.Join(d.errs...)
 }
 
-func decodeNode(n *yaml.Node, v reflect.Value, path, file string, errs *[]error) {
-	at := func(n *yaml.Node) string { return fmt.Sprintf("%s:%d", file, n.Line) }
+type decoder struct {
+	file string
+	src  map[string]string
+	errs []error
+}
+
+func (d *decoder) at(n *yaml.Node) string { return fmt.Sprintf("%s:%d", d.file, n.Line) }
+
+func (d *decoder) node(n *yaml.Node, v reflect.Value, path string) {
 	if v.Kind() != reflect.Struct || v.Type() == reflect.TypeOf(time.Duration(0)) {
-		if err := n.Decode(v.Addr().Interface()); err != nil {
-			value := n.Value
-			if n.Kind != yaml.ScalarNode {
-				value = "<" + kindName(n.Kind) + ">"
+		// A fresh value, so that a list or map replaces rather than
+		// extends what an earlier key of the same name decoded.
+		fresh := reflect.New(v.Type())
+		if err := n.Decode(fresh.Interface()); err != nil {
+			r := resolve(n)
+			value := r.Value
+			if r.Kind != yaml.ScalarNode {
+				value = "<" + kindName(r.Kind) + ">"
 			}
 			if v.Type() == reflect.TypeOf(Secret("")) && value != "" {
 				value = redacted
 			}
-			*errs = append(*errs, &ConfigError{Field: path, Value: value, Reason: "cannot be read as " + typeName(v.Type()), Source: at(n)})
+			d.errs = append(d.errs, &ConfigError{Field: path, Value: value, Reason: "cannot be read as " + typeName(v.Type()), Source: d.at(n)})
+			return
 		}
+		v.Set(fresh.Elem())
+		d.src[path] = d.at(n)
 		return
 	}
-	if n.Kind != yaml.MappingNode {
+	r := resolve(n)
+	if r.Kind == yaml.ScalarNode && r.Tag == "!!null" {
+		return // an empty section
+	}
+	if r.Kind != yaml.MappingNode {
 		name := path
 		if name == "" {
 			name = "(document)"
 		}
-		*errs = append(*errs, &ConfigError{Field: name, Value: "<" + kindName(n.Kind) + ">", Reason: "must be a mapping", Source: at(n)})
+		d.errs = append(d.errs, &ConfigError{Field: name, Value: "<" + kindName(r.Kind) + ">", Reason: "must be a mapping", Source: d.at(n)})
 		return
 	}
 	t := v.Type()
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		key, val := n.Content[i], n.Content[i+1]
+	for _, kv := range d.pairs(r, path) {
+		key, val := kv[0], kv[1]
 		p := key.Value
 		if path != "" {
 			p = path + "." + key.Value
 		}
 		field, ok := fieldByKey(t, key.Value)
 		if !ok {
-			*errs = append(*errs, &ConfigError{Field: p, Value: key.Value, Reason: "unknown field", Source: at(key)})
+			d.errs = append(d.errs, &ConfigError{Field: p, Value: key.Value, Reason: "unknown field", Source: d.at(key)})
 			continue
 		}
-		decodeNode(val, v.FieldByIndex(field), p, file, errs)
+		d.node(val, v.FieldByIndex(field), p)
 	}
+}
+
+// resolve follows aliases to the node they name.
+func resolve(n *yaml.Node) *yaml.Node {
+	for n.Kind == yaml.AliasNode && n.Alias != nil {
+		n = n.Alias
+	}
+	return n
+}
+
+func isMerge(key *yaml.Node) bool {
+	return key.Kind == yaml.ScalarNode && key.ShortTag() == "!!merge"
+}
+
+// pairs lists the key/value pairs of mapping m with its merge keys
+// (<<: *base, or <<: [*a, *b]) expanded as YAML defines them: a key
+// written in m wins over a merged one, and of the merged mappings the
+// first listed wins. Each key appears once: m's own keys first, in their
+// order, then the merged ones.
+func (d *decoder) pairs(m *yaml.Node, path string) [][2]*yaml.Node {
+	var out [][2]*yaml.Node
+	index := make(map[string]int)
+	put := func(k, v *yaml.Node, override bool) {
+		if i, ok := index[k.Value]; ok {
+			if override {
+				out[i] = [2]*yaml.Node{k, v}
+			}
+			return
+		}
+		index[k.Value] = len(out)
+		out = append(out, [2]*yaml.Node{k, v})
+	}
+	var merged [][2]*yaml.Node
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		key, val := m.Content[i], m.Content[i+1]
+		if !isMerge(key) {
+			put(key, val, true)
+			continue
+		}
+		var sources []*yaml.Node
+		switch r := resolve(val); r.Kind {
+		case yaml.MappingNode:
+			sources = []*yaml.Node{r}
+		case yaml.SequenceNode:
+			for _, s := range r.Content {
+				sources = append(sources, resolve(s))
+			}
+		}
+		for _, s := range sources {
+			if s.Kind != yaml.MappingNode {
+				name := path
+				if name == "" {
+					name = "(document)"
+				}
+				d.errs = append(d.errs, &ConfigError{Field: name + ".<<", Value: "<" + kindName(s.Kind) + ">",
+					Reason: "a merge key takes a mapping or a list of mappings", Source: d.at(val)})
+				continue
+			}
+			merged = append(merged, d.pairs(s, path)...)
+		}
+	}
+	for _, kv := range merged {
+		put(kv[0], kv[1], false)
+	}
+	return out
 }
 
 func kindName(k yaml.Kind) string {

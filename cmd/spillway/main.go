@@ -2,10 +2,13 @@
 //
 //	spillway size --sample FILE.ndjson [flags]   compute a vertex budget from a sample
 //	spillway demo [flags]                        a message-count consumer and a Spillway consumer, side by side
+//	spillway config check FILE                   validate a router configuration (file and SPILLWAY_* environment)
+//	spillway config print FILE                   print the effective configuration and each value's source
+//	spillway --version                           the module version and VCS revision
 //
-// Run "spillway help <command>" for a command's flags. Exit codes: 0 on
-// success, 2 for bad input (flags, sample, sizing inputs), 1 for anything
-// else.
+// Run "spillway help <command>" for a command's flags. Exit codes (see
+// exitHelp): 0 on success, 2 for bad input (command line, sample, sizing
+// inputs, an invalid configuration), 1 for anything else.
 package main
 
 import (
@@ -13,20 +16,32 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
 	"strings"
 
 	"github.com/spf13/cobra"
 )
 
-// Exit codes.
+// Exit codes. run maps an error to one with errors.As: an [inputError]
+// anywhere in its chain is exitBadInput, any other error exitFailure.
 const (
 	exitOK       = 0
 	exitFailure  = 1
 	exitBadInput = 2
 )
 
+// exitHelp documents the exit codes in the root command's help.
+const exitHelp = `Exit codes:
+  0  success
+  1  failure: anything else (a broker that cannot be reached, an output that cannot be written)
+  2  bad input: unknown command or flag, wrong arguments, bad flag values, an unreadable
+     sample, or a configuration that does not load or validate (spillway config)`
+
 // inputError marks an error caused by what the user gave: it exits with
-// code 2.
+// code 2. Commands return it for bad flag values and files; run wraps
+// cobra's own command-line errors (unknown command, flag or argument
+// count) in it where cobra reports them (the flag error function, the
+// commands' argument validators and parentRunE).
 type inputError struct{ err error }
 
 func (e inputError) Error() string { return e.err.Error() }
@@ -51,22 +66,102 @@ func newRootCmd(e *env) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "spillway",
 		Short: "Work-aware backpressure for spatial message streams",
-		Long: "spillway sizes and inspects the vertex budgets of Spillway consumers, and demonstrates them.\n" +
-			"The library is github.com/spillway-go/spillway; this tool wraps its sizing API.",
-		SilenceErrors: true, // run prints one line itself
+		Long: "spillway sizes and inspects the vertex budgets of Spillway consumers, checks router\n" +
+			"configurations, and demonstrates them. The library is github.com/spillway-go/spillway;\n" +
+			"this tool wraps its sizing API and router.LoadConfig.\n\n" + exitHelp,
+		Version:       version(debug.ReadBuildInfo()),
+		RunE:          parentRunE,
+		SilenceErrors: true, // run prints the error itself
 		SilenceUsage:  true,
 	}
+	root.SetVersionTemplate("spillway {{.Version}}\n")
 	root.SetOut(e.stdout)
 	root.SetErr(e.stderr)
 	// Flag errors are bad input too.
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return inputError{err} })
 	root.AddCommand(newSizeCmd(e))
 	root.AddCommand(newDemoCmd(e))
+	root.AddCommand(newConfigCmd(e))
+	typedArgs(root)
 	return root
 }
 
+// parentRunE runs a command that only groups subcommands: without
+// arguments it prints its help; an argument is a subcommand that does not
+// exist (cobra hands it here because the command is runnable).
+func parentRunE(cmd *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return cmd.Help()
+	}
+	msg := fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())
+	if cmd.SuggestionsMinimumDistance <= 0 {
+		cmd.SuggestionsMinimumDistance = 2 // cobra's default, which SuggestionsFor does not apply
+	}
+	if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+		msg += "; did you mean " + strings.Join(s, " or ") + "?"
+	}
+	return inputError{errors.New(msg)}
+}
+
+// typedArgs makes the argument validator of cmd and its subcommands return
+// an inputError, so that a wrong argument count exits with exitBadInput.
+func typedArgs(cmd *cobra.Command) {
+	if v := cmd.Args; v != nil {
+		cmd.Args = func(cmd *cobra.Command, args []string) error {
+			if err := v(cmd, args); err != nil {
+				return inputError{err}
+			}
+			return nil
+		}
+	} else if cmd.HasSubCommands() {
+		// Let an unknown subcommand reach parentRunE instead of cobra's
+		// untyped legacy check.
+		cmd.Args = cobra.ArbitraryArgs
+	}
+	for _, c := range cmd.Commands() {
+		typedArgs(c)
+	}
+}
+
+// version renders the build information: the main module's version and,
+// when the binary was built from a VCS checkout, the revision, its time and
+// whether the tree was modified.
+func version(bi *debug.BuildInfo, ok bool) string {
+	if !ok || bi == nil {
+		return "(unknown version: no build information)"
+	}
+	v := bi.Main.Version
+	if v == "" {
+		v = "(devel)"
+	}
+	var rev, at string
+	modified := false
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.time":
+			at = s.Value
+		case "vcs.modified":
+			modified = s.Value == "true"
+		}
+	}
+	if rev == "" {
+		return v
+	}
+	v += " (revision " + rev
+	if at != "" {
+		v += ", " + at
+	}
+	if modified {
+		v += ", modified"
+	}
+	return v + ")"
+}
+
 // run executes the command line args and returns the exit code. Errors are
-// printed as one line, "<command path>: <problem>", on stderr.
+// printed on stderr as "<command path>: <problem>", one line per problem
+// (spillway config lists every bad field).
 func run(args []string, e *env) int {
 	root := newRootCmd(e)
 	root.SetArgs(args)
@@ -78,24 +173,14 @@ func run(args []string, e *env) int {
 	if cmd != nil {
 		path = cmd.CommandPath()
 	}
-	fmt.Fprintf(e.stderr, "%s: %v\n", path, err)
+	for _, line := range strings.Split(err.Error(), "\n") {
+		fmt.Fprintf(e.stderr, "%s: %s\n", path, line)
+	}
 	var in inputError
-	if errors.As(err, &in) || isCobraUsageError(err) {
+	if errors.As(err, &in) {
 		return exitBadInput
 	}
 	return exitFailure
-}
-
-// isCobraUsageError recognises the errors cobra returns itself for an
-// unknown command or a wrong number of arguments.
-func isCobraUsageError(err error) bool {
-	msg := err.Error()
-	for _, p := range []string{"unknown command", "unknown flag", "unknown shorthand", "accepts ", "requires ", "invalid argument"} {
-		if strings.Contains(msg, p) {
-			return true
-		}
-	}
-	return false
 }
 
 func main() {
