@@ -105,8 +105,8 @@ type pkg struct {
 }
 
 // Which library package may import which: the broker packages never import
-// router, and cost and middleware import no broker, telemetry or router
-// package; no library package imports the embedded brokers.
+// router, and cost, middleware and producer import no broker, telemetry or
+// router package (nor each other, but for cost); no library package imports the embedded brokers.
 func TestDependencyDirection(t *testing.T) {
 	root := repoRoot(t)
 	cmd := exec.Command("go", "list", "-json", "./...")
@@ -151,5 +151,6 @@ func TestDependencyDirection(t *testing.T) {
 	forbid("kafkabroker", "router")
 	forbid("redisbroker", "router")
 	forbid("cost", "router", "kafkabroker", "redisbroker", "telemetry", "middleware")
-	forbid("middleware", "router", "kafkabroker", "redisbroker", "telemetry")
+	forbid("middleware", "router", "kafkabroker", "redisbroker", "telemetry", "producer")
+	forbid("producer", "router", "kafkabroker", "redisbroker", "telemetry", "middleware")
 }
