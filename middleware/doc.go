@@ -1,4 +1,7 @@
-// Package middleware admits Watermill messages by the work they carry.
+// Package middleware admits Watermill messages by the work they carry: it
+// is the consumer side of work-aware backpressure. The producer side, rate
+// limiting in vertices per second and throttling on consumer lag, is
+// package producer.
 //
 // [VertexBudget] is a weighted, FIFO semaphore measured in vertices (and,
 // optionally, in messages). [Budget] is the Watermill middleware that charges

@@ -162,7 +162,7 @@ func (l *LagSampler) Backlog() (int64, bool) {
 }
 
 // TotalLag is Backlog without the flag (0 before the first sample), so a
-// LagSampler can serve as a middleware.LagReader.
+// LagSampler can serve as a producer.LagReader.
 func (l *LagSampler) TotalLag() int64 {
 	n, _ := l.Backlog()
 	return n

@@ -10,12 +10,12 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/spillway-go/spillway/internal/redistest"
-	"github.com/spillway-go/spillway/middleware"
+	"github.com/spillway-go/spillway/producer"
 	"github.com/spillway-go/spillway/redisbroker"
 )
 
-// The sampler can feed middleware.NewLagThrottledPublisher directly.
-var _ middleware.LagReader = (*redisbroker.LagSampler)(nil)
+// The sampler can feed producer.NewLagThrottled directly.
+var _ producer.LagReader = (*redisbroker.LagSampler)(nil)
 
 // Lag and pending come from XINFO GROUPS on a real server. Upstream reads
 // ahead, so a consumer holding one message in a handler has up to three

@@ -73,6 +73,11 @@ type Config struct {
 	// (router.WithTracerProvider, WithMeterProvider, or the OpenTelemetry
 	// globals) nothing is exported and it costs little.
 	Telemetry TelemetryConfig `yaml:"telemetry" envPrefix:"TELEMETRY_"`
+
+	// Producer slows down what the application publishes through
+	// Router.Publisher: a rate limit in vertices per second and a throttle
+	// on consumer lag (package producer). Off by default.
+	Producer ProducerConfig `yaml:"producer" envPrefix:"PRODUCER_"`
 }
 
 // TelemetryConfig configures the router's telemetry: the tracing and

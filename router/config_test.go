@@ -70,6 +70,8 @@ func TestDefaults(t *testing.T) {
 		DeadLetterTopic: "spillway.deadletter",
 	}
 	want.Telemetry = TelemetryConfig{Name: "spillway", LagInterval: 10 * time.Second}
+	want.Producer.RateLimit.Mode = "block"
+	want.Producer.LagThrottle.Step, want.Producer.LagThrottle.Max = 100*time.Millisecond, 5*time.Second
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("defaults:\n%v\nwant\n%v", c, want)
 	}

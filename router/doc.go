@@ -3,7 +3,9 @@
 // broker does.
 //
 // [New] builds, from a [Config], the Watermill router, the broker's
-// publisher (wrapped so every message is stamped with its vertex_count) and
+// publisher (wrapped so every message is stamped with its vertex_count and,
+// with the producer section, rate-limited in vertices per second and
+// throttled on consumer lag: [ProducerConfig]) and
 // one subscriber per handler, and puts the Spillway middleware [Stack] in
 // front of every handler: tracing, metrics, dead-letter,
 // shedding, retry gate and budget slots, outermost first. The budget is

@@ -22,6 +22,7 @@ import (
 
 	"github.com/spillway-go/spillway/cost"
 	"github.com/spillway-go/spillway/middleware"
+	"github.com/spillway-go/spillway/producer"
 	"github.com/spillway-go/spillway/retrygate"
 	"github.com/spillway-go/spillway/shedding"
 	"github.com/spillway-go/spillway/sizing"
@@ -167,6 +168,12 @@ type Router struct {
 	lagSampler *telemetry.LagSampler // nil: telemetry.disabled, or memory
 	unregister []func() error        // metric callbacks, undone by Close
 	deadLetter message.HandlerMiddleware
+
+	// producerPub is what Publisher returns: pub, or pub behind the
+	// producer section's rate limit and lag throttle (router/producer.go).
+	producerPub  message.Publisher
+	rateLimited  *producer.RateLimited  // nil: producer.rate_limit off
+	lagThrottled *producer.LagThrottled // nil: producer.lag_throttle off
 
 	mu       sync.Mutex
 	trackers map[string]*SessionTracker
@@ -352,6 +359,9 @@ func newRouter(cfg Config, logger watermill.LoggerAdapter, o options) (*Router, 
 	if err := r.observe(); err != nil {
 		return fail(err)
 	}
+	if err := r.buildProducer(topts); err != nil {
+		return fail(err)
+	}
 
 	r.wm, err = message.NewRouter(message.RouterConfig{CloseTimeout: cfg.CloseTimeout}, logger)
 	if err != nil {
@@ -365,9 +375,10 @@ func newRouter(cfg Config, logger watermill.LoggerAdapter, o options) (*Router, 
 func (r *Router) Config() Config { return r.cfg }
 
 // Publisher returns the broker's publisher, wrapped so that every message
-// published through it is stamped with its vertex_count. It stays open
-// until the router is closed; do not close it yourself.
-func (r *Router) Publisher() message.Publisher { return nopClosePublisher{r.pub} }
+// published through it is stamped with its vertex_count, and slowed down
+// by the producer section's rate limit and lag throttle when they are set.
+// It stays open until the router is closed; do not close it yourself.
+func (r *Router) Publisher() message.Publisher { return nopClosePublisher{r.producerPub} }
 
 // Budget returns the vertex budget every handler is admitted against.
 func (r *Router) Budget() *middleware.VertexBudget { return r.budget }

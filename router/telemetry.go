@@ -27,8 +27,8 @@ func (r *Router) Metrics() *telemetry.Metrics { return r.metrics }
 // LagSampler returns the background sampler of the handlers' consumer lag
 // (every telemetry.lag_interval, started by Run, stopped by Close), or nil
 // on memory and with telemetry.disabled. Its TotalLag is cheap enough for
-// a producer to read before every publish
-// (middleware.NewLagThrottledPublisher).
+// a producer to read before every publish (producer.NewLagThrottled;
+// producer.lag_throttle uses it for Publisher).
 func (r *Router) LagSampler() *telemetry.LagSampler { return r.lagSampler }
 
 // onAdmission composes the metrics' admission hook with the user's.

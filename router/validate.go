@@ -106,6 +106,7 @@ func (c *Config) setDefaults() {
 	if t.LagInterval == 0 {
 		t.LagInterval = telemetry.DefaultLagInterval
 	}
+	c.Producer.setDefaults()
 }
 
 func (r *RedisConfig) setDefaults() {
@@ -192,6 +193,7 @@ func (c Config) Validate() error {
 		errs = append(errs, c.Redis.validate()...)
 	}
 	errs = append(errs, c.Telemetry.validate()...)
+	errs = append(errs, c.Producer.validate(c)...)
 	return errors.Join(errs...)
 }
 

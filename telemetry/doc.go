@@ -31,7 +31,7 @@
 // A [LagSampler] polls a [LagSource] (Kafka partitions, Redis stream
 // groups) in one background goroutine and caches the result. Readers —
 // metrics, the shedding pressure signal ([LagSampler.SaturatedFor]) and
-// lag-aware producers (middleware.NewLagThrottledPublisher with
+// lag-aware producers (producer.NewLagThrottled with
 // [LagSampler.TotalLag]) — never reach the broker.
 //
 // # Defaults and failure
@@ -50,8 +50,7 @@
 //	router.AddMiddleware(tracing.Middleware, metrics.Middleware, /* shedding, retry gate, */ budget.Middleware)
 //
 // with middleware.BudgetConfig{OnAdmission: metrics.OnAdmission}.
-// Producer chain, outermost first:
-//
-//	telemetry.NewTracingPublisher(cost.NewStampingPublisher(
-//		middleware.NewLagThrottledPublisher(middleware.NewRateLimitedPublisher(broker, ...), sampler, ...)))
+// Producer chain, outermost first: a [TracingPublisher] over a
+// cost.StampingPublisher over a producer.LagThrottled (reading the
+// sampler) over a producer.RateLimited over the broker's publisher.
 package telemetry

@@ -103,7 +103,7 @@ func WithLagMaxAge(d time.Duration) LagOption {
 // the latest sample, so that lag can be exported as a metric
 // ([Metrics.ObserveLag]), used as a pressure signal by shedding
 // ([LagSampler.SaturatedFor]) and read by producers before every send
-// ([LagSampler.TotalLag], see middleware.NewLagThrottledPublisher) without
+// ([LagSampler.TotalLag], see producer.NewLagThrottled) without
 // ever querying the broker per message.
 //
 // Run it with [LagSampler.Start] and [LagSampler.Close], or with

@@ -9,7 +9,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/spillway-go/spillway/middleware"
+	"github.com/spillway-go/spillway/producer"
 	"github.com/spillway-go/spillway/telemetry"
 )
 
@@ -230,7 +230,10 @@ func TestLagSamplerDrivesThrottle(t *testing.T) {
 		synctest.Wait()
 
 		var _ interface{ SaturatedFor() time.Duration } = s
-		p := middleware.NewLagThrottledPublisher(&recorder{}, s, 1000)
+		p, err := producer.NewLagThrottled(&recorder{}, s, producer.LagThrottleConfig{Threshold: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
 		if d := p.Delay(); d != 200*time.Millisecond {
 			t.Fatalf("delay at lag 3000 = %v, want 200ms", d)
 		}

@@ -105,9 +105,9 @@ type pkg struct {
 }
 
 // Which library package may import which: the broker packages never import
-// router; cost, sizing and middleware import no broker, telemetry or router
-// package; cost does not import sizing (sizing builds on cost); no library
-// package imports the embedded brokers.
+// router; cost, sizing, middleware and producer import no broker, telemetry
+// or router package (nor each other, but for cost, and sizing building on
+// cost); no library package imports the embedded brokers.
 func TestDependencyDirection(t *testing.T) {
 	root := repoRoot(t)
 	cmd := exec.Command("go", "list", "-json", "./...")
@@ -153,7 +153,8 @@ func TestDependencyDirection(t *testing.T) {
 	forbid("", "cost", "sizing", "middleware", "producer", "shedding", "retrygate", "kafkabroker", "redisbroker", "telemetry", "router")
 	forbid("kafkabroker", "router")
 	forbid("redisbroker", "router")
-	forbid("cost", "router", "kafkabroker", "redisbroker", "telemetry", "middleware", "sizing")
-	forbid("sizing", "router", "kafkabroker", "redisbroker", "telemetry", "middleware")
-	forbid("middleware", "router", "kafkabroker", "redisbroker", "telemetry")
+	forbid("cost", "router", "kafkabroker", "redisbroker", "telemetry", "middleware", "sizing", "producer")
+	forbid("sizing", "router", "kafkabroker", "redisbroker", "telemetry", "middleware", "producer")
+	forbid("middleware", "router", "kafkabroker", "redisbroker", "telemetry", "producer")
+	forbid("producer", "router", "kafkabroker", "redisbroker", "telemetry", "middleware")
 }

@@ -1,8 +1,9 @@
-package middleware
+package producer
 
 import (
 	"context"
 	"errors"
+	"math"
 	"strconv"
 	"sync"
 	"testing"
@@ -64,7 +65,7 @@ func TestRateLimitBlockRate(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const rate, burst, size = 1000.0, 500, 100
 		rec := &pubRecorder{}
-		p := NewRateLimitedPublisher(rec, rate, burst, RateLimitBlock)
+		p := newRL(t, rec, RateLimitConfig{VerticesPerSecond: rate, Burst: burst, Mode: Block})
 
 		start := time.Now()
 		var atTwo int64
@@ -99,7 +100,7 @@ func TestRateLimitBlockRate(t *testing.T) {
 func TestRateLimitBlockConcurrent(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rec := &pubRecorder{}
-		p := NewRateLimitedPublisher(rec, 1000, 100, RateLimitBlock)
+		p := newRL(t, rec, RateLimitConfig{VerticesPerSecond: 1000, Burst: 100, Mode: Block})
 		start := time.Now()
 		var wg sync.WaitGroup
 		for g := range 4 {
@@ -121,7 +122,7 @@ func TestRateLimitBlockConcurrent(t *testing.T) {
 func TestRateLimitReject(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rec := &pubRecorder{}
-		p := NewRateLimitedPublisher(rec, 1000, 300, RateLimitReject)
+		p := newRL(t, rec, RateLimitConfig{VerticesPerSecond: 1000, Burst: 300, Mode: Reject})
 		for i := range 3 {
 			if err := p.Publish("t", withCount(strconv.Itoa(i), 100)); err != nil {
 				t.Fatalf("publish %d: %v", i, err)
@@ -155,7 +156,7 @@ func TestRateLimitReject(t *testing.T) {
 func TestRateLimitBlockCancelled(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rec := &pubRecorder{}
-		p := NewRateLimitedPublisher(rec, 100, 100, RateLimitBlock)
+		p := newRL(t, rec, RateLimitConfig{VerticesPerSecond: 100, Burst: 100, Mode: Block})
 		if err := p.Publish("t", withCount("first", 100)); err != nil {
 			t.Fatal(err)
 		}
@@ -186,7 +187,7 @@ func TestRateLimitBlockCancelled(t *testing.T) {
 func TestRateLimitChargesAndClamps(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rec := &pubRecorder{}
-		p := NewRateLimitedPublisher(rec, 1000, 1000, RateLimitBlock)
+		p := newRL(t, rec, RateLimitConfig{VerticesPerSecond: 1000, Burst: 1000, Mode: Block})
 		// Larger than the burst: clamped, waits for a full bucket instead of
 		// failing.
 		start := time.Now()
@@ -220,7 +221,7 @@ func TestRateLimitChargesAndClamps(t *testing.T) {
 
 func TestRateLimitDefaultCostOption(t *testing.T) {
 	rec := &pubRecorder{}
-	p := NewRateLimitedPublisher(rec, 1, 10, RateLimitReject, WithRateLimitDefaultCost(4), WithRateLimitMetadataKey("n"))
+	p := newRL(t, rec, RateLimitConfig{VerticesPerSecond: 1, Burst: 10, Mode: Reject, DefaultCost: 4, MetadataKey: "n"})
 	unstamped := func() *message.Message { return message.NewMessage("u", []byte("x")) }
 	if err := p.Publish("t", unstamped(), unstamped()); err != nil {
 		t.Fatal(err)
@@ -246,7 +247,7 @@ func TestRateLimitCompositionWithStamper(t *testing.T) {
 	payload := []byte(`{"type":"LineString","coordinates":[[0,0],[1,1],[2,2],[3,3]]}`)
 
 	rec := &pubRecorder{}
-	limited := NewRateLimitedPublisher(rec, 1000, 1000, RateLimitReject)
+	limited := newRL(t, rec, RateLimitConfig{VerticesPerSecond: 1000, Burst: 1000, Mode: Reject})
 	right := cost.NewStampingPublisher(limited)
 	if err := right.Publish("t", message.NewMessage("a", payload)); err != nil {
 		t.Fatal(err)
@@ -256,7 +257,7 @@ func TestRateLimitCompositionWithStamper(t *testing.T) {
 	}
 
 	rec2 := &pubRecorder{}
-	limited2 := NewRateLimitedPublisher(cost.NewStampingPublisher(rec2), 1000, 1000, RateLimitReject)
+	limited2 := newRL(t, cost.NewStampingPublisher(rec2), RateLimitConfig{VerticesPerSecond: 1000, Burst: 1000, Mode: Reject})
 	if err := limited2.Publish("t", message.NewMessage("b", payload)); err != nil {
 		t.Fatal(err)
 	}
@@ -268,21 +269,76 @@ func TestRateLimitCompositionWithStamper(t *testing.T) {
 	}
 }
 
-func TestRateLimitConstructorPanics(t *testing.T) {
-	for name, f := range map[string]func(){
-		"nil publisher": func() { NewRateLimitedPublisher(nil, 1, 1, RateLimitBlock) },
-		"zero rate":     func() { NewRateLimitedPublisher(&pubRecorder{}, 0, 1, RateLimitBlock) },
-		"NaN rate":      func() { NewRateLimitedPublisher(&pubRecorder{}, nan(), 1, RateLimitBlock) },
-		"zero burst":    func() { NewRateLimitedPublisher(&pubRecorder{}, 1, 0, RateLimitBlock) },
+// newRL builds a RateLimited publisher from a valid configuration.
+func newRL(t *testing.T, pub message.Publisher, cfg RateLimitConfig) *RateLimited {
+	t.Helper()
+	p, err := NewRateLimited(pub, cfg)
+	if err != nil {
+		t.Fatalf("NewRateLimited: %v", err)
+	}
+	return p
+}
+
+// Bad input is an error naming what is wrong, never a panic.
+func TestNewRateLimitedRejects(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		pub   message.Publisher
+		cfg   RateLimitConfig
+		want  error
+		field string
+	}{
+		{"nil publisher", nil, RateLimitConfig{VerticesPerSecond: 1, Burst: 1}, ErrNilPublisher, ""},
+		{"zero rate", &pubRecorder{}, RateLimitConfig{Burst: 1}, ErrInvalidConfig, "vertices_per_second"},
+		{"negative rate", &pubRecorder{}, RateLimitConfig{VerticesPerSecond: -1, Burst: 1}, ErrInvalidConfig, "vertices_per_second"},
+		{"NaN rate", &pubRecorder{}, RateLimitConfig{VerticesPerSecond: nan(), Burst: 1}, ErrInvalidConfig, "vertices_per_second"},
+		{"infinite rate", &pubRecorder{}, RateLimitConfig{VerticesPerSecond: math.Inf(1), Burst: 1}, ErrInvalidConfig, "vertices_per_second"},
+		{"negative burst", &pubRecorder{}, RateLimitConfig{VerticesPerSecond: 1, Burst: -1}, ErrInvalidConfig, "burst"},
+		{"unknown mode", &pubRecorder{}, RateLimitConfig{VerticesPerSecond: 1, Mode: "drop"}, ErrInvalidConfig, "mode"},
+		{"blank key", &pubRecorder{}, RateLimitConfig{VerticesPerSecond: 1, MetadataKey: " "}, ErrInvalidConfig, "metadata_key"},
+		{"negative default cost", &pubRecorder{}, RateLimitConfig{VerticesPerSecond: 1, DefaultCost: -1}, ErrInvalidConfig, "default_cost"},
 	} {
-		t.Run(name, func(t *testing.T) {
-			defer func() {
-				if recover() == nil {
-					t.Fatal("no panic")
-				}
-			}()
-			f()
+		t.Run(c.name, func(t *testing.T) {
+			p, err := NewRateLimited(c.pub, c.cfg)
+			if p != nil || !errors.Is(err, c.want) {
+				t.Fatalf("NewRateLimited = %v, %v; want nil, %v", p, err, c.want)
+			}
+			var ce *ConfigError
+			if c.field != "" && (!errors.As(err, &ce) || ce.Field != c.field) {
+				t.Fatalf("err = %v, want a ConfigError on %s", err, c.field)
+			}
 		})
+	}
+	// Validate reports every bad field at once; a zero rate only means
+	// "off" to Validate.
+	err := RateLimitConfig{VerticesPerSecond: -1, Burst: -1, Mode: "x"}.Validate()
+	if j, ok := err.(interface{ Unwrap() []error }); !ok || len(j.Unwrap()) != 3 {
+		t.Fatalf("Validate = %v, want three errors", err)
+	}
+	if err := (RateLimitConfig{}).Validate(); err != nil {
+		t.Fatalf("zero config: %v", err)
+	}
+}
+
+// Zero fields take their defaults: block, vertex_count, a burst of one
+// second at the rate (rounded up), unstamped messages charged the burst.
+func TestRateLimitDefaults(t *testing.T) {
+	c := RateLimitConfig{VerticesPerSecond: 2.5}.WithDefaults()
+	if c.Burst != 3 || c.Mode != Block || c.MetadataKey != cost.MetadataKey || c.DefaultCost != 3 {
+		t.Fatalf("defaults = %+v", c)
+	}
+	if b := (RateLimitConfig{VerticesPerSecond: 1e300}).WithDefaults().Burst; b != maxBurst {
+		t.Fatalf("burst of a huge rate = %d, want %d", b, maxBurst)
+	}
+	p := newRL(t, &pubRecorder{}, RateLimitConfig{VerticesPerSecond: 1000})
+	if p.Burst() != 1000 || p.Limit() != 1000 || p.Mode() != Block {
+		t.Fatalf("burst %d, limit %v, mode %s", p.Burst(), p.Limit(), p.Mode())
+	}
+	if err := p.Publish("t", message.NewMessage("u", []byte("x"))); err != nil {
+		t.Fatal(err)
+	}
+	if s := p.Stats(); s.Vertices != 1000 {
+		t.Fatalf("unstamped message charged %d, want the burst", s.Vertices)
 	}
 }
 
@@ -294,14 +350,14 @@ func nan() float64 {
 func TestRateLimitPassesErrorsAndClose(t *testing.T) {
 	boom := errors.New("boom")
 	rec := &pubRecorder{err: boom}
-	p := NewRateLimitedPublisher(rec, 10, 10, RateLimitReject)
+	p := newRL(t, rec, RateLimitConfig{VerticesPerSecond: 10, Burst: 10, Mode: Reject})
 	if err := p.Publish("t", withCount("a", 1)); !errors.Is(err, boom) {
 		t.Fatalf("err = %v, want the wrapped publisher's", err)
 	}
 	if err := p.Close(); err != nil || !rec.closed {
 		t.Fatalf("Close: %v, closed %v", err, rec.closed)
 	}
-	if p.Mode().String() != "reject" || RateLimitBlock.String() != "block" {
+	if p.Mode() != Reject || Block != "block" {
 		t.Fatal("mode names")
 	}
 }

@@ -1,4 +1,4 @@
-package middleware
+package producer
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
 )
 
 type fakeLag struct{ n atomic.Int64 }
@@ -41,7 +43,7 @@ func TestLagThrottleEngagesAndReleases(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		lag := &fakeLag{}
 		rec := &pubRecorder{}
-		p := NewLagThrottledPublisher(rec, lag, 1000, WithThrottleStep(200*time.Millisecond), WithThrottleMax(time.Second))
+		p := newLT(t, rec, lag, LagThrottleConfig{Threshold: 1000, Step: 200 * time.Millisecond, Max: time.Second})
 
 		timed := func() time.Duration {
 			t.Helper()
@@ -82,7 +84,7 @@ func TestLagThrottleHonoursContext(t *testing.T) {
 		lag := &fakeLag{}
 		lag.n.Store(1 << 40)
 		rec := &pubRecorder{}
-		p := NewLagThrottledPublisher(rec, lag, 10) // 5 s cap
+		p := newLT(t, rec, lag, LagThrottleConfig{Threshold: 10}) // 5 s cap
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		m := withCount("m", 1)
@@ -107,7 +109,7 @@ func TestLagThrottleComposesWithRateLimit(t *testing.T) {
 		lag := &fakeLag{}
 		lag.n.Store(2000)
 		rec := &pubRecorder{}
-		p := NewLagThrottledPublisher(NewRateLimitedPublisher(rec, 100, 100, RateLimitBlock), lag, 1000)
+		p := newLT(t, newRL(t, rec, RateLimitConfig{VerticesPerSecond: 100, Burst: 100, Mode: Block}), lag, LagThrottleConfig{Threshold: 1000})
 		start := time.Now()
 		for range 2 {
 			if err := p.Publish("t", withCount("m", 100)); err != nil {
@@ -122,23 +124,54 @@ func TestLagThrottleComposesWithRateLimit(t *testing.T) {
 	})
 }
 
-func TestLagThrottleConstructorPanics(t *testing.T) {
-	for name, f := range map[string]func(){
-		"nil publisher": func() { NewLagThrottledPublisher(nil, &fakeLag{}, 1) },
-		"nil reader":    func() { NewLagThrottledPublisher(&pubRecorder{}, nil, 1) },
-		"zero":          func() { NewLagThrottledPublisher(&pubRecorder{}, &fakeLag{}, 0) },
+// newLT builds a LagThrottled publisher from a valid configuration.
+func newLT(t *testing.T, pub message.Publisher, lag LagReader, cfg LagThrottleConfig) *LagThrottled {
+	t.Helper()
+	p, err := NewLagThrottled(pub, lag, cfg)
+	if err != nil {
+		t.Fatalf("NewLagThrottled: %v", err)
+	}
+	return p
+}
+
+// Bad input is an error naming what is wrong, never a panic.
+func TestNewLagThrottledRejects(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		pub   message.Publisher
+		lag   LagReader
+		cfg   LagThrottleConfig
+		want  error
+		field string
+	}{
+		{"nil publisher", nil, &fakeLag{}, LagThrottleConfig{Threshold: 1}, ErrNilPublisher, ""},
+		{"nil reader", &pubRecorder{}, nil, LagThrottleConfig{Threshold: 1}, ErrNilLagReader, ""},
+		{"zero threshold", &pubRecorder{}, &fakeLag{}, LagThrottleConfig{}, ErrInvalidConfig, "threshold"},
+		{"negative threshold", &pubRecorder{}, &fakeLag{}, LagThrottleConfig{Threshold: -1}, ErrInvalidConfig, "threshold"},
+		{"negative step", &pubRecorder{}, &fakeLag{}, LagThrottleConfig{Threshold: 1, Step: -time.Second}, ErrInvalidConfig, "step"},
+		{"negative max", &pubRecorder{}, &fakeLag{}, LagThrottleConfig{Threshold: 1, Max: -time.Second}, ErrInvalidConfig, "max"},
 	} {
-		t.Run(name, func(t *testing.T) {
-			defer func() {
-				if recover() == nil {
-					t.Fatal("no panic")
-				}
-			}()
-			f()
+		t.Run(c.name, func(t *testing.T) {
+			p, err := NewLagThrottled(c.pub, c.lag, c.cfg)
+			if p != nil || !errors.Is(err, c.want) {
+				t.Fatalf("NewLagThrottled = %v, %v; want nil, %v", p, err, c.want)
+			}
+			var ce *ConfigError
+			if c.field != "" && (!errors.As(err, &ce) || ce.Field != c.field) {
+				t.Fatalf("err = %v, want a ConfigError on %s", err, c.field)
+			}
 		})
 	}
+	// Zero fields take their defaults; a zero threshold only means "off"
+	// to Validate.
+	if err := (LagThrottleConfig{}).Validate(); err != nil {
+		t.Fatalf("zero config: %v", err)
+	}
+	if c := (LagThrottleConfig{}).WithDefaults(); c.Step != DefaultThrottleStep || c.Max != DefaultThrottleMax {
+		t.Fatalf("defaults = %+v", c)
+	}
 	rec := &pubRecorder{}
-	if err := NewLagThrottledPublisher(rec, &fakeLag{}, 1).Close(); err != nil || !rec.closed {
+	if err := newLT(t, rec, &fakeLag{}, LagThrottleConfig{Threshold: 1}).Close(); err != nil || !rec.closed {
 		t.Fatal("Close must close the wrapped publisher")
 	}
 }

@@ -1,0 +1,81 @@
+package producer
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+)
+
+var (
+	// ErrNilPublisher is returned by the constructors when the publisher
+	// to wrap is nil.
+	ErrNilPublisher = errors.New("producer: nil publisher")
+	// ErrNilLagReader is returned by [NewLagThrottled] when the lag reader
+	// is nil.
+	ErrNilLagReader = errors.New("producer: nil lag reader")
+	// ErrInvalidConfig is matched (errors.Is) by every [*ConfigError].
+	ErrInvalidConfig = errors.New("producer: invalid config")
+)
+
+// ConfigError is one invalid configuration value. Field is the YAML key
+// relative to the config struct (prefix it with the key the struct is
+// embedded under), Value the offending value as written. It matches
+// [ErrInvalidConfig].
+type ConfigError struct {
+	Field  string
+	Value  string
+	Reason string
+}
+
+func (e *ConfigError) Error() string {
+	return "producer: config: " + e.Field + ": " + e.Reason + ", got " + strconv.Quote(e.Value)
+}
+
+// Unwrap returns [ErrInvalidConfig].
+func (e *ConfigError) Unwrap() error { return ErrInvalidConfig }
+
+// messagesContext returns a context that ends when the context of any of
+// the messages ends, and a function releasing it.
+func messagesContext(messages []*message.Message) (context.Context, func()) {
+	var ctxs []context.Context
+	for _, msg := range messages {
+		if msg != nil {
+			ctxs = append(ctxs, msg.Context())
+		}
+	}
+	switch len(ctxs) {
+	case 0:
+		return context.Background(), func() {}
+	case 1:
+		return ctxs[0], func() {}
+	}
+	ctx, cancel := context.WithCancelCause(ctxs[0])
+	stops := make([]func() bool, 0, len(ctxs)-1)
+	for _, c := range ctxs[1:] {
+		stops = append(stops, context.AfterFunc(c, func() { cancel(c.Err()) }))
+	}
+	return ctx, func() {
+		for _, s := range stops {
+			s()
+		}
+		cancel(nil)
+	}
+}
+
+// sleepCtx waits for d or until ctx ends, whichever comes first.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}

@@ -1,0 +1,206 @@
+package router
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/spillway-go/spillway/cost"
+	"github.com/spillway-go/spillway/producer"
+)
+
+// With producer.rate_limit set, Publisher publishes no faster than the
+// rate: over ten seconds of fake time, the burst plus rate × elapsed, to
+// within one message. Handler output is not limited.
+func TestProducerRateLimit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const rate, burst, size = 1000.0, 500, 100
+		cfg := Config{Telemetry: TelemetryConfig{Disabled: true}}
+		cfg.Producer.RateLimit = ProducerRateLimitConfig{VerticesPerSecond: rate, Burst: burst}
+		r, err := New(cfg, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		if r.RateLimited() == nil || r.LagThrottled() != nil {
+			t.Fatalf("rate limit %v, lag throttle %v; want only the rate limit", r.RateLimited(), r.LagThrottled())
+		}
+		if r.RateLimited().Mode() != producer.Block || r.RateLimited().Burst() != burst {
+			t.Fatalf("mode %s, burst %d", r.RateLimited().Mode(), r.RateLimited().Burst())
+		}
+
+		start := time.Now()
+		var total int64
+		for i := 0; time.Since(start) < 10*time.Second; i++ {
+			msg := message.NewMessage(strconv.Itoa(i), pingPayload(i))
+			msg.Metadata.Set(cost.MetadataKey, strconv.Itoa(size))
+			if err := r.Publisher().Publish("shapes", msg); err != nil {
+				t.Fatal(err)
+			}
+			total += size
+		}
+		elapsed := time.Since(start)
+		if limit := burst + rate*elapsed.Seconds(); float64(total) > limit || float64(total) < limit-size {
+			t.Fatalf("published %d vertices in %v, want at most %.0f and within %d of it", total, elapsed, limit, size)
+		}
+		if s := r.RateLimited().Stats(); s.Vertices != total || s.Waited <= 0 {
+			t.Fatalf("stats = %+v, want %d vertices and some wait", s, total)
+		}
+	})
+}
+
+// Unstamped messages are stamped before the limit charges them, and in
+// reject mode a publish over the rate fails with ErrRateLimited.
+func TestProducerRateLimitRejectStamps(t *testing.T) {
+	cfg := Config{Telemetry: TelemetryConfig{Disabled: true}}
+	cfg.Producer.RateLimit = ProducerRateLimitConfig{VerticesPerSecond: 0.001, Burst: 5, Mode: producer.Reject}
+	r, err := New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	line := []byte(`{"type":"LineString","coordinates":[[0,0],[1,1],[2,2]]}`) // 3 vertices
+	if err := r.Publisher().Publish("shapes", message.NewMessage("a", line)); err != nil {
+		t.Fatal(err)
+	}
+	if s := r.RateLimited().Stats(); s.Vertices != 3 {
+		t.Fatalf("charged %d vertices, want the stamped 3", s.Vertices)
+	}
+	if err := r.Publisher().Publish("shapes", message.NewMessage("b", line)); !errors.Is(err, producer.ErrRateLimited) {
+		t.Fatalf("err = %v, want ErrRateLimited", err)
+	}
+}
+
+// Without a producer section nothing is wrapped.
+func TestProducerOff(t *testing.T) {
+	r, err := New(Config{Telemetry: TelemetryConfig{Disabled: true}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if r.RateLimited() != nil || r.LagThrottled() != nil {
+		t.Fatal("producer layers built without a producer section")
+	}
+	c := r.Config().Producer
+	if c.RateLimit.Mode != producer.Block || c.LagThrottle.Step != producer.DefaultThrottleStep || c.LagThrottle.Max != producer.DefaultThrottleMax {
+		t.Fatalf("defaults = %+v", c)
+	}
+}
+
+// Invalid producer values are validation errors naming the field, from
+// Validate and from New.
+func TestProducerValidation(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		set   func(*Config)
+		field string
+	}{
+		{"negative rate", func(c *Config) { c.Producer.RateLimit.VerticesPerSecond = -1 }, "producer.rate_limit.vertices_per_second"},
+		{"negative burst", func(c *Config) { c.Producer.RateLimit.Burst = -5 }, "producer.rate_limit.burst"},
+		{"unknown mode", func(c *Config) { c.Producer.RateLimit.Mode = "drop" }, "producer.rate_limit.mode"},
+		{"negative threshold", func(c *Config) { c.Producer.LagThrottle.Threshold = -1 }, "producer.lag_throttle.threshold"},
+		{"negative step", func(c *Config) { c.Producer.LagThrottle.Step = -time.Second }, "producer.lag_throttle.step"},
+		{"negative max", func(c *Config) { c.Producer.LagThrottle.Max = -time.Second }, "producer.lag_throttle.max"},
+		{"throttle on memory", func(c *Config) { c.Producer.LagThrottle.Threshold = 100 }, "producer.lag_throttle.threshold"},
+		{"throttle without telemetry", func(c *Config) {
+			c.Broker = BrokerKafka
+			c.Kafka.Brokers = []string{"127.0.0.1:1"}
+			c.Telemetry.Disabled = true
+			c.Producer.LagThrottle.Threshold = 100
+		}, "producer.lag_throttle.threshold"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var cfg Config
+			c.set(&cfg)
+			for what, err := range map[string]error{"Validate": cfg.Validate(), "New": func() error { _, err := New(cfg, nil); return err }()} {
+				var ce *ConfigError
+				if !errors.As(err, &ce) || ce.Field != c.field {
+					t.Errorf("%s: %v, want a ConfigError on %s", what, err, c.field)
+				}
+			}
+		})
+	}
+	ok := Config{Broker: BrokerKafka}
+	ok.Kafka.Brokers = []string{"127.0.0.1:1"}
+	ok.Producer.LagThrottle.Threshold = 100
+	ok.Producer.RateLimit.VerticesPerSecond = 10
+	if err := ok.Validate(); err != nil {
+		t.Fatalf("valid producer section: %v", err)
+	}
+}
+
+// The section loads from YAML and from SPILLWAY_PRODUCER_* variables.
+func TestProducerLoad(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "c.yaml")
+	yml := "producer:\n  rate_limit:\n    vertices_per_second: 50000\n    mode: reject\n  lag_throttle:\n    step: 250ms\n"
+	if err := os.WriteFile(path, []byte(yml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("SPILLWAY_PRODUCER_RATE_LIMIT_BURST", "200000")
+	c, err := LoadConfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := c.Producer
+	if p.RateLimit.VerticesPerSecond != 50_000 || p.RateLimit.Burst != 200_000 || p.RateLimit.Mode != producer.Reject || p.LagThrottle.Step != 250*time.Millisecond {
+		t.Fatalf("loaded %+v", p)
+	}
+	if err := os.WriteFile(path, []byte("producer:\n  rate_limit:\n    burst: lots\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var ce *ConfigError
+	if _, err := LoadConfig(path); !errors.As(err, &ce) || ce.Field != "producer.rate_limit.burst" {
+		t.Fatalf("bad burst: %v", err)
+	}
+}
+
+// On redis, producer.lag_throttle reads the router's lag sampler: while
+// the handler's consumer group lags by more than the threshold, Publisher
+// waits.
+func TestProducerLagThrottle(t *testing.T) {
+	cfg := redisConfig(t)
+	cfg.Redis.Consumers = 1
+	cfg.Telemetry.LagInterval = 50 * time.Millisecond
+	cfg.Producer.LagThrottle.Threshold = 2
+	cfg.Producer.LagThrottle.Step = 10 * time.Millisecond
+	cfg.Producer.LagThrottle.Max = 100 * time.Millisecond
+	r, err := New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.LagThrottled() == nil || r.RateLimited() != nil {
+		t.Fatalf("rate limit %v, lag throttle %v; want only the lag throttle", r.RateLimited(), r.LagThrottled())
+	}
+	release := make(chan struct{})
+	if _, err := r.AddConsumerHandler("h", "jobs", func(*message.Message) error { <-release; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	errc := runRouter(t, r)
+	defer closeRouter(t, r, errc)
+	defer close(release)
+
+	for i := range 10 {
+		if err := r.Publisher().Publish("jobs", message.NewMessage("j-"+strconv.Itoa(i), pingPayload(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for r.LagThrottled().Delay() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no throttle after 10s: lag %d", r.LagSampler().TotalLag())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := r.Publisher().Publish("jobs", message.NewMessage("late", pingPayload(1))); err != nil {
+		t.Fatal(err)
+	}
+	if s := r.LagThrottled().Stats(); s.Throttled == 0 || s.Waited <= 0 {
+		t.Fatalf("stats = %+v, want a throttled publish (lag %d)", s, r.LagSampler().TotalLag())
+	}
+}
