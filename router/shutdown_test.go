@@ -43,6 +43,7 @@ func TestGracefulShutdownKafka(t *testing.T) {
 	cfg := Config{Broker: BrokerKafka, CloseTimeout: 10 * time.Second}
 	cfg.Budget.Vertices = 100
 	cfg.Kafka.Brokers = cluster.Brokers()
+	cfg.Kafka.Version = "2.3.0" // kfake's limit
 	cfg.Kafka.Partitions = 2
 	cfg.Kafka.HeartbeatInterval = 200 * time.Millisecond
 
@@ -217,6 +218,7 @@ func TestSignalShutdown(t *testing.T) {
 func TestCloseWithoutRun(t *testing.T) {
 	defer goleak.VerifyNone(t, leakOptions...)
 	c := Config{Broker: BrokerKafka}
+	c.Kafka.Brokers = []string{Embedded}
 	c.Kafka.Partitions = 2
 	r, err := New(c, nil)
 	if err != nil {
