@@ -3,6 +3,7 @@ package kafkabroker
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -104,14 +105,20 @@ func Open(cfg Config, logger watermill.LoggerAdapter, opts ...Option) (*Cluster,
 		return msg.UUID, nil
 	})
 	if cfg.Embedded() {
-		brokers, stop, err := StartEmbedded(cfg.Partitions, cfg.Topics)
+		upFront := cfg.Topics
+		if cfg.MaxMessageBytes > 0 {
+			// Created below instead, with their max.message.bytes.
+			upFront = nil
+		}
+		brokers, stop, err := StartEmbedded(cfg.Partitions, upFront)
 		if err != nil {
 			return nil, err
 		}
 		c.stopEmbedded = stop
 		c.brokers = brokers
 		logger.Info("Embedded Kafka broker started", watermill.LogFields{"brokers": fmt.Sprint(c.brokers)})
-	} else if cfg.CreateTopics {
+	}
+	if cfg.CreateTopics || (cfg.Embedded() && cfg.MaxMessageBytes > 0) {
 		for _, t := range cfg.Topics {
 			if err := c.EnsureTopic(t); err != nil {
 				_ = c.Close()
@@ -210,9 +217,11 @@ func (c *Cluster) adminClient() (sarama.Client, sarama.ClusterAdmin, error) {
 	return client, admin, nil
 }
 
-// EnsureTopic creates topic with Config.Partitions partitions and
-// Config.ReplicationFactor replicas if it is missing, on the embedded
-// broker or with Config.CreateTopics; otherwise it does nothing.
+// EnsureTopic creates topic with Config.Partitions partitions,
+// Config.ReplicationFactor replicas and, with Config.MaxMessageBytes, a
+// max.message.bytes that admits such a message, if it is missing, on the
+// embedded broker or with Config.CreateTopics; otherwise it does nothing.
+// An existing topic is left as it is.
 func (c *Cluster) EnsureTopic(topic string) error {
 	if !c.cfg.Embedded() && !c.cfg.CreateTopics {
 		return nil
@@ -221,10 +230,15 @@ func (c *Cluster) EnsureTopic(topic string) error {
 	if err != nil {
 		return err
 	}
-	err = admin.CreateTopic(topic, &sarama.TopicDetail{
+	detail := &sarama.TopicDetail{
 		NumPartitions:     c.cfg.Partitions,
 		ReplicationFactor: c.cfg.ReplicationFactor,
-	}, false)
+	}
+	if limit := c.cfg.batchLimit(); limit > 0 {
+		v := strconv.Itoa(int(limit))
+		detail.ConfigEntries = map[string]*string{"max.message.bytes": &v}
+	}
+	err = admin.CreateTopic(topic, detail, false)
 	if err != nil && !errors.Is(err, sarama.ErrTopicAlreadyExists) {
 		return fmt.Errorf("kafkabroker: creating topic %s: %w", topic, err)
 	}

@@ -30,6 +30,10 @@ const (
 	// DefaultVersion is the protocol version spoken to a cluster: the
 	// newest Sarama 1.43.3 knows.
 	DefaultVersion = "3.6.0"
+	// BatchHeadroom is what [Config.MaxMessageBytes] adds for the record
+	// batch around a message (its header and the record's own framing),
+	// which brokers count against a topic's max.message.bytes.
+	BatchHeadroom = 1 << 10
 	// EmbeddedVersion is the default, and the newest version allowed,
 	// with brokers [Embedded]: Sarama cannot decode the in-process
 	// broker's newer responses.
@@ -109,6 +113,16 @@ type Config struct {
 	// learns of a rebalance at its next heartbeat, so this delay is spent
 	// out of RebalanceTimeout. Default 1s; must be below SessionTimeout.
 	HeartbeatInterval time.Duration `yaml:"heartbeat_interval" env:"HEARTBEAT_INTERVAL"`
+
+	// MaxMessageBytes is the largest message Spillway produces and
+	// consumes, as Sarama measures it (key, value, headers): Sarama's
+	// Producer.MaxMessageBytes, and, with [BatchHeadroom] added for the
+	// record batch around it, the consumer's Fetch.Max and the
+	// max.message.bytes of topics Spillway creates. The cluster's
+	// message.max.bytes, replica.fetch.max.bytes, and the max.message.bytes
+	// of topics created elsewhere must allow it too. Default 0: Sarama's and
+	// the cluster's own limits (about 1 MB).
+	MaxMessageBytes int32 `yaml:"max_message_bytes" env:"MAX_MESSAGE_BYTES"`
 
 	// InitialOffset is where a new consumer group starts: oldest or
 	// newest. Default oldest.
@@ -194,6 +208,14 @@ func (e *FieldError) Error() string {
 
 // Unwrap returns [ErrInvalidConfig].
 func (e *FieldError) Unwrap() error { return ErrInvalidConfig }
+
+// batchLimit is MaxMessageBytes plus the batch headroom, 0 when unset.
+func (c Config) batchLimit() int32 {
+	if c.MaxMessageBytes <= 0 {
+		return 0
+	}
+	return c.MaxMessageBytes + BatchHeadroom
+}
 
 // Embedded reports whether c asks for the in-process broker.
 func (c Config) Embedded() bool {
@@ -320,6 +342,11 @@ func (c Config) Validate() error {
 		bad("heartbeat_interval", k.HeartbeatInterval.String(), "must be positive")
 	} else if k.SessionTimeout > 0 && k.HeartbeatInterval >= k.SessionTimeout {
 		bad("heartbeat_interval", k.HeartbeatInterval.String(), "must be below session_timeout ("+k.SessionTimeout.String()+")")
+	}
+	if k.MaxMessageBytes < 0 {
+		bad("max_message_bytes", strconv.Itoa(int(k.MaxMessageBytes)), "must be zero (the cluster's limit) or positive")
+	} else if int64(k.MaxMessageBytes)+BatchHeadroom > int64(sarama.MaxRequestSize) {
+		bad("max_message_bytes", strconv.Itoa(int(k.MaxMessageBytes)), fmt.Sprintf("must leave room for the batch within Sarama's request limit (%d bytes)", sarama.MaxRequestSize))
 	}
 	switch k.InitialOffset {
 	case "oldest", "newest":

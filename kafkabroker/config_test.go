@@ -113,3 +113,35 @@ func TestSaramaConfigs(t *testing.T) {
 		t.Errorf("missing CA file: %v", err)
 	}
 }
+
+// TestMaxMessageBytes: one value sets the producer limit and, with the
+// batch headroom, the consumer's fetch limit; negative or oversized values
+// are rejected.
+func TestMaxMessageBytes(t *testing.T) {
+	c := kafkabroker.Config{Brokers: []string{"k1:9092"}, MaxMessageBytes: 4 << 20}
+	pc, err := c.SaramaPublisherConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pc.Producer.MaxMessageBytes != 4<<20 {
+		t.Errorf("Producer.MaxMessageBytes = %d", pc.Producer.MaxMessageBytes)
+	}
+	sc, err := c.SaramaSubscriberConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sc.Consumer.Fetch.Max != 4<<20+kafkabroker.BatchHeadroom || sc.Consumer.Fetch.Default != kafkabroker.DefaultFetchDefaultBytes {
+		t.Errorf("Fetch.Max = %d, Fetch.Default = %d", sc.Consumer.Fetch.Max, sc.Consumer.Fetch.Default)
+	}
+	small := kafkabroker.Config{Brokers: []string{"k1:9092"}, MaxMessageBytes: 1000}
+	if sc, err := small.SaramaSubscriberConfig(); err != nil || sc.Consumer.Fetch.Default != 1000+kafkabroker.BatchHeadroom {
+		t.Errorf("a limit below the fetch size does not cap Fetch.Default: %v", err)
+	}
+	for _, n := range []int32{-1, int32(sarama.MaxRequestSize)} {
+		var fe *kafkabroker.FieldError
+		err := kafkabroker.Config{Brokers: []string{"k1:9092"}, MaxMessageBytes: n}.Validate()
+		if !errors.As(err, &fe) || fe.Field != "max_message_bytes" {
+			t.Errorf("max_message_bytes %d: %v", n, err)
+		}
+	}
+}

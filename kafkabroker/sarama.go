@@ -128,6 +128,13 @@ func (k Config) subscriberSarama(hook func(*sarama.Config) error) (*sarama.Confi
 	c.Consumer.Group.Rebalance.Timeout = k.RebalanceTimeout
 	c.Consumer.Group.Session.Timeout = k.SessionTimeout
 	c.Consumer.Group.Heartbeat.Interval = k.HeartbeatInterval
+	if limit := k.batchLimit(); limit > 0 {
+		// Sarama grows a fetch that returned only part of a batch, up to
+		// Fetch.Max; past it the partition fails with
+		// ErrMessageTooLarge.
+		c.Consumer.Fetch.Max = limit
+		c.Consumer.Fetch.Default = min(c.Consumer.Fetch.Default, limit)
+	}
 	return finish(c, hook, "consumer")
 }
 
@@ -135,6 +142,9 @@ func (k Config) publisherSarama(hook func(*sarama.Config) error) (*sarama.Config
 	c := kafka.DefaultSaramaSyncPublisherConfig()
 	if err := k.common(c); err != nil {
 		return nil, err
+	}
+	if k.MaxMessageBytes > 0 {
+		c.Producer.MaxMessageBytes = int(k.MaxMessageBytes)
 	}
 	return finish(c, hook, "producer")
 }

@@ -1,8 +1,15 @@
 package router
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -10,6 +17,10 @@ import (
 	"github.com/IBM/sarama"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"go.uber.org/goleak"
+
+	"github.com/spillway-go/spillway/cost"
+	"github.com/spillway-go/spillway/internal/kafkatest"
+	"github.com/spillway-go/spillway/kafkabroker"
 )
 
 // TestWithSaramaConfig: the hook runs last on the publisher's, every
@@ -90,4 +101,120 @@ func TestKafkaConfigErrorsNamed(t *testing.T) {
 	if len(want) > 0 {
 		t.Errorf("missing %v in %v", want, err)
 	}
+}
+
+// largeFeatureCollection builds a GeoJSON FeatureCollection of at least
+// minBytes from the countries test data, repeating its features (with
+// fresh ids) as often as needed.
+func largeFeatureCollection(t *testing.T, minBytes int) []byte {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("..", "testdata", "countries-land-10km.ndjson"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := bytes.Split(bytes.TrimSpace(data), []byte("\n"))
+	var b bytes.Buffer
+	b.WriteString(`{"type":"FeatureCollection","features":[`)
+	for i := 0; b.Len() < minBytes; i++ {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		var f map[string]any
+		if err := json.Unmarshal(lines[i%len(lines)], &f); err != nil {
+			t.Fatal(err)
+		}
+		f["id"] = fmt.Sprintf("%v-%d", f["id"], i/len(lines))
+		enc, err := json.Marshal(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Write(enc)
+	}
+	b.WriteString("]}")
+	return b.Bytes()
+}
+
+// TestLargeMessage: with kafka.max_message_bytes a 2.7 MB GeoJSON feature
+// collection goes through the router (producer limit, topic
+// max.message.bytes, consumer fetch limit) and arrives whole, stamped with
+// its vertex count; without it the producer refuses it.
+func TestLargeMessage(t *testing.T) {
+	defer goleak.VerifyNone(t, leakOptions...)
+	payload := largeFeatureCollection(t, 2_700_000)
+	vertices, err := cost.CountPayload(payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cluster := kafkatest.Start(t, 1)
+
+	newCfg := func(maxBytes int32) Config {
+		cfg := Config{Broker: BrokerKafka, CloseTimeout: 10 * time.Second}
+		cfg.Kafka.Brokers = cluster.Brokers()
+		cfg.Kafka.Version = "2.3.0" // kfake's limit
+		cfg.Kafka.Partitions = 1
+		cfg.Kafka.CreateTopics = true
+		cfg.Kafka.MaxMessageBytes = maxBytes
+		cfg.Kafka.HeartbeatInterval = 200 * time.Millisecond
+		return cfg
+	}
+
+	// Without the setting: Sarama's 1 MB producer limit.
+	small, err := New(newCfg(0), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = small.Publisher().Publish("big-default", message.NewMessage("too-big", payload))
+	if err == nil || !strings.Contains(err.Error(), "MaxMessageBytes") {
+		t.Errorf("publishing %d bytes without max_message_bytes = %v, want Sarama's MaxMessageBytes refusal", len(payload), err)
+	}
+	if err := small.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	cfg := newCfg(4 << 20)
+	r, err := New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	got := make(chan *message.Message, 1)
+	if _, err := r.AddConsumerHandler("big", "big", func(m *message.Message) error {
+		got <- m
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	sc := sarama.NewConfig()
+	sc.Version = sarama.V2_3_0_0
+	admin, err := sarama.NewClusterAdmin(r.Brokers(), sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	entries, err := admin.DescribeConfig(sarama.ConfigResource{Type: sarama.TopicResource, Name: "big", ConfigNames: []string{"max.message.bytes"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := strconv.Itoa(4<<20 + kafkabroker.BatchHeadroom)
+	if len(entries) != 1 || entries[0].Value != want {
+		t.Errorf("topic big: max.message.bytes %+v, want %s", entries, want)
+	}
+
+	errc := runRouter(t, r)
+	if err := r.Publisher().Publish("big", message.NewMessage("big-1", payload)); err != nil {
+		t.Fatalf("publishing %d bytes: %v", len(payload), err)
+	}
+	select {
+	case m := <-got:
+		if !bytes.Equal(m.Payload, payload) {
+			t.Errorf("payload of %d bytes arrived as %d bytes", len(payload), len(m.Payload))
+		}
+		if v := m.Metadata.Get(cost.MetadataKey); v != strconv.Itoa(vertices) {
+			t.Errorf("vertex_count %q, want %d", v, vertices)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("large message never delivered")
+	}
+	closeRouter(t, r, errc)
 }
