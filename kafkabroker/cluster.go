@@ -104,13 +104,13 @@ func Open(cfg Config, logger watermill.LoggerAdapter, opts ...Option) (*Cluster,
 		// such message onto one partition.
 		return msg.UUID, nil
 	})
-	if cfg.Embedded() {
+	if cfg.embedded() {
 		upFront := cfg.Topics
 		if cfg.MaxMessageBytes > 0 {
 			// Created below instead, with their max.message.bytes.
 			upFront = nil
 		}
-		brokers, stop, err := StartEmbedded(cfg.Partitions, upFront)
+		brokers, stop, err := startEmbedded(cfg.Partitions, upFront)
 		if err != nil {
 			return nil, err
 		}
@@ -118,7 +118,7 @@ func Open(cfg Config, logger watermill.LoggerAdapter, opts ...Option) (*Cluster,
 		c.brokers = brokers
 		logger.Info("Embedded Kafka broker started", watermill.LogFields{"brokers": fmt.Sprint(c.brokers)})
 	}
-	if cfg.CreateTopics || (cfg.Embedded() && cfg.MaxMessageBytes > 0) {
+	if cfg.CreateTopics || (cfg.embedded() && cfg.MaxMessageBytes > 0) {
 		for _, t := range cfg.Topics {
 			if err := c.EnsureTopic(t); err != nil {
 				_ = c.Close()
@@ -223,7 +223,7 @@ func (c *Cluster) adminClient() (sarama.Client, sarama.ClusterAdmin, error) {
 // embedded broker or with Config.CreateTopics; otherwise it does nothing.
 // An existing topic is left as it is.
 func (c *Cluster) EnsureTopic(topic string) error {
-	if !c.cfg.Embedded() && !c.cfg.CreateTopics {
+	if !c.cfg.embedded() && !c.cfg.CreateTopics {
 		return nil
 	}
 	_, admin, err := c.adminClient()

@@ -217,8 +217,8 @@ func (c Config) batchLimit() int32 {
 	return c.MaxMessageBytes + BatchHeadroom
 }
 
-// Embedded reports whether c asks for the in-process broker.
-func (c Config) Embedded() bool {
+// embedded reports whether c asks for the in-process broker.
+func (c Config) embedded() bool {
 	return len(c.Brokers) == 1 && c.Brokers[0] == Embedded
 }
 
@@ -241,7 +241,7 @@ func (c *Config) setDefaults() {
 	}
 	if c.Version == "" {
 		c.Version = DefaultVersion
-		if c.Embedded() {
+		if c.embedded() {
 			c.Version = EmbeddedVersion
 		}
 	}
@@ -321,7 +321,7 @@ func (c Config) Validate() error {
 		bad("version", k.Version, "must be a Kafka version such as 3.6.0")
 	} else if !v.IsAtLeast(sarama.V0_10_1_0) {
 		bad("version", k.Version, "must be at least 0.10.1 (the first with a rebalance timeout)")
-	} else if k.Embedded() && v.IsAtLeast(sarama.V2_4_0_0) {
+	} else if k.embedded() && v.IsAtLeast(sarama.V2_4_0_0) {
 		bad("version", k.Version, "must be at most "+EmbeddedVersion+" with the embedded broker (Sarama cannot decode its newer responses)")
 	}
 	if k.ChannelBufferSize < 0 {
