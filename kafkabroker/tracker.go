@@ -47,6 +47,9 @@ import (
 // An inner tracer (e.g. kafka.NewOTELSaramaTracer()) is composed, not
 // replaced: it wraps the consumer group handler around ours, and every
 // other hook is delegated to it.
+//
+// A SessionTracker is safe for concurrent use; give each subscriber its
+// own.
 type SessionTracker struct {
 	inner kafka.SaramaTracer
 
