@@ -1,8 +1,34 @@
-// Package kafkabroker is Spillway's Kafka side: the hook through which an
-// in-process broker is linked in on request ([RegisterEmbedded]), so the
-// library itself never links a fake broker.
+// Package kafkabroker is Spillway's Kafka side, over watermill-kafka and
+// Sarama: the configuration ([Config], the router's kafka section), the
+// Sarama settings chosen for backpressure, and a [Cluster] that builds the
+// publisher and the per-handler subscribers with them, creates topics and
+// reads consumer lag.
 //
-// A program or test that wants kafka.brokers "embedded" imports
-// github.com/spillway-go/spillway/embedded for its side effects; without
-// that import, "embedded" is a configuration error that names the import.
+// # Pieces
+//
+//   - [Config]: brokers, consumer groups, topics Spillway creates, the
+//     window (channel buffer, fetch size), the rebalance timeout that is
+//     the redelivery deadline, TLS and SASL. [Config.Validate] reports
+//     [*FieldError]s; [Config.SaramaSubscriberConfig] and
+//     [Config.SaramaPublisherConfig] give the Sarama configurations for
+//     wiring watermill-kafka by hand.
+//   - [Cluster]: [Open] starts the embedded broker when asked for and
+//     creates topics; [Cluster.NewPublisher] and [Cluster.NewSubscriber]
+//     build watermill-kafka clients; [Cluster.LagSource] feeds a
+//     telemetry.LagSampler. [WithSaramaConfig] is applied last to every
+//     Sarama configuration it builds.
+//   - [SessionTracker]: makes budget admission revocation-aware. A message
+//     waiting for budget steps aside when its consumer-group session ends;
+//     admitted work that finishes during a rebalance is still committed.
+//     docs/kafka.md explains the mechanism.
+//
+// # Embedded broker
+//
+// Brokers [Embedded] asks for an in-process broker, linked in on request
+// ([RegisterEmbedded]) so the library itself never links a fake broker: a
+// program or test that wants it imports github.com/spillway-go/spillway/embedded
+// for its side effects; without that import, "embedded" is a configuration
+// error that names the import. The embedded broker speaks Kafka protocol
+// 2.3.0 at most ([EmbeddedVersion], the default there); clusters get
+// [DefaultVersion].
 package kafkabroker

@@ -44,9 +44,9 @@ func EmbeddedLinked() bool {
 	return embedded.start != nil
 }
 
-// StartEmbedded starts a registered embedded cluster, or returns
+// startEmbedded starts a registered embedded cluster, or returns
 // [ErrEmbeddedNotLinked]. Each call starts a cluster of its own.
-func StartEmbedded(partitions int32, topics []string) (brokers []string, stop func(), err error) {
+func startEmbedded(partitions int32, topics []string) (brokers []string, stop func(), err error) {
 	embedded.mu.Lock()
 	start := embedded.start
 	embedded.mu.Unlock()

@@ -7,6 +7,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 
+	"github.com/spillway-go/spillway/kafkabroker"
 	"github.com/spillway-go/spillway/telemetry"
 )
 
@@ -21,7 +22,7 @@ type backend interface {
 	// subscriber returns the subscriber for one handler, and the session
 	// tracker that makes its admission revocation-aware (nil if the
 	// broker has no revocable deliveries).
-	subscriber(handler, topic string) (message.Subscriber, *SessionTracker, error)
+	subscriber(handler, topic string) (message.Subscriber, *kafkabroker.SessionTracker, error)
 	// ensureTopic makes topic exist, where the broker needs that.
 	ensureTopic(topic string) error
 	// lag reads the uncommitted messages of the handlers' groups, one
@@ -53,7 +54,7 @@ func newMemoryBackend(logger watermill.LoggerAdapter) *memoryBackend {
 
 func (b *memoryBackend) publisher() message.Publisher { return b.ch }
 
-func (b *memoryBackend) subscriber(string, string) (message.Subscriber, *SessionTracker, error) {
+func (b *memoryBackend) subscriber(string, string) (message.Subscriber, *kafkabroker.SessionTracker, error) {
 	// One GoChannel serves every handler; closing it is the router's job.
 	return nopCloseSubscriber{b.ch}, nil, nil
 }

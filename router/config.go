@@ -238,117 +238,17 @@ type RetryConfig struct {
 	retrygate.Config `yaml:",inline"`
 }
 
-// KafkaConfig configures the Kafka broker. Every default is chosen for
+// KafkaConfig is the kafka section: [kafkabroker.Config], whose yaml and
+// env tags are the section's keys (kafka.rebalance_timeout,
+// SPILLWAY_KAFKA_REBALANCE_TIMEOUT). Every default is chosen for
 // backpressure; docs/kafka.md explains each one.
-type KafkaConfig struct {
-	// Brokers lists bootstrap brokers as host:port. The single entry
-	// "embedded" starts an in-process broker on loopback, owned by the
-	// router and closed by Close; it needs the program to import
-	// github.com/spillway-go/spillway/embedded. Required with broker kafka.
-	Brokers []string `yaml:"brokers" env:"BROKERS"`
+type KafkaConfig = kafkabroker.Config
 
-	// ConsumerGroup prefixes the consumer group of every handler: a
-	// handler named h consumes in group "<ConsumerGroup>.<h>". Default
-	// spillway.
-	ConsumerGroup string `yaml:"consumer_group" env:"CONSUMER_GROUP"`
+// TLSConfig is the kafka.tls section ([kafkabroker.TLSConfig]).
+type TLSConfig = kafkabroker.TLSConfig
 
-	// Topics are created up front (embedded broker, or CreateTopics set).
-	// Handler topics are created when the handler is added, so this list
-	// is only needed for topics that are published to but not consumed.
-	Topics []string `yaml:"topics" env:"TOPICS"`
-
-	// Partitions is the partition count of topics the router creates.
-	// Default 12.
-	Partitions int32 `yaml:"partitions" env:"PARTITIONS"`
-
-	// ReplicationFactor of topics the router creates. Default 1.
-	ReplicationFactor int16 `yaml:"replication_factor" env:"REPLICATION_FACTOR"`
-
-	// CreateTopics creates missing topics on an external cluster (the
-	// embedded broker always creates them). Default false.
-	CreateTopics bool `yaml:"create_topics" env:"CREATE_TOPICS"`
-
-	// KeyMetadata is the metadata field whose value becomes the Kafka
-	// message key, so every message of one entity (or geocell) lands on
-	// one partition and stays ordered. A message without it is keyed by
-	// its UUID. Default entity_id.
-	KeyMetadata string `yaml:"key_metadata" env:"KEY_METADATA"`
-
-	// Version is the Kafka protocol version Sarama speaks: at least 0.10.1
-	// (the first with a rebalance timeout). Default 2.3.0, the newest that
-	// Sarama 1.43.3 and the embedded broker agree on; an external cluster
-	// may use its own version.
-	Version string `yaml:"version" env:"VERSION"`
-
-	// ClientID is sent to the brokers. Default spillway.
-	ClientID string `yaml:"client_id" env:"CLIENT_ID"`
-
-	// ChannelBufferSize is Sarama's per-partition message buffer: the
-	// broker window held in memory ahead of the handler. Default 16.
-	ChannelBufferSize int `yaml:"channel_buffer_size" env:"CHANNEL_BUFFER_SIZE"`
-
-	// FetchDefaultBytes is Sarama's Consumer.Fetch.Default: bytes asked for
-	// per partition per fetch. Default 262144 (256 KiB).
-	FetchDefaultBytes int32 `yaml:"fetch_default_bytes" env:"FETCH_DEFAULT_BYTES"`
-
-	// RebalanceTimeout is Sarama's Consumer.Group.Rebalance.Timeout and the
-	// redelivery deadline the budget is sized against: once a rebalance
-	// starts, every member must release its partitions within it or be
-	// evicted, and its unacknowledged messages are redelivered. Default 60s.
-	RebalanceTimeout time.Duration `yaml:"rebalance_timeout" env:"REBALANCE_TIMEOUT"`
-
-	// SessionTimeout is Consumer.Group.Session.Timeout: a member that sends
-	// no heartbeat for this long is evicted. Default 10s.
-	SessionTimeout time.Duration `yaml:"session_timeout" env:"SESSION_TIMEOUT"`
-
-	// HeartbeatInterval is Consumer.Group.Heartbeat.Interval. A member
-	// learns of a rebalance at its next heartbeat, so this delay is spent
-	// out of RebalanceTimeout. Default 1s; must be below SessionTimeout.
-	HeartbeatInterval time.Duration `yaml:"heartbeat_interval" env:"HEARTBEAT_INTERVAL"`
-
-	// InitialOffset is where a new consumer group starts: oldest or
-	// newest. Default oldest.
-	InitialOffset string `yaml:"initial_offset" env:"INITIAL_OFFSET"`
-
-	// NackResendSleep is how long watermill-kafka waits before
-	// redelivering a nacked message. Default 100ms.
-	NackResendSleep time.Duration `yaml:"nack_resend_sleep" env:"NACK_RESEND_SLEEP"`
-
-	// TLS configures transport encryption.
-	TLS TLSConfig `yaml:"tls" envPrefix:"TLS_"`
-
-	// SASL configures authentication.
-	SASL SASLConfig `yaml:"sasl" envPrefix:"SASL_"`
-}
-
-// TLSConfig configures TLS to the Kafka brokers.
-type TLSConfig struct {
-	// Enabled turns TLS on. The files below are optional: without CAFile
-	// the system roots are used; without a client certificate none is sent.
-	Enabled bool `yaml:"enabled" env:"ENABLED"`
-	// CAFile is a PEM bundle of trusted CAs.
-	CAFile string `yaml:"ca_file" env:"CA_FILE"`
-	// CertFile is the PEM client certificate (mutual TLS).
-	CertFile string `yaml:"cert_file" env:"CERT_FILE"`
-	// KeyFile is the PEM private key of CertFile.
-	KeyFile string `yaml:"key_file" env:"KEY_FILE"`
-	// KeyPEM is the client private key inline, instead of KeyFile. Secret.
-	KeyPEM Secret `yaml:"key_pem" env:"KEY_PEM"`
-	// ServerName overrides the name checked against the broker certificate.
-	ServerName string `yaml:"server_name" env:"SERVER_NAME"`
-	// InsecureSkipVerify disables certificate verification. Tests only.
-	InsecureSkipVerify bool `yaml:"insecure_skip_verify" env:"INSECURE_SKIP_VERIFY"`
-}
-
-// SASLConfig configures SASL authentication to the Kafka brokers.
-type SASLConfig struct {
-	// Mechanism is empty (no SASL), PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512.
-	Mechanism string `yaml:"mechanism" env:"MECHANISM"`
-	// User is the SASL user name.
-	User string `yaml:"user" env:"USER"`
-	// Password is the SASL password. Secret.
-	Password Secret `yaml:"password" env:"PASSWORD"`
-}
+// SASLConfig is the kafka.sasl section ([kafkabroker.SASLConfig]).
+type SASLConfig = kafkabroker.SASLConfig
 
 // RedisConfig configures the Redis Streams broker ([redisbroker]). Zero
 // fields take redisbroker's defaults; docs/redis.md explains each one.
@@ -494,20 +394,10 @@ func (e *ConfigError) Error() string {
 
 // Config defaults. docs/router.md lists them.
 const (
-	DefaultCloseTimeout      = 30 * time.Second
-	DefaultBudgetVertices    = 200_000
-	DefaultConsumerGroup     = "spillway"
-	DefaultPartitions        = 12
-	DefaultKeyMetadata       = "entity_id"
-	DefaultKafkaVersion      = "2.3.0"
-	DefaultClientID          = "spillway"
-	DefaultChannelBufferSize = 16
-	DefaultFetchDefaultBytes = 256 << 10
-	DefaultRebalanceTimeout  = 60 * time.Second
-	DefaultSessionTimeout    = 10 * time.Second
-	DefaultHeartbeatInterval = time.Second
-	DefaultNackResendSleep   = 100 * time.Millisecond
-	DefaultTelemetryName     = "spillway"
+	DefaultCloseTimeout   = 30 * time.Second
+	DefaultBudgetVertices = 200_000
+	DefaultConsumerGroup  = "spillway" // redis.consumer_group; kafka's is kafkabroker.DefaultConsumerGroup
+	DefaultTelemetryName  = "spillway"
 
 	DefaultAutoSizeWindows    = 5
 	DefaultAutoSizeMinWindows = 3

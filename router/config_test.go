@@ -14,6 +14,7 @@ import (
 
 	"github.com/caarlos0/env/v11"
 
+	"github.com/spillway-go/spillway/kafkabroker"
 	"github.com/spillway-go/spillway/redisbroker"
 	"github.com/spillway-go/spillway/retrygate"
 	"github.com/spillway-go/spillway/shedding"
@@ -59,7 +60,7 @@ func TestDefaults(t *testing.T) {
 	}
 	want.Kafka = KafkaConfig{
 		ConsumerGroup: "spillway", Partitions: 12, ReplicationFactor: 1,
-		KeyMetadata: "entity_id", Version: "2.3.0", ClientID: "spillway", ChannelBufferSize: 16,
+		KeyMetadata: "entity_id", Version: "3.6.0", ClientID: "spillway", ChannelBufferSize: 16,
 		FetchDefaultBytes: 256 << 10, RebalanceTimeout: 60 * time.Second, SessionTimeout: 10 * time.Second,
 		HeartbeatInterval: time.Second, InitialOffset: "oldest", NackResendSleep: 100 * time.Millisecond,
 	}
@@ -262,7 +263,7 @@ func TestValidSections(t *testing.T) {
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if d := c.autoSizeDeadline(); d != DefaultRebalanceTimeout {
+	if d := c.autoSizeDeadline(); d != kafkabroker.DefaultRebalanceTimeout {
 		t.Errorf("autosize deadline = %s, want the rebalance timeout", d)
 	}
 	if b := c.Budget.AutoSize.memoryBound(); b != ((1<<30)/2-(1<<20))/100 {
@@ -294,7 +295,7 @@ kafka:
 		c.Kafka.Partitions != 6 || !reflect.DeepEqual(c.Kafka.Brokers, []string{"k1:9092", "k2:9092"}) {
 		t.Errorf("file not applied: %v", c)
 	}
-	if c.Kafka.SessionTimeout != DefaultSessionTimeout {
+	if c.Kafka.SessionTimeout != kafkabroker.DefaultSessionTimeout {
 		t.Errorf("defaults not applied under the file: %s", c.Kafka.SessionTimeout)
 	}
 

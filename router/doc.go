@@ -26,11 +26,13 @@
 // Brokers:
 //
 //   - memory: Watermill's GoChannel, persistent. For tests and demos.
-//   - kafka: watermill-kafka consumer groups over Sarama, either an external
-//     cluster or, with brokers [embedded], an in-process kfake broker on
-//     loopback. Sarama is configured for backpressure (a small window, the
-//     rebalance timeout as the redelivery deadline), and admission is
-//     revocation-aware: see [SessionTracker].
+//   - kafka: watermill-kafka consumer groups over Sarama through package
+//     kafkabroker (the kafka section is a [kafkabroker.Config]), either an
+//     external cluster or, with brokers [Embedded], an in-process kfake
+//     broker on loopback. Sarama is configured for backpressure (a small
+//     window, the rebalance timeout as the redelivery deadline;
+//     [WithSaramaConfig] adjusts what the section does not cover), and
+//     admission is revocation-aware: see [kafkabroker.SessionTracker].
 //   - redis: Redis Streams through package redisbroker: one subscriber, in
 //     its own consumer group, per handler, with the keep-alive of held
 //     entries built in; redis.max_idle_time is the redelivery deadline, and

@@ -11,6 +11,8 @@ import (
 
 	"github.com/caarlos0/env/v11"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/spillway-go/spillway/kafkabroker"
 )
 
 // LoadConfig reads the YAML file at path (skipped when path is ""), then
@@ -119,13 +121,19 @@ func leaves() []leaf {
 			out = append(out, leaf{
 				path:   p,
 				env:    envPrefix + f.Tag.Get("env"),
-				secret: f.Type == reflect.TypeOf(Secret("")),
+				secret: isSecret(f.Type),
 				index:  idx,
 			})
 		}
 	}
 	walk(reflect.TypeOf(Config{}), "", EnvPrefix, nil)
 	return out
+}
+
+// isSecret reports whether t is one of the redacted string types: the
+// router's Secret or kafkabroker's.
+func isSecret(t reflect.Type) bool {
+	return t == reflect.TypeOf(Secret("")) || t == reflect.TypeOf(kafkabroker.Secret(""))
 }
 
 func yamlName(f reflect.StructField) string { return strings.Split(f.Tag.Get("yaml"), ",")[0] }
@@ -300,7 +308,7 @@ func (d *decoder) node(n *yaml.Node, v reflect.Value, path string) {
 			if r.Kind != yaml.ScalarNode {
 				value = "<" + kindName(r.Kind) + ">"
 			}
-			if v.Type() == reflect.TypeOf(Secret("")) && value != "" {
+			if isSecret(v.Type()) && value != "" {
 				value = redacted
 			}
 			d.errs = append(d.errs, &ConfigError{Field: path, Value: value, Reason: "cannot be read as " + typeName(v.Type()), Source: d.at(n)})

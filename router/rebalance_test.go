@@ -68,14 +68,14 @@ func (m scenarioMode) String() string {
 	return [...]string{"control", "budget-only", "spillway"}[m]
 }
 
-func (m scenarioMode) options() options {
+func (m scenarioMode) control() control {
 	switch m {
 	case modeControl:
-		return options{noBudget: true, noRevocation: true}
+		return control{noBudget: true, noRevocation: true}
 	case modeBudgetOnly:
-		return options{noRevocation: true}
+		return control{noRevocation: true}
 	default:
-		return options{}
+		return control{}
 	}
 }
 
@@ -235,6 +235,7 @@ func runScenario(t *testing.T, mode scenarioMode, msgs []burstMessage) scenarioR
 	cfg := Config{Broker: BrokerKafka, CloseTimeout: 15 * time.Second}
 	cfg.Budget.Vertices = cal.budget
 	cfg.Kafka.Brokers = cluster.Brokers()
+	cfg.Kafka.Version = "2.3.0" // kfake's limit
 	cfg.Kafka.ConsumerGroup = "rebalance-" + mode.String()
 	cfg.Kafka.Partitions = burstPartitions
 	cfg.Kafka.RebalanceTimeout = rebalanceTimeout
@@ -294,7 +295,7 @@ func runScenario(t *testing.T, mode scenarioMode, msgs []burstMessage) scenarioR
 
 	newMember := func(name string) *member {
 		m := &member{name: name, logger: newRecordingLogger(t), runErr: make(chan error, 1)}
-		r, err := newRouter(cfg, m.logger, mode.options())
+		r, err := newRouter(cfg, m.logger, options{}, mode.control())
 		if err != nil {
 			t.Fatal(err)
 		}

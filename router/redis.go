@@ -9,6 +9,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/spillway-go/spillway/kafkabroker"
 	"github.com/spillway-go/spillway/redisbroker"
 	"github.com/spillway-go/spillway/telemetry"
 )
@@ -80,7 +81,7 @@ func newRedisBackend(cfg RedisConfig, logger watermill.LoggerAdapter) (*redisBac
 
 func (b *redisBackend) publisher() message.Publisher { return b.pub }
 
-func (b *redisBackend) subscriber(handler, _ string) (message.Subscriber, *SessionTracker, error) {
+func (b *redisBackend) subscriber(handler, _ string) (message.Subscriber, *kafkabroker.SessionTracker, error) {
 	sub, err := redisbroker.NewSubscriber(b.cfg.broker(b.cfg.consumerGroup(handler)), b.logger)
 	if err != nil {
 		return nil, nil, fmt.Errorf("router: redis: subscriber for %s: %w", handler, err)

@@ -28,6 +28,7 @@ func TestRevocationStepAsideAndLateCommit(t *testing.T) {
 	cfg := Config{Broker: BrokerKafka, CloseTimeout: 10 * time.Second}
 	cfg.Budget.Vertices = 100
 	cfg.Kafka.Brokers = cluster.Brokers()
+	cfg.Kafka.Version = "2.3.0" // kfake's limit
 	cfg.Kafka.Partitions = 2
 	cfg.Kafka.RebalanceTimeout = 20 * time.Second
 	cfg.Kafka.HeartbeatInterval = 100 * time.Millisecond

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/IBM/sarama"
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -21,6 +22,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/spillway-go/spillway/cost"
+	"github.com/spillway-go/spillway/kafkabroker"
 	"github.com/spillway-go/spillway/middleware"
 	"github.com/spillway-go/spillway/producer"
 	"github.com/spillway-go/spillway/retrygate"
@@ -51,12 +53,15 @@ type options struct {
 	meterProvider  metric.MeterProvider
 	propagator     propagation.TextMapPropagator
 	signals        []os.Signal
+	saramaConfig   func(*sarama.Config) error
+}
 
-	// Test-only switches, for the control runs of the rebalance test.
-	noBudget     bool
-	noRevocation bool
-	// sarama tweaks the Sarama configs after they are built (tests).
-	saramaHook func(sub bool, c any)
+// control switches parts of the stack off for the control runs of the
+// rebalance test. [New] always passes the zero value; only tests call
+// newRouter with anything else.
+type control struct {
+	noBudget     bool // no admission layer at all
+	noRevocation bool // admission is not revocation-aware; late acks are dropped
 }
 
 // WithOnAdmission calls f once per message after admission is decided (see
@@ -89,6 +94,17 @@ func WithEstimator(e middleware.Estimator) Option {
 // ignores it.
 func WithSaramaTracer(t kafka.SaramaTracer) Option {
 	return func(o *options) { o.tracer = t }
+}
+
+// WithSaramaConfig calls f on every Sarama configuration the router builds
+// on Kafka (the publisher's, each subscriber's, and the admin and lag
+// client's), after the router's own settings and just before Sarama
+// validates it: an escape hatch for settings the kafka section does not
+// cover. f may be called concurrently and more than once per client kind;
+// an error from it fails the call that needed the configuration ([New],
+// or adding a handler). Other brokers ignore it.
+func WithSaramaConfig(f func(*sarama.Config) error) Option {
+	return func(o *options) { o.saramaConfig = f }
 }
 
 // WithOnShed calls f for every message the shedding policy drops (see
@@ -176,7 +192,7 @@ type Router struct {
 	lagThrottled *producer.LagThrottled // nil: producer.lag_throttle off
 
 	mu       sync.Mutex
-	trackers map[string]*SessionTracker
+	trackers map[string]*kafkabroker.SessionTracker
 	topics   map[string]string // handler name -> subscribed topic
 	retryHs  map[string]*message.Handler
 	subs     []message.Subscriber
@@ -205,10 +221,10 @@ func New(cfg Config, logger watermill.LoggerAdapter, opts ...Option) (*Router, e
 			opt(&o)
 		}
 	}
-	return newRouter(cfg, logger, o)
+	return newRouter(cfg, logger, o, control{})
 }
 
-func newRouter(cfg Config, logger watermill.LoggerAdapter, o options) (*Router, error) {
+func newRouter(cfg Config, logger watermill.LoggerAdapter, o options, ctl control) (*Router, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -220,7 +236,7 @@ func newRouter(cfg Config, logger watermill.LoggerAdapter, o options) (*Router, 
 		cfg:      cfg,
 		logger:   logger,
 		opts:     o,
-		trackers: make(map[string]*SessionTracker),
+		trackers: make(map[string]*kafkabroker.SessionTracker),
 		topics:   make(map[string]string),
 		retryHs:  make(map[string]*message.Handler),
 		closed:   make(chan struct{}),
@@ -232,7 +248,7 @@ func newRouter(cfg Config, logger watermill.LoggerAdapter, o options) (*Router, 
 	case BrokerMemory:
 		r.back = newMemoryBackend(logger)
 	case BrokerKafka:
-		r.back, err = newKafkaBackend(cfg.Kafka, logger, o)
+		r.back, err = newKafkaBackend(cfg.Kafka, logger, o, ctl)
 	case BrokerRedis:
 		r.back, err = newRedisBackend(cfg.Redis, logger)
 	default:
@@ -305,9 +321,9 @@ func newRouter(cfg Config, logger watermill.LoggerAdapter, o options) (*Router, 
 		}
 	}
 
-	if !o.noBudget {
+	if !ctl.noBudget {
 		bc := middleware.BudgetConfig{Budget: r.budget, Estimator: est, OnAdmission: r.onAdmission(o.onAdmission)}
-		if cfg.Broker == BrokerKafka && !o.noRevocation {
+		if cfg.Broker == BrokerKafka && !ctl.noRevocation {
 			bc.Revoked = r.revoked
 		}
 		if r.policy != nil && (bc.Revoked != nil || cfg.Shedding.Coalesce.Enabled) {
@@ -396,9 +412,11 @@ func (r *Router) Watermill() *message.Router { return r.wm }
 
 // SessionTracker returns the Kafka session tracker of handler, or nil (not
 // a Kafka handler, or revocation-awareness is off).
-func (r *Router) SessionTracker(handler string) *SessionTracker { return r.tracker(handler) }
+func (r *Router) SessionTracker(handler string) *kafkabroker.SessionTracker {
+	return r.tracker(handler)
+}
 
-func (r *Router) tracker(handler string) *SessionTracker {
+func (r *Router) tracker(handler string) *kafkabroker.SessionTracker {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.trackers[handler]
@@ -552,7 +570,7 @@ func (r *Router) subscriber(name, topic string) (message.Subscriber, error) {
 	return sub, nil
 }
 
-func (r *Router) newSubscriber(name, topic string) (message.Subscriber, *SessionTracker, error) {
+func (r *Router) newSubscriber(name, topic string) (message.Subscriber, *kafkabroker.SessionTracker, error) {
 	if err := r.back.ensureTopic(topic); err != nil {
 		return nil, nil, err
 	}

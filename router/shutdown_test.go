@@ -45,6 +45,7 @@ func TestGracefulShutdownKafka(t *testing.T) {
 	cfg := Config{Broker: BrokerKafka, CloseTimeout: 10 * time.Second}
 	cfg.Budget.Vertices = 100
 	cfg.Kafka.Brokers = cluster.Brokers()
+	cfg.Kafka.Version = "2.3.0" // kfake's limit
 	cfg.Kafka.Partitions = 2
 	cfg.Kafka.HeartbeatInterval = 200 * time.Millisecond
 

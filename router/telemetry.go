@@ -115,7 +115,7 @@ func (r *Router) annotateGroup(msg *message.Message, handler string) {
 	}
 	switch r.cfg.Broker {
 	case BrokerKafka:
-		telemetry.Annotate(msg, semconv.MessagingConsumerGroupName(r.cfg.Kafka.consumerGroup(handler)))
+		telemetry.Annotate(msg, semconv.MessagingConsumerGroupName(r.cfg.Kafka.HandlerGroup(handler)))
 	case BrokerRedis:
 		telemetry.Annotate(msg, semconv.MessagingConsumerGroupName(r.cfg.Redis.consumerGroup(handler)))
 	}

@@ -11,8 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/IBM/sarama"
-
 	"github.com/spillway-go/spillway/kafkabroker"
 	"github.com/spillway-go/spillway/redisbroker"
 	"github.com/spillway-go/spillway/retrygate"
@@ -58,46 +56,7 @@ func (c *Config) setDefaults() {
 		c.Shedding.Pressure = PressureBudget
 	}
 	c.Retry.Config = c.Retry.Config.WithDefaults()
-	k := &c.Kafka
-	if k.ConsumerGroup == "" {
-		k.ConsumerGroup = DefaultConsumerGroup
-	}
-	if k.Partitions == 0 {
-		k.Partitions = DefaultPartitions
-	}
-	if k.ReplicationFactor == 0 {
-		k.ReplicationFactor = 1
-	}
-	if k.KeyMetadata == "" {
-		k.KeyMetadata = DefaultKeyMetadata
-	}
-	if k.Version == "" {
-		k.Version = DefaultKafkaVersion
-	}
-	if k.ClientID == "" {
-		k.ClientID = DefaultClientID
-	}
-	if k.ChannelBufferSize == 0 {
-		k.ChannelBufferSize = DefaultChannelBufferSize
-	}
-	if k.FetchDefaultBytes == 0 {
-		k.FetchDefaultBytes = DefaultFetchDefaultBytes
-	}
-	if k.RebalanceTimeout == 0 {
-		k.RebalanceTimeout = DefaultRebalanceTimeout
-	}
-	if k.SessionTimeout == 0 {
-		k.SessionTimeout = DefaultSessionTimeout
-	}
-	if k.HeartbeatInterval == 0 {
-		k.HeartbeatInterval = DefaultHeartbeatInterval
-	}
-	if k.InitialOffset == "" {
-		k.InitialOffset = "oldest"
-	}
-	if k.NackResendSleep == 0 {
-		k.NackResendSleep = DefaultNackResendSleep
-	}
+	c.Kafka = c.Kafka.WithDefaults()
 	c.Redis.setDefaults()
 	t := &c.Telemetry
 	if t.Name == "" {
@@ -188,7 +147,7 @@ func (c Config) Validate() error {
 	errs = append(errs, c.validateCombinations()...)
 	switch c.Broker {
 	case BrokerKafka:
-		errs = append(errs, c.Kafka.validate()...)
+		errs = append(errs, nested("kafka.", c.Kafka.Validate())...)
 	case BrokerRedis:
 		errs = append(errs, c.Redis.validate()...)
 	}
@@ -386,7 +345,10 @@ func nested(prefix string, err error) []error {
 	for _, e := range list {
 		var fe *shedding.FieldError
 		var re *retrygate.ConfigError
+		var ke *kafkabroker.FieldError
 		switch {
+		case errors.As(e, &ke):
+			out = append(out, &ConfigError{Field: prefix + ke.Field, Value: ke.Value, Reason: ke.Reason})
 		case errors.As(e, &fe):
 			out = append(out, &ConfigError{Field: prefix + fe.Field, Value: fe.Value, Reason: fe.Reason})
 		case errors.As(e, &re):
@@ -396,107 +358,6 @@ func nested(prefix string, err error) []error {
 		}
 	}
 	return out
-}
-
-func (k KafkaConfig) validate() []error {
-	var errs []error
-	bad := func(field, value, reason string) {
-		errs = append(errs, &ConfigError{Field: "kafka." + field, Value: value, Reason: reason})
-	}
-	if len(k.Brokers) == 0 {
-		bad("brokers", "", "required with broker kafka: host:port of the bootstrap brokers, or embedded for an in-process broker")
-	}
-	for i, b := range k.Brokers {
-		switch {
-		case b == Embedded && len(k.Brokers) > 1:
-			bad(fmt.Sprintf("brokers[%d]", i), b, "embedded must be the only entry")
-		case b == Embedded:
-			if !kafkabroker.EmbeddedLinked() {
-				bad(fmt.Sprintf("brokers[%d]", i), b, kafkabroker.ErrEmbeddedNotLinked.Error())
-			}
-		default:
-			if host, port, err := net.SplitHostPort(b); err != nil || host == "" || port == "" {
-				bad(fmt.Sprintf("brokers[%d]", i), b, "must be host:port or embedded")
-			}
-		}
-	}
-	if strings.TrimSpace(k.ConsumerGroup) == "" {
-		bad("consumer_group", k.ConsumerGroup, "must not be blank")
-	}
-	for i, t := range k.Topics {
-		if strings.TrimSpace(t) == "" {
-			bad(fmt.Sprintf("topics[%d]", i), t, "must not be blank")
-		}
-	}
-	if k.Partitions < 0 {
-		bad("partitions", strconv.Itoa(int(k.Partitions)), "must be positive")
-	}
-	if k.ReplicationFactor < 0 {
-		bad("replication_factor", strconv.Itoa(int(k.ReplicationFactor)), "must be positive")
-	}
-	if v, err := sarama.ParseKafkaVersion(k.Version); err != nil {
-		bad("version", k.Version, "must be a Kafka version such as 2.8.0")
-	} else if !v.IsAtLeast(sarama.V0_10_1_0) {
-		bad("version", k.Version, "must be at least 0.10.1 (the first with a rebalance timeout)")
-	} else if k.embedded() && v.IsAtLeast(sarama.V2_4_0_0) {
-		bad("version", k.Version, "must be at most 2.3.0 with the embedded broker (Sarama cannot decode its newer responses)")
-	}
-	if k.ChannelBufferSize < 0 {
-		bad("channel_buffer_size", strconv.Itoa(k.ChannelBufferSize), "must be positive")
-	}
-	if k.FetchDefaultBytes < 0 {
-		bad("fetch_default_bytes", strconv.Itoa(int(k.FetchDefaultBytes)), "must be positive")
-	}
-	if k.RebalanceTimeout < 0 {
-		bad("rebalance_timeout", k.RebalanceTimeout.String(), "must be positive")
-	} else if k.RebalanceTimeout%time.Millisecond != 0 || k.RebalanceTimeout < time.Millisecond {
-		bad("rebalance_timeout", k.RebalanceTimeout.String(), "must be a whole number of milliseconds")
-	}
-	if k.SessionTimeout < 0 {
-		bad("session_timeout", k.SessionTimeout.String(), "must be positive")
-	}
-	if k.HeartbeatInterval < 0 {
-		bad("heartbeat_interval", k.HeartbeatInterval.String(), "must be positive")
-	} else if k.SessionTimeout > 0 && k.HeartbeatInterval >= k.SessionTimeout {
-		bad("heartbeat_interval", k.HeartbeatInterval.String(), "must be below kafka.session_timeout ("+k.SessionTimeout.String()+")")
-	}
-	switch k.InitialOffset {
-	case "oldest", "newest":
-	default:
-		bad("initial_offset", k.InitialOffset, "must be oldest or newest")
-	}
-	if k.NackResendSleep < 0 {
-		bad("nack_resend_sleep", k.NackResendSleep.String(), "must be zero or positive")
-	}
-	if k.TLS.KeyFile != "" && k.TLS.KeyPEM != "" {
-		bad("tls.key_pem", k.TLS.KeyPEM.String(), "set either kafka.tls.key_file or kafka.tls.key_pem, not both")
-	}
-	hasKey := k.TLS.KeyFile != "" || k.TLS.KeyPEM != ""
-	if k.TLS.CertFile != "" && !hasKey {
-		bad("tls.cert_file", k.TLS.CertFile, "needs kafka.tls.key_file or kafka.tls.key_pem")
-	}
-	if k.TLS.CertFile == "" && hasKey {
-		bad("tls.key_file", k.TLS.KeyFile+k.TLS.KeyPEM.String(), "needs kafka.tls.cert_file")
-	}
-	if !k.TLS.Enabled && (k.TLS.CAFile != "" || k.TLS.CertFile != "" || hasKey) {
-		bad("tls.enabled", "false", "must be true when TLS files are set")
-	}
-	switch k.SASL.Mechanism {
-	case "":
-		if k.SASL.User != "" || k.SASL.Password != "" {
-			bad("sasl.mechanism", "", "must be set (PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512) when a SASL user or password is")
-		}
-	case sarama.SASLTypePlaintext, sarama.SASLTypeSCRAMSHA256, sarama.SASLTypeSCRAMSHA512:
-		if k.SASL.User == "" {
-			bad("sasl.user", "", "must be set with kafka.sasl.mechanism "+k.SASL.Mechanism)
-		}
-		if k.SASL.Password == "" {
-			bad("sasl.password", "", "must be set with kafka.sasl.mechanism "+k.SASL.Mechanism)
-		}
-	default:
-		bad("sasl.mechanism", k.SASL.Mechanism, "must be PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
-	}
-	return errs
 }
 
 func (r RedisConfig) validate() []error {

@@ -16,6 +16,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/IBM/sarama"
 	"github.com/ThreeDotsLabs/watermill/message"
 	wmw "github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	"go.uber.org/goleak"
@@ -425,11 +426,14 @@ func runRetry(t *testing.T, bc brokerCase) {
 	if _, err := r.AddConsumerHandler("jobs", "jobs", handler); err != nil {
 		t.Fatal(err)
 	}
-	if kb, ok := r.back.(*kafkaBackend); ok {
-		_, admin, err := kb.adminClient()
+	if _, ok := r.back.(*kafkaBackend); ok {
+		sc := sarama.NewConfig()
+		sc.Version = sarama.V2_3_0_0
+		admin, err := sarama.NewClusterAdmin(r.Brokers(), sc)
 		if err != nil {
 			t.Fatal(err)
 		}
+		defer admin.Close()
 		topics, err := admin.ListTopics()
 		if err != nil {
 			t.Fatal(err)

@@ -101,6 +101,7 @@ func benchConsume(b *testing.B, consumer string, brokers []string, topic string)
 		cfg.Telemetry.Disabled = consumer == "spillway-no-otel"
 		cfg.Budget.Vertices = 1 << 40
 		cfg.Kafka.Brokers = brokers
+		cfg.Kafka.Version = kafkaVersion.String() // kfake's limit
 		cfg.Kafka.CreateTopics = true
 		cfg.Kafka.ConsumerGroup = group
 		cfg.Kafka.Partitions = 12

@@ -73,6 +73,7 @@ func (e *kafkaEnv) spillwayConfig(cfg *router.Config, _ *member) {
 	cfg.Broker = router.BrokerKafka
 	k := &cfg.Kafka
 	k.Brokers = e.cl.brokers
+	k.Version = kafkaVersion.String() // kfake's limit; the router defaults to 3.6.0
 	k.CreateTopics = true
 	k.ConsumerGroup = GroupSpillway
 	k.Partitions = int32(e.o.Partitions)

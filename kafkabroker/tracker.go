@@ -1,4 +1,4 @@
-package router
+package kafkabroker
 
 import (
 	"context"
@@ -13,8 +13,9 @@ import (
 
 // SessionTracker makes budget admission on Kafka revocation-aware. It is a
 // watermill-kafka [kafka.SaramaTracer] (the only hook into Sarama's
-// consumer-group sessions) plus a [kafka.Unmarshaler] wrapper, and the
-// router builds one per Kafka handler.
+// consumer-group sessions) plus a [kafka.Unmarshaler] wrapper;
+// [Cluster.NewSubscriber] builds one per subscriber, and the router one per
+// Kafka handler.
 //
 // The problem it solves: watermill-kafka delivers one message per claimed
 // partition and waits for its ack, so during a rebalance every delivered
@@ -46,12 +47,15 @@ import (
 // An inner tracer (e.g. kafka.NewOTELSaramaTracer()) is composed, not
 // replaced: it wraps the consumer group handler around ours, and every
 // other hook is delegated to it.
+//
+// A SessionTracker is safe for concurrent use; give each subscriber its
+// own.
 type SessionTracker struct {
 	inner kafka.SaramaTracer
 
 	// observeOnly records sessions but neither revokes waiting messages
 	// nor keeps a session live for late acks: stock watermill-kafka
-	// behaviour, for the control runs of the tests.
+	// behaviour ([WithObserveOnly]).
 	observeOnly bool
 
 	mu     sync.Mutex
@@ -191,6 +195,12 @@ func (t *SessionTracker) lookup(msg *message.Message) (*claimState, bool) {
 		return nil, false
 	}
 	topic := message.SubscribeTopicFromCtx(ctx)
+	if topic == "" {
+		// Not delivered through a Watermill router, which is what puts
+		// the topic in the context: find the one claim of that
+		// partition delivering that offset.
+		return t.lookupByOffset(partition, offset)
+	}
 	t.mu.Lock()
 	c := t.claims[topicPartition{topic, partition}]
 	t.mu.Unlock()
@@ -201,6 +211,29 @@ func (t *SessionTracker) lookup(msg *message.Message) (*claimState, bool) {
 	cur := c.current
 	c.mu.Unlock()
 	return c, cur == offset
+}
+
+// lookupByOffset finds the claim of partition that is delivering offset,
+// provided exactly one is.
+func (t *SessionTracker) lookupByOffset(partition int32, offset int64) (*claimState, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var found *claimState
+	for k, c := range t.claims {
+		if k.partition != partition {
+			continue
+		}
+		c.mu.Lock()
+		cur := c.current
+		c.mu.Unlock()
+		if cur == offset {
+			if found != nil {
+				return nil, false // two topics at the same offset: ambiguous
+			}
+			found = c
+		}
+	}
+	return found, found != nil
 }
 
 // Sessions returns how many sessions were set up.

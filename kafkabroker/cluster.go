@@ -1,0 +1,292 @@
+package kafkabroker
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/spillway-go/spillway/telemetry"
+	"github.com/spillway-go/spillway/telemetry/kafkatel"
+)
+
+// ErrClosed is returned by a closed [Cluster].
+var ErrClosed = errors.New("kafkabroker: closed")
+
+// Option customises a [Cluster] beyond its Config.
+type Option func(*options)
+
+type options struct {
+	tracer      kafka.SaramaTracer
+	saramaHook  func(*sarama.Config) error
+	observeOnly bool
+}
+
+// WithTracer composes a watermill-kafka tracer (for example
+// kafka.NewOTELSaramaTracer()) with the subscribers' session trackers; the
+// publisher uses it as is.
+func WithTracer(t kafka.SaramaTracer) Option {
+	return func(o *options) { o.tracer = t }
+}
+
+// WithSaramaConfig calls f on every Sarama configuration the cluster
+// builds (publisher, subscribers, the admin and lag client) after
+// Spillway's settings, just before Sarama validates it: an escape hatch
+// for settings Config does not cover. An error from f fails the
+// constructor that asked for the configuration.
+func WithSaramaConfig(f func(*sarama.Config) error) Option {
+	return func(o *options) { o.saramaHook = f }
+}
+
+// WithObserveOnly makes the subscribers' session trackers record sessions
+// without changing delivery: [SessionTracker.Revoked] returns nil and an
+// ack that arrives after its session ended is dropped, as with stock
+// watermill-kafka. For comparisons with revocation-aware admission.
+func WithObserveOnly() Option {
+	return func(o *options) { o.observeOnly = true }
+}
+
+// Cluster is Spillway's handle on one Kafka cluster, external or
+// embedded: it builds the publisher and the per-handler subscribers with
+// the backpressure Sarama settings, creates topics, and reads consumer
+// lag. Open it once per router (or per process) and Close it after every
+// publisher and subscriber it made.
+//
+// A Cluster is safe for concurrent use.
+type Cluster struct {
+	cfg    Config
+	logger watermill.LoggerAdapter
+	opts   options
+
+	stopEmbedded func() // stops the embedded broker, nil for an external cluster
+	brokers      []string
+	marshaler    kafka.MarshalerUnmarshaler
+
+	mu         sync.Mutex
+	closed     bool
+	client     sarama.Client // lazily, for topic creation and lag
+	admin      sarama.ClusterAdmin
+	lagSources map[groupTopic]*kafkatel.LagSource
+}
+
+type groupTopic struct{ group, topic string }
+
+// Open validates cfg (after defaults), starts the embedded broker when
+// Brokers is [Embedded], and creates cfg.Topics when it must (embedded
+// broker, or CreateTopics). A nil logger logs nothing. Configuration
+// problems are [*FieldError]s.
+func Open(cfg Config, logger watermill.LoggerAdapter, opts ...Option) (*Cluster, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if logger == nil {
+		logger = watermill.NopLogger{}
+	}
+	c := &Cluster{cfg: cfg, logger: logger, brokers: cfg.Brokers, lagSources: make(map[groupTopic]*kafkatel.LagSource)}
+	for _, o := range opts {
+		if o != nil {
+			o(&c.opts)
+		}
+	}
+	keyField := cfg.KeyMetadata
+	c.marshaler = kafka.NewWithPartitioningMarshaler(func(_ string, msg *message.Message) (string, error) {
+		if k := msg.Metadata.Get(keyField); k != "" {
+			return k, nil
+		}
+		// No entity key: spread by UUID. An empty key would hash every
+		// such message onto one partition.
+		return msg.UUID, nil
+	})
+	if cfg.embedded() {
+		upFront := cfg.Topics
+		if cfg.MaxMessageBytes > 0 {
+			// Created below instead, with their max.message.bytes.
+			upFront = nil
+		}
+		brokers, stop, err := startEmbedded(cfg.Partitions, upFront)
+		if err != nil {
+			return nil, err
+		}
+		c.stopEmbedded = stop
+		c.brokers = brokers
+		logger.Info("Embedded Kafka broker started", watermill.LogFields{"brokers": fmt.Sprint(c.brokers)})
+	}
+	if cfg.CreateTopics || (cfg.embedded() && cfg.MaxMessageBytes > 0) {
+		for _, t := range cfg.Topics {
+			if err := c.EnsureTopic(t); err != nil {
+				_ = c.Close()
+				return nil, err
+			}
+		}
+	}
+	// Build the producer configuration once now, so a bad TLS file or
+	// hook fails here rather than at the first publisher.
+	if _, err := cfg.publisherSarama(c.opts.saramaHook); err != nil {
+		_ = c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// Config returns the configuration the cluster runs with (defaults filled).
+func (c *Cluster) Config() Config { return c.cfg }
+
+// Brokers returns the bootstrap addresses the cluster's clients use: the
+// configured ones, or the embedded broker's loopback address.
+func (c *Cluster) Brokers() []string { return append([]string(nil), c.brokers...) }
+
+// NewPublisher returns a watermill-kafka publisher keyed by
+// Config.KeyMetadata (a message without it is keyed by its UUID). The
+// caller closes it.
+func (c *Cluster) NewPublisher() (*kafka.Publisher, error) {
+	pcfg, err := c.cfg.publisherSarama(c.opts.saramaHook)
+	if err != nil {
+		return nil, err
+	}
+	pub, err := kafka.NewPublisher(kafka.PublisherConfig{
+		Brokers:               c.brokers,
+		Marshaler:             c.marshaler,
+		OverwriteSaramaConfig: pcfg,
+		Tracer:                c.opts.tracer,
+	}, c.logger)
+	if err != nil {
+		return nil, fmt.Errorf("kafkabroker: publisher: %w", err)
+	}
+	return pub, nil
+}
+
+// NewSubscriber returns a watermill-kafka subscriber in consumer group
+// group, and the [SessionTracker] that makes budget admission on it
+// revocation-aware (pass tracker.Revoked to the budget, and call Begin
+// and Completed around admission; the router does this). The caller
+// closes the subscriber.
+func (c *Cluster) NewSubscriber(group string) (*kafka.Subscriber, *SessionTracker, error) {
+	scfg, err := c.cfg.subscriberSarama(c.opts.saramaHook)
+	if err != nil {
+		return nil, nil, err
+	}
+	tr := NewSessionTracker(c.opts.tracer)
+	tr.observeOnly = c.opts.observeOnly
+	sub, err := kafka.NewSubscriber(kafka.SubscriberConfig{
+		Brokers:               c.brokers,
+		Unmarshaler:           tr.WrapUnmarshaler(c.marshaler),
+		OverwriteSaramaConfig: scfg,
+		ConsumerGroup:         group,
+		NackResendSleep:       c.cfg.NackResendSleep,
+		ReconnectRetrySleep:   time.Second,
+		Tracer:                tr,
+	}, c.logger)
+	if err != nil {
+		return nil, nil, fmt.Errorf("kafkabroker: subscriber for group %s: %w", group, err)
+	}
+	return sub, tr, nil
+}
+
+// adminClient returns the shared client and cluster admin, creating them
+// on first use.
+func (c *Cluster) adminClient() (sarama.Client, sarama.ClusterAdmin, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, nil, ErrClosed
+	}
+	if c.admin != nil {
+		return c.client, c.admin, nil
+	}
+	sc, err := c.cfg.adminSarama(c.opts.saramaHook)
+	if err != nil {
+		return nil, nil, err
+	}
+	client, err := sarama.NewClient(c.brokers, sc)
+	if err != nil {
+		return nil, nil, fmt.Errorf("kafkabroker: connecting to %v: %w", c.brokers, err)
+	}
+	admin, err := sarama.NewClusterAdminFromClient(client)
+	if err != nil {
+		_ = client.Close()
+		return nil, nil, fmt.Errorf("kafkabroker: cluster admin: %w", err)
+	}
+	c.client, c.admin = client, admin
+	return client, admin, nil
+}
+
+// EnsureTopic creates topic with Config.Partitions partitions,
+// Config.ReplicationFactor replicas and, with Config.MaxMessageBytes, a
+// max.message.bytes that admits such a message, if it is missing, on the
+// embedded broker or with Config.CreateTopics; otherwise it does nothing.
+// An existing topic is left as it is.
+func (c *Cluster) EnsureTopic(topic string) error {
+	if !c.cfg.embedded() && !c.cfg.CreateTopics {
+		return nil
+	}
+	_, admin, err := c.adminClient()
+	if err != nil {
+		return err
+	}
+	detail := &sarama.TopicDetail{
+		NumPartitions:     c.cfg.Partitions,
+		ReplicationFactor: c.cfg.ReplicationFactor,
+	}
+	if limit := c.cfg.batchLimit(); limit > 0 {
+		v := strconv.Itoa(int(limit))
+		detail.ConfigEntries = map[string]*string{"max.message.bytes": &v}
+	}
+	err = admin.CreateTopic(topic, detail, false)
+	if err != nil && !errors.Is(err, sarama.ErrTopicAlreadyExists) {
+		return fmt.Errorf("kafkabroker: creating topic %s: %w", topic, err)
+	}
+	return nil
+}
+
+// LagSource returns the source of group's lag on topic (per partition, the
+// high-water mark minus the committed offset; see kafkatel.LagSource),
+// over the cluster's shared client. Sources are built once per group and
+// topic and live until Close.
+func (c *Cluster) LagSource(group, topic string) (telemetry.LagSource, error) {
+	client, _, err := c.adminClient()
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	key := groupTopic{group, topic}
+	if src := c.lagSources[key]; src != nil {
+		return src, nil
+	}
+	src, err := kafkatel.NewLagSource(client, group, topic)
+	if err != nil {
+		return nil, fmt.Errorf("kafkabroker: lag: %w", err)
+	}
+	c.lagSources[key] = src
+	return src, nil
+}
+
+// Close closes the shared client and stops the embedded broker. Close
+// the publishers and subscribers first. Later calls return nil.
+func (c *Cluster) Close() error {
+	var errs []error
+	c.mu.Lock()
+	c.closed = true
+	if c.admin != nil {
+		// Closing the admin closes the client it was made from.
+		if err := c.admin.Close(); err != nil {
+			errs = append(errs, err)
+		}
+		c.admin, c.client = nil, nil
+		clear(c.lagSources)
+	}
+	stop := c.stopEmbedded
+	c.stopEmbedded = nil
+	c.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+	return errors.Join(errs...)
+}

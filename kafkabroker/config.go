@@ -1,0 +1,388 @@
+package kafkabroker
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/IBM/sarama"
+)
+
+// ErrInvalidConfig is wrapped by every [*FieldError]: errors.Is(err,
+// ErrInvalidConfig) tells a configuration problem from a broker one.
+var ErrInvalidConfig = errors.New("kafkabroker: invalid config")
+
+// Defaults. docs/kafka.md explains each one.
+const (
+	DefaultConsumerGroup     = "spillway"
+	DefaultPartitions        = 12
+	DefaultKeyMetadata       = "entity_id"
+	DefaultClientID          = "spillway"
+	DefaultChannelBufferSize = 16
+	DefaultFetchDefaultBytes = 256 << 10
+	DefaultRebalanceTimeout  = 60 * time.Second
+	DefaultSessionTimeout    = 10 * time.Second
+	DefaultHeartbeatInterval = time.Second
+	DefaultNackResendSleep   = 100 * time.Millisecond
+	// DefaultVersion is the protocol version spoken to a cluster: the
+	// newest Sarama 1.43.3 knows.
+	DefaultVersion = "3.6.0"
+	// BatchHeadroom is what [Config.MaxMessageBytes] adds for the record
+	// batch around a message (its header and the record's own framing),
+	// which brokers count against a topic's max.message.bytes.
+	BatchHeadroom = 1 << 10
+	// EmbeddedVersion is the default, and the newest version allowed,
+	// with brokers [Embedded]: Sarama cannot decode the in-process
+	// broker's newer responses.
+	EmbeddedVersion = "2.3.0"
+)
+
+// Config configures the Kafka side: the brokers, the consumer groups, the
+// topics Spillway creates, and the Sarama settings chosen for backpressure.
+// The zero value plus Brokers is valid: every zero field takes the default
+// documented on it. The yaml and env tags are the keys of the router's
+// kafka section (SPILLWAY_KAFKA_<env>).
+//
+// Config holds secrets (kafka.tls.key_pem, kafka.sasl.password) as
+// [Secret]s, which never print.
+type Config struct {
+	// Brokers lists bootstrap brokers as host:port. The single entry
+	// [Embedded] starts an in-process broker on loopback; it needs the
+	// program to import github.com/spillway-go/spillway/embedded. Required.
+	Brokers []string `yaml:"brokers" env:"BROKERS"`
+
+	// ConsumerGroup prefixes the consumer group of every handler: a
+	// handler named h consumes in group "<ConsumerGroup>.<h>". Default
+	// spillway.
+	ConsumerGroup string `yaml:"consumer_group" env:"CONSUMER_GROUP"`
+
+	// Topics are created up front (embedded broker, or CreateTopics set).
+	// Handler topics are created when the handler is added, so this list
+	// is only needed for topics that are published to but not consumed.
+	Topics []string `yaml:"topics" env:"TOPICS"`
+
+	// Partitions is the partition count of topics Spillway creates.
+	// Default 12.
+	Partitions int32 `yaml:"partitions" env:"PARTITIONS"`
+
+	// ReplicationFactor of topics Spillway creates. Default 1.
+	ReplicationFactor int16 `yaml:"replication_factor" env:"REPLICATION_FACTOR"`
+
+	// CreateTopics creates missing topics on an external cluster (the
+	// embedded broker always creates them). Default false.
+	CreateTopics bool `yaml:"create_topics" env:"CREATE_TOPICS"`
+
+	// KeyMetadata is the metadata field whose value becomes the Kafka
+	// message key, so every message of one entity (or geocell) lands on
+	// one partition and stays ordered. A message without it is keyed by
+	// its UUID. Default entity_id.
+	KeyMetadata string `yaml:"key_metadata" env:"KEY_METADATA"`
+
+	// Version is the Kafka protocol version Sarama speaks: at least 0.10.1
+	// (the first with a rebalance timeout). Default 3.6.0 ([DefaultVersion]),
+	// or 2.3.0 with brokers [Embedded] ([EmbeddedVersion], also the most
+	// the embedded broker accepts). The default is chosen when defaults are
+	// applied, so set Brokers first.
+	Version string `yaml:"version" env:"VERSION"`
+
+	// ClientID is sent to the brokers. Default spillway.
+	ClientID string `yaml:"client_id" env:"CLIENT_ID"`
+
+	// ChannelBufferSize is Sarama's per-partition message buffer: the
+	// broker window held in memory ahead of the handler. Default 16.
+	ChannelBufferSize int `yaml:"channel_buffer_size" env:"CHANNEL_BUFFER_SIZE"`
+
+	// FetchDefaultBytes is Sarama's Consumer.Fetch.Default: bytes asked for
+	// per partition per fetch. Default 262144 (256 KiB).
+	FetchDefaultBytes int32 `yaml:"fetch_default_bytes" env:"FETCH_DEFAULT_BYTES"`
+
+	// RebalanceTimeout is Sarama's Consumer.Group.Rebalance.Timeout and the
+	// redelivery deadline the budget is sized against: once a rebalance
+	// starts, every member must release its partitions within it or be
+	// evicted, and its unacknowledged messages are redelivered. Default 60s.
+	RebalanceTimeout time.Duration `yaml:"rebalance_timeout" env:"REBALANCE_TIMEOUT"`
+
+	// SessionTimeout is Consumer.Group.Session.Timeout: a member that sends
+	// no heartbeat for this long is evicted. Default 10s.
+	SessionTimeout time.Duration `yaml:"session_timeout" env:"SESSION_TIMEOUT"`
+
+	// HeartbeatInterval is Consumer.Group.Heartbeat.Interval. A member
+	// learns of a rebalance at its next heartbeat, so this delay is spent
+	// out of RebalanceTimeout. Default 1s; must be below SessionTimeout.
+	HeartbeatInterval time.Duration `yaml:"heartbeat_interval" env:"HEARTBEAT_INTERVAL"`
+
+	// MaxMessageBytes is the largest message Spillway produces and
+	// consumes, as Sarama measures it (key, value, headers): Sarama's
+	// Producer.MaxMessageBytes, and, with [BatchHeadroom] added for the
+	// record batch around it, the consumer's Fetch.Max and the
+	// max.message.bytes of topics Spillway creates. The cluster's
+	// message.max.bytes, replica.fetch.max.bytes, and the max.message.bytes
+	// of topics created elsewhere must allow it too. Default 0: Sarama's and
+	// the cluster's own limits (about 1 MB).
+	MaxMessageBytes int32 `yaml:"max_message_bytes" env:"MAX_MESSAGE_BYTES"`
+
+	// InitialOffset is where a new consumer group starts: oldest or
+	// newest. Default oldest.
+	InitialOffset string `yaml:"initial_offset" env:"INITIAL_OFFSET"`
+
+	// NackResendSleep is how long watermill-kafka waits before
+	// redelivering a nacked message. Default 100ms.
+	NackResendSleep time.Duration `yaml:"nack_resend_sleep" env:"NACK_RESEND_SLEEP"`
+
+	// TLS configures transport encryption.
+	TLS TLSConfig `yaml:"tls" envPrefix:"TLS_"`
+
+	// SASL configures authentication.
+	SASL SASLConfig `yaml:"sasl" envPrefix:"SASL_"`
+}
+
+// TLSConfig configures TLS to the Kafka brokers.
+type TLSConfig struct {
+	// Enabled turns TLS on. The files below are optional: without CAFile
+	// the system roots are used; without a client certificate none is sent.
+	Enabled bool `yaml:"enabled" env:"ENABLED"`
+	// CAFile is a PEM bundle of trusted CAs.
+	CAFile string `yaml:"ca_file" env:"CA_FILE"`
+	// CertFile is the PEM client certificate (mutual TLS).
+	CertFile string `yaml:"cert_file" env:"CERT_FILE"`
+	// KeyFile is the PEM private key of CertFile.
+	KeyFile string `yaml:"key_file" env:"KEY_FILE"`
+	// KeyPEM is the client private key inline, instead of KeyFile. Secret.
+	KeyPEM Secret `yaml:"key_pem" env:"KEY_PEM"`
+	// ServerName overrides the name checked against the broker certificate.
+	ServerName string `yaml:"server_name" env:"SERVER_NAME"`
+	// InsecureSkipVerify disables certificate verification. Tests only.
+	InsecureSkipVerify bool `yaml:"insecure_skip_verify" env:"INSECURE_SKIP_VERIFY"`
+}
+
+// SASLConfig configures SASL authentication to the Kafka brokers.
+type SASLConfig struct {
+	// Mechanism is empty (no SASL), PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512.
+	Mechanism string `yaml:"mechanism" env:"MECHANISM"`
+	// User is the SASL user name.
+	User string `yaml:"user" env:"USER"`
+	// Password is the SASL password. Secret.
+	Password Secret `yaml:"password" env:"PASSWORD"`
+}
+
+// Secret is a string that never prints: String, GoString, YAML and text
+// marshalling all give "[redacted]" when it is set (and "" when it is not).
+// Convert it with string(s) where the value is really needed.
+type Secret string
+
+const redacted = "[redacted]"
+
+// String returns "[redacted]", or "" for an empty secret.
+func (s Secret) String() string {
+	if s == "" {
+		return ""
+	}
+	return redacted
+}
+
+// GoString is String, for %#v.
+func (s Secret) GoString() string { return strconv.Quote(s.String()) }
+
+// MarshalYAML writes the redacted form.
+func (s Secret) MarshalYAML() (any, error) { return s.String(), nil }
+
+// MarshalText writes the redacted form (encoding/json uses it too).
+func (s Secret) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+// FieldError is one invalid configuration value. It wraps
+// [ErrInvalidConfig]. Field is the key relative to the kafka section
+// (e.g. "brokers[0]", "tls.ca_file"); Value is the value as written, or
+// "[redacted]" for a secret.
+type FieldError struct {
+	Field  string
+	Value  string
+	Reason string
+}
+
+func (e *FieldError) Error() string {
+	return fmt.Sprintf("kafkabroker: %s: %s, got %q", e.Field, e.Reason, e.Value)
+}
+
+// Unwrap returns [ErrInvalidConfig].
+func (e *FieldError) Unwrap() error { return ErrInvalidConfig }
+
+// batchLimit is MaxMessageBytes plus the batch headroom, 0 when unset.
+func (c Config) batchLimit() int32 {
+	if c.MaxMessageBytes <= 0 {
+		return 0
+	}
+	return c.MaxMessageBytes + BatchHeadroom
+}
+
+// embedded reports whether c asks for the in-process broker.
+func (c Config) embedded() bool {
+	return len(c.Brokers) == 1 && c.Brokers[0] == Embedded
+}
+
+// HandlerGroup returns the consumer group of the handler named handler:
+// "<ConsumerGroup>.<handler>".
+func (c Config) HandlerGroup(handler string) string { return c.ConsumerGroup + "." + handler }
+
+func (c *Config) setDefaults() {
+	if c.ConsumerGroup == "" {
+		c.ConsumerGroup = DefaultConsumerGroup
+	}
+	if c.Partitions == 0 {
+		c.Partitions = DefaultPartitions
+	}
+	if c.ReplicationFactor == 0 {
+		c.ReplicationFactor = 1
+	}
+	if c.KeyMetadata == "" {
+		c.KeyMetadata = DefaultKeyMetadata
+	}
+	if c.Version == "" {
+		c.Version = DefaultVersion
+		if c.embedded() {
+			c.Version = EmbeddedVersion
+		}
+	}
+	if c.ClientID == "" {
+		c.ClientID = DefaultClientID
+	}
+	if c.ChannelBufferSize == 0 {
+		c.ChannelBufferSize = DefaultChannelBufferSize
+	}
+	if c.FetchDefaultBytes == 0 {
+		c.FetchDefaultBytes = DefaultFetchDefaultBytes
+	}
+	if c.RebalanceTimeout == 0 {
+		c.RebalanceTimeout = DefaultRebalanceTimeout
+	}
+	if c.SessionTimeout == 0 {
+		c.SessionTimeout = DefaultSessionTimeout
+	}
+	if c.HeartbeatInterval == 0 {
+		c.HeartbeatInterval = DefaultHeartbeatInterval
+	}
+	if c.InitialOffset == "" {
+		c.InitialOffset = "oldest"
+	}
+	if c.NackResendSleep == 0 {
+		c.NackResendSleep = DefaultNackResendSleep
+	}
+}
+
+// WithDefaults returns c with every zero field set to its default.
+func (c Config) WithDefaults() Config {
+	c.setDefaults()
+	return c
+}
+
+// Validate reports every invalid field of c, after defaults are applied
+// (so zero fields are fine). The error joins one [*FieldError] per
+// problem.
+func (c Config) Validate() error {
+	k := c.WithDefaults()
+	var errs []error
+	bad := func(field, value, reason string) {
+		errs = append(errs, &FieldError{Field: field, Value: value, Reason: reason})
+	}
+	if len(k.Brokers) == 0 {
+		bad("brokers", "", "required: host:port of the bootstrap brokers, or embedded for an in-process broker")
+	}
+	for i, b := range k.Brokers {
+		switch {
+		case b == Embedded && len(k.Brokers) > 1:
+			bad(fmt.Sprintf("brokers[%d]", i), b, "embedded must be the only entry")
+		case b == Embedded:
+			if !EmbeddedLinked() {
+				bad(fmt.Sprintf("brokers[%d]", i), b, ErrEmbeddedNotLinked.Error())
+			}
+		default:
+			if host, port, err := net.SplitHostPort(b); err != nil || host == "" || port == "" {
+				bad(fmt.Sprintf("brokers[%d]", i), b, "must be host:port or embedded")
+			}
+		}
+	}
+	if strings.TrimSpace(k.ConsumerGroup) == "" {
+		bad("consumer_group", k.ConsumerGroup, "must not be blank")
+	}
+	for i, t := range k.Topics {
+		if strings.TrimSpace(t) == "" {
+			bad(fmt.Sprintf("topics[%d]", i), t, "must not be blank")
+		}
+	}
+	if k.Partitions < 0 {
+		bad("partitions", strconv.Itoa(int(k.Partitions)), "must be positive")
+	}
+	if k.ReplicationFactor < 0 {
+		bad("replication_factor", strconv.Itoa(int(k.ReplicationFactor)), "must be positive")
+	}
+	if v, err := sarama.ParseKafkaVersion(k.Version); err != nil {
+		bad("version", k.Version, "must be a Kafka version such as 3.6.0")
+	} else if !v.IsAtLeast(sarama.V0_10_1_0) {
+		bad("version", k.Version, "must be at least 0.10.1 (the first with a rebalance timeout)")
+	} else if k.embedded() && v.IsAtLeast(sarama.V2_4_0_0) {
+		bad("version", k.Version, "must be at most "+EmbeddedVersion+" with the embedded broker (Sarama cannot decode its newer responses)")
+	}
+	if k.ChannelBufferSize < 0 {
+		bad("channel_buffer_size", strconv.Itoa(k.ChannelBufferSize), "must be positive")
+	}
+	if k.FetchDefaultBytes < 0 {
+		bad("fetch_default_bytes", strconv.Itoa(int(k.FetchDefaultBytes)), "must be positive")
+	}
+	if k.RebalanceTimeout < 0 {
+		bad("rebalance_timeout", k.RebalanceTimeout.String(), "must be positive")
+	} else if k.RebalanceTimeout%time.Millisecond != 0 || k.RebalanceTimeout < time.Millisecond {
+		bad("rebalance_timeout", k.RebalanceTimeout.String(), "must be a whole number of milliseconds")
+	}
+	if k.SessionTimeout < 0 {
+		bad("session_timeout", k.SessionTimeout.String(), "must be positive")
+	}
+	if k.HeartbeatInterval < 0 {
+		bad("heartbeat_interval", k.HeartbeatInterval.String(), "must be positive")
+	} else if k.SessionTimeout > 0 && k.HeartbeatInterval >= k.SessionTimeout {
+		bad("heartbeat_interval", k.HeartbeatInterval.String(), "must be below session_timeout ("+k.SessionTimeout.String()+")")
+	}
+	if k.MaxMessageBytes < 0 {
+		bad("max_message_bytes", strconv.Itoa(int(k.MaxMessageBytes)), "must be zero (the cluster's limit) or positive")
+	} else if int64(k.MaxMessageBytes)+BatchHeadroom > int64(sarama.MaxRequestSize) {
+		bad("max_message_bytes", strconv.Itoa(int(k.MaxMessageBytes)), fmt.Sprintf("must leave room for the batch within Sarama's request limit (%d bytes)", sarama.MaxRequestSize))
+	}
+	switch k.InitialOffset {
+	case "oldest", "newest":
+	default:
+		bad("initial_offset", k.InitialOffset, "must be oldest or newest")
+	}
+	if k.NackResendSleep < 0 {
+		bad("nack_resend_sleep", k.NackResendSleep.String(), "must be zero or positive")
+	}
+	if k.TLS.KeyFile != "" && k.TLS.KeyPEM != "" {
+		bad("tls.key_pem", k.TLS.KeyPEM.String(), "set either tls.key_file or tls.key_pem, not both")
+	}
+	hasKey := k.TLS.KeyFile != "" || k.TLS.KeyPEM != ""
+	if k.TLS.CertFile != "" && !hasKey {
+		bad("tls.cert_file", k.TLS.CertFile, "needs tls.key_file or tls.key_pem")
+	}
+	if k.TLS.CertFile == "" && hasKey {
+		bad("tls.key_file", k.TLS.KeyFile+k.TLS.KeyPEM.String(), "needs tls.cert_file")
+	}
+	if !k.TLS.Enabled && (k.TLS.CAFile != "" || k.TLS.CertFile != "" || hasKey) {
+		bad("tls.enabled", "false", "must be true when TLS files are set")
+	}
+	switch k.SASL.Mechanism {
+	case "":
+		if k.SASL.User != "" || k.SASL.Password != "" {
+			bad("sasl.mechanism", "", "must be set (PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512) when a SASL user or password is")
+		}
+	case sarama.SASLTypePlaintext, sarama.SASLTypeSCRAMSHA256, sarama.SASLTypeSCRAMSHA512:
+		if k.SASL.User == "" {
+			bad("sasl.user", "", "must be set with sasl.mechanism "+k.SASL.Mechanism)
+		}
+		if k.SASL.Password == "" {
+			bad("sasl.password", "", "must be set with sasl.mechanism "+k.SASL.Mechanism)
+		}
+	default:
+		bad("sasl.mechanism", k.SASL.Mechanism, "must be PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
+	}
+	return errors.Join(errs...)
+}
