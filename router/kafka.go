@@ -106,9 +106,7 @@ func (c KafkaConfig) consumerGroup(handler string) string {
 	return c.ConsumerGroup + "." + handler
 }
 
-// ConsumerGroup returns the Kafka consumer group the handler named handler
-// consumes in: "<kafka.consumer_group>.<handler>".
-func (r *Router) ConsumerGroup(handler string) string { return r.cfg.Kafka.consumerGroup(handler) }
+func (b *kafkaBackend) group(handler string) string { return b.cfg.consumerGroup(handler) }
 
 // common sets what every Sarama client of the router shares: protocol
 // version, client id, TLS, SASL, timeouts.

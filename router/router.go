@@ -16,6 +16,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
@@ -48,6 +49,7 @@ type options struct {
 	tracerProvider trace.TracerProvider
 	meterProvider  metric.MeterProvider
 	propagator     propagation.TextMapPropagator
+	redisClient    redis.UniversalClient // WithRedisClient
 
 	// Test-only switches, for the control runs of the rebalance test.
 	noBudget     bool
@@ -189,7 +191,7 @@ func New(cfg Config, logger watermill.LoggerAdapter, opts ...Option) (*Router, e
 
 func newRouter(cfg Config, logger watermill.LoggerAdapter, o options) (*Router, error) {
 	cfg.setDefaults()
-	if err := cfg.Validate(); err != nil {
+	if err := o.validate(cfg); err != nil {
 		return nil, err
 	}
 	if logger == nil {
@@ -213,7 +215,7 @@ func newRouter(cfg Config, logger watermill.LoggerAdapter, o options) (*Router, 
 	case BrokerKafka:
 		r.back, err = newKafkaBackend(cfg.Kafka, logger, o)
 	case BrokerRedis:
-		r.back, err = newRedisBackend(cfg.Redis, logger)
+		r.back, err = newRedisBackend(cfg.Redis, logger, o.redisClient)
 	default:
 		return nil, fmt.Errorf("%w: %s (see docs/router.md)", ErrNotSupported, cfg.Broker)
 	}
@@ -368,6 +370,12 @@ func (r *Router) Stack() Stack { return r.stack() }
 // Watermill returns the underlying Watermill router, for plugins and
 // handler-level middlewares. Run and Close it through the Router only.
 func (r *Router) Watermill() *message.Router { return r.wm }
+
+// ConsumerGroup returns the consumer group the handler named handler
+// consumes in, as the broker names it: "<kafka.consumer_group>.<handler>" on
+// Kafka, "<redis.consumer_group>.<handler>" on Redis, and "" in memory,
+// which has no consumer groups.
+func (r *Router) ConsumerGroup(handler string) string { return r.back.group(handler) }
 
 // SessionTracker returns the Kafka session tracker of handler, or nil (not
 // a Kafka handler, or revocation-awareness is off).

@@ -66,7 +66,6 @@ func run(budgetVertices int64, passes, consumers, rate, pings int, metricsAddr s
 		Password:        os.Getenv("REDIS_PASSWORD"),
 		ConsumerGroup:   "spillway-demo",
 		Consumers:       consumers,
-		LagInterval:     500 * time.Millisecond,
 		DeadLetterTopic: "spillway.demo.deadletter." + suffix,
 	}
 	if err := cfg.Validate(); err != nil {
@@ -97,7 +96,7 @@ func run(budgetVertices int64, passes, consumers, rate, pings int, metricsAddr s
 			return err
 		}
 		defer ms.Close()
-		in, err := instrument(ms.Provider, budget, sub, cfg.LagInterval)
+		in, err := instrument(ms.Provider, budget, sub, 500*time.Millisecond)
 		if err != nil {
 			return err
 		}
@@ -172,11 +171,12 @@ func run(budgetVertices int64, passes, consumers, rate, pings int, metricsAddr s
 		v := vertices.Load()
 		s := budget.Stats()
 		lag, pending := "-", "-"
-		if samples := sub.LagSampler().Samples(); len(samples) > 0 {
-			pending = strconv.FormatInt(samples[0].Pending, 10)
+		// One XINFO GROUPS per status line, never per message.
+		if info, err := sub.Lag(ctx, topic); err == nil {
+			pending = strconv.FormatInt(info.Pending, 10)
 			// miniredis reports the stream length as the lag: not shown.
-			if samples[0].Lag >= 0 && addr != redisbroker.EmbeddedAddr {
-				lag = strconv.FormatInt(samples[0].Lag, 10)
+			if info.Lag >= 0 && addr != redisbroker.EmbeddedAddr {
+				lag = strconv.FormatInt(info.Lag, 10)
 			}
 		}
 		fmt.Printf("%5.0fs %9d %12.0f %8d/%-8d %8d %8s %9s\n",

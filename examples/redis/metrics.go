@@ -10,6 +10,7 @@ import (
 	"github.com/spillway-go/spillway/middleware"
 	"github.com/spillway-go/spillway/redisbroker"
 	"github.com/spillway-go/spillway/telemetry"
+	"github.com/spillway-go/spillway/telemetry/redistel"
 )
 
 // serveMetrics serves /metrics on addr; see promserve.Serve.
@@ -30,7 +31,11 @@ func instrument(mp metric.MeterProvider, budget *middleware.VertexBudget, sub *r
 	if err != nil {
 		return nil, err
 	}
-	in := &instruments{metrics: m, sampler: telemetry.NewLagSampler(sub.LagSource(), telemetry.WithLagInterval(interval))}
+	src, err := redistel.NewLagSource(sub)
+	if err != nil {
+		return nil, err
+	}
+	in := &instruments{metrics: m, sampler: telemetry.NewLagSampler(src, telemetry.WithLagInterval(interval))}
 	un, err := m.ObserveBudget("redis-demo", budget)
 	if err != nil {
 		return nil, err

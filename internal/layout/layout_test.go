@@ -149,7 +149,7 @@ func TestDependencyDirection(t *testing.T) {
 		forbid(from, "embedded", "cmd", "examples")
 	}
 	forbid("kafkabroker", "router")
-	forbid("redisbroker", "router")
+	forbid("redisbroker", "router", "telemetry")
 	forbid("cost", "router", "kafkabroker", "redisbroker", "telemetry", "middleware")
 	forbid("middleware", "router", "kafkabroker", "redisbroker", "telemetry")
 }
