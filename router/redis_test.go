@@ -147,4 +147,3 @@ func TestWithRedisClient(t *testing.T) {
 		t.Errorf("XLEN shapes = %d, %v; want 3", n, err)
 	}
 }
-
