@@ -55,8 +55,6 @@ const (
 	// acking any before the keep-alive presumes it stuck and lets its
 	// entries expire, for a peer to claim.
 	DefaultMaxInFlight = 5 * time.Minute
-	// DefaultLagInterval is the period of the background lag sampler.
-	DefaultLagInterval = 5 * time.Second
 	// DefaultDeadLetterTopic receives entries that cannot be unmarshalled.
 	DefaultDeadLetterTopic = "spillway.deadletter"
 )
@@ -153,9 +151,6 @@ type Config struct {
 	NackResendSleep time.Duration
 	// KeepAlive configures the keep-alive of held entries.
 	KeepAlive KeepAliveConfig
-	// LagInterval is the period of the subscriber's lag sampler. Default
-	// DefaultLagInterval.
-	LagInterval time.Duration
 
 	// DefaultMaxLen bounds every stream the publisher writes to about this
 	// many entries (XADD MAXLEN ~): when it overflows, Redis trims the
@@ -194,9 +189,6 @@ func (c *Config) setDefaults() {
 	if c.KeepAlive.MaxInFlight == 0 {
 		c.KeepAlive.MaxInFlight = DefaultMaxInFlight
 	}
-	if c.LagInterval == 0 {
-		c.LagInterval = DefaultLagInterval
-	}
 	if c.DeadLetterTopic == "" {
 		c.DeadLetterTopic = DefaultDeadLetterTopic
 	}
@@ -233,7 +225,18 @@ func (c Config) Validate() error {
 	return c.validateSubscriber()
 }
 
+// validateConnection checks what a publisher needs: how to dial and how
+// to write streams.
 func (c Config) validateConnection() error {
+	if err := c.validateDial(); err != nil {
+		return err
+	}
+	return c.validateStreams()
+}
+
+// validateDial checks the connection fields, which a client given with
+// [WithClient] makes irrelevant.
+func (c Config) validateDial() error {
 	c.setDefaults()
 	if c.Addr == "" {
 		return invalid("Addr", `""`, "required (host:port or \"embedded\")")
@@ -259,6 +262,12 @@ func (c Config) validateConnection() error {
 	if c.Addr == EmbeddedAddr && !EmbeddedLinked() {
 		return fmt.Errorf("%w: Addr: %w", ErrInvalidConfig, ErrEmbeddedNotLinked)
 	}
+	return nil
+}
+
+// validateStreams checks the stream fields (trimming, dead letters).
+func (c Config) validateStreams() error {
+	c.setDefaults()
 	if c.DefaultMaxLen < 0 {
 		return invalid("DefaultMaxLen", c.DefaultMaxLen, "must be >= 0 (0: unbounded)")
 	}
@@ -299,8 +308,6 @@ func (c Config) validateSubscriber() error {
 		return invalid("KeepAlive.Interval", c.KeepAlive.Interval, "must be shorter than MaxIdleTime ("+c.MaxIdleTime.String()+")")
 	case !c.KeepAlive.Disabled && c.KeepAlive.MaxInFlight <= 0:
 		return invalid("KeepAlive.MaxInFlight", c.KeepAlive.MaxInFlight, "must be > 0")
-	case c.LagInterval <= 0:
-		return invalid("LagInterval", c.LagInterval, "must be > 0")
 	case strings.ContainsAny(c.Consumer, " \t\r\n"):
 		return invalid("Consumer", strconv.Quote(c.Consumer), "must not contain white space")
 	}
@@ -361,10 +368,10 @@ func (c Config) String() string {
 		pw = redacted
 	}
 	return fmt.Sprintf("redisbroker.Config{Addr:%q Username:%q Password:%q DB:%d TLS:%t ConsumerGroup:%q Consumer:%q Consumers:%d "+
-		"BlockTime:%s ClaimInterval:%s MaxIdleTime:%s NackResendSleep:%s KeepAlive:{Interval:%s MaxInFlight:%s} LagInterval:%s "+
+		"BlockTime:%s ClaimInterval:%s MaxIdleTime:%s NackResendSleep:%s KeepAlive:{Interval:%s MaxInFlight:%s} "+
 		"DefaultMaxLen:%d MaxLen:%v DeadLetterTopic:%q}",
 		c.Addr, c.Username, pw, c.DB, c.TLS.enabled(), c.ConsumerGroup, c.Consumer, c.Consumers,
-		c.BlockTime, c.ClaimInterval, c.MaxIdleTime, c.NackResendSleep, c.KeepAlive.Interval, c.KeepAlive.MaxInFlight, c.LagInterval,
+		c.BlockTime, c.ClaimInterval, c.MaxIdleTime, c.NackResendSleep, c.KeepAlive.Interval, c.KeepAlive.MaxInFlight,
 		c.DefaultMaxLen, c.MaxLen, c.DeadLetterTopic)
 }
 

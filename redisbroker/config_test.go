@@ -22,7 +22,7 @@ func TestConfigDefaults(t *testing.T) {
 	if c.Consumers != redisbroker.DefaultConsumers || c.BlockTime != redisbroker.DefaultBlockTime ||
 		c.ClaimInterval != redisbroker.DefaultClaimInterval || c.MaxIdleTime != redisbroker.DefaultMaxIdleTime ||
 		c.KeepAlive.Interval != redisbroker.DefaultMaxIdleTime/3 || c.KeepAlive.MaxInFlight != redisbroker.DefaultMaxInFlight ||
-		c.NackResendSleep != redisbroker.DefaultNackResendSleep || c.LagInterval != redisbroker.DefaultLagInterval ||
+		c.NackResendSleep != redisbroker.DefaultNackResendSleep ||
 		c.DeadLetterTopic != redisbroker.DefaultDeadLetterTopic || c.Consumer != redisbroker.DefaultConsumerName() {
 		t.Fatalf("defaults = %v", c)
 	}

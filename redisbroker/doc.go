@@ -19,9 +19,10 @@
 //   - [DeadLetter]: a handler middleware that moves entries that could not
 //     be unmarshalled to a dead-letter stream instead of ending the
 //     subscription, as upstream does.
-//   - [Lag] and [LagSampler]: a consumer group's lag and pending count per
-//     stream (XINFO GROUPS, Redis 7), sampled in the background;
-//     [Subscriber.LagSource] feeds the shared telemetry.LagSampler.
+//   - [Lag]: a consumer group's lag and pending count per stream (XINFO
+//     GROUPS, Redis 7), read on demand; telemetry/redistel turns a
+//     subscriber's lag into a source for the shared telemetry.LagSampler,
+//     which samples it in the background.
 //
 // # Wiring
 //

@@ -48,7 +48,6 @@ func testConfig(srv *redistest.Server) redisbroker.Config {
 		BlockTime:     50 * time.Millisecond,
 		ClaimInterval: 250 * time.Millisecond,
 		MaxIdleTime:   5 * time.Second,
-		LagInterval:   100 * time.Millisecond,
 	}
 }
 

@@ -10,12 +10,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/spillway-go/spillway/internal/redistest"
-	"github.com/spillway-go/spillway/producer"
 	"github.com/spillway-go/spillway/redisbroker"
 )
-
-// The sampler can feed producer.NewLagThrottled directly.
-var _ producer.LagReader = (*redisbroker.LagSampler)(nil)
 
 // Lag and pending come from XINFO GROUPS on a real server. Upstream reads
 // ahead, so a consumer holding one message in a handler has up to three
@@ -53,16 +49,8 @@ func TestLagAndPending(t *testing.T) {
 	if info.Lag != 5 || info.Backlog() != 8 || info.Consumers != 1 || info.Group != cfg.ConsumerGroup || info.Stream != topic {
 		t.Fatalf("lag = %+v; want lag 5, pending 3 (1 in a handler, 2 read ahead), backlog 8", info)
 	}
-	waitFor(t, "the sampler", 30*time.Second, func() bool {
-		b, ok := sub.LagSampler().Backlog()
-		return ok && b == 8
-	})
-	if s := sub.LagSampler().Samples(); len(s) != 1 || s[0].Stream != topic || sub.LagSampler().TotalLag() != 8 {
-		t.Fatalf("samples = %+v", s)
-	}
-	ts, err := sub.LagSource().Lag(testCtx(t))
-	if err != nil || len(ts) != 1 || ts[0].Topic != topic || ts[0].Group != cfg.ConsumerGroup || ts[0].Partition != -1 || ts[0].Lag != 8 {
-		t.Fatalf("telemetry samples = %+v, %v", ts, err)
+	if got := sub.Topics(); len(got) != 1 || got[0] != topic {
+		t.Fatalf("Topics() = %v; want [%s]", got, topic)
 	}
 	held.Ack()
 	for range 7 {
@@ -73,9 +61,9 @@ func TestLagAndPending(t *testing.T) {
 			t.Fatal("no delivery")
 		}
 	}
-	waitFor(t, "the sampler to see the group caught up", 30*time.Second, func() bool {
-		b, ok := sub.LagSampler().Backlog()
-		return ok && b == 0
+	waitFor(t, "the group to catch up", 30*time.Second, func() bool {
+		info, err = sub.Lag(testCtx(t), topic)
+		return err == nil && info.Backlog() == 0
 	})
 }
 

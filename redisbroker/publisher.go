@@ -22,17 +22,22 @@ type Publisher struct {
 
 var _ message.Publisher = (*Publisher)(nil)
 
-// NewPublisher connects lazily to cfg.Addr (the first Publish dials). Only
-// the connection fields, MaxLen and DefaultMaxLen of cfg are used.
-func NewPublisher(cfg Config, logger watermill.LoggerAdapter) (*Publisher, error) {
+// NewPublisher connects lazily to cfg.Addr (the first Publish dials), or
+// uses the client given with [WithClient]. Only the connection fields,
+// MaxLen and DefaultMaxLen of cfg are used.
+func NewPublisher(cfg Config, logger watermill.LoggerAdapter, opts ...Option) (*Publisher, error) {
 	cfg.setDefaults()
-	if err := cfg.validateConnection(); err != nil {
+	o, err := buildOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := o.validate(cfg, false); err != nil {
 		return nil, err
 	}
 	if logger == nil {
 		logger = watermill.NopLogger{}
 	}
-	client, err := newClient(cfg, "spillway-pub")
+	client, err := o.newClient(cfg, "spillway-pub")
 	if err != nil {
 		return nil, err
 	}
@@ -61,7 +66,7 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 }
 
 // Close waits for Publish calls in progress, then closes the publisher and
-// its client. Later calls to Publish return ErrClosed. It is idempotent.
+// its client (not a client given with [WithClient]). Later calls to Publish return ErrClosed. It is idempotent.
 func (p *Publisher) Close() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()

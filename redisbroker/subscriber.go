@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -40,10 +41,12 @@ const recoverPageSize = 500
 //     incarnation) are made claimable at once instead of after MaxIdleTime;
 //   - group recovery: if the group disappears (a server restarted without
 //     persistence) it is created again and reading resumes;
-//   - a lag sampler over the subscribed topics ([Subscriber.LagSampler]).
+//   - the group's lag on a topic ([Subscriber.Lag]) and the topics
+//     subscribed so far ([Subscriber.Topics]), which is what a lag sampler
+//     (telemetry/redistel) reads.
 //
-// A Subscriber is safe for concurrent use. Close stops every subscription,
-// the keep-alive and the lag sampler, and closes all clients.
+// A Subscriber is safe for concurrent use. Close stops every subscription
+// and the keep-alive, and closes all clients.
 type Subscriber struct {
 	cfg     Config
 	logger  watermill.LoggerAdapter
@@ -52,7 +55,6 @@ type Subscriber struct {
 	control redis.UniversalClient
 
 	keepAlive *KeepAlive
-	lag       *LagSampler
 	malformed atomic.Uint64
 
 	mu      sync.Mutex // held through Subscribe, so Close never races it
@@ -68,10 +70,15 @@ var (
 )
 
 // NewSubscriber creates the consumers of cfg.ConsumerGroup; it connects
-// lazily. It starts the keep-alive and lag goroutines (one each).
-func NewSubscriber(cfg Config, logger watermill.LoggerAdapter) (*Subscriber, error) {
+// lazily to cfg.Addr, or uses the client given with [WithClient]. It starts
+// the keep-alive goroutine.
+func NewSubscriber(cfg Config, logger watermill.LoggerAdapter, opts ...Option) (*Subscriber, error) {
 	cfg.setDefaults()
-	if err := cfg.Validate(); err != nil {
+	o, err := buildOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := o.validate(cfg, true); err != nil {
 		return nil, err
 	}
 	if logger == nil {
@@ -84,8 +91,7 @@ func NewSubscriber(cfg Config, logger watermill.LoggerAdapter) (*Subscriber, err
 		topics:  make(map[string]bool),
 		closing: make(chan struct{}),
 	}
-	var err error
-	if s.control, err = newClient(cfg, "spillway-ctl-"+cfg.Consumer); err != nil {
+	if s.control, err = o.newClient(cfg, "spillway-ctl-"+cfg.Consumer); err != nil {
 		return nil, err
 	}
 	nack := cfg.NackResendSleep
@@ -95,7 +101,7 @@ func NewSubscriber(cfg Config, logger watermill.LoggerAdapter) (*Subscriber, err
 	upLogger := quietLogger{LoggerAdapter: logger, closing: s.closing}
 	s.keepAlive = newKeepAlive(s.control, cfg, logger)
 	for _, name := range s.names {
-		c, err := newClient(cfg, "spillway-"+name)
+		c, err := o.newClient(cfg, "spillway-"+name)
 		if err != nil {
 			s.closeClients()
 			return nil, err
@@ -125,7 +131,6 @@ func NewSubscriber(cfg Config, logger watermill.LoggerAdapter) (*Subscriber, err
 		}
 		s.ups = append(s.ups, up)
 	}
-	s.lag = NewLagSampler(s.control, cfg.ConsumerGroup, cfg.LagInterval, logger)
 	return s, nil
 }
 
@@ -150,13 +155,23 @@ func (s *Subscriber) Consumers() []string { return append([]string(nil), s.names
 // by itself; there is nothing to install.
 func (s *Subscriber) KeepAlive() *KeepAlive { return s.keepAlive }
 
-// LagSampler returns the sampler of the group's lag on every topic
-// subscribed so far, sampled every Config.LagInterval.
-func (s *Subscriber) LagSampler() *LagSampler { return s.lag }
-
-// Lag reads the group's lag on topic now (one XINFO GROUPS).
+// Lag reads the group's lag on topic now (one XINFO GROUPS). It never
+// caches: sample it from one goroutine (telemetry/redistel with a
+// telemetry.LagSampler), not per message.
 func (s *Subscriber) Lag(ctx context.Context, topic string) (LagInfo, error) {
 	return Lag(ctx, s.control, topic, s.cfg.ConsumerGroup)
+}
+
+// Topics returns the topics subscribed to so far, sorted.
+func (s *Subscriber) Topics() []string {
+	s.mu.Lock()
+	topics := make([]string, 0, len(s.topics))
+	for t := range s.topics {
+		topics = append(topics, t)
+	}
+	s.mu.Unlock()
+	slices.Sort(topics)
+	return topics
 }
 
 // SubscriberStats counts what a subscriber did.
@@ -218,7 +233,6 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		}
 		ins = append(ins, in)
 	}
-	s.lag.Track(topic)
 
 	out := make(chan *message.Message)
 	var fwd sync.WaitGroup
@@ -366,7 +380,8 @@ func (s *Subscriber) recreateGroups() {
 }
 
 // Close ends every subscription (unacked messages stay pending), stops the
-// keep-alive and the lag sampler, and closes all clients. It is idempotent.
+// keep-alive, and closes all clients (not a client given with
+// [WithClient]). It is idempotent.
 func (s *Subscriber) Close() error {
 	s.mu.Lock()
 	if s.closed {
@@ -389,7 +404,6 @@ func (s *Subscriber) Close() error {
 	wg.Wait()
 	s.wg.Wait()
 	s.keepAlive.close()
-	s.lag.Close()
 	errs = append(errs, s.control.Close())
 	return errors.Join(errs...)
 }

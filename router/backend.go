@@ -23,6 +23,9 @@ type backend interface {
 	// tracker that makes its admission revocation-aware (nil if the
 	// broker has no revocable deliveries).
 	subscriber(handler, topic string) (message.Subscriber, *kafkabroker.SessionTracker, error)
+	// group is the consumer group the broker really uses for the
+	// handler named handler; "" if the broker has no consumer groups.
+	group(handler string) string
 	// ensureTopic makes topic exist, where the broker needs that.
 	ensureTopic(topic string) error
 	// lag reads the uncommitted messages of the handlers' groups, one
@@ -58,6 +61,9 @@ func (b *memoryBackend) subscriber(string, string) (message.Subscriber, *kafkabr
 	// One GoChannel serves every handler; closing it is the router's job.
 	return nopCloseSubscriber{b.ch}, nil, nil
 }
+
+// group is "": every GoChannel subscriber gets every message.
+func (b *memoryBackend) group(string) string { return "" }
 
 func (b *memoryBackend) ensureTopic(string) error { return nil }
 

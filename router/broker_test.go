@@ -41,7 +41,6 @@ func redisConfig(t *testing.T) Config {
 	c := Config{Broker: BrokerRedis}
 	c.Redis.Addr = srv.Addr()
 	c.Redis.BlockTime = 50 * time.Millisecond
-	c.Redis.LagInterval = 200 * time.Millisecond
 	return c
 }
 

@@ -293,9 +293,6 @@ type RedisConfig struct {
 	NackResendSleep time.Duration `yaml:"nack_resend_sleep" env:"NACK_RESEND_SLEEP"`
 	// KeepAlive configures the refresh of held entries.
 	KeepAlive RedisKeepAliveConfig `yaml:"keep_alive" envPrefix:"KEEP_ALIVE_"`
-	// LagInterval is the period of each subscriber's own lag sampler.
-	// Default 5s.
-	LagInterval time.Duration `yaml:"lag_interval" env:"LAG_INTERVAL"`
 
 	// DefaultMaxLen trims every stream the router publishes to at about
 	// this many entries (oldest first, read or not). Default 0: unbounded.

@@ -66,7 +66,7 @@ func TestDefaults(t *testing.T) {
 	}
 	want.Redis = RedisConfig{
 		ConsumerGroup: "spillway", Consumers: 4, BlockTime: 500 * time.Millisecond, ClaimInterval: 5 * time.Second,
-		MaxIdleTime: 30 * time.Second, NackResendSleep: 100 * time.Millisecond, LagInterval: 5 * time.Second,
+		MaxIdleTime: 30 * time.Second, NackResendSleep: 100 * time.Millisecond,
 		KeepAlive:       RedisKeepAliveConfig{Interval: 10 * time.Second, MaxInFlight: 5 * time.Minute},
 		DeadLetterTopic: "spillway.deadletter",
 	}

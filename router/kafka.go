@@ -57,9 +57,7 @@ func (r *Router) Brokers() []string {
 	return nil
 }
 
-// ConsumerGroup returns the Kafka consumer group the handler named handler
-// consumes in: "<kafka.consumer_group>.<handler>".
-func (r *Router) ConsumerGroup(handler string) string { return r.cfg.Kafka.HandlerGroup(handler) }
+func (b *kafkaBackend) group(handler string) string { return b.cfg.HandlerGroup(handler) }
 
 func (b *kafkaBackend) publisher() message.Publisher { return b.pub }
 

@@ -2,16 +2,20 @@ package router
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
+	"strings"
 	"sync"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/spillway-go/spillway/kafkabroker"
 	"github.com/spillway-go/spillway/redisbroker"
 	"github.com/spillway-go/spillway/telemetry"
+	"github.com/spillway-go/spillway/telemetry/redistel"
 )
 
 // broker maps the section to a redisbroker configuration for the consumer
@@ -42,7 +46,6 @@ func (r RedisConfig) broker(group string) redisbroker.Config {
 			MaxInFlight: r.KeepAlive.MaxInFlight,
 			Disabled:    r.KeepAlive.Disabled,
 		},
-		LagInterval:     r.LagInterval,
 		DefaultMaxLen:   r.DefaultMaxLen,
 		MaxLen:          maps.Clone(r.MaxLen),
 		DeadLetterTopic: r.DeadLetterTopic,
@@ -52,6 +55,40 @@ func (r RedisConfig) broker(group string) redisbroker.Config {
 // consumerGroup is the Redis consumer group of the handler named handler.
 func (r RedisConfig) consumerGroup(handler string) string { return r.ConsumerGroup + "." + handler }
 
+// WithRedisClient makes the router's Redis publisher and subscribers send
+// every command through client instead of dialling redis.addr: a Cluster
+// or Sentinel (failover) client, or a pool the program already has. The
+// connection fields of the redis section (addr, username, password, db,
+// tls) are then ignored and redis.addr need not be set. The router never
+// closes client; close it after the router. Its pool must hold the
+// blocking reads of every handler: redis.consumers per handler, plus a few
+// (see redisbroker.WithClient). Other brokers ignore it.
+func WithRedisClient(client redis.UniversalClient) Option {
+	return func(o *options) { o.redisClient = client }
+}
+
+// validate is Config.Validate, without the redis section's connection
+// fields when WithRedisClient gave a client.
+func (o options) validate(cfg Config) error {
+	err := cfg.Validate()
+	if err == nil || o.redisClient == nil || cfg.Broker != BrokerRedis {
+		return err
+	}
+	joined, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		return err
+	}
+	var keep []error
+	for _, e := range joined.Unwrap() {
+		var ce *ConfigError
+		if errors.As(e, &ce) && (ce.Field == "redis.addr" || strings.HasPrefix(ce.Field, "redis.tls.")) {
+			continue
+		}
+		keep = append(keep, e)
+	}
+	return errors.Join(keep...)
+}
+
 // redisBackend runs each handler as its own redisbroker.Subscriber, in
 // its own consumer group, with its own clients; one redisbroker.Publisher
 // serves the router. Entries that cannot be unmarshalled are moved to
@@ -59,6 +96,7 @@ func (r RedisConfig) consumerGroup(handler string) string { return r.ConsumerGro
 type redisBackend struct {
 	cfg    RedisConfig
 	logger watermill.LoggerAdapter
+	opts   []redisbroker.Option // WithClient, if WithRedisClient gave one
 	pub    *redisbroker.Publisher
 	dl     *redisbroker.DeadLetter
 
@@ -66,8 +104,12 @@ type redisBackend struct {
 	subs map[string]*redisbroker.Subscriber // by handler name
 }
 
-func newRedisBackend(cfg RedisConfig, logger watermill.LoggerAdapter) (*redisBackend, error) {
-	pub, err := redisbroker.NewPublisher(cfg.broker(""), logger)
+func newRedisBackend(cfg RedisConfig, logger watermill.LoggerAdapter, client redis.UniversalClient) (*redisBackend, error) {
+	var opts []redisbroker.Option
+	if client != nil {
+		opts = append(opts, redisbroker.WithClient(client))
+	}
+	pub, err := redisbroker.NewPublisher(cfg.broker(""), logger, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("router: redis: publisher: %w", err)
 	}
@@ -76,13 +118,13 @@ func newRedisBackend(cfg RedisConfig, logger watermill.LoggerAdapter) (*redisBac
 		_ = pub.Close()
 		return nil, fmt.Errorf("router: redis: dead letter: %w", err)
 	}
-	return &redisBackend{cfg: cfg, logger: logger, pub: pub, dl: dl, subs: make(map[string]*redisbroker.Subscriber)}, nil
+	return &redisBackend{cfg: cfg, logger: logger, opts: opts, pub: pub, dl: dl, subs: make(map[string]*redisbroker.Subscriber)}, nil
 }
 
 func (b *redisBackend) publisher() message.Publisher { return b.pub }
 
 func (b *redisBackend) subscriber(handler, _ string) (message.Subscriber, *kafkabroker.SessionTracker, error) {
-	sub, err := redisbroker.NewSubscriber(b.cfg.broker(b.cfg.consumerGroup(handler)), b.logger)
+	sub, err := redisbroker.NewSubscriber(b.cfg.broker(b.group(handler)), b.logger, b.opts...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("router: redis: subscriber for %s: %w", handler, err)
 	}
@@ -99,6 +141,8 @@ func (b *redisBackend) subscriber(handler, _ string) (message.Subscriber, *kafka
 	}}, nil, nil
 }
 
+func (b *redisBackend) group(handler string) string { return b.cfg.consumerGroup(handler) }
+
 // Streams are created with their group when a handler subscribes, and by
 // the first XADD otherwise.
 func (b *redisBackend) ensureTopic(string) error { return nil }
@@ -114,7 +158,13 @@ func (b *redisBackend) lag(ctx context.Context, groups []groupTopic) ([]telemetr
 		if sub == nil {
 			continue
 		}
-		samples, err := sub.LagSource().Lag(ctx)
+		// The router's one telemetry.LagSampler calls this; the
+		// subscriber samples nothing by itself.
+		src, err := redistel.NewLagSource(sub)
+		if err != nil {
+			return nil, err
+		}
+		samples, err := src.Lag(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("router: redis: lag of %s: %w", g.handler, err)
 		}
@@ -129,7 +179,7 @@ func (b *redisBackend) system() string { return telemetry.SystemRedis }
 
 // close has nothing left: the router closed the publisher and the
 // subscribers (each releases its clients, and the embedded server with
-// the last of them).
+// the last of them; a client given with WithRedisClient stays open).
 func (b *redisBackend) close() error { return nil }
 
 // redisSubscriber forgets the subscriber in the backend when closed.

@@ -17,6 +17,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
@@ -54,6 +55,7 @@ type options struct {
 	propagator     propagation.TextMapPropagator
 	signals        []os.Signal
 	saramaConfig   func(*sarama.Config) error
+	redisClient    redis.UniversalClient // WithRedisClient
 }
 
 // control switches parts of the stack off for the control runs of the
@@ -226,7 +228,7 @@ func New(cfg Config, logger watermill.LoggerAdapter, opts ...Option) (*Router, e
 
 func newRouter(cfg Config, logger watermill.LoggerAdapter, o options, ctl control) (*Router, error) {
 	cfg.setDefaults()
-	if err := cfg.Validate(); err != nil {
+	if err := o.validate(cfg); err != nil {
 		return nil, err
 	}
 	if logger == nil {
@@ -250,7 +252,7 @@ func newRouter(cfg Config, logger watermill.LoggerAdapter, o options, ctl contro
 	case BrokerKafka:
 		r.back, err = newKafkaBackend(cfg.Kafka, logger, o, ctl)
 	case BrokerRedis:
-		r.back, err = newRedisBackend(cfg.Redis, logger)
+		r.back, err = newRedisBackend(cfg.Redis, logger, o.redisClient)
 	default:
 		return nil, fmt.Errorf("%w: %s (see docs/router.md)", ErrNotSupported, cfg.Broker)
 	}
@@ -409,6 +411,12 @@ func (r *Router) Stack() Stack { return r.stack() }
 // Watermill returns the underlying Watermill router, for plugins and
 // handler-level middlewares. Run and Close it through the Router only.
 func (r *Router) Watermill() *message.Router { return r.wm }
+
+// ConsumerGroup returns the consumer group the handler named handler
+// consumes in, as the broker names it: "<kafka.consumer_group>.<handler>" on
+// Kafka, "<redis.consumer_group>.<handler>" on Redis, and "" in memory,
+// which has no consumer groups.
+func (r *Router) ConsumerGroup(handler string) string { return r.back.group(handler) }
 
 // SessionTracker returns the Kafka session tracker of handler, or nil (not
 // a Kafka handler, or revocation-awareness is off).

@@ -113,11 +113,8 @@ func (r *Router) annotateGroup(msg *message.Message, handler string) {
 	if r.tracing == nil || handler == "" {
 		return
 	}
-	switch r.cfg.Broker {
-	case BrokerKafka:
-		telemetry.Annotate(msg, semconv.MessagingConsumerGroupName(r.cfg.Kafka.HandlerGroup(handler)))
-	case BrokerRedis:
-		telemetry.Annotate(msg, semconv.MessagingConsumerGroupName(r.cfg.Redis.consumerGroup(handler)))
+	if g := r.back.group(handler); g != "" {
+		telemetry.Annotate(msg, semconv.MessagingConsumerGroupName(g))
 	}
 }
 

@@ -93,9 +93,6 @@ func (r *RedisConfig) setDefaults() {
 	if r.KeepAlive.MaxInFlight == 0 {
 		r.KeepAlive.MaxInFlight = redisbroker.DefaultMaxInFlight
 	}
-	if r.LagInterval == 0 {
-		r.LagInterval = redisbroker.DefaultLagInterval
-	}
 	if r.DeadLetterTopic == "" {
 		r.DeadLetterTopic = redisbroker.DefaultDeadLetterTopic
 	}
@@ -417,9 +414,6 @@ func (r RedisConfig) validate() []error {
 		if r.KeepAlive.MaxInFlight <= 0 {
 			bad("keep_alive.max_in_flight", r.KeepAlive.MaxInFlight.String(), "must be positive")
 		}
-	}
-	if r.LagInterval <= 0 {
-		bad("lag_interval", r.LagInterval.String(), "must be positive")
 	}
 	if r.DefaultMaxLen < 0 {
 		bad("default_max_len", strconv.FormatInt(r.DefaultMaxLen, 10), "must be zero (unbounded) or positive")

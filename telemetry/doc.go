@@ -28,8 +28,9 @@
 //
 // # Lag
 //
-// A [LagSampler] polls a [LagSource] (Kafka partitions, Redis stream
-// groups) in one background goroutine and caches the result. Readers —
+// A [LagSampler] polls a [LagSource] (Kafka partitions with
+// telemetry/kafkatel, Redis stream groups with telemetry/redistel) in one
+// background goroutine and caches the result. Readers —
 // metrics, the shedding pressure signal ([LagSampler.SaturatedFor]) and
 // lag-aware producers (producer.NewLagThrottled with
 // [LagSampler.TotalLag]) — never reach the broker.

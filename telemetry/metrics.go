@@ -114,7 +114,7 @@ type Metrics struct {
 // refuses an instrument.
 func NewMetrics(opts ...Option) (*Metrics, error) {
 	cfg := newConfig(opts)
-	m := &Metrics{cfg: cfg, meter: cfg.meterProvider.Meter(ScopeName)}
+	m := &Metrics{cfg: cfg, meter: meter(cfg.meterProvider)}
 	mt := m.meter
 	var errs []error
 	check := func(err error) {

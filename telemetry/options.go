@@ -10,7 +10,9 @@ import (
 )
 
 // ScopeName is the instrumentation scope of every tracer and meter this
-// package creates.
+// package creates. The scope also carries the library module's version
+// (from the binary's build information; "(devel)" in a working tree) and
+// the schema URL of the semantic conventions the attributes follow.
 const ScopeName = "github.com/spillway-go/spillway/telemetry"
 
 // Values for [WithMessagingSystem]. Kafka's is the one OpenTelemetry's

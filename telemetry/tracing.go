@@ -31,7 +31,7 @@ func NewTracing(opts ...Option) *Tracing {
 	cfg := newConfig(opts)
 	return &Tracing{
 		cfg:    cfg,
-		tracer: cfg.tracerProvider.Tracer(ScopeName),
+		tracer: tracer(cfg.tracerProvider),
 		fields: cfg.propagator.Fields(),
 	}
 }
@@ -234,7 +234,7 @@ func NewTracingPublisher(pub message.Publisher, opts ...Option) *TracingPublishe
 		panic("telemetry: NewTracingPublisher: nil publisher")
 	}
 	cfg := newConfig(opts)
-	return &TracingPublisher{pub: pub, cfg: cfg, tracer: cfg.tracerProvider.Tracer(ScopeName)}
+	return &TracingPublisher{pub: pub, cfg: cfg, tracer: tracer(cfg.tracerProvider)}
 }
 
 // Publish starts a producer span "send <topic>" per message, as a child of

@@ -72,7 +72,6 @@ func run(data string, budgetVertices int64, passes, consumers, rate, pings int, 
 		Password:        os.Getenv("REDIS_PASSWORD"),
 		ConsumerGroup:   "spillway-demo",
 		Consumers:       consumers,
-		LagInterval:     500 * time.Millisecond,
 		DeadLetterTopic: "spillway.demo.deadletter." + suffix,
 	}
 	if err := cfg.Validate(); err != nil {
@@ -103,7 +102,7 @@ func run(data string, budgetVertices int64, passes, consumers, rate, pings int, 
 			return err
 		}
 		defer ms.Close()
-		in, err := instrument(ms.provider, budget, sub, cfg.LagInterval)
+		in, err := instrument(ms.provider, budget, sub, 500*time.Millisecond)
 		if err != nil {
 			return err
 		}
@@ -178,11 +177,12 @@ func run(data string, budgetVertices int64, passes, consumers, rate, pings int, 
 		v := vertices.Load()
 		s := budget.Stats()
 		lag, pending := "-", "-"
-		if samples := sub.LagSampler().Samples(); len(samples) > 0 {
-			pending = strconv.FormatInt(samples[0].Pending, 10)
+		// One XINFO GROUPS per status line, never per message.
+		if info, err := sub.Lag(ctx, topic); err == nil {
+			pending = strconv.FormatInt(info.Pending, 10)
 			// miniredis reports the stream length as the lag: not shown.
-			if samples[0].Lag >= 0 && addr != redisbroker.EmbeddedAddr {
-				lag = strconv.FormatInt(samples[0].Lag, 10)
+			if info.Lag >= 0 && addr != redisbroker.EmbeddedAddr {
+				lag = strconv.FormatInt(info.Lag, 10)
 			}
 		}
 		fmt.Printf("%5.0fs %9d %12.0f %8d/%-8d %8d %8s %9s\n",

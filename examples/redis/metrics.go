@@ -16,6 +16,7 @@ import (
 	"github.com/spillway-go/spillway/middleware"
 	"github.com/spillway-go/spillway/redisbroker"
 	"github.com/spillway-go/spillway/telemetry"
+	"github.com/spillway-go/spillway/telemetry/redistel"
 )
 
 // metricsServer serves the metrics recorded through provider in the
@@ -70,7 +71,11 @@ func instrument(mp metric.MeterProvider, budget *middleware.VertexBudget, sub *r
 	if err != nil {
 		return nil, err
 	}
-	in := &instruments{metrics: m, sampler: telemetry.NewLagSampler(sub.LagSource(), telemetry.WithLagInterval(interval))}
+	src, err := redistel.NewLagSource(sub)
+	if err != nil {
+		return nil, err
+	}
+	in := &instruments{metrics: m, sampler: telemetry.NewLagSampler(src, telemetry.WithLagInterval(interval))}
 	un, err := m.ObserveBudget("redis-demo", budget)
 	if err != nil {
 		return nil, err

@@ -152,7 +152,7 @@ func TestDependencyDirection(t *testing.T) {
 	// The root package is the shared vocabulary: it imports no other.
 	forbid("", "cost", "sizing", "middleware", "producer", "shedding", "retrygate", "kafkabroker", "redisbroker", "telemetry", "router")
 	forbid("kafkabroker", "router")
-	forbid("redisbroker", "router")
+	forbid("redisbroker", "router", "telemetry")
 	forbid("cost", "router", "kafkabroker", "redisbroker", "telemetry", "middleware", "sizing", "producer")
 	forbid("sizing", "router", "kafkabroker", "redisbroker", "telemetry", "middleware", "producer")
 	forbid("middleware", "router", "kafkabroker", "redisbroker", "telemetry", "producer")

@@ -1,0 +1,76 @@
+package redisbroker
+
+import (
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Option customises a [Publisher] or a [Subscriber] with code rather than
+// configuration.
+type Option func(*options)
+
+type options struct {
+	client    redis.UniversalClient
+	clientSet bool
+}
+
+// WithClient makes a publisher or subscriber send every command through
+// client instead of dialling Config.Addr: a Cluster or Sentinel
+// (failover) client, or a pool the program already has. The connection
+// fields of Config (Addr, Username, Password, DB, TLS) are then ignored and
+// need not be set. Close leaves client open; the caller closes it after
+// the publishers and subscribers that use it.
+//
+// A subscriber keeps Config.Consumers blocking reads (XREADGROUP, up to
+// BlockTime each) in flight per subscribed topic, plus its keep-alive and
+// lag reads, on client's pool: size the pool (PoolSize) above Consumers ×
+// topics, or reads wait for a free connection. A nil client makes the
+// constructor fail.
+func WithClient(client redis.UniversalClient) Option {
+	return func(o *options) { o.client, o.clientSet = client, true }
+}
+
+func buildOptions(opts []Option) (options, error) {
+	var o options
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&o)
+		}
+	}
+	if o.clientSet && o.client == nil {
+		return o, fmt.Errorf("%w: WithClient: nil client", ErrInvalidConfig)
+	}
+	return o, nil
+}
+
+// validate checks cfg for a publisher (sub false) or a subscriber; with a
+// client of the caller's, the connection fields are not checked.
+func (o options) validate(cfg Config, sub bool) error {
+	if o.client == nil {
+		if err := cfg.validateDial(); err != nil {
+			return err
+		}
+	}
+	if err := cfg.validateStreams(); err != nil {
+		return err
+	}
+	if sub {
+		return cfg.validateSubscriber()
+	}
+	return nil
+}
+
+// newClient returns the caller's client, wrapped so that closing it (as
+// upstream's Close does) leaves it open, or a new client of cfg named name.
+func (o options) newClient(cfg Config, name string) (redis.UniversalClient, error) {
+	if o.client != nil {
+		return borrowedClient{o.client}, nil
+	}
+	return newClient(cfg, name)
+}
+
+// borrowedClient is a client the caller owns: Close does nothing.
+type borrowedClient struct{ redis.UniversalClient }
+
+func (borrowedClient) Close() error { return nil }

@@ -1,0 +1,149 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/spillway-go/spillway/internal/redistest"
+)
+
+// waitHandled waits until n messages were handled.
+func waitHandled(t *testing.T, handled *atomic.Int64, n int64) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for handled.Load() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("handled %d of %d messages", handled.Load(), n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestConsumerGroup: Router.ConsumerGroup names the group the broker
+// really consumes in.
+func TestConsumerGroup(t *testing.T) {
+	t.Run("memory", func(t *testing.T) {
+		r, err := New(Config{Broker: BrokerMemory}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		if g := r.ConsumerGroup("h"); g != "" {
+			t.Errorf("memory ConsumerGroup = %q, want none", g)
+		}
+	})
+	t.Run("kafka", func(t *testing.T) {
+		// Configuration only: the group the Kafka backend subscribes with.
+		cfg := Config{Broker: BrokerKafka}
+		cfg.Kafka.ConsumerGroup = "ingest"
+		cfg.setDefaults()
+		r := &Router{cfg: cfg, back: &kafkaBackend{cfg: cfg.Kafka}}
+		if g := r.ConsumerGroup("h"); g != "ingest.h" {
+			t.Errorf("kafka ConsumerGroup = %q, want ingest.h", g)
+		}
+	})
+	t.Run("redis", func(t *testing.T) {
+		defer goleak.VerifyNone(t, leakOptions...)
+		cfg := redisConfig(t)
+		cfg.Redis.ConsumerGroup = "tiler"
+		r, err := New(cfg, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var handled atomic.Int64
+		if _, err := r.AddConsumerHandler("h", "shapes", func(*message.Message) error {
+			handled.Add(1)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		errc := runRouter(t, r)
+		defer closeRouter(t, r, errc)
+		if err := r.Publisher().Publish("shapes", message.NewMessage("m-1", pingPayload(1))); err != nil {
+			t.Fatal(err)
+		}
+		waitHandled(t, &handled, 1)
+
+		if g := r.ConsumerGroup("h"); g != "tiler.h" {
+			t.Fatalf("redis ConsumerGroup = %q, want tiler.h", g)
+		}
+		client := redis.NewClient(&redis.Options{Addr: cfg.Redis.Addr})
+		defer client.Close()
+		groups, err := client.XInfoGroups(context.Background(), "shapes").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(groups) != 1 || groups[0].Name != r.ConsumerGroup("h") {
+			t.Errorf("groups on the stream = %+v, want only %q", groups, r.ConsumerGroup("h"))
+		}
+	})
+}
+
+// TestWithRedisClient: with a client of the caller's the router needs no
+// redis.addr, publishes and consumes through that client only, and leaves
+// it open when it closes.
+func TestWithRedisClient(t *testing.T) {
+	defer goleak.VerifyNone(t, leakOptions...)
+	srv := redistest.Start(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr(), PoolSize: 16, ClientName: "users-pool"})
+	defer client.Close()
+
+	cfg := Config{Broker: BrokerRedis}
+	cfg.Redis.BlockTime = 50 * time.Millisecond
+	var ce *ConfigError
+	if _, err := New(cfg, nil); !errors.As(err, &ce) || ce.Field != "redis.addr" {
+		t.Fatalf("no addr, no client: err = %v, want a redis.addr error", err)
+	}
+	bad := cfg
+	bad.Redis.ConsumerGroup = " "
+	if _, err := New(bad, nil, WithRedisClient(client)); !errors.As(err, &ce) || ce.Field != "redis.consumer_group" {
+		t.Fatalf("blank group with a client: err = %v, want a redis.consumer_group error", err)
+	}
+
+	r, err := New(cfg, nil, WithRedisClient(client))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var handled atomic.Int64
+	if _, err := r.AddConsumerHandler("h", "shapes", func(*message.Message) error {
+		handled.Add(1)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	errc := runRouter(t, r)
+	for i := range 3 {
+		if err := r.Publisher().Publish("shapes", message.NewMessage("m-"+string(rune('a'+i)), pingPayload(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitHandled(t, &handled, 3)
+	ctx := context.Background()
+	if lag, err := r.Lag(ctx); err != nil {
+		t.Errorf("Lag through the caller's client: %v", err)
+	} else if lag < 0 {
+		t.Errorf("Lag = %d", lag)
+	}
+	list, err := client.ClientList(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(list, "name=spillway-") || !strings.Contains(list, "name=users-pool") {
+		t.Errorf("the router opened connections of its own:\n%s", list)
+	}
+	closeRouter(t, r, errc)
+	if err := client.Ping(ctx).Err(); err != nil {
+		t.Fatalf("the router closed the caller's client: %v", err)
+	}
+	if n, err := client.XLen(ctx, "shapes").Result(); err != nil || n != 3 {
+		t.Errorf("XLEN shapes = %d, %v; want 3", n, err)
+	}
+}

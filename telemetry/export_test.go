@@ -1,0 +1,7 @@
+package telemetry
+
+// Internals for the external tests.
+var (
+	ScopeVersion  = scopeVersion
+	ModuleVersion = moduleVersion
+)
