@@ -20,4 +20,9 @@
 // var block, so that what a reader sees is what compiles. Unused variables
 // and imports are tolerated; every other type error fails the test, named
 // by the markdown file and line.
+//
+// Snippets are checked against the packages as go list sees them from the
+// repository root, so with go.work (the default here) a snippet may import
+// the embedded, cmd and examples modules too; with GOWORK=off such snippets
+// are skipped and logged.
 package doccheck

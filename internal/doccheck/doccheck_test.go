@@ -319,6 +319,27 @@ func repoRoot(t *testing.T) string {
 	return root
 }
 
+// otherModules are the repository's modules besides the library, which a
+// snippet can import only when go.work is in use.
+var otherModules = []string{
+	"github.com/spillway-go/spillway/embedded",
+	"github.com/spillway-go/spillway/cmd",
+	"github.com/spillway-go/spillway/examples",
+}
+
+// workspace reports whether the go command uses the repository's go.work.
+func workspace(t *testing.T, root string) bool {
+	t.Helper()
+	cmd := exec.Command("go", "env", "GOWORK")
+	cmd.Dir = root
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go env GOWORK: %v", err)
+	}
+	gowork := strings.TrimSpace(string(out))
+	return gowork != "" && gowork != "off"
+}
+
 func needGo(t *testing.T) {
 	t.Helper()
 	if _, err := exec.LookPath("go"); err != nil {
@@ -371,6 +392,19 @@ func TestSnippetsCompile(t *testing.T) {
 	}
 	if len(all) == 0 {
 		t.Fatal("found no ```go blocks; is the repository root right?")
+	}
+	if !workspace(t, root) {
+		// The library module alone cannot resolve the other modules of
+		// the repository; go.work can.
+		all = slices.DeleteFunc(all, func(s snippet) bool {
+			for _, m := range otherModules {
+				if strings.Contains(s.code, `"`+m) {
+					t.Logf("%s: skipped: imports module %s, outside go.work", s, m)
+					return true
+				}
+			}
+			return false
+		})
 	}
 	report(t, check(t, root, all))
 	t.Logf("%d snippets checked", len(all))
