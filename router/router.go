@@ -165,8 +165,8 @@ func WithPropagator(p propagation.TextMapPropagator) Option {
 // Router is a Watermill router with the Spillway middleware stack in front
 // of every handler and a publisher and subscribers for the configured
 // broker. Handler code is the same for every broker. Create it with [New],
-// add handlers, then [Router.Run]; stop it with [Router.Close], SIGINT or
-// SIGTERM.
+// add handlers, then [Router.Run]; stop it with [Router.Close], by ending
+// Run's context, or (with [WithSignals]) by a signal.
 type Router struct {
 	cfg    Config
 	logger watermill.LoggerAdapter
