@@ -35,6 +35,7 @@ var knownImports = map[string]string{
 	"redisbroker": "github.com/spillway-go/spillway/redisbroker",
 	"telemetry":   "github.com/spillway-go/spillway/telemetry",
 	"kafkatel":    "github.com/spillway-go/spillway/telemetry/kafkatel",
+	"redistel":    "github.com/spillway-go/spillway/telemetry/redistel",
 	"router":      "github.com/spillway-go/spillway/router",
 
 	// Its dependencies.
