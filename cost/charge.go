@@ -118,9 +118,6 @@ func NewEstimator(defaultCost int64, opts ...EstimatorOption) *Estimator {
 	return e
 }
 
-// Default returns the charge, in vertices, given to a message of unknown cost.
-func (e *Estimator) Default() int64 { return e.defaultCost }
-
 // Estimate returns the charge for msg.
 func (e *Estimator) Estimate(msg *message.Message) Charge {
 	n, src := ParseCount(msg.Metadata.Get(e.key), len(msg.Payload))
