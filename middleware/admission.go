@@ -116,9 +116,6 @@ func NewBudget(cfg BudgetConfig) (*Budget, error) {
 	return &Budget{cfg: cfg}, nil
 }
 
-// VertexBudget returns the budget messages are admitted against.
-func (m *Budget) VertexBudget() *VertexBudget { return m.cfg.Budget }
-
 // Revocations returns how many waiting messages stepped aside because their
 // delivery was revoked.
 func (m *Budget) Revocations() uint64 { return m.revoked.Load() }
@@ -161,7 +158,7 @@ func (m *Budget) Middleware(h message.HandlerFunc) message.HandlerFunc {
 				return nil, err
 			}
 		}
-		defer m.cfg.Budget.Release(p)
+		defer m.cfg.Budget.release(p)
 		m.observe(msg, Admission{Charge: c, Granted: p.vertices, Clamped: p.clamped, Wait: p.wait, Outcome: Admitted})
 		return h(msg)
 	}
