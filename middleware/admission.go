@@ -51,11 +51,6 @@ type Admission struct {
 	Outcome Outcome
 }
 
-// Estimator turns a message into a charge. *cost.Estimator implements it.
-type Estimator interface {
-	Estimate(msg *message.Message) cost.Charge
-}
-
 // BudgetConfig configures the [Budget] middleware.
 type BudgetConfig struct {
 	// Budget is the vertex budget messages are admitted against. Required.
@@ -64,7 +59,7 @@ type BudgetConfig struct {
 	// Estimator prices each message. Default: cost.NewEstimator(cost.FullBudget),
 	// which reads vertex_count and charges the whole budget when it is
 	// missing or malformed.
-	Estimator Estimator
+	Estimator cost.ChargeEstimator
 
 	// Revoked, if set, returns a channel that is closed when msg's delivery
 	// has been revoked: its Kafka session ended in a rebalance, say. A
