@@ -88,7 +88,7 @@ func TestProducerOff(t *testing.T) {
 		t.Fatal("producer layers built without a producer section")
 	}
 	c := r.Config().Producer
-	if c.RateLimit.Mode != producer.Block || c.LagThrottle.Step != producer.DefaultThrottleStep || c.LagThrottle.Max != producer.DefaultThrottleMax {
+	if c.RateLimit.Mode != producer.Block || c.LagThrottle.Step != 100*time.Millisecond || c.LagThrottle.Max != 5*time.Second {
 		t.Fatalf("defaults = %+v", c)
 	}
 }
