@@ -59,6 +59,14 @@ type Charge struct {
 	Source   Source
 }
 
+// ChargeEstimator prices a message: what the middleware's admission and the
+// sizing package's auto-sizer take. [*Estimator] implements it; supply your
+// own to price messages another way. Implementations must be safe for
+// concurrent use.
+type ChargeEstimator interface {
+	Estimate(msg *message.Message) Charge
+}
+
 // Estimator turns a message into a [Charge] without parsing its geometry in
 // the common case. It is immutable after construction and safe for
 // concurrent use.
@@ -117,9 +125,6 @@ func NewEstimator(defaultCost int64, opts ...EstimatorOption) *Estimator {
 	}
 	return e
 }
-
-// Default returns the charge, in vertices, given to a message of unknown cost.
-func (e *Estimator) Default() int64 { return e.defaultCost }
 
 // Estimate returns the charge for msg.
 func (e *Estimator) Estimate(msg *message.Message) Charge {

@@ -179,14 +179,11 @@ func TestEstimatorComputesRealData(t *testing.T) {
 func TestNewEstimatorDefault(t *testing.T) {
 	for _, def := range []int64{0, -1, math.MinInt64} {
 		e := cost.NewEstimator(def)
-		if e.Default() != cost.FullBudget {
-			t.Errorf("NewEstimator(%d).Default() = %d, want FullBudget", def, e.Default())
-		}
 		if c := e.Estimate(newMsg(squareGeoJSON, nil)); c.Vertices != cost.FullBudget {
 			t.Errorf("NewEstimator(%d) charged %d for a missing count", def, c.Vertices)
 		}
 	}
-	if got := cost.NewEstimator(123).Default(); got != 123 {
-		t.Errorf("Default() = %d, want 123", got)
+	if c := cost.NewEstimator(123).Estimate(newMsg(squareGeoJSON, nil)); c.Vertices != 123 || c.Source != cost.SourceMissing {
+		t.Errorf("NewEstimator(123) charged %+v for a missing count, want 123 missing", c)
 	}
 }

@@ -15,13 +15,13 @@ import (
 // Larger payloads fail with [ErrTooLarge] before any parsing.
 const MaxPayloadBytes = 256 << 20
 
-// MaxNestingDepth bounds how deeply geometries may be nested, counting the
+// maxNestingDepth bounds how deeply geometries may be nested, counting the
 // outermost geometry as depth 1. A polygon or point has depth 1, a
 // multi-geometry 2 (its members count as nested), a collection holding a
 // multipolygon 3, and so on. FeatureCollections decode to a collection, so
 // their features' geometries start at depth 2. Deeper payloads fail with
 // [ErrTooLarge]; real data never comes close.
-const MaxNestingDepth = 32
+const maxNestingDepth = 32
 
 // Errors returned by [Decode] and [CountPayload]. They are always wrapped with
 // context (format, offset, what was expected); test with [errors.Is].
@@ -35,9 +35,10 @@ var (
 	// decoded: truncated, inconsistent counts, unsupported geometry types,
 	// mixed layouts, invalid JSON and so on.
 	ErrMalformed = errors.New("cost: malformed geometry")
-	// ErrTooLarge: the payload exceeds [MaxPayloadBytes], nests deeper than
-	// [MaxNestingDepth], or exceeds go-geom's configured element limits
-	// (wkbcommon.MaxGeometryElements).
+	// ErrTooLarge: the payload exceeds [MaxPayloadBytes], nests geometries
+	// deeper than 32 levels (the outermost geometry is level 1, the members
+	// of a multi-geometry level 2), or exceeds go-geom's configured element
+	// limits (wkbcommon.MaxGeometryElements).
 	ErrTooLarge = errors.New("cost: geometry too large")
 )
 
@@ -69,7 +70,7 @@ const (
 //
 // Before binary input reaches go-geom, its structure is walked without
 // allocating: every declared count must fit in the bytes that remain and
-// nesting is capped at [MaxNestingDepth], so a tiny payload declaring
+// nesting is capped at 32 levels, so a tiny payload declaring
 // billions of points fails fast with [ErrMalformed] instead of allocating
 // gigabytes.
 //

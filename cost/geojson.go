@@ -169,8 +169,8 @@ var coordinateLevels = map[string]int{
 
 // geometry walks a GeoJSON Geometry object nested depth levels deep.
 func (w geoJSONWalk) geometry(o *geoJSONObject, depth int) (geom.T, int, error) {
-	if depth > MaxNestingDepth {
-		return nil, 0, fmt.Errorf("%w: geojson: geometry nested deeper than %d levels", ErrTooLarge, MaxNestingDepth)
+	if depth > maxNestingDepth {
+		return nil, 0, fmt.Errorf("%w: geojson: geometry nested deeper than %d levels", ErrTooLarge, maxNestingDepth)
 	}
 	if o.Type == "GeometryCollection" {
 		var gc *geom.GeometryCollection
@@ -225,8 +225,8 @@ func (w geoJSONWalk) geometry(o *geoJSONObject, depth int) (geom.T, int, error) 
 		}
 	}
 	// Members of multi-geometries count as nested, as they do in WKB.
-	if strings.HasPrefix(o.Type, "Multi") && members > 0 && depth+1 > MaxNestingDepth {
-		return nil, 0, fmt.Errorf("%w: geojson: geometry nested deeper than %d levels", ErrTooLarge, MaxNestingDepth)
+	if strings.HasPrefix(o.Type, "Multi") && members > 0 && depth+1 > maxNestingDepth {
+		return nil, 0, fmt.Errorf("%w: geojson: geometry nested deeper than %d levels", ErrTooLarge, maxNestingDepth)
 	}
 	return g, n, nil
 }

@@ -29,7 +29,7 @@ const (
 //
 // It accepts exactly the inputs go-geom's wkb (with NaN empty points) or ewkb
 // decoder accepts, except that it also rejects trailing bytes and nesting
-// deeper than MaxNestingDepth; and it checks every declared count against the
+// deeper than maxNestingDepth; and it checks every declared count against the
 // bytes that remain before go-geom would allocate for it. Decode relies on
 // the first property to never hand go-geom a payload it would choke on, and
 // CountPayload on both to agree with Decode.
@@ -126,8 +126,8 @@ func (w *wkbWalker) count(order binary.ByteOrder, limit, minSize int, what strin
 // geometry walks one geometry at the cursor, nested depth levels deep, and
 // returns its kind, layout and vertex count.
 func (w *wkbWalker) geometry(depth int) (kind uint32, layout geom.Layout, n int, err error) {
-	if depth > MaxNestingDepth {
-		return 0, 0, 0, w.errorf(ErrTooLarge, "geometry at offset %d is nested deeper than %d levels", w.off, MaxNestingDepth)
+	if depth > maxNestingDepth {
+		return 0, 0, 0, w.errorf(ErrTooLarge, "geometry at offset %d is nested deeper than %d levels", w.off, maxNestingDepth)
 	}
 	if err := w.need(wkbHeaderSize, "geometry header"); err != nil {
 		return 0, 0, 0, err

@@ -51,11 +51,6 @@ type Admission struct {
 	Outcome Outcome
 }
 
-// Estimator turns a message into a charge. *cost.Estimator implements it.
-type Estimator interface {
-	Estimate(msg *message.Message) cost.Charge
-}
-
 // BudgetConfig configures the [Budget] middleware.
 type BudgetConfig struct {
 	// Budget is the vertex budget messages are admitted against. Required.
@@ -64,7 +59,7 @@ type BudgetConfig struct {
 	// Estimator prices each message. Default: cost.NewEstimator(cost.FullBudget),
 	// which reads vertex_count and charges the whole budget when it is
 	// missing or malformed.
-	Estimator Estimator
+	Estimator cost.ChargeEstimator
 
 	// Revoked, if set, returns a channel that is closed when msg's delivery
 	// has been revoked: its Kafka session ended in a rebalance, say. A
@@ -116,9 +111,6 @@ func NewBudget(cfg BudgetConfig) (*Budget, error) {
 	return &Budget{cfg: cfg}, nil
 }
 
-// VertexBudget returns the budget messages are admitted against.
-func (m *Budget) VertexBudget() *VertexBudget { return m.cfg.Budget }
-
 // Revocations returns how many waiting messages stepped aside because their
 // delivery was revoked.
 func (m *Budget) Revocations() uint64 { return m.revoked.Load() }
@@ -161,7 +153,7 @@ func (m *Budget) Middleware(h message.HandlerFunc) message.HandlerFunc {
 				return nil, err
 			}
 		}
-		defer m.cfg.Budget.Release(p)
+		defer m.cfg.Budget.release(p)
 		m.observe(msg, Admission{Charge: c, Granted: p.vertices, Clamped: p.clamped, Wait: p.wait, Outcome: Admitted})
 		return h(msg)
 	}

@@ -89,7 +89,7 @@ func TestBudgetRefundsOnError(t *testing.T) {
 	mw := newBudgetMW(t, BudgetConfig{Budget: vb})
 	var calls, done atomic.Int64
 	h := newHarness(t, func(msg *message.Message) error {
-		if vb.InUse() == 0 {
+		if vb.Stats().InUse == 0 {
 			t.Error("handler ran without holding budget")
 		}
 		if calls.Add(1)%2 == 1 {
@@ -102,7 +102,7 @@ func TestBudgetRefundsOnError(t *testing.T) {
 		h.publish(costed(strconv.Itoa(i), 10))
 	}
 	waitFor(t, "all messages to succeed", func() bool { return done.Load() == 10 })
-	waitFor(t, "budget to drain", func() bool { return vb.InUse() == 0 })
+	waitFor(t, "budget to drain", func() bool { return vb.Stats().InUse == 0 })
 	if calls.Load() < 20 {
 		t.Fatalf("calls = %d, want at least 20 (each fails once)", calls.Load())
 	}
@@ -129,7 +129,7 @@ func TestBudgetRefundsOnPanic(t *testing.T) {
 			}, mws...)
 			h.publish(costed("a", 60))
 			waitFor(t, "message to succeed after panics", func() bool { return done.Load() == 1 })
-			waitFor(t, "budget to drain", func() bool { return vb.InUse() == 0 })
+			waitFor(t, "budget to drain", func() bool { return vb.Stats().InUse == 0 })
 			// With a leaked 60 the second message (60) could never fit.
 			h.publish(costed("b", 60))
 			waitFor(t, "second message", func() bool { return done.Load() == 2 })
@@ -145,7 +145,7 @@ func TestBudgetClampInRouter(t *testing.T) {
 	var clampedAlone atomic.Bool
 	h := newHarness(t, func(msg *message.Message) error {
 		if msg.UUID == "big" {
-			clampedAlone.Store(vb.InUse() == 40_000)
+			clampedAlone.Store(vb.Stats().InUse == 40_000)
 		}
 		time.Sleep(time.Millisecond)
 		done.Add(1)
@@ -258,16 +258,16 @@ func TestBudgetRevokedWhileWaiting(t *testing.T) {
 		return nil
 	}, mw.Middleware)
 	h.publish(costed("holder", 100))
-	waitFor(t, "holder admitted", func() bool { return vb.InUse() == 100 })
+	waitFor(t, "holder admitted", func() bool { return vb.Stats().InUse == 100 })
 	h.publish(costed("waiter", 10))
-	waitFor(t, "waiter queued", func() bool { return vb.Waiting() == 1 })
+	waitFor(t, "waiter queued", func() bool { return vb.Stats().Waiting == 1 })
 	close(revoke)
 	waitFor(t, "waiter to step aside", func() bool { return mw.Revocations() == 1 })
-	if vb.Waiting() != 0 {
+	if vb.Stats().Waiting != 0 {
 		t.Fatal("revoked waiter still queued")
 	}
 	close(release)
-	waitFor(t, "holder done", func() bool { return vb.InUse() == 0 })
+	waitFor(t, "holder done", func() bool { return vb.Stats().InUse == 0 })
 	time.Sleep(50 * time.Millisecond) // a nack would be redelivered by now
 	if _, ok := ran.Load("waiter"); ok {
 		t.Fatal("revoked message's handler ran")
@@ -324,9 +324,9 @@ func TestBudgetCancelledOnClose(t *testing.T) {
 	}, observe, mw.Middleware)
 	waiter := costed("waiter", 50)
 	h.publish(costed("holder", 100))
-	waitFor(t, "holder admitted", func() bool { return vb.InUse() == 100 })
+	waitFor(t, "holder admitted", func() bool { return vb.Stats().InUse == 100 })
 	h.publish(waiter)
-	waitFor(t, "waiter queued", func() bool { return vb.Waiting() == 1 })
+	waitFor(t, "waiter queued", func() bool { return vb.Stats().Waiting == 1 })
 
 	closed := make(chan struct{})
 	go func() { h.close(); close(closed) }()

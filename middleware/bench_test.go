@@ -21,7 +21,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			p, _ := vb.Acquire(ctx, 100)
-			vb.Release(p)
+			vb.release(p)
 		}
 	})
 	b.Run("impl=xsync/uncontended", func(b *testing.B) {
@@ -41,7 +41,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
 				p, _ := vb.Acquire(ctx, 100)
-				vb.Release(p)
+				vb.release(p)
 			}
 		})
 	})

@@ -91,24 +91,15 @@ type Permit struct {
 	clamped  bool
 }
 
-// Vertices returns the vertices the permit holds (after clamping).
-func (p Permit) Vertices() int64 { return p.vertices }
-
-// Messages returns the messages the permit holds.
-func (p Permit) Messages() int64 { return p.messages }
-
 // Wait returns how long Acquire blocked before admitting the charge.
 func (p Permit) Wait() time.Duration { return p.wait }
 
-// Clamped reports whether the requested vertices exceeded the capacity and
-// were cut down to it.
-func (p Permit) Clamped() bool { return p.clamped }
-
-// Release returns the permit's charge to its budget. Same as
-// VertexBudget.Release(p).
+// Release returns the permit's charge to its budget and admits waiters that
+// now fit, in FIFO order. Releasing a permit twice corrupts the accounting;
+// Release panics if the budget would go negative.
 func (p Permit) Release() {
 	if p.b != nil {
-		p.b.Release(p)
+		p.b.release(p)
 	}
 }
 
@@ -139,15 +130,9 @@ func (b *VertexBudget) Acquire(ctx context.Context, vertices int64) (Permit, err
 	return b.acquire(ctx, vertices, 1, nil)
 }
 
-// AcquireN is Acquire with an explicit message count, for charges that span
-// several messages (a batch) or none (messages = 0).
-func (b *VertexBudget) AcquireN(ctx context.Context, vertices, messages int64) (Permit, error) {
-	return b.acquire(ctx, vertices, messages, nil)
-}
-
-// TryAcquire admits the charge only if it fits now and nobody is waiting
+// tryAcquire admits the charge only if it fits now and nobody is waiting
 // ahead of it. It never blocks.
-func (b *VertexBudget) TryAcquire(vertices int64) (Permit, bool) {
+func (b *VertexBudget) tryAcquire(vertices int64) (Permit, bool) {
 	if vertices < 0 {
 		return Permit{}, false
 	}
@@ -232,10 +217,10 @@ func (b *VertexBudget) recycle(w *waiter) {
 	waiterPool.Put(w)
 }
 
-// Release returns p's charge and admits waiters that now fit, in FIFO order.
+// release returns p's charge and admits waiters that now fit, in FIFO order.
 // Releasing a permit twice, or one from another budget, corrupts the
-// accounting; Release panics if the budget would go negative.
-func (b *VertexBudget) Release(p Permit) {
+// accounting; release panics if the budget would go negative.
+func (b *VertexBudget) release(p Permit) {
 	if p.b == nil {
 		return
 	}
@@ -389,25 +374,6 @@ func (b *VertexBudget) Capacity() int64 {
 	return b.capacity
 }
 
-// InUse returns the vertices currently admitted.
-func (b *VertexBudget) InUse() int64 {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.inUse
-}
-
-// Waiting returns the number of callers blocked in Acquire.
-func (b *VertexBudget) Waiting() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.waiting
-}
-
-// Saturated reports whether the next charge cannot be admitted at once:
-// someone is already waiting, or the vertices (or the message limit) are
-// used up. It does not take the budget's lock.
-func (b *VertexBudget) Saturated() bool { return b.saturatedSince.Load() != 0 }
-
 // SaturatedFor returns how long the budget has been saturated without a
 // break, or 0 if it is not saturated now. Shedding and retry gating read it
 // as the sustained-pressure signal. It does not take the budget's lock.
@@ -432,15 +398,17 @@ type BudgetStats struct {
 	Waiting         int           // callers blocked in Acquire
 	WaitingVertices int64         // their vertices, clamped to the capacity
 	OldestWait      time.Duration // how long the head waiter has waited
-	Saturated       bool
-	SaturatedFor    time.Duration
-	PeakInUse       int64  // highest InUse seen
-	Admitted        uint64 // permits granted, in total
-	Clamped         uint64 // of which clamped to the capacity
-	Waited          uint64 // of which had to wait
-	Cancelled       uint64 // waits abandoned (context done or revoked)
-	TotalWait       time.Duration
-	MaxWait         time.Duration // longest wait of any admitted charge
+	// Saturated: the next charge cannot be admitted at once (someone is
+	// waiting, or the vertices or the message limit are used up).
+	Saturated    bool
+	SaturatedFor time.Duration // how long without a break (0: not saturated)
+	PeakInUse    int64         // highest InUse seen
+	Admitted     uint64        // permits granted, in total
+	Clamped      uint64        // of which clamped to the capacity
+	Waited       uint64        // of which had to wait
+	Cancelled    uint64        // waits abandoned (context done or revoked)
+	TotalWait    time.Duration
+	MaxWait      time.Duration // longest wait of any admitted charge
 }
 
 // FillRatio returns InUse / Capacity.

@@ -42,21 +42,21 @@ func TestAcquireRelease(t *testing.T) {
 	b := NewVertexBudget(100)
 	p := mustAcquire(t, b, 30)
 	q := mustAcquire(t, b, 70)
-	if got := b.InUse(); got != 100 {
+	if got := b.Stats().InUse; got != 100 {
 		t.Fatalf("InUse = %d, want 100", got)
 	}
-	if !b.Saturated() {
+	if !b.Stats().Saturated {
 		t.Fatal("a full budget must report saturation")
 	}
-	if _, ok := b.TryAcquire(1); ok {
+	if _, ok := b.tryAcquire(1); ok {
 		t.Fatal("TryAcquire succeeded on a full budget")
 	}
 	p.Release()
-	if b.Saturated() {
+	if b.Stats().Saturated {
 		t.Fatal("saturation must clear once there is room and nobody waits")
 	}
-	b.Release(q)
-	if got := b.InUse(); got != 0 {
+	b.release(q)
+	if got := b.Stats().InUse; got != 0 {
 		t.Fatalf("InUse after release = %d, want 0", got)
 	}
 	s := b.Stats()
@@ -87,13 +87,13 @@ func TestNegativeCost(t *testing.T) {
 	if _, err := b.Acquire(context.Background(), -1); !errors.Is(err, ErrNegativeCost) {
 		t.Fatalf("Acquire(-1) err = %v, want ErrNegativeCost", err)
 	}
-	if _, err := b.AcquireN(context.Background(), 1, -1); !errors.Is(err, ErrNegativeCost) {
+	if _, err := b.acquire(context.Background(), 1, -1, nil); !errors.Is(err, ErrNegativeCost) {
 		t.Fatalf("AcquireN(1,-1) err = %v, want ErrNegativeCost", err)
 	}
-	if _, ok := b.TryAcquire(-5); ok {
+	if _, ok := b.tryAcquire(-5); ok {
 		t.Fatal("TryAcquire(-5) succeeded")
 	}
-	if b.InUse() != 0 {
+	if b.Stats().InUse != 0 {
 		t.Fatal("a rejected charge was held")
 	}
 }
@@ -107,7 +107,7 @@ func TestOverReleasePanics(t *testing.T) {
 			t.Fatal("releasing a permit twice did not panic")
 		}
 		// The budget is still usable after the panic.
-		if _, ok := b.TryAcquire(10); !ok {
+		if _, ok := b.tryAcquire(10); !ok {
 			t.Fatal("budget unusable after an over-release panic")
 		}
 	}()
@@ -122,7 +122,7 @@ func TestReleaseForeignPermitPanics(t *testing.T) {
 			t.Fatal("releasing another budget's permit did not panic")
 		}
 	}()
-	b.Release(p)
+	b.release(p)
 }
 
 // An oversized charge is clamped to the capacity: it waits for the budget to
@@ -139,7 +139,7 @@ func TestClampRunsAlone(t *testing.T) {
 		}
 		got <- p
 	}()
-	waitFor(t, "the oversized charge to queue", func() bool { return b.Waiting() == 1 })
+	waitFor(t, "the oversized charge to queue", func() bool { return b.Stats().Waiting == 1 })
 	small.Release()
 
 	var big Permit
@@ -148,14 +148,14 @@ func TestClampRunsAlone(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("oversized charge deadlocked")
 	}
-	if !big.Clamped() || big.Vertices() != 40_000 {
+	if !big.clamped || big.vertices != 40_000 {
 		t.Fatalf("permit = %+v, want clamped to 40000", big)
 	}
-	if _, ok := b.TryAcquire(1); ok {
+	if _, ok := b.tryAcquire(1); ok {
 		t.Fatal("a clamped charge must run alone")
 	}
 	big.Release()
-	if b.InUse() != 0 || b.Stats().Clamped != 1 {
+	if b.Stats().InUse != 0 || b.Stats().Clamped != 1 {
 		t.Fatalf("after release: %+v", b.Stats())
 	}
 }
@@ -173,8 +173,8 @@ func TestFIFOOrder(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 		p.Release()
 	}()
-	waitFor(t, "large to queue", func() bool { return b.Waiting() == 1 })
-	if _, ok := b.TryAcquire(1); ok {
+	waitFor(t, "large to queue", func() bool { return b.Stats().Waiting == 1 })
+	if _, ok := b.tryAcquire(1); ok {
 		t.Fatal("TryAcquire jumped the queue")
 	}
 	go func() {
@@ -182,7 +182,7 @@ func TestFIFOOrder(t *testing.T) {
 		order <- "small"
 		p.Release()
 	}()
-	waitFor(t, "small to queue", func() bool { return b.Waiting() == 2 })
+	waitFor(t, "small to queue", func() bool { return b.Stats().Waiting == 2 })
 	held.Release()
 
 	if first, second := <-order, <-order; first != "large" || second != "small" {
@@ -210,7 +210,7 @@ func TestLargeWaiterNotStarved(t *testing.T) {
 			}
 		}()
 	}
-	waitFor(t, "small traffic to saturate", func() bool { return b.InUse() >= 800 })
+	waitFor(t, "small traffic to saturate", func() bool { return b.Stats().InUse >= 800 })
 
 	done := make(chan struct{})
 	go func() {
@@ -225,7 +225,7 @@ func TestLargeWaiterNotStarved(t *testing.T) {
 	}
 	stop()
 	wg.Wait()
-	if b.InUse() != 0 || b.Waiting() != 0 {
+	if b.Stats().InUse != 0 || b.Stats().Waiting != 0 {
 		t.Fatalf("leftover state: %+v", b.Stats())
 	}
 }
@@ -242,7 +242,7 @@ func TestCancelWhileWaiting(t *testing.T) {
 		_, err := b.Acquire(ctx, 100) // head waiter, cannot fit while held
 		errc <- err
 	}()
-	waitFor(t, "large to queue", func() bool { return b.Waiting() == 1 })
+	waitFor(t, "large to queue", func() bool { return b.Stats().Waiting == 1 })
 
 	smallDone := make(chan struct{})
 	go func() {
@@ -250,7 +250,7 @@ func TestCancelWhileWaiting(t *testing.T) {
 		p.Release()
 		close(smallDone)
 	}()
-	waitFor(t, "small to queue", func() bool { return b.Waiting() == 2 })
+	waitFor(t, "small to queue", func() bool { return b.Stats().Waiting == 2 })
 
 	cancel()
 	if err := <-errc; err != context.Canceled {
@@ -261,7 +261,7 @@ func TestCancelWhileWaiting(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("removing the head waiter did not admit the one behind it")
 	}
-	if b.InUse() != 50 || b.Waiting() != 0 {
+	if b.Stats().InUse != 50 || b.Stats().Waiting != 0 {
 		t.Fatalf("after cancel: %+v", b.Stats())
 	}
 	held.Release()
@@ -279,7 +279,7 @@ func TestAcquireOnDoneContext(t *testing.T) {
 	if _, err := b.Acquire(ctx, 1); err != context.DeadlineExceeded {
 		t.Fatalf("err = %v, want context.DeadlineExceeded", err)
 	}
-	if b.Waiting() != 0 {
+	if b.Stats().Waiting != 0 {
 		t.Fatal("a done context left a waiter behind")
 	}
 }
@@ -339,19 +339,19 @@ func TestPeakNeverExceedsCapacity(t *testing.T) {
 			defer wg.Done()
 			p := mustAcquire(t, b, c)
 			mu.Lock()
-			inUse += p.Vertices()
+			inUse += p.vertices
 			holders++
 			peak = max(peak, inUse)
 			if inUse > capacity {
 				bad = "in use exceeded capacity"
 			}
-			if p.Clamped() && holders != 1 {
+			if p.clamped && holders != 1 {
 				bad = "clamped charge did not run alone"
 			}
 			mu.Unlock()
 			time.Sleep(time.Duration(c%500) * time.Microsecond)
 			mu.Lock()
-			inUse -= p.Vertices()
+			inUse -= p.vertices
 			holders--
 			mu.Unlock()
 			p.Release()
@@ -371,14 +371,14 @@ func TestMessageLimit(t *testing.T) {
 	b := NewVertexBudget(1_000, WithMessageLimit(2))
 	p1 := mustAcquire(t, b, 1)
 	p2 := mustAcquire(t, b, 1)
-	if !b.Saturated() {
+	if !b.Stats().Saturated {
 		t.Fatal("message limit reached but not saturated")
 	}
-	if _, ok := b.TryAcquire(1); ok {
+	if _, ok := b.tryAcquire(1); ok {
 		t.Fatal("third message admitted past a limit of 2")
 	}
 	// A zero-message charge is bounded only by vertices.
-	p0, err := b.AcquireN(context.Background(), 10, 0)
+	p0, err := b.acquire(context.Background(), 10, 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -389,7 +389,7 @@ func TestMessageLimit(t *testing.T) {
 		p.Release()
 		close(got)
 	}()
-	waitFor(t, "third message to queue", func() bool { return b.Waiting() == 1 })
+	waitFor(t, "third message to queue", func() bool { return b.Stats().Waiting == 1 })
 	p1.Release()
 	<-got
 	p2.Release()
@@ -403,7 +403,7 @@ func TestResize(t *testing.T) {
 	held := mustAcquire(t, b, 80)
 	got := make(chan Permit)
 	go func() { got <- mustAcquire(t, b, 50) }()
-	waitFor(t, "waiter", func() bool { return b.Waiting() == 1 })
+	waitFor(t, "waiter", func() bool { return b.Stats().Waiting == 1 })
 	if s := b.Stats(); s.WaitingVertices != 50 {
 		t.Fatalf("WaitingVertices = %d", s.WaitingVertices)
 	}
@@ -412,23 +412,23 @@ func TestResize(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := <-got // growing admitted the waiter
-	if b.InUse() != 130 {
-		t.Fatalf("InUse = %d, want 130", b.InUse())
+	if b.Stats().InUse != 130 {
+		t.Fatalf("InUse = %d, want 130", b.Stats().InUse)
 	}
 
 	// Shrinking never revokes: 130 stay in use against a capacity of 60.
 	if err := b.Resize(60); err != nil {
 		t.Fatal(err)
 	}
-	if b.InUse() != 130 || b.Capacity() != 60 || !b.Saturated() {
+	if b.Stats().InUse != 130 || b.Capacity() != 60 || !b.Stats().Saturated {
 		t.Fatalf("after shrink: %+v", b.Stats())
 	}
 	held.Release()
-	if _, ok := b.TryAcquire(20); ok {
+	if _, ok := b.tryAcquire(20); ok {
 		t.Fatal("admitted while still above the shrunken capacity")
 	}
 	p.Release()
-	q, ok := b.TryAcquire(60)
+	q, ok := b.tryAcquire(60)
 	if !ok {
 		t.Fatal("a drained budget refused a charge of its capacity")
 	}
@@ -438,7 +438,7 @@ func TestResize(t *testing.T) {
 func TestSaturatedFor(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := NewVertexBudget(10)
-		if b.SaturatedFor() != 0 || b.Saturated() {
+		if b.SaturatedFor() != 0 || b.Stats().Saturated {
 			t.Fatal("fresh budget saturated")
 		}
 		p := mustAcquire(t, b, 10)
@@ -462,7 +462,7 @@ func TestSaturatedFor(t *testing.T) {
 			t.Fatalf("SaturatedFor = %v, want 33s (saturation unbroken)", got)
 		}
 		<-done
-		if b.SaturatedFor() != 0 || b.Saturated() {
+		if b.SaturatedFor() != 0 || b.Stats().Saturated {
 			t.Fatal("saturation did not clear")
 		}
 		if s := b.Stats(); s.Waited != 1 || s.MaxWait != 2*time.Second {

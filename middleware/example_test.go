@@ -3,6 +3,7 @@ package middleware_test
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -21,19 +22,28 @@ func ExampleVertexBudget() {
 
 	a, _ := budget.Acquire(ctx, 20_000)
 	b, _ := budget.Acquire(ctx, 20_000)
-	_, ok := budget.TryAcquire(20_000)
-	fmt.Println("in use:", budget.InUse(), "third admitted:", ok, "saturated:", budget.Saturated())
+	s := budget.Stats()
+	fmt.Println("in use:", s.InUse, "saturated:", s.Saturated)
+
+	// Only 10,000 vertices are free: a third charge waits until its
+	// context gives up.
+	short, cancel := context.WithTimeout(ctx, 10*time.Millisecond)
+	_, err := budget.Acquire(short, 20_000)
+	cancel()
+	fmt.Println("third:", err)
 
 	a.Release()
 	b.Release()
 
 	big, _ := budget.Acquire(ctx, 80_000)
-	fmt.Println("clamped:", big.Clamped(), "holds:", big.Vertices())
+	s = budget.Stats()
+	fmt.Println("clamped:", s.Clamped, "in use:", s.InUse)
 	big.Release()
-	fmt.Println("in use:", budget.InUse())
+	fmt.Println("in use:", budget.Stats().InUse)
 	// Output:
-	// in use: 40000 third admitted: false saturated: false
-	// clamped: true holds: 50000
+	// in use: 40000 saturated: false
+	// third: context deadline exceeded
+	// clamped: 1 in use: 50000
 	// in use: 0
 }
 
@@ -54,7 +64,7 @@ func ExampleBudget() {
 	done := make(chan struct{})
 	router.AddConsumerHandler("parcels", "parcels", pubSub, func(msg *message.Message) error {
 		fmt.Printf("handling %s with %d of %d vertices in use\n",
-			msg.UUID, budget.InUse(), budget.Capacity())
+			msg.UUID, budget.Stats().InUse, budget.Capacity())
 		close(done)
 		return nil
 	})
@@ -67,7 +77,7 @@ func ExampleBudget() {
 
 	<-done
 	_ = router.Close()
-	fmt.Println("after close:", budget.InUse())
+	fmt.Println("after close:", budget.Stats().InUse)
 	// Output:
 	// handling parcel-1 with 1250 of 100000 vertices in use
 	// after close: 0

@@ -12,8 +12,8 @@ import (
 
 // Lag throttle defaults.
 const (
-	DefaultThrottleStep = 100 * time.Millisecond
-	DefaultThrottleMax  = 5 * time.Second
+	defaultThrottleStep = 100 * time.Millisecond
+	defaultThrottleMax  = 5 * time.Second
 )
 
 // LagReader reports the consumers' total lag. It must answer from a cache
@@ -35,19 +35,19 @@ type LagThrottleConfig struct {
 	Threshold int64 `yaml:"threshold" env:"THRESHOLD"`
 
 	// Step is the delay added per threshold's worth of lag above the
-	// threshold. Default [DefaultThrottleStep].
+	// threshold. Default 100ms.
 	Step time.Duration `yaml:"step" env:"STEP"`
 
-	// Max caps the delay of one publish. Default [DefaultThrottleMax].
+	// Max caps the delay of one publish. Default 5s.
 	Max time.Duration `yaml:"max" env:"MAX"`
 }
 
 func (c *LagThrottleConfig) setDefaults() {
 	if c.Step == 0 {
-		c.Step = DefaultThrottleStep
+		c.Step = defaultThrottleStep
 	}
 	if c.Max == 0 {
-		c.Max = DefaultThrottleMax
+		c.Max = defaultThrottleMax
 	}
 }
 

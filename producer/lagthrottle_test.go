@@ -167,7 +167,7 @@ func TestNewLagThrottledRejects(t *testing.T) {
 	if err := (LagThrottleConfig{}).Validate(); err != nil {
 		t.Fatalf("zero config: %v", err)
 	}
-	if c := (LagThrottleConfig{}).WithDefaults(); c.Step != DefaultThrottleStep || c.Max != DefaultThrottleMax {
+	if c := (LagThrottleConfig{}).WithDefaults(); c.Step != defaultThrottleStep || c.Max != defaultThrottleMax {
 		t.Fatalf("defaults = %+v", c)
 	}
 	rec := &pubRecorder{}

@@ -142,6 +142,7 @@ func (c RateLimitConfig) Validate() error {
 // A RateLimited publisher is safe for concurrent use if the wrapped
 // publisher is; callers share one bucket.
 type RateLimited struct {
+	cfg         RateLimitConfig // as in effect: defaults filled in, DefaultCost clamped
 	pub         message.Publisher
 	lim         *rate.Limiter
 	mode        Mode
@@ -173,13 +174,15 @@ func NewRateLimited(pub message.Publisher, cfg RateLimitConfig) (*RateLimited, e
 		return nil, &ConfigError{Field: "vertices_per_second", Value: "0", Reason: "must be positive"}
 	}
 	cfg.setDefaults()
+	cfg.DefaultCost = min(cfg.DefaultCost, cfg.Burst)
 	return &RateLimited{
+		cfg:         cfg,
 		pub:         pub,
 		lim:         rate.NewLimiter(rate.Limit(cfg.VerticesPerSecond), int(cfg.Burst)),
 		mode:        cfg.Mode,
 		burst:       cfg.Burst,
 		key:         cfg.MetadataKey,
-		defaultCost: min(cfg.DefaultCost, cfg.Burst),
+		defaultCost: cfg.DefaultCost,
 	}, nil
 }
 
@@ -268,11 +271,7 @@ func (p *RateLimited) Stats() RateLimitStats {
 	}
 }
 
-// Mode returns the publisher's mode.
-func (p *RateLimited) Mode() Mode { return p.mode }
-
-// Burst returns the bucket's size in vertices.
-func (p *RateLimited) Burst() int64 { return p.burst }
-
-// Limit returns the rate in vertices per second.
-func (p *RateLimited) Limit() float64 { return float64(p.lim.Limit()) }
+// Config returns the configuration in effect: the one given to
+// [NewRateLimited] with its defaults filled in and DefaultCost clamped to
+// the burst.
+func (p *RateLimited) Config() RateLimitConfig { return p.cfg }

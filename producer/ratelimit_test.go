@@ -237,6 +237,10 @@ func TestRateLimitDefaultCostOption(t *testing.T) {
 	if err := p.Publish("t", unstamped()); !errors.Is(err, ErrRateLimited) {
 		t.Fatalf("err = %v, want ErrRateLimited", err)
 	}
+	big := newRL(t, rec, RateLimitConfig{VerticesPerSecond: 1, Burst: 10, DefaultCost: 50})
+	if c := big.Config().DefaultCost; c != 10 {
+		t.Fatalf("Config().DefaultCost = %d, want it clamped to the burst (10)", c)
+	}
 }
 
 // The stamper must sit outside the rate limiter: it stamps, then calls the
@@ -331,8 +335,11 @@ func TestRateLimitDefaults(t *testing.T) {
 		t.Fatalf("burst of a huge rate = %d, want %d", b, maxBurst)
 	}
 	p := newRL(t, &pubRecorder{}, RateLimitConfig{VerticesPerSecond: 1000})
-	if p.Burst() != 1000 || p.Limit() != 1000 || p.Mode() != Block {
-		t.Fatalf("burst %d, limit %v, mode %s", p.Burst(), p.Limit(), p.Mode())
+	if c := p.Config(); c.Burst != 1000 || c.VerticesPerSecond != 1000 || c.Mode != Block || c.DefaultCost != 1000 {
+		t.Fatalf("config in effect %+v", c)
+	}
+	if l := p.lim.Limit(); l != 1000 {
+		t.Fatalf("limiter rate %v, want 1000", l)
 	}
 	if err := p.Publish("t", message.NewMessage("u", []byte("x"))); err != nil {
 		t.Fatal(err)
@@ -357,7 +364,7 @@ func TestRateLimitPassesErrorsAndClose(t *testing.T) {
 	if err := p.Close(); err != nil || !rec.closed {
 		t.Fatalf("Close: %v, closed %v", err, rec.closed)
 	}
-	if p.Mode() != Reject || Block != "block" {
+	if p.Config().Mode != Reject || Block != "block" {
 		t.Fatal("mode names")
 	}
 }

@@ -33,7 +33,7 @@ func TestBudgetNotHeldDuringBackoff(t *testing.T) {
 		}
 		var calls atomic.Int64
 		rg := newRig(t, noJitter(), Options{Pressure: vb}, func(msg *message.Message) error {
-			if got := vb.InUse(); got != 40 {
+			if got := vb.Stats().InUse; got != 40 {
 				t.Errorf("attempt %d ran holding %d vertices, want 40", AttemptFromCtx(msg.Context()), got)
 			}
 			if calls.Add(1) < 3 {
@@ -51,7 +51,7 @@ func TestBudgetNotHeldDuringBackoff(t *testing.T) {
 			if got := calls.Load(); got != wantCalls {
 				t.Fatalf("at %v: calls = %d, want %d", time.Since(start), got, wantCalls)
 			}
-			if got := vb.InUse(); got != 0 {
+			if got := vb.Stats().InUse; got != 0 {
 				t.Fatalf("at %v: InUse = %d during backoff, want 0", time.Since(start), got)
 			}
 		}

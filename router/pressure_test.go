@@ -47,9 +47,9 @@ func TestSheddingPressureSignals(t *testing.T) {
 	check("lagging", false, true)
 
 	// Saturate the budget: all of it in use and a message waiting.
-	p, ok := vb.TryAcquire(100)
-	if !ok {
-		t.Fatal("budget busy")
+	p, err := vb.Acquire(context.Background(), 100) // idle budget: admitted at once
+	if err != nil {
+		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	waited := make(chan struct{})
@@ -60,7 +60,7 @@ func TestSheddingPressureSignals(t *testing.T) {
 		}
 	}()
 	deadline := time.Now().Add(5 * time.Second)
-	for vb.Waiting() == 0 && time.Now().Before(deadline) {
+	for vb.Stats().Waiting == 0 && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
 	}
 	time.Sleep(5 * time.Millisecond)

@@ -31,8 +31,8 @@ func TestProducerRateLimit(t *testing.T) {
 		if r.RateLimited() == nil || r.LagThrottled() != nil {
 			t.Fatalf("rate limit %v, lag throttle %v; want only the rate limit", r.RateLimited(), r.LagThrottled())
 		}
-		if r.RateLimited().Mode() != producer.Block || r.RateLimited().Burst() != burst {
-			t.Fatalf("mode %s, burst %d", r.RateLimited().Mode(), r.RateLimited().Burst())
+		if c := r.RateLimited().Config(); c.Mode != producer.Block || c.Burst != burst {
+			t.Fatalf("mode %s, burst %d", c.Mode, c.Burst)
 		}
 
 		start := time.Now()
@@ -88,7 +88,7 @@ func TestProducerOff(t *testing.T) {
 		t.Fatal("producer layers built without a producer section")
 	}
 	c := r.Config().Producer
-	if c.RateLimit.Mode != producer.Block || c.LagThrottle.Step != producer.DefaultThrottleStep || c.LagThrottle.Max != producer.DefaultThrottleMax {
+	if c.RateLimit.Mode != producer.Block || c.LagThrottle.Step != 100*time.Millisecond || c.LagThrottle.Max != 5*time.Second {
 		t.Fatalf("defaults = %+v", c)
 	}
 }

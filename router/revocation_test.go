@@ -76,7 +76,7 @@ func TestRevocationStepAsideAndLateCommit(t *testing.T) {
 
 	admitted := <-started
 	waiting := map[string]string{"x": "y", "y": "x"}[admitted]
-	waitFor(t, "a waiter", func() bool { return a.Budget().Waiting() == 1 })
+	waitFor(t, "a waiter", func() bool { return a.Budget().Stats().Waiting == 1 })
 
 	b := newMember()
 	go func() { errs <- b.Run(context.Background()) }()

@@ -44,7 +44,7 @@ type Option func(*options)
 
 type options struct {
 	onAdmission    func(*message.Message, middleware.Admission)
-	estimator      middleware.Estimator
+	estimator      cost.ChargeEstimator
 	tracer         kafka.SaramaTracer
 	onShed         func(*message.Message, string, shedding.Reason)
 	onRetryOutcome func(retrygate.Event)
@@ -86,7 +86,7 @@ func WithSignals(sigs ...os.Signal) Option {
 }
 
 // WithEstimator replaces the estimator built from Config.Budget.
-func WithEstimator(e middleware.Estimator) Option {
+func WithEstimator(e cost.ChargeEstimator) Option {
 	return func(o *options) { o.estimator = e }
 }
 

@@ -159,7 +159,7 @@ func TestStackOrderProbe(t *testing.T) {
 	}
 	got := make(chan probe, 1)
 	if _, err := r.AddConsumerHandler("probe", "jobs", func(msg *message.Message) error {
-		got <- probe{retrygate.AttemptFromCtx(msg.Context()), r.Budget().InUse(), message.HandlerNameFromCtx(msg.Context())}
+		got <- probe{retrygate.AttemptFromCtx(msg.Context()), r.Budget().Stats().InUse, message.HandlerNameFromCtx(msg.Context())}
 		return nil
 	}); err != nil {
 		t.Fatal(err)
@@ -406,7 +406,7 @@ func runRetry(t *testing.T, bc brokerCase) {
 				// Fail only once the filler waits behind us, so the gate
 				// finds the budget saturated.
 				deadline := time.Now().Add(20 * time.Second)
-				for r.Budget().Waiting() != 1 && time.Now().Before(deadline) {
+				for r.Budget().Stats().Waiting != 1 && time.Now().Before(deadline) {
 					time.Sleep(time.Millisecond)
 				}
 				close(flakyFailed)
@@ -553,8 +553,8 @@ func TestCloseCutsRetryBackoff(t *testing.T) {
 		errc := runRouter(t, r)
 		publishCosted(t, r, "jobs", "m", 10)
 		synctest.Wait() // failed once, backing off for 3s
-		if calls.Load() != 1 || r.Budget().InUse() != 0 {
-			t.Fatalf("calls %d, in use %d", calls.Load(), r.Budget().InUse())
+		if calls.Load() != 1 || r.Budget().Stats().InUse != 0 {
+			t.Fatalf("calls %d, in use %d", calls.Load(), r.Budget().Stats().InUse)
 		}
 		start := time.Now()
 		closeRouter(t, r, errc)
@@ -640,8 +640,8 @@ func TestAutoSizeThroughRouter(t *testing.T) {
 			t.Fatal(err)
 		}
 		synctest.Wait()
-		if r.Budget().InUse() != 1000 {
-			t.Fatalf("the unknown-cost message holds %d of 1000", r.Budget().InUse())
+		if r.Budget().Stats().InUse != 1000 {
+			t.Fatalf("the unknown-cost message holds %d of 1000", r.Budget().Stats().InUse)
 		}
 		for i := range stream {
 			publishCosted(t, r, "shapes", fmt.Sprintf("m%03d", i), 100)

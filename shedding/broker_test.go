@@ -108,7 +108,7 @@ func TestKafkaModelVersionGuardDoesTheWork(t *testing.T) {
 		close(sub.start)
 		time.Sleep(time.Minute) // sustained pressure; priority 5 is kept
 		synctest.Wait()
-		if w := r.budget.Waiting(); w != 1 {
+		if w := r.budget.Stats().Waiting; w != 1 {
 			t.Fatalf("%d waiting: a partition delivers one message at a time", w)
 		}
 		hold.Release()
@@ -138,7 +138,7 @@ func TestRedisModelCoalescing(t *testing.T) {
 		hold := r.hold()
 		close(sub.start)
 		synctest.Wait()
-		if w := r.budget.Waiting(); w != 1 {
+		if w := r.budget.Stats().Waiting; w != 1 {
 			t.Fatalf("%d waiting, want only the newest", w)
 		}
 		hold.Release()
@@ -169,7 +169,7 @@ func TestRedisModelWithoutCoalescing(t *testing.T) {
 		hold := r.hold()
 		close(sub.start)
 		synctest.Wait()
-		if w := r.budget.Waiting(); w != 4 {
+		if w := r.budget.Stats().Waiting; w != 4 {
 			t.Fatalf("%d waiting", w)
 		}
 		hold.Release()

@@ -447,13 +447,13 @@ func TestRevokedComposition(t *testing.T) {
 			go func() { _, err := run(m); results <- err }()
 		}
 		synctest.Wait()
-		if vb.Waiting() != 3 {
-			t.Fatalf("waiting %d", vb.Waiting())
+		if vb.Stats().Waiting != 3 {
+			t.Fatalf("waiting %d", vb.Stats().Waiting)
 		}
 		close(session) // the rebalance: both Kafka deliveries step aside
 		synctest.Wait()
-		if vb.Waiting() != 1 || adm.Revocations() != 2 {
-			t.Fatalf("waiting %d, revocations %d", vb.Waiting(), adm.Revocations())
+		if vb.Stats().Waiting != 1 || adm.Revocations() != 2 {
+			t.Fatalf("waiting %d, revocations %d", vb.Stats().Waiting, adm.Revocations())
 		}
 		hold.Release()
 		for range 3 {

@@ -135,8 +135,8 @@ func TestRouterNonSheddableLosesNothing(t *testing.T) {
 		late := batch("late", 100, "region_priority", "0", "entity_id", "p", "entity_version", "1")
 		r.publish("parcels", late...)
 		synctest.Wait()
-		if r.budget.Waiting() != 200 || r.seen["parcels"].len() != 0 {
-			t.Fatalf("waiting %d, handled %d", r.budget.Waiting(), r.seen["parcels"].len())
+		if r.budget.Stats().Waiting != 200 || r.seen["parcels"].len() != 0 {
+			t.Fatalf("waiting %d, handled %d", r.budget.Stats().Waiting, r.seen["parcels"].len())
 		}
 		hold.Release()
 		synctest.Wait()
@@ -176,8 +176,8 @@ func TestRouterPriorityShedding(t *testing.T) {
 		if r.pol.Shedding() || r.stats("vehicles").Dropped() != 0 || len(r.audit.snapshot()) != 0 {
 			t.Fatalf("shed before the window: %+v", r.stats("vehicles"))
 		}
-		if r.budget.Waiting() != len(lowA)+len(highA) {
-			t.Fatalf("waiting %d", r.budget.Waiting())
+		if r.budget.Stats().Waiting != len(lowA)+len(highA) {
+			t.Fatalf("waiting %d", r.budget.Stats().Waiting)
 		}
 
 		time.Sleep(2 * time.Second) // t = 31s
@@ -191,8 +191,8 @@ func TestRouterPriorityShedding(t *testing.T) {
 		if got := r.stats("vehicles").ShedPriority; got != uint64(len(lowB)) {
 			t.Fatalf("shed on arrival %d, want %d", got, len(lowB))
 		}
-		if r.budget.Waiting() != len(lowA)+len(highA)+len(highB) {
-			t.Fatalf("waiting %d", r.budget.Waiting())
+		if r.budget.Stats().Waiting != len(lowA)+len(highA)+len(highB) {
+			t.Fatalf("waiting %d", r.budget.Stats().Waiting)
 		}
 
 		time.Sleep(9 * time.Second) // t = 40s
@@ -205,7 +205,7 @@ func TestRouterPriorityShedding(t *testing.T) {
 		if got := r.seen["vehicles"].uuids(); !sameSet(got, wantHandled) {
 			t.Fatalf("handled %v\nwant %v", got, wantHandled)
 		}
-		if r.pol.Shedding() || r.budget.Saturated() {
+		if r.pol.Shedding() || r.budget.Stats().Saturated {
 			t.Fatal("pressure did not clear once the backlog drained")
 		}
 
@@ -282,7 +282,7 @@ func TestRouterCoalescing(t *testing.T) {
 		if st.Superseded != vehicles*(updates-1) {
 			t.Fatalf("superseded %d, want %d", st.Superseded, vehicles*(updates-1))
 		}
-		if w := r.budget.Waiting(); w != vehicles+len(parcels) {
+		if w := r.budget.Stats().Waiting; w != vehicles+len(parcels) {
 			t.Fatalf("waiting %d, want %d", w, vehicles+len(parcels))
 		}
 		hold.Release()

@@ -21,11 +21,6 @@ type Resizable interface {
 	Resize(capacity int64) error
 }
 
-// ChargeEstimator prices a message. *[cost.Estimator] implements it.
-type ChargeEstimator interface {
-	Estimate(msg *message.Message) cost.Charge
-}
-
 // Clamp says whether an auto-sized budget was held at a configured limit
 // instead of the smaller bound.
 type Clamp string
@@ -116,7 +111,7 @@ type AutoSizeConfig struct {
 	// (cost.SourceHeader, cost.SourceComputed) are measured; a message of unknown
 	// cost would teach the sizer a made-up rate, so it is passed through
 	// unmeasured.
-	Estimator ChargeEstimator
+	Estimator cost.ChargeEstimator
 
 	// OnResize, if set, is called after each resize, from the goroutine of
 	// the message whose completion triggered it, with the sizer's lock

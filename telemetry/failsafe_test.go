@@ -77,7 +77,7 @@ func TestTelemetryNeverFailsAMessage(t *testing.T) {
 			}
 			wg.Wait()
 			r.close()
-			if budget.InUse() != 0 {
+			if budget.Stats().InUse != 0 {
 				t.Fatal("budget not refunded")
 			}
 		})

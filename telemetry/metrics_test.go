@@ -194,7 +194,7 @@ func TestMetricsBudgetGauges(t *testing.T) {
 		_, err := b.Acquire(waiterCtx, 600)
 		waited <- err
 	}()
-	waitUntil(t, "waiter", func() bool { return b.Waiting() == 1 })
+	waitUntil(t, "waiter", func() bool { return b.Stats().Waiting == 1 })
 
 	rm := collect(t, reader)
 	geo := map[string]string{"budget": "geo"}

@@ -186,11 +186,11 @@ func TestTracingAdmissionWait(t *testing.T) {
 	if err := stack.pub.Publish("parcels", message.NewMessage("first", line4)); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "first admitted", func() bool { return stack.budget.InUse() == 4 })
+	waitUntil(t, "first admitted", func() bool { return stack.budget.Stats().InUse == 4 })
 	if err := stack.pub.Publish("parcels", message.NewMessage("second", line4)); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "second waiting", func() bool { return stack.budget.Waiting() == 1 })
+	waitUntil(t, "second waiting", func() bool { return stack.budget.Stats().Waiting == 1 })
 	close(release)
 	handled.Wait()
 	stack.router.close()

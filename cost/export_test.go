@@ -1,0 +1,5 @@
+package cost
+
+// MaxNestingDepth lets the external tests build payloads at the nesting
+// limit.
+const MaxNestingDepth = maxNestingDepth
