@@ -84,7 +84,7 @@ type Options struct {
 	// OnOutcome, if set, is called once per delivery when its outcome is
 	// decided, from the message's goroutine, before the middleware
 	// returns. It must be fast, must not block and must not keep the Event
-	// beyond the call.
+	// (nor its Message) beyond the call.
 	OnOutcome func(Event)
 
 	// Logger logs dead-letters and failed publishes. Default: none.
@@ -455,6 +455,7 @@ func (d *delivery) end(o Outcome, c Cause, dest string, err error) {
 	}
 	if f := d.g.opts.OnOutcome; f != nil {
 		f(Event{
+			Message:     d.msg,
 			UUID:        d.msg.UUID,
 			Topic:       d.topic,
 			Handler:     d.handler,

@@ -83,6 +83,9 @@ func TestBackoffStopsWhenContextEnds(t *testing.T) {
 		if e := lastEvent(t, ev); e.Outcome != Nacked || e.Cause != CauseContextDone {
 			t.Fatalf("event = %v/%v, want nacked/context_done", e.Outcome, e.Cause)
 		}
+		if e := lastEvent(t, ev); e.Message != msg || ev.lastContext() != ctx {
+			t.Fatal("the event does not carry the delivered message with its delivery context")
+		}
 		if msg.Context() != ctx {
 			t.Fatal("message context not restored")
 		}

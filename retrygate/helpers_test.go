@@ -163,16 +163,32 @@ func noJitter() Config {
 	}
 }
 
-// events collects OnOutcome events.
+// events collects OnOutcome events, and the context each event's message
+// had during the call.
 type events struct {
-	mu sync.Mutex
-	ev []Event
+	mu   sync.Mutex
+	ev   []Event
+	ctxs []context.Context
 }
 
 func (e *events) add(ev Event) {
+	var ctx context.Context
+	if ev.Message != nil {
+		ctx = ev.Message.Context()
+	}
 	e.mu.Lock()
 	e.ev = append(e.ev, ev)
+	e.ctxs = append(e.ctxs, ctx)
 	e.mu.Unlock()
+}
+
+func (e *events) lastContext() context.Context {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if len(e.ctxs) == 0 {
+		return nil
+	}
+	return e.ctxs[len(e.ctxs)-1]
 }
 
 func (e *events) all() []Event {

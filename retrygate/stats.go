@@ -5,6 +5,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
 )
 
 // Outcome is how one delivery of a message left the gate. Every delivery
@@ -95,6 +97,11 @@ func (c Cause) String() string {
 
 // Event describes one delivery's passage through the gate.
 type Event struct {
+	// Message is the delivered message, its context the delivery's again
+	// (what the gate received). It is only valid during the call that
+	// reports the event: do not keep it, and do not ack or nack it.
+	Message *message.Message
+
 	UUID    string
 	Topic   string // the topic it was consumed from
 	Handler string // the Watermill handler name

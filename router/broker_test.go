@@ -162,7 +162,7 @@ func runTable(t *testing.T, bc brokerCase, stream []tableMessage) map[string]str
 			mu.Unlock()
 		}
 	}
-	r, err := New(cfg, nil, WithOnAdmission(onAdmission))
+	r, err := New(cfg, nil, WithHooks(admissionFunc(onAdmission)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,6 +23,11 @@
 // waiters give up and are nacked, admitted work finishes within the close
 // timeout.
 //
+// Events of the stack (admission, shedding drops, retry gate outcomes,
+// auto-sizer resizes) reach values passed to [WithHooks] that implement
+// [AdmissionHook], [ShedHook], [RetryOutcomeHook] or [ResizeHook]; the
+// router's telemetry.Metrics is the first such hook.
+//
 // Brokers:
 //
 //   - memory: Watermill's GoChannel, persistent. For tests and demos.

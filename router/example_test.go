@@ -9,6 +9,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/spillway-go/spillway/middleware"
 	"github.com/spillway-go/spillway/router"
 )
 
@@ -64,4 +65,40 @@ func Example() {
 	// vertices: 9
 	// admitted: 3 in use after close: 0
 	// layers: [tracing metrics budget]
+}
+
+// costLog is a hook: it implements router.AdmissionHook, so the router
+// calls it once the budget has admitted a message.
+type costLog struct{ admitted chan<- string }
+
+func (c costLog) OnAdmission(msg *message.Message, a middleware.Admission) {
+	c.admitted <- fmt.Sprintf("%s: %s, %d vertices granted", msg.UUID, a.Outcome, a.Granted)
+}
+
+// Hooks watch the stack's events; a value may implement several hook
+// interfaces, and each event calls the hooks that implement its interface
+// in order.
+func ExampleWithHooks() {
+	cfg := router.Config{Broker: router.BrokerMemory}
+	cfg.Budget.Vertices = 1000
+	admitted := make(chan string, 1)
+	r, err := router.New(cfg, nil, router.WithHooks(costLog{admitted}))
+	if err != nil {
+		panic(err)
+	}
+	if _, err := r.AddConsumerHandler("h", "shapes", func(*message.Message) error { return nil }); err != nil {
+		panic(err)
+	}
+	go func() { _ = r.Run(context.Background()) }()
+	<-r.Running()
+	line := message.NewMessage("line-1", []byte(`{"type":"LineString","coordinates":[[0,0],[1,1],[2,0]]}`))
+	if err := r.Publisher().Publish("shapes", line); err != nil {
+		panic(err)
+	}
+	fmt.Println(<-admitted)
+	if err := r.Close(); err != nil {
+		panic(err)
+	}
+	// Output:
+	// line-1: admitted, 3 vertices granted
 }

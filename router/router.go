@@ -43,13 +43,10 @@ var ErrNotSupported = errors.New("router: broker not supported yet")
 type Option func(*options)
 
 type options struct {
-	onAdmission    func(*message.Message, middleware.Admission)
+	hooks          []Hook // WithHooks
 	estimator      cost.ChargeEstimator
 	tracer         kafka.SaramaTracer
-	onShed         func(*message.Message, string, shedding.Reason)
-	onRetryOutcome func(retrygate.Event)
 	isPermanent    func(error) bool
-	onResize       func(from, to int64, b sizing.AutoBounds)
 	tracerProvider trace.TracerProvider
 	meterProvider  metric.MeterProvider
 	propagator     propagation.TextMapPropagator
@@ -64,13 +61,6 @@ type options struct {
 type control struct {
 	noBudget     bool // no admission layer at all
 	noRevocation bool // admission is not revocation-aware; late acks are dropped
-}
-
-// WithOnAdmission calls f once per message after admission is decided (see
-// [middleware.BudgetConfig.OnAdmission]): for metrics and logs. It must be
-// fast and must not block.
-func WithOnAdmission(f func(*message.Message, middleware.Admission)) Option {
-	return func(o *options) { o.onAdmission = f }
 }
 
 // WithSignals makes [Router.Run] shut the router down gracefully, as Close
@@ -109,32 +99,12 @@ func WithSaramaConfig(f func(*sarama.Config) error) Option {
 	return func(o *options) { o.saramaConfig = f }
 }
 
-// WithOnShed calls f for every message the shedding policy drops (see
-// [shedding.WithOnShed]): for metrics. It must be fast and must not block.
-func WithOnShed(f func(msg *message.Message, topic string, reason shedding.Reason)) Option {
-	return func(o *options) { o.onShed = f }
-}
-
-// WithOnRetryOutcome calls f once per delivery that passes the retry gate,
-// with its outcome (see [retrygate.Options.OnOutcome]): for metrics and
-// logs. It must be fast and must not block.
-func WithOnRetryOutcome(f func(retrygate.Event)) Option {
-	return func(o *options) { o.onRetryOutcome = f }
-}
-
 // WithIsPermanent replaces the retry gate's classifier of permanent errors
 // (default [retrygate.IsPermanent]: errors marked with retrygate.Permanent
 // and undecodable geometry). A permanent error dead-letters the message at
 // once.
 func WithIsPermanent(f func(error) bool) Option {
 	return func(o *options) { o.isPermanent = f }
-}
-
-// WithOnResize calls f after each resize of the auto-sized budget (see
-// [sizing.AutoSizeConfig.OnResize]); it runs with the sizer's lock held and
-// must not call the sizer.
-func WithOnResize(f func(from, to int64, b sizing.AutoBounds)) Option {
-	return func(o *options) { o.onResize = f }
 }
 
 // WithTracerProvider sets the provider of the router's spans: a producer
@@ -231,6 +201,9 @@ func newRouter(cfg Config, logger watermill.LoggerAdapter, o options, ctl contro
 	if err := o.validate(cfg); err != nil {
 		return nil, err
 	}
+	if _, err := newHookSet(o.hooks); err != nil {
+		return nil, err
+	}
 	if logger == nil {
 		logger = watermill.NopLogger{}
 	}
@@ -286,6 +259,16 @@ func newRouter(cfg Config, logger watermill.LoggerAdapter, o options, ctl contro
 			return fail(fmt.Errorf("router: telemetry: %w", err))
 		}
 	}
+	// The router's metrics are the first hook: they see every event
+	// before the hooks of WithHooks.
+	hooks := o.hooks
+	if r.metrics != nil {
+		hooks = append([]Hook{r.metrics}, hooks...)
+	}
+	hs, err := newHookSet(hooks)
+	if err != nil {
+		return fail(err)
+	}
 	r.pub = cost.NewStampingPublisher(r.back.publisher())
 	if r.tracing != nil {
 		r.pub = telemetry.NewTracingPublisher(r.pub, topts...)
@@ -309,7 +292,7 @@ func newRouter(cfg Config, logger watermill.LoggerAdapter, o options, ctl contro
 	}
 
 	if len(cfg.Shedding.Topics) > 0 {
-		sopts := []shedding.Option{shedding.WithAuditPublisher(nopClosePublisher{r.pub}), shedding.WithOnShed(r.onShed(o.onShed))}
+		sopts := []shedding.Option{shedding.WithAuditPublisher(nopClosePublisher{r.pub}), shedding.WithOnShed(hs.onShed)}
 		if cfg.Retry.Enabled {
 			sopts = append(sopts, shedding.WithTopicFunc(r.originTopic))
 		}
@@ -324,7 +307,7 @@ func newRouter(cfg Config, logger watermill.LoggerAdapter, o options, ctl contro
 	}
 
 	if !ctl.noBudget {
-		bc := middleware.BudgetConfig{Budget: r.budget, Estimator: est, OnAdmission: r.onAdmission(o.onAdmission)}
+		bc := middleware.BudgetConfig{Budget: r.budget, Estimator: est, OnAdmission: hs.onAdmission}
 		if cfg.Broker == BrokerKafka && !ctl.noRevocation {
 			bc.Revoked = r.revoked
 		}
@@ -343,7 +326,7 @@ func newRouter(cfg Config, logger watermill.LoggerAdapter, o options, ctl contro
 			Publisher:   nopClosePublisher{r.pub},
 			Pressure:    r.budget,
 			IsPermanent: o.isPermanent,
-			OnOutcome:   r.onRetryOutcome(o.onRetryOutcome),
+			OnOutcome:   hs.onRetryOutcome,
 			Logger:      logger,
 		})
 		if err != nil {
@@ -367,7 +350,7 @@ func newRouter(cfg Config, logger watermill.LoggerAdapter, o options, ctl contro
 			TailShare:   a.TailShare,
 			Parallelism: a.Parallelism,
 			Estimator:   est,
-			OnResize:    o.onResize,
+			OnResize:    hs.onResize,
 		})
 		if err != nil {
 			return fail(fmt.Errorf("router: budget.autosize: %w", err))

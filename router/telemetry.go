@@ -1,17 +1,13 @@
 package router
 
 import (
-	"context"
 	"errors"
 	"fmt"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 
-	"github.com/spillway-go/spillway/middleware"
 	"github.com/spillway-go/spillway/redisbroker"
-	"github.com/spillway-go/spillway/retrygate"
-	"github.com/spillway-go/spillway/shedding"
 	"github.com/spillway-go/spillway/telemetry"
 )
 
@@ -20,7 +16,7 @@ import (
 func (r *Router) Tracing() *telemetry.Tracing { return r.tracing }
 
 // Metrics returns the router's metrics (the stack's metrics slot and the
-// hooks of the other layers), or nil with telemetry.disabled. Use it to
+// first of the router's hooks, see [Hook]), or nil with telemetry.disabled. Use it to
 // record outcomes of your own (Metrics.RecordOutcome).
 func (r *Router) Metrics() *telemetry.Metrics { return r.metrics }
 
@@ -30,61 +26,6 @@ func (r *Router) Metrics() *telemetry.Metrics { return r.metrics }
 // a producer to read before every publish (producer.NewLagThrottled;
 // producer.lag_throttle uses it for Publisher).
 func (r *Router) LagSampler() *telemetry.LagSampler { return r.lagSampler }
-
-// onAdmission composes the metrics' admission hook with the user's.
-func (r *Router) onAdmission(user func(*message.Message, middleware.Admission)) func(*message.Message, middleware.Admission) {
-	if r.metrics == nil {
-		return user
-	}
-	m := r.metrics.OnAdmission
-	if user == nil {
-		return m
-	}
-	return func(msg *message.Message, a middleware.Admission) {
-		m(msg, a)
-		user(msg, a)
-	}
-}
-
-// onShed counts shed and superseded messages (and marks their spans)
-// before calling the user's hook.
-func (r *Router) onShed(user func(*message.Message, string, shedding.Reason)) func(*message.Message, string, shedding.Reason) {
-	if r.metrics == nil {
-		return user
-	}
-	m := r.metrics
-	return func(msg *message.Message, topic string, reason shedding.Reason) {
-		o := telemetry.OutcomeShed
-		if reason == shedding.ReasonSuperseded {
-			o = telemetry.OutcomeSuperseded
-		}
-		m.RecordOutcome(msg, o, topic, reason.String())
-		if user != nil {
-			user(msg, topic, reason)
-		}
-	}
-}
-
-// onRetryOutcome counts deferred and dead-lettered deliveries before
-// calling the user's hook. The gate's event carries no message, so the
-// outcome reaches the counters but not the span.
-func (r *Router) onRetryOutcome(user func(retrygate.Event)) func(retrygate.Event) {
-	if r.metrics == nil {
-		return user
-	}
-	m := r.metrics
-	return func(e retrygate.Event) {
-		switch e.Outcome {
-		case retrygate.Deferred:
-			m.Count(context.Background(), telemetry.OutcomeDeferred, e.Topic, e.Cause.String(), 1)
-		case retrygate.DeadLettered:
-			m.Count(context.Background(), telemetry.OutcomeDeadLettered, e.Topic, e.Cause.String(), 1)
-		}
-		if user != nil {
-			user(e)
-		}
-	}
-}
 
 // deadLettering wraps the broker's dead-letter middleware so a message it
 // moves is counted and its span marked dead_lettered (reason malformed).

@@ -603,11 +603,11 @@ func TestAutoSizeThroughRouter(t *testing.T) {
 			resizeMu sync.Mutex
 			resizes  []resize
 		)
-		r, err := New(cfg, nil, WithOnResize(func(from, to int64, _ sizing.AutoBounds) {
+		r, err := New(cfg, nil, WithHooks(resizeFunc(func(from, to int64, _ sizing.AutoBounds) {
 			resizeMu.Lock()
 			resizes = append(resizes, resize{from, to})
 			resizeMu.Unlock()
-		}))
+		})))
 		if err != nil {
 			t.Fatal(err)
 		}

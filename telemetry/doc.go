@@ -13,8 +13,11 @@
 // its child, so one trace shows the send, the wait for budget and the
 // processing. The span sits in the message's context, where the Spillway
 // stages annotate it through hooks: [RecordAdmission] (or
-// [Metrics.OnAdmission]) as middleware.BudgetConfig.OnAdmission, and
-// [RecordOutcome] or [Metrics.RecordOutcome] from shedding and retry hooks.
+// [Metrics.OnAdmission]) as middleware.BudgetConfig.OnAdmission,
+// [Metrics.OnShed] as shedding's hook, [Metrics.OnRetryOutcome] as the
+// retry gate's (counters only), and [RecordOutcome] or
+// [Metrics.RecordOutcome] from hooks of your own. The router passes its
+// Metrics to its hook dispatch (router.WithHooks) like any other hook.
 //
 // # Metrics
 //

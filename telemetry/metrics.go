@@ -12,6 +12,8 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/spillway-go/spillway/middleware"
+	"github.com/spillway-go/spillway/retrygate"
+	"github.com/spillway-go/spillway/shedding"
 )
 
 // Metric names. docs/operations.md lists them with their Prometheus names
@@ -70,7 +72,9 @@ var (
 
 // Metrics records Spillway's metrics with the OpenTelemetry metric API.
 // Create it with [NewMetrics]. Per-message measurements come from
-// [Metrics.Middleware], [Metrics.OnAdmission] and [Metrics.RecordOutcome];
+// [Metrics.Middleware], the hooks [Metrics.OnAdmission], [Metrics.OnShed]
+// and [Metrics.OnRetryOutcome] (the router passes its Metrics to its hook
+// dispatch, router.Hook), and [Metrics.RecordOutcome];
 // state (budgets, lag) is read by observable instruments in the SDK's
 // collection callback, never per message ([Metrics.ObserveBudget],
 // [Metrics.ObserveBounds], [Metrics.ObserveLag]).
@@ -359,6 +363,43 @@ func (m *Metrics) OnAdmission(msg *message.Message, a middleware.Admission) {
 	}
 }
 
+// OnShed records a message dropped by a shedding policy: it counts
+// spillway.messages.shed (spillway.messages.superseded for
+// [shedding.ReasonSuperseded]) by topic and reason and records the outcome
+// on the message like [Metrics.RecordOutcome]. Use it as the policy's hook
+// (shedding.WithOnShed(m.OnShed)); it is the router's shedding hook too.
+// Safe for concurrent use; it never blocks.
+func (m *Metrics) OnShed(msg *message.Message, topic string, reason shedding.Reason) {
+	o := OutcomeShed
+	if reason == shedding.ReasonSuperseded {
+		o = OutcomeSuperseded
+	}
+	m.RecordOutcome(msg, o, topic, reason.String())
+}
+
+// OnRetryOutcome counts a delivery that the retry gate deferred
+// (spillway.messages.deferred) or dead-lettered
+// (spillway.messages.dead_lettered), by topic and cause; other outcomes are
+// not counted here. It counts only: the message's outcome label and span
+// are left as they are. Use it as retrygate.Options.OnOutcome; it is the
+// router's retry hook too. Safe for concurrent use; it never blocks.
+func (m *Metrics) OnRetryOutcome(e retrygate.Event) {
+	var o Outcome
+	switch e.Outcome {
+	case retrygate.Deferred:
+		o = OutcomeDeferred
+	case retrygate.DeadLettered:
+		o = OutcomeDeadLettered
+	default:
+		return
+	}
+	ctx := context.Background()
+	if e.Message != nil {
+		ctx = e.Message.Context()
+	}
+	m.Count(ctx, o, e.Topic, e.Cause.String(), 1)
+}
+
 // Count adds n to the counter of outcome (spillway.messages.shed,
 // .superseded, .deferred, .dead_lettered or .released_on_rebalance) with
 // the given topic and reason labels. Outcomes without a counter (handled,
@@ -378,16 +419,8 @@ func (m *Metrics) Count(ctx context.Context, outcome Outcome, topic, reason stri
 // records the outcome on the message like [RecordOutcome] (span attribute
 // and the outcome label of [Metrics.Middleware]). An empty topic is taken
 // from the message. Wire it into the hooks of the stages that drop, defer
-// or dead-letter messages; for example, with the shedding package:
-//
-//	shedding.WithOnShed(func(msg *message.Message, topic string, r shedding.Reason) {
-//		o := telemetry.OutcomeShed
-//		if r == shedding.ReasonSuperseded {
-//			o = telemetry.OutcomeSuperseded
-//		}
-//		metrics.RecordOutcome(msg, o, topic, r.String())
-//	})
-//
+// or dead-letter messages of your own; shedding's drops have
+// [Metrics.OnShed] and the retry gate's outcomes [Metrics.OnRetryOutcome].
 // Revoked admissions are counted by [Metrics.OnAdmission] already. Safe for
 // concurrent use; it never blocks.
 func (m *Metrics) RecordOutcome(msg *message.Message, outcome Outcome, topic, reason string) {

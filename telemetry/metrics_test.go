@@ -11,6 +11,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/spillway-go/spillway/middleware"
+	"github.com/spillway-go/spillway/retrygate"
+	"github.com/spillway-go/spillway/shedding"
 	"github.com/spillway-go/spillway/telemetry"
 )
 
@@ -95,6 +97,53 @@ func TestMetricsExactCounts(t *testing.T) {
 	}
 	if _, ok := point(t, rm, telemetry.MetricMessagesReleased, topic("reason", "revoked")); ok {
 		t.Error("nothing was released on rebalance")
+	}
+}
+
+// OnShed and OnRetryOutcome, the hooks of shedding and the retry gate,
+// count drops, deferrals and dead letters by topic and reason; OnShed
+// labels the message's outcome, OnRetryOutcome only counts.
+func TestMetricsShedAndRetryHooks(t *testing.T) {
+	mp, reader := newMeterProvider()
+	m, err := telemetry.NewMetrics(telemetry.WithMeterProvider(mp),
+		telemetry.WithTopicFunc(func(*message.Message) string { return "t" }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(hook func(*message.Message)) {
+		h := m.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+			hook(msg)
+			return nil, nil
+		})
+		_, _ = h(message.NewMessage("x", []byte("payload")))
+	}
+	run(func(msg *message.Message) { m.OnShed(msg, "t", shedding.ReasonStale) })
+	run(func(msg *message.Message) { m.OnShed(msg, "t", shedding.ReasonSuperseded) })
+	for _, o := range []retrygate.Outcome{retrygate.Handled, retrygate.Deferred, retrygate.DeadLettered, retrygate.Nacked} {
+		run(func(msg *message.Message) {
+			m.OnRetryOutcome(retrygate.Event{Message: msg, Topic: "t", Outcome: o, Cause: retrygate.CausePermanent})
+		})
+	}
+	m.OnRetryOutcome(retrygate.Event{Topic: "u", Outcome: retrygate.Deferred, Cause: retrygate.CauseSaturated}) // no message
+
+	rm := collect(t, reader)
+	for _, c := range []struct {
+		name  string
+		attrs map[string]string
+		want  float64
+	}{
+		{telemetry.MetricMessagesShed, map[string]string{"topic": "t", "reason": "stale_version"}, 1},
+		{telemetry.MetricMessagesSuperseded, map[string]string{"topic": "t", "reason": "superseded"}, 1},
+		{telemetry.MetricMessagesDeferred, map[string]string{"topic": "t", "reason": "permanent"}, 1},
+		{telemetry.MetricMessagesDeferred, map[string]string{"topic": "u", "reason": "saturated"}, 1},
+		{telemetry.MetricMessagesDeadLetter, map[string]string{"topic": "t", "reason": "permanent"}, 1},
+		{telemetry.MetricProcessedMessages, map[string]string{"topic": "t", "outcome": "shed"}, 1},
+		{telemetry.MetricProcessedMessages, map[string]string{"topic": "t", "outcome": "superseded"}, 1},
+		{telemetry.MetricProcessedMessages, map[string]string{"topic": "t", "outcome": "handled"}, 4},
+	} {
+		if got := mustPoint(t, rm, c.name, c.attrs); got != c.want {
+			t.Errorf("%s%v = %v, want %v", c.name, c.attrs, got, c.want)
+		}
 	}
 }
 

@@ -6,8 +6,8 @@ import "testing"
 // when it was last lowered (docs/api.md); lower it when a change removes
 // identifiers, never raise it without a reason written there.
 const (
-	ceilingTotal  = 1032
-	ceilingRouter = 191
+	ceilingTotal  = 1041
+	ceilingRouter = 197
 )
 
 func TestSurfaceDoesNotGrow(t *testing.T) {

@@ -495,6 +495,23 @@ func (gr *groupRun) onRetry(ev retrygate.Event) {
 	}
 }
 
+// memberHooks are a Spillway member's router hooks (router.ShedHook,
+// router.RetryOutcomeHook, router.ResizeHook): they feed the run's record.
+type memberHooks struct {
+	gr *groupRun
+	m  *member
+}
+
+func (h memberHooks) OnShed(msg *message.Message, topic string, reason shedding.Reason) {
+	h.gr.onShed(msg, topic, reason)
+}
+
+func (h memberHooks) OnRetryOutcome(ev retrygate.Event) { h.gr.onRetry(ev) }
+
+func (h memberHooks) OnResize(from, to int64, _ sizing.AutoBounds) {
+	go h.gr.event(fmt.Sprintf("member %s: auto-sizer resized the budget %d -> %d vertices", h.m.name, from, to))
+}
+
 func (gr *groupRun) newMember(ctx context.Context, name string) (*member, error) {
 	m := &member{name: name, logger: &recordingLogger{}, runErr: make(chan error, 1)}
 	m.obs = &observer{member: name, onEv: func(ev SessionEvent) {
@@ -578,13 +595,7 @@ func spillwayConfig(o Options, cal Calibration) router.Config {
 func (gr *groupRun) startSpillway(ctx context.Context, m *member) error {
 	cfg := spillwayConfig(gr.o, gr.cal)
 	gr.env.spillwayConfig(&cfg, m)
-	opts := append(gr.env.routerOptions(m),
-		router.WithOnShed(gr.onShed),
-		router.WithOnRetryOutcome(gr.onRetry),
-		router.WithOnResize(func(from, to int64, _ sizing.AutoBounds) {
-			go gr.event(fmt.Sprintf("member %s: auto-sizer resized the budget %d -> %d vertices", m.name, from, to))
-		}),
-	)
+	opts := append(gr.env.routerOptions(m), router.WithHooks(memberHooks{gr, m}))
 	r, err := router.New(cfg, m.logger, opts...)
 	if err != nil {
 		return err
