@@ -27,7 +27,7 @@ func newClient(cfg Config, name string) (redis.UniversalClient, error) {
 	c := redis.NewClient(&redis.Options{
 		Addr:            addr,
 		Username:        cfg.Username,
-		Password:        cfg.Password,
+		Password:        string(cfg.Password),
 		DB:              cfg.DB,
 		TLSConfig:       tc,
 		ClientName:      name,

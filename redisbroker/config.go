@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/spillway-go/spillway"
 )
 
 // Errors returned by [Config.Validate] and the constructors. Every
@@ -64,19 +66,20 @@ const (
 type TLSConfig struct {
 	// Enabled turns TLS on, verifying the server with the system roots
 	// unless CAFile is set.
-	Enabled bool
+	Enabled bool `yaml:"enabled" env:"ENABLED"`
 	// CAFile is a PEM bundle of the CAs trusted to sign the server's
 	// certificate (replaces the system roots).
-	CAFile string
+	CAFile string `yaml:"ca_file" env:"CA_FILE"`
 	// CertFile and KeyFile are the client certificate and key, for servers
 	// that require one (tls-auth-clients yes). Set both or neither.
-	CertFile, KeyFile string
+	CertFile string `yaml:"cert_file" env:"CERT_FILE"`
+	KeyFile  string `yaml:"key_file" env:"KEY_FILE"`
 	// ServerName overrides the name verified in the server certificate
 	// (default: the host part of Addr).
-	ServerName string
+	ServerName string `yaml:"server_name" env:"SERVER_NAME"`
 	// InsecureSkipVerify disables server certificate verification. For
 	// tests only.
-	InsecureSkipVerify bool
+	InsecureSkipVerify bool `yaml:"insecure_skip_verify" env:"INSECURE_SKIP_VERIFY"`
 }
 
 func (t TLSConfig) enabled() bool { return t.Enabled || t.CAFile != "" || t.CertFile != "" }
@@ -88,80 +91,85 @@ type KeepAliveConfig struct {
 	// refreshed, in one batch. Default: MaxIdleTime / 3, so two refreshes
 	// in a row can be missed before an entry becomes claimable. Must be
 	// shorter than MaxIdleTime.
-	Interval time.Duration
+	Interval time.Duration `yaml:"interval" env:"INTERVAL"`
 	// MaxInFlight is how long a consumer may hold entries without acking
 	// any. A handler (or a wait for budget) that lasts longer is presumed
 	// stuck: the entries its consumer holds are no longer refreshed and
 	// peers claim them MaxIdleTime later. Default DefaultMaxInFlight.
-	MaxInFlight time.Duration
+	MaxInFlight time.Duration `yaml:"max_in_flight" env:"MAX_IN_FLIGHT"`
 	// Disabled turns the keep-alive off: entries are claimed by peers once
 	// idle for MaxIdleTime, however busy their handler is (upstream's
 	// behaviour).
-	Disabled bool
+	Disabled bool `yaml:"disabled" env:"DISABLED"`
 }
 
 // Config configures a [Publisher] and a [Subscriber]. The zero value plus
 // Addr and ConsumerGroup is a working configuration; every other field has a
 // default (see the constants and docs/redis.md).
 //
-// Config holds a password: it is never logged, and String and GoString
-// redact it.
+// The yaml and env tags are the keys of the router's redis section
+// (redis.max_idle_time, SPILLWAY_REDIS_MAX_IDLE_TIME); there ConsumerGroup
+// is the prefix of each handler's group (see the router package).
+//
+// Config holds a password as a [spillway.Secret]: it is never logged, and
+// String and GoString redact it too.
 type Config struct {
 	// Addr is the server's host:port, or [EmbeddedAddr] for an in-process
 	// miniredis (demos only).
-	Addr string
+	Addr string `yaml:"addr" env:"ADDR"`
 	// Username and Password authenticate (AUTH / HELLO). Username may be
-	// empty for the default user.
-	Username string
-	Password string
+	// empty for the default user. Password is a Secret: convert a string
+	// with spillway.Secret(s).
+	Username string          `yaml:"username" env:"USERNAME"`
+	Password spillway.Secret `yaml:"password" env:"PASSWORD"`
 	// DB is the database number (SELECT). Default 0.
-	DB int
+	DB int `yaml:"db" env:"DB"`
 	// TLS configures transport security.
-	TLS TLSConfig
+	TLS TLSConfig `yaml:"tls" envPrefix:"TLS_"`
 
 	// ConsumerGroup is the Redis consumer group the subscriber joins; every
 	// process of one service uses the same group, so each entry is handled
 	// by one of them. Required by Validate and NewSubscriber; NewPublisher
 	// ignores it.
-	ConsumerGroup string
+	ConsumerGroup string `yaml:"consumer_group" env:"CONSUMER_GROUP"`
 	// Consumer is the base consumer name. It must be unique among the live
 	// processes of the group and stable across restarts of one process, so
 	// a restarted process finds the entries its previous incarnation left
 	// pending (see Subscriber). Default: DefaultConsumerName(), i.e.
 	// "<hostname>-<program>". With Consumers > 1 the consumers are named
 	// "<Consumer>-0" … "<Consumer>-<Consumers-1>".
-	Consumer string
+	Consumer string `yaml:"consumer" env:"CONSUMER"`
 	// Consumers is the number of consumers (subscriptions) per topic in
 	// this process; together they are the budget's concurrency. Default
 	// DefaultConsumers.
-	Consumers int
+	Consumers int `yaml:"consumers" env:"CONSUMERS"`
 
 	// BlockTime is how long one read blocks waiting for entries. Default
 	// DefaultBlockTime. The first read blocks this long too (upstream's
 	// DisableIndefiniteInitialBlock is always set).
-	BlockTime time.Duration
+	BlockTime time.Duration `yaml:"block_time" env:"BLOCK_TIME"`
 	// ClaimInterval is how often idle entries are looked for. Default
 	// DefaultClaimInterval.
-	ClaimInterval time.Duration
+	ClaimInterval time.Duration `yaml:"claim_interval" env:"CLAIM_INTERVAL"`
 	// MaxIdleTime is the redelivery deadline: a pending entry idle for this
 	// long is claimed by another consumer. Default DefaultMaxIdleTime.
-	MaxIdleTime time.Duration
+	MaxIdleTime time.Duration `yaml:"max_idle_time" env:"MAX_IDLE_TIME"`
 	// NackResendSleep is the pause before a nacked message is redelivered.
 	// Default DefaultNackResendSleep; negative means no pause.
-	NackResendSleep time.Duration
+	NackResendSleep time.Duration `yaml:"nack_resend_sleep" env:"NACK_RESEND_SLEEP"`
 	// KeepAlive configures the keep-alive of held entries.
-	KeepAlive KeepAliveConfig
+	KeepAlive KeepAliveConfig `yaml:"keep_alive" envPrefix:"KEEP_ALIVE_"`
 
 	// DefaultMaxLen bounds every stream the publisher writes to about this
 	// many entries (XADD MAXLEN ~): when it overflows, Redis trims the
 	// oldest entries, read or not. 0 means unbounded. MaxLen overrides it
 	// per topic (a value of 0 there makes that topic unbounded).
-	DefaultMaxLen int64
-	MaxLen        map[string]int64
+	DefaultMaxLen int64            `yaml:"default_max_len" env:"DEFAULT_MAX_LEN"`
+	MaxLen        map[string]int64 `yaml:"max_len" env:"MAX_LEN"`
 
 	// DeadLetterTopic is the stream malformed entries are moved to by the
 	// [DeadLetter] middleware. Default DefaultDeadLetterTopic.
-	DeadLetterTopic string
+	DeadLetterTopic string `yaml:"dead_letter_topic" env:"DEAD_LETTER_TOPIC"`
 }
 
 func (c *Config) setDefaults() {
@@ -359,14 +367,9 @@ func sanitizeName(s string) string {
 	return string(b)
 }
 
-const redacted = "[redacted]"
-
 // String describes the configuration with the password redacted.
 func (c Config) String() string {
-	pw := ""
-	if c.Password != "" {
-		pw = redacted
-	}
+	pw := c.Password.String()
 	return fmt.Sprintf("redisbroker.Config{Addr:%q Username:%q Password:%q DB:%d TLS:%t ConsumerGroup:%q Consumer:%q Consumers:%d "+
 		"BlockTime:%s ClaimInterval:%s MaxIdleTime:%s NackResendSleep:%s KeepAlive:{Interval:%s MaxInFlight:%s} "+
 		"DefaultMaxLen:%d MaxLen:%v DeadLetterTopic:%q}",

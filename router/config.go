@@ -8,6 +8,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/spillway-go/spillway/kafkabroker"
+	"github.com/spillway-go/spillway/redisbroker"
 	"github.com/spillway-go/spillway/retrygate"
 	"github.com/spillway-go/spillway/shedding"
 	"github.com/spillway-go/spillway/sizing"
@@ -28,6 +29,7 @@ const (
 	BrokerMemory Broker = "memory" // Watermill's GoChannel, persistent, in process
 	BrokerKafka  Broker = "kafka"  // watermill-kafka consumer groups (Sarama)
 	BrokerRedis  Broker = "redis"  // Redis Streams consumer groups (redisbroker)
+	BrokerCustom Broker = "custom" // any Watermill publisher and subscribers, given with WithBroker
 )
 
 // Config configures a [Router]. The zero value is valid: setDefaults fills
@@ -41,7 +43,8 @@ const (
 // envPrefix tags of the enclosing structs and its env tag, e.g.
 // kafka.rebalance_timeout is SPILLWAY_KAFKA_REBALANCE_TIMEOUT.
 type Config struct {
-	// Broker is memory, kafka or redis. Default memory.
+	// Broker is memory, kafka, redis or custom. Default memory, or custom
+	// with WithBroker (which custom requires).
 	Broker Broker `yaml:"broker" env:"BROKER"`
 
 	// CloseTimeout bounds a graceful shutdown: how long Close waits for
@@ -78,6 +81,10 @@ type Config struct {
 	// Router.Publisher: a rate limit in vertices per second and a throttle
 	// on consumer lag (package producer). Off by default.
 	Producer ProducerConfig `yaml:"producer" envPrefix:"PRODUCER_"`
+
+	// custom is WithBroker's broker, which New records so that
+	// RedeliveryDeadline and Validate know its deadline; nil otherwise.
+	custom *CustomBroker
 }
 
 // TelemetryConfig configures the router's telemetry: the tracing and
@@ -131,34 +138,36 @@ type BudgetConfig struct {
 	AutoSize AutoSizeConfig `yaml:"autosize" envPrefix:"AUTOSIZE_"`
 }
 
-// AutoSizeConfig configures the budget's auto-sizer, a [sizing.AutoSizer]:
-// the budget follows min(memory bound, measured vertices/s × deadline ×
-// headroom), clamped to [floor, ceiling]. Zero fields take the defaults
-// documented on them.
+// AutoSizeConfig is the budget.autosize section: the switch, the
+// auto-sizer's own settings ([sizing.AutoSizeConfig], whose keys sit
+// directly under budget.autosize), and the inputs the router computes the
+// memory bound from. The budget follows min(memory bound, measured
+// vertices/s × deadline × headroom), clamped to [floor, ceiling]. Zero
+// fields take the defaults in docs/sizing.md; the router's differ from
+// sizing's in two places:
+//
+//   - deadline defaults to the broker's redelivery deadline
+//     ([Config.RedeliveryDeadline]: kafka.rebalance_timeout, redis.max_idle_time,
+//     or the custom broker's); the memory broker has none, so it must be set
+//     there.
+//   - hysteresis and tail_share take -1 ([spillway.Off]) for none / off.
+//
+// The sizer's Budget, Estimator and OnResize are the router's own (the
+// router's budget and estimator, and its resize hook): values set there
+// are ignored.
 type AutoSizeConfig struct {
 	// Enabled turns auto-sizing on. Default false: the budget stays at
 	// budget.vertices.
 	Enabled bool `yaml:"enabled" env:"ENABLED"`
 
-	// Deadline is the redelivery deadline the budget is sized against.
-	// Default: the broker's (Config.RedeliveryDeadline: kafka.rebalance_timeout
-	// on Kafka). The memory broker has none, so it must be set there.
-	Deadline time.Duration `yaml:"deadline" env:"DEADLINE"`
-
-	// Headroom is the share of Deadline a full budget may take to drain,
-	// in (0, 1]. Default 0.5.
-	Headroom float64 `yaml:"headroom" env:"HEADROOM"`
-
-	// MemoryBound is the memory bound in vertices, fixed (measure it with
-	// spillway size or sizing.MeasureBytesPerVertex). Default 0: none, or
-	// computed from MemoryBytes. Set either this or MemoryBytes.
-	MemoryBound int64 `yaml:"memory_bound" env:"MEMORY_BOUND"`
+	sizing.AutoSizeConfig `yaml:",inline"`
 
 	// MemoryBytes, Processes, PrefetchBytes and BytesPerVertex compute the
-	// memory bound instead (sizing.MemoryBound): (MemoryBytes / Processes −
-	// PrefetchBytes) / BytesPerVertex. MemoryBytes is the memory the
-	// consumers of one container may use for in-flight geometry; default 0
-	// (not used). BytesPerVertex is required with it.
+	// memory bound when memory_bound is not set (sizing.MemoryBound):
+	// (MemoryBytes / Processes − PrefetchBytes) / BytesPerVertex.
+	// MemoryBytes is the memory the consumers of one container may use for
+	// in-flight geometry; default 0 (not used). BytesPerVertex is required
+	// with it.
 	MemoryBytes int64 `yaml:"memory_bytes" env:"MEMORY_BYTES"`
 	// Processes sharing MemoryBytes. Default 1.
 	Processes int `yaml:"processes" env:"PROCESSES"`
@@ -166,37 +175,6 @@ type AutoSizeConfig struct {
 	PrefetchBytes int64 `yaml:"prefetch_bytes" env:"PREFETCH_BYTES"`
 	// BytesPerVertex is the measured memory per in-flight vertex.
 	BytesPerVertex float64 `yaml:"bytes_per_vertex" env:"BYTES_PER_VERTEX"`
-
-	// Floor is the smallest capacity the sizer sets. Default 1.
-	Floor int64 `yaml:"floor" env:"FLOOR"`
-	// Ceiling is the largest capacity the sizer sets. Default: the memory
-	// bound. Without a memory bound it is required: nothing else would
-	// stop the budget growing.
-	Ceiling int64 `yaml:"ceiling" env:"CEILING"`
-
-	// Window is the length of one measuring window. Default: Deadline.
-	Window time.Duration `yaml:"window" env:"WINDOW"`
-	// Windows is how many recent windows the throughput is the median of.
-	// Default 5.
-	Windows int `yaml:"windows" env:"WINDOWS"`
-	// MinWindows is how many windows must be measured before the first
-	// resize, at most Windows. Default 3.
-	MinWindows int `yaml:"min_windows" env:"MIN_WINDOWS"`
-	// MinBusy is how long handlers must have been busy in a window for it
-	// to count. Default Window / 20.
-	MinBusy time.Duration `yaml:"min_busy" env:"MIN_BUSY"`
-	// Hysteresis is the relative change below which the budget is left
-	// alone, in [0, 1). Default 0.1; -1 for none (resize on any change).
-	Hysteresis float64 `yaml:"hysteresis" env:"HYSTERESIS"`
-	// Parallelism is how many handler calls the process runs at full speed
-	// at once (sizing.AutoSizeConfig.Parallelism): busy time counts the share
-	// of it in use, so a budget too small to keep every core busy still
-	// measures what a full one would do. Default 0: GOMAXPROCS.
-	Parallelism int `yaml:"parallelism" env:"PARALLELISM"`
-	// TailShare is the share of Deadline the slowest handler call of a
-	// window may take before the budget shrinks for it (sizing.AutoSizer's
-	// tail guard), in (0, 1]. Default 0.75; -1 turns the guard off.
-	TailShare float64 `yaml:"tail_share" env:"TAIL_SHARE"`
 }
 
 // SheddingConfig is the shedding section: the policy's own configuration
@@ -250,117 +228,33 @@ type TLSConfig = kafkabroker.TLSConfig
 // SASLConfig is the kafka.sasl section ([kafkabroker.SASLConfig]).
 type SASLConfig = kafkabroker.SASLConfig
 
-// RedisConfig configures the Redis Streams broker ([redisbroker]). Zero
-// fields take redisbroker's defaults; docs/redis.md explains each one.
-type RedisConfig struct {
-	// Addr is the server's host:port. "embedded" runs an in-process
-	// miniredis (demos only: it gets idle times and lag wrong). Required
-	// with broker: redis.
-	Addr string `yaml:"addr" env:"ADDR"`
-	// Username authenticates with Password (ACL user); empty for the
-	// default user.
-	Username string `yaml:"username" env:"USERNAME"`
-	// Password is the Redis password. Secret.
-	Password Secret `yaml:"password" env:"PASSWORD"`
-	// DB is the database number. Default 0.
-	DB int `yaml:"db" env:"DB"`
-	// TLS configures transport encryption.
-	TLS RedisTLSConfig `yaml:"tls" envPrefix:"TLS_"`
+// RedisConfig is the redis section: [redisbroker.Config], whose yaml and
+// env tags are the section's keys (redis.max_idle_time,
+// SPILLWAY_REDIS_MAX_IDLE_TIME). Zero fields take redisbroker's defaults;
+// docs/redis.md explains each one. Two settings mean something more in
+// the router:
+//
+//   - consumer_group is a prefix: each handler consumes in its own group,
+//     "<consumer_group>.<handler>" ([Router.ConsumerGroup] names it).
+//     Default spillway ([DefaultConsumerGroup]).
+//   - consumer is left empty by the defaults (config print shows ""); each
+//     subscriber then names itself [redisbroker.DefaultConsumerName]
+//     when it starts.
+//
+// redis.addr is required with broker: redis unless [WithRedisClient] gives
+// a client; "embedded" runs an in-process miniredis (demos only).
+// redis.password is a [spillway.Secret].
+type RedisConfig = redisbroker.Config
 
-	// ConsumerGroup prefixes the consumer group of every handler: a
-	// handler named h consumes in group "<ConsumerGroup>.<h>". Default
-	// spillway.
-	ConsumerGroup string `yaml:"consumer_group" env:"CONSUMER_GROUP"`
-	// Consumer is the base consumer name, unique among the live processes
-	// of a group and stable across restarts. Default
-	// "<hostname>-<program>".
-	Consumer string `yaml:"consumer" env:"CONSUMER"`
-	// Consumers is the number of consumers per handler in this process:
-	// the most messages a handler holds at once. Default 4.
-	Consumers int `yaml:"consumers" env:"CONSUMERS"`
+// RedisTLSConfig is the redis.tls section ([redisbroker.TLSConfig]).
+type RedisTLSConfig = redisbroker.TLSConfig
 
-	// BlockTime is how long one read waits for new entries. Default 500ms.
-	BlockTime time.Duration `yaml:"block_time" env:"BLOCK_TIME"`
-	// ClaimInterval is how often entries idle past MaxIdleTime are looked
-	// for. Default 5s.
-	ClaimInterval time.Duration `yaml:"claim_interval" env:"CLAIM_INTERVAL"`
-	// MaxIdleTime is the redelivery deadline the budget is sized against:
-	// an entry pending this long without a keep-alive refresh is claimed
-	// by another consumer. Default 30s.
-	MaxIdleTime time.Duration `yaml:"max_idle_time" env:"MAX_IDLE_TIME"`
-	// NackResendSleep is the pause before a nacked message is redelivered.
-	// Default 100ms; -1ns (any negative) for none.
-	NackResendSleep time.Duration `yaml:"nack_resend_sleep" env:"NACK_RESEND_SLEEP"`
-	// KeepAlive configures the refresh of held entries.
-	KeepAlive RedisKeepAliveConfig `yaml:"keep_alive" envPrefix:"KEEP_ALIVE_"`
-
-	// DefaultMaxLen trims every stream the router publishes to at about
-	// this many entries (oldest first, read or not). Default 0: unbounded.
-	DefaultMaxLen int64 `yaml:"default_max_len" env:"DEFAULT_MAX_LEN"`
-	// MaxLen overrides DefaultMaxLen per stream (0: unbounded). In the
-	// environment: stream:n,stream2:n2.
-	MaxLen map[string]int64 `yaml:"max_len" env:"MAX_LEN"`
-
-	// DeadLetterTopic is the stream entries that cannot be unmarshalled
-	// are moved to. Default spillway.deadletter.
-	DeadLetterTopic string `yaml:"dead_letter_topic" env:"DEAD_LETTER_TOPIC"`
-}
-
-// RedisTLSConfig configures TLS to the Redis server. TLS is on when
-// Enabled is true or a file is set.
-type RedisTLSConfig struct {
-	// Enabled turns TLS on (system roots unless CAFile).
-	Enabled bool `yaml:"enabled" env:"ENABLED"`
-	// CAFile is a PEM bundle of trusted CAs.
-	CAFile string `yaml:"ca_file" env:"CA_FILE"`
-	// CertFile and KeyFile are the client certificate and key (servers
-	// with tls-auth-clients yes). Set both or neither.
-	CertFile string `yaml:"cert_file" env:"CERT_FILE"`
-	KeyFile  string `yaml:"key_file" env:"KEY_FILE"`
-	// ServerName overrides the name checked against the server
-	// certificate.
-	ServerName string `yaml:"server_name" env:"SERVER_NAME"`
-	// InsecureSkipVerify disables certificate verification. Tests only.
-	InsecureSkipVerify bool `yaml:"insecure_skip_verify" env:"INSECURE_SKIP_VERIFY"`
-}
-
-// RedisKeepAliveConfig configures the keep-alive of held entries
+// RedisKeepAliveConfig is the redis.keep_alive section
 // ([redisbroker.KeepAliveConfig]).
-type RedisKeepAliveConfig struct {
-	// Interval is how often held entries are refreshed. Default
-	// max_idle_time / 3; must be below max_idle_time.
-	Interval time.Duration `yaml:"interval" env:"INTERVAL"`
-	// MaxInFlight is how long a consumer may hold entries without acking
-	// any before it is presumed stuck. Default 5m.
-	MaxInFlight time.Duration `yaml:"max_in_flight" env:"MAX_IN_FLIGHT"`
-	// Disabled turns the keep-alive off. Default false.
-	Disabled bool `yaml:"disabled" env:"DISABLED"`
-}
+type RedisKeepAliveConfig = redisbroker.KeepAliveConfig
 
-// Secret is a string that never prints: String, GoString, YAML and text
-// marshalling all give "[redacted]" when it is set (and "" when it is not),
-// so a Secret can sit in a struct that is logged or formatted with %v, %+v
-// or %#v. Convert it with string(s) where the value is really needed.
-type Secret string
-
+// redacted is what a secret prints as.
 const redacted = "[redacted]"
-
-// String returns "[redacted]", or "" for an empty secret.
-func (s Secret) String() string {
-	if s == "" {
-		return ""
-	}
-	return redacted
-}
-
-// GoString is String, for %#v.
-func (s Secret) GoString() string { return strconv.Quote(s.String()) }
-
-// MarshalYAML writes the redacted form.
-func (s Secret) MarshalYAML() (any, error) { return s.String(), nil }
-
-// MarshalText writes the redacted form (encoding/json uses it too).
-func (s Secret) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
 
 // ConfigError is one invalid configuration value. The errors returned by
 // [Config.Validate] and [LoadConfig] wrap one or more of them (use
@@ -422,7 +316,9 @@ func (c Config) GoString() string { return c.String() }
 // stay in flight before the broker hands it to someone else:
 // kafka.rebalance_timeout on Kafka (when the group changes),
 // redis.max_idle_time on Redis (an entry left without a keep-alive refresh
-// is claimed by a peer), 0 (none) on memory. Size the budget so admitted
+// is claimed by a peer), CustomBroker.RedeliveryDeadline on custom (in the
+// Config of a router built with WithBroker, [Router.Config]; 0 before),
+// 0 (none) on memory. Size the budget so admitted
 // work drains within half of it ([SizeBudget]); budget.autosize sizes
 // against it unless budget.autosize.deadline is set.
 func (c Config) RedeliveryDeadline() time.Duration {
@@ -432,6 +328,10 @@ func (c Config) RedeliveryDeadline() time.Duration {
 		return c.Kafka.RebalanceTimeout
 	case BrokerRedis:
 		return c.Redis.MaxIdleTime
+	case BrokerCustom:
+		if c.custom != nil {
+			return c.custom.RedeliveryDeadline
+		}
 	}
 	return 0
 }

@@ -38,12 +38,16 @@
 //     window, the rebalance timeout as the redelivery deadline;
 //     [WithSaramaConfig] adjusts what the section does not cover), and
 //     admission is revocation-aware: see [kafkabroker.SessionTracker].
-//   - redis: Redis Streams through package redisbroker: one subscriber, in
+//   - redis: Redis Streams through package redisbroker (the redis section is
+//     a [redisbroker.Config]): one subscriber, in
 //     its own consumer group, per handler, with the keep-alive of held
 //     entries built in; redis.max_idle_time is the redelivery deadline, and
 //     entries that cannot be unmarshalled go to redis.dead_letter_topic
 //     (the stack's dead-letter slot, outside the budget). Addr embedded
 //     runs an in-process miniredis, for demos.
+//   - custom: any Watermill publisher and subscribers, given in code with
+//     [WithBroker] and its redelivery deadline ([CustomBroker]); the stack
+//     runs over it unchanged.
 //
 // Configuration comes from a YAML file and SPILLWAY_* environment variables
 // ([LoadConfig]; [LoadConfigSources] also says where each value came from,

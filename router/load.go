@@ -12,6 +12,7 @@ import (
 	"github.com/caarlos0/env/v11"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/spillway-go/spillway"
 	"github.com/spillway-go/spillway/kafkabroker"
 )
 
@@ -105,6 +106,9 @@ func leaves() []leaf {
 		for i := 0; i < t.NumField(); i++ {
 			f := t.Field(i)
 			idx := append(append([]int(nil), index...), i)
+			if skipped(f) {
+				continue
+			}
 			if inline(f) {
 				walk(f.Type, path, envPrefix+f.Tag.Get("envPrefix"), idx)
 				continue
@@ -130,13 +134,17 @@ func leaves() []leaf {
 	return out
 }
 
-// isSecret reports whether t is one of the redacted string types: the
-// router's Secret or kafkabroker's.
+// isSecret reports whether t is one of the redacted string types:
+// spillway.Secret (redis.password) or kafkabroker's.
 func isSecret(t reflect.Type) bool {
-	return t == reflect.TypeOf(Secret("")) || t == reflect.TypeOf(kafkabroker.Secret(""))
+	return t == reflect.TypeOf(spillway.Secret("")) || t == reflect.TypeOf(kafkabroker.Secret(""))
 }
 
 func yamlName(f reflect.StructField) string { return strings.Split(f.Tag.Get("yaml"), ",")[0] }
+
+// skipped reports whether f is no setting: unexported, or tagged yaml:"-"
+// (code such as sizing.AutoSizeConfig.Budget, which the router sets).
+func skipped(f reflect.StructField) bool { return !f.IsExported() || yamlName(f) == "-" }
 
 // inline reports whether f is an embedded struct whose fields YAML reads as
 // the enclosing mapping's (yaml:",inline").
@@ -153,6 +161,9 @@ func inline(f reflect.StructField) bool {
 func fieldByKey(t reflect.Type, key string) ([]int, bool) {
 	for j := 0; j < t.NumField(); j++ {
 		f := t.Field(j)
+		if skipped(f) {
+			continue
+		}
 		if inline(f) {
 			if idx, ok := fieldByKey(f.Type, key); ok {
 				return append([]int{j}, idx...), true

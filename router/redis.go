@@ -18,42 +18,18 @@ import (
 	"github.com/spillway-go/spillway/telemetry/redistel"
 )
 
-// broker maps the section to a redisbroker configuration for the consumer
-// group group (each handler has its own; the publisher ignores it).
-func (r RedisConfig) broker(group string) redisbroker.Config {
-	return redisbroker.Config{
-		Addr:     r.Addr,
-		Username: r.Username,
-		Password: string(r.Password),
-		DB:       r.DB,
-		TLS: redisbroker.TLSConfig{
-			Enabled:            r.TLS.Enabled,
-			CAFile:             r.TLS.CAFile,
-			CertFile:           r.TLS.CertFile,
-			KeyFile:            r.TLS.KeyFile,
-			ServerName:         r.TLS.ServerName,
-			InsecureSkipVerify: r.TLS.InsecureSkipVerify,
-		},
-		ConsumerGroup:   group,
-		Consumer:        r.Consumer,
-		Consumers:       r.Consumers,
-		BlockTime:       r.BlockTime,
-		ClaimInterval:   r.ClaimInterval,
-		MaxIdleTime:     r.MaxIdleTime,
-		NackResendSleep: r.NackResendSleep,
-		KeepAlive: redisbroker.KeepAliveConfig{
-			Interval:    r.KeepAlive.Interval,
-			MaxInFlight: r.KeepAlive.MaxInFlight,
-			Disabled:    r.KeepAlive.Disabled,
-		},
-		DefaultMaxLen:   r.DefaultMaxLen,
-		MaxLen:          maps.Clone(r.MaxLen),
-		DeadLetterTopic: r.DeadLetterTopic,
-	}
+// redisGroupConfig is the section as a redisbroker configuration for the
+// consumer group group: each handler has its own (see redisGroup); the
+// publisher ignores it.
+func redisGroupConfig(r RedisConfig, group string) redisbroker.Config {
+	r.ConsumerGroup = group
+	r.MaxLen = maps.Clone(r.MaxLen)
+	return r
 }
 
-// consumerGroup is the Redis consumer group of the handler named handler.
-func (r RedisConfig) consumerGroup(handler string) string { return r.ConsumerGroup + "." + handler }
+// redisGroup is the Redis consumer group of the handler named handler:
+// redis.consumer_group is the prefix of every handler's group.
+func redisGroup(r RedisConfig, handler string) string { return r.ConsumerGroup + "." + handler }
 
 // WithRedisClient makes the router's Redis publisher and subscribers send
 // every command through client instead of dialling redis.addr: a Cluster
@@ -67,9 +43,13 @@ func WithRedisClient(client redis.UniversalClient) Option {
 	return func(o *options) { o.redisClient = client }
 }
 
-// validate is Config.Validate, without the redis section's connection
-// fields when WithRedisClient gave a client.
+// validate checks WithBroker against cfg, then runs Config.Validate,
+// without the redis section's connection fields when WithRedisClient gave
+// a client.
 func (o options) validate(cfg Config) error {
+	if errs := o.validateCustom(cfg); len(errs) > 0 {
+		return errors.Join(errs...)
+	}
 	err := cfg.Validate()
 	if err == nil || o.redisClient == nil || cfg.Broker != BrokerRedis {
 		return err
@@ -109,7 +89,7 @@ func newRedisBackend(cfg RedisConfig, logger watermill.LoggerAdapter, client red
 	if client != nil {
 		opts = append(opts, redisbroker.WithClient(client))
 	}
-	pub, err := redisbroker.NewPublisher(cfg.broker(""), logger, opts...)
+	pub, err := redisbroker.NewPublisher(redisGroupConfig(cfg, ""), logger, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("router: redis: publisher: %w", err)
 	}
@@ -124,7 +104,7 @@ func newRedisBackend(cfg RedisConfig, logger watermill.LoggerAdapter, client red
 func (b *redisBackend) publisher() message.Publisher { return b.pub }
 
 func (b *redisBackend) subscriber(handler, _ string) (message.Subscriber, *kafkabroker.SessionTracker, error) {
-	sub, err := redisbroker.NewSubscriber(b.cfg.broker(b.group(handler)), b.logger, b.opts...)
+	sub, err := redisbroker.NewSubscriber(redisGroupConfig(b.cfg, b.group(handler)), b.logger, b.opts...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("router: redis: subscriber for %s: %w", handler, err)
 	}
@@ -141,7 +121,7 @@ func (b *redisBackend) subscriber(handler, _ string) (message.Subscriber, *kafka
 	}}, nil, nil
 }
 
-func (b *redisBackend) group(handler string) string { return b.cfg.consumerGroup(handler) }
+func (b *redisBackend) group(handler string) string { return redisGroup(b.cfg, handler) }
 
 // Streams are created with their group when a handler subscribes, and by
 // the first XADD otherwise.

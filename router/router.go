@@ -53,6 +53,7 @@ type options struct {
 	signals        []os.Signal
 	saramaConfig   func(*sarama.Config) error
 	redisClient    redis.UniversalClient // WithRedisClient
+	custom         *CustomBroker         // WithBroker
 }
 
 // control switches parts of the stack off for the control runs of the
@@ -197,6 +198,10 @@ func New(cfg Config, logger watermill.LoggerAdapter, opts ...Option) (*Router, e
 }
 
 func newRouter(cfg Config, logger watermill.LoggerAdapter, o options, ctl control) (*Router, error) {
+	if cfg.Broker == "" && o.custom != nil {
+		cfg.Broker = BrokerCustom
+	}
+	cfg.custom = o.custom
 	cfg.setDefaults()
 	if err := o.validate(cfg); err != nil {
 		return nil, err
@@ -226,6 +231,8 @@ func newRouter(cfg Config, logger watermill.LoggerAdapter, o options, ctl contro
 		r.back, err = newKafkaBackend(cfg.Kafka, logger, o, ctl)
 	case BrokerRedis:
 		r.back, err = newRedisBackend(cfg.Redis, logger, o.redisClient)
+	case BrokerCustom:
+		r.back = &customBackend{b: *o.custom}
 	default:
 		return nil, fmt.Errorf("%w: %s (see docs/router.md)", ErrNotSupported, cfg.Broker)
 	}
@@ -335,23 +342,13 @@ func newRouter(cfg Config, logger watermill.LoggerAdapter, o options, ctl contro
 	}
 
 	if a := cfg.Budget.AutoSize; a.Enabled && r.budgetMW != nil {
-		r.sizer, err = sizing.NewAutoSizer(sizing.AutoSizeConfig{
-			Budget:      r.budget,
-			Deadline:    cfg.autoSizeDeadline(),
-			Headroom:    a.Headroom,
-			MemoryBound: a.memoryBound(),
-			Floor:       a.Floor,
-			Ceiling:     a.Ceiling,
-			Window:      a.Window,
-			Windows:     a.Windows,
-			MinWindows:  a.MinWindows,
-			MinBusy:     a.MinBusy,
-			Hysteresis:  a.Hysteresis,
-			TailShare:   a.TailShare,
-			Parallelism: a.Parallelism,
-			Estimator:   est,
-			OnResize:    hs.onResize,
-		})
+		sc := a.AutoSizeConfig
+		sc.Budget = r.budget
+		sc.Deadline = cfg.autoSizeDeadline()
+		sc.MemoryBound = a.memoryBound()
+		sc.Estimator = est
+		sc.OnResize = hs.onResize
+		r.sizer, err = sizing.NewAutoSizer(sc)
 		if err != nil {
 			return fail(fmt.Errorf("router: budget.autosize: %w", err))
 		}

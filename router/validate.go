@@ -57,7 +57,7 @@ func (c *Config) setDefaults() {
 	}
 	c.Retry.Config = c.Retry.Config.WithDefaults()
 	c.Kafka = c.Kafka.WithDefaults()
-	c.Redis.setDefaults()
+	setRedisDefaults(&c.Redis)
 	t := &c.Telemetry
 	if t.Name == "" {
 		t.Name = DefaultTelemetryName
@@ -68,34 +68,16 @@ func (c *Config) setDefaults() {
 	c.Producer.setDefaults()
 }
 
-func (r *RedisConfig) setDefaults() {
+// setRedisDefaults fills the redis section: redisbroker's defaults, with
+// the router's consumer group prefix, and the consumer name left for each
+// subscriber to choose when it starts.
+func setRedisDefaults(r *RedisConfig) {
 	if r.ConsumerGroup == "" {
 		r.ConsumerGroup = DefaultConsumerGroup
 	}
-	if r.Consumers == 0 {
-		r.Consumers = redisbroker.DefaultConsumers
-	}
-	if r.BlockTime == 0 {
-		r.BlockTime = redisbroker.DefaultBlockTime
-	}
-	if r.ClaimInterval == 0 {
-		r.ClaimInterval = redisbroker.DefaultClaimInterval
-	}
-	if r.MaxIdleTime == 0 {
-		r.MaxIdleTime = redisbroker.DefaultMaxIdleTime
-	}
-	if r.NackResendSleep == 0 {
-		r.NackResendSleep = redisbroker.DefaultNackResendSleep
-	}
-	if r.KeepAlive.Interval == 0 {
-		r.KeepAlive.Interval = r.MaxIdleTime / 3
-	}
-	if r.KeepAlive.MaxInFlight == 0 {
-		r.KeepAlive.MaxInFlight = redisbroker.DefaultMaxInFlight
-	}
-	if r.DeadLetterTopic == "" {
-		r.DeadLetterTopic = redisbroker.DefaultDeadLetterTopic
-	}
+	consumer := r.Consumer
+	*r = r.WithDefaults()
+	r.Consumer = consumer
 }
 
 // WithDefaults returns c with every zero field set to its default, as
@@ -122,9 +104,9 @@ func (c Config) Validate() error {
 		errs = append(errs, &ConfigError{Field: field, Value: value, Reason: reason})
 	}
 	switch c.Broker {
-	case BrokerMemory, BrokerKafka, BrokerRedis:
+	case BrokerMemory, BrokerKafka, BrokerRedis, BrokerCustom:
 	default:
-		bad("broker", string(c.Broker), "must be one of memory, kafka, redis")
+		bad("broker", string(c.Broker), "must be one of memory, kafka, redis, custom")
 	}
 	if c.CloseTimeout < 0 {
 		bad("close_timeout", c.CloseTimeout.String(), "must be positive")
@@ -138,7 +120,11 @@ func (c Config) Validate() error {
 	if c.Budget.DefaultCost < 0 {
 		bad("budget.default_cost", strconv.FormatInt(c.Budget.DefaultCost, 10), "must be zero (the whole budget) or positive")
 	}
-	errs = append(errs, c.Budget.AutoSize.validate(c.autoSizeDeadline())...)
+	deadline := c.autoSizeDeadline()
+	if deadline == 0 && c.Broker == BrokerCustom && c.custom == nil {
+		deadline = -1 // WithBroker gives it: unknown until New, which validates again
+	}
+	errs = append(errs, c.Budget.AutoSize.validate(deadline)...)
 	errs = append(errs, nested("shedding.", c.Shedding.Config.Validate())...)
 	errs = append(errs, nested("retry.", c.Retry.Config.Validate())...)
 	errs = append(errs, c.validateCombinations()...)
@@ -146,7 +132,7 @@ func (c Config) Validate() error {
 	case BrokerKafka:
 		errs = append(errs, nested("kafka.", c.Kafka.Validate())...)
 	case BrokerRedis:
-		errs = append(errs, c.Redis.validate()...)
+		errs = append(errs, validateRedis(c.Redis)...)
 	}
 	errs = append(errs, c.Telemetry.validate()...)
 	errs = append(errs, c.Producer.validate(c)...)
@@ -201,8 +187,11 @@ func (c Config) validateCombinations() []error {
 // deadlineKey names the configuration key of the broker's redelivery
 // deadline.
 func (c Config) deadlineKey() string {
-	if c.Broker == BrokerRedis {
+	switch c.Broker {
+	case BrokerRedis:
 		return "redis.max_idle_time"
+	case BrokerCustom:
+		return "CustomBroker.RedeliveryDeadline"
 	}
 	return "kafka.rebalance_timeout"
 }
@@ -357,7 +346,7 @@ func nested(prefix string, err error) []error {
 	return out
 }
 
-func (r RedisConfig) validate() []error {
+func validateRedis(r RedisConfig) []error {
 	var errs []error
 	bad := func(field, value, reason string) {
 		f := "redis"
@@ -428,7 +417,7 @@ func (r RedisConfig) validate() []error {
 	}
 	if len(errs) == 0 {
 		// Anything the checks above missed, as redisbroker words it.
-		if err := r.broker("validate").Validate(); err != nil {
+		if err := redisGroupConfig(r, "validate").Validate(); err != nil {
 			bad("", "", err.Error())
 		}
 	}

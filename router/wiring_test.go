@@ -112,7 +112,7 @@ func TestStackLayers(t *testing.T) {
 	all := Config{}
 	all.Shedding.Topics = []string{"positions"}
 	all.Retry.Enabled = true
-	all.Budget.AutoSize = AutoSizeConfig{Enabled: true, Deadline: 10 * time.Second, Ceiling: 1_000_000}
+	all.Budget.AutoSize = AutoSizeConfig{Enabled: true, AutoSizeConfig: sizing.AutoSizeConfig{Deadline: 10 * time.Second, Ceiling: 1_000_000}}
 	r, err := New(all, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -147,7 +147,7 @@ func TestStackOrderProbe(t *testing.T) {
 	cfg.Budget.Vertices = 1000
 	cfg.Shedding.Topics = []string{"other"}
 	cfg.Retry.Enabled = true
-	cfg.Budget.AutoSize = AutoSizeConfig{Enabled: true, Deadline: 10 * time.Second, Ceiling: 1_000_000}
+	cfg.Budget.AutoSize = AutoSizeConfig{Enabled: true, AutoSizeConfig: sizing.AutoSizeConfig{Deadline: 10 * time.Second, Ceiling: 1_000_000}}
 	r, err := New(cfg, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -583,8 +583,7 @@ func TestAutoSizeThroughRouter(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cfg := Config{CloseTimeout: 10 * time.Second}
 		cfg.Budget.Vertices = 1000
-		cfg.Budget.AutoSize = AutoSizeConfig{
-			Enabled:    true,
+		cfg.Budget.AutoSize = AutoSizeConfig{Enabled: true, AutoSizeConfig: sizing.AutoSizeConfig{
 			Deadline:   2 * time.Second,
 			Floor:      100,
 			Ceiling:    1_000_000,
@@ -597,7 +596,7 @@ func TestAutoSizeThroughRouter(t *testing.T) {
 			// rightly cap the budget by it. This test is about what the
 			// sizer measures, so the guard is off.
 			TailShare: Off,
-		}
+		}}
 		type resize struct{ from, to int64 }
 		var (
 			resizeMu sync.Mutex

@@ -34,49 +34,53 @@ const (
 	ClampCeiling Clamp = "ceiling"
 )
 
-// AutoSizeConfig configures an [AutoSizer].
+// AutoSizeConfig configures an [AutoSizer]. Budget, Estimator and OnResize
+// are code; the other fields are settings, and their yaml and env tags are
+// the keys of the router's budget.autosize section
+// (budget.autosize.tail_share, SPILLWAY_BUDGET_AUTOSIZE_TAIL_SHARE).
 type AutoSizeConfig struct {
 	// Budget is the budget to resize. Required.
-	Budget Resizable
+	Budget Resizable `yaml:"-" env:"-"`
 
 	// Deadline is the broker's redelivery deadline (see
 	// [Inputs.Deadline]). Required.
-	Deadline time.Duration
+	Deadline time.Duration `yaml:"deadline" env:"DEADLINE"`
 	// Headroom is the share of Deadline a full budget may take to drain.
 	// 0 means [DefaultHeadroom].
-	Headroom float64
+	Headroom float64 `yaml:"headroom" env:"HEADROOM"`
 
 	// MemoryBound is the memory bound in vertices, fixed: memory per vertex
 	// does not drift the way time per vertex does, and measuring it needs
 	// the collector off (see [MeasureBytesPerVertex] and [MemoryBound]).
 	// 0 means no memory bound; then set Ceiling.
-	MemoryBound int64
+	MemoryBound int64 `yaml:"memory_bound" env:"MEMORY_BOUND"`
 
 	// Floor and Ceiling limit every resize. Floor defaults to 1; Ceiling to
 	// MemoryBound, or unlimited if that is 0 too.
-	Floor, Ceiling int64
+	Floor   int64 `yaml:"floor" env:"FLOOR"`
+	Ceiling int64 `yaml:"ceiling" env:"CEILING"`
 
 	// Window is the length of one measuring window. Default: Deadline.
 	// Keep it several times longer than one handler call and at least as
 	// long as a full budget takes to drain (Deadline × Headroom), so the
 	// work in flight at a window's edge is small next to what the window
 	// completes.
-	Window time.Duration
+	Window time.Duration `yaml:"window" env:"WINDOW"`
 	// Windows is how many recent windows the throughput is the median of
 	// (default 5). After the mix changes, the budget follows once more than
 	// half of them were measured on the new mix.
-	Windows int
+	Windows int `yaml:"windows" env:"WINDOWS"`
 	// MinWindows is how many windows must have been measured before the
 	// first resize (default 3, at most Windows).
-	MinWindows int
+	MinWindows int `yaml:"min_windows" env:"MIN_WINDOWS"`
 	// MinBusy is how long handlers must have been busy in a window for it
 	// to count (default Window / 20): a nearly idle window measures
 	// scheduling noise, not throughput.
-	MinBusy time.Duration
+	MinBusy time.Duration `yaml:"min_busy" env:"MIN_BUSY"`
 	// Hysteresis is the relative change below which the budget is left
 	// alone (default 0.1: a resize needs the target to differ from the
 	// capacity by more than 10 %). Negative means 0.
-	Hysteresis float64
+	Hysteresis float64 `yaml:"hysteresis" env:"HYSTERESIS"`
 
 	// Parallelism is how many handler calls the process can run at full
 	// speed at once: its cores for CPU-bound work (default GOMAXPROCS when
@@ -87,7 +91,7 @@ type AutoSizeConfig struct {
 	// does not speed up with concurrency, or to the cores the consumers
 	// of this budget really get when they share the process with other
 	// heavy work.
-	Parallelism int
+	Parallelism int `yaml:"parallelism" env:"PARALLELISM"`
 
 	// TailShare is the share of Deadline the slowest handler call of a
 	// window may take (default [DefaultTailShare]; negative turns the tail
@@ -104,19 +108,19 @@ type AutoSizeConfig struct {
 	// message that recurs every few windows keeps the budget down; one
 	// that does not lets it grow back. It never goes below the vertices of
 	// the call that set it, which runs alone at that size anyway.
-	TailShare float64
+	TailShare float64 `yaml:"tail_share" env:"TAIL_SHARE"`
 
 	// Estimator gives each message's vertices. Default: cost.NewEstimator
 	// (cost.FullBudget). Only messages priced from their header or counted
 	// (cost.SourceHeader, cost.SourceComputed) are measured; a message of unknown
 	// cost would teach the sizer a made-up rate, so it is passed through
 	// unmeasured.
-	Estimator cost.ChargeEstimator
+	Estimator cost.ChargeEstimator `yaml:"-" env:"-"`
 
 	// OnResize, if set, is called after each resize, from the goroutine of
 	// the message whose completion triggered it, with the sizer's lock
 	// held: it must be fast and must not call the sizer.
-	OnResize func(from, to int64, b AutoBounds)
+	OnResize func(from, to int64, b AutoBounds) `yaml:"-" env:"-"`
 }
 
 // AutoBounds is a snapshot of an [AutoSizer]'s view.

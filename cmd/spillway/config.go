@@ -63,6 +63,9 @@ func runConfigCheck(e *env, path string) error {
 		return err
 	}
 	deadline := "none (memory)"
+	if c.Broker == router.BrokerCustom {
+		deadline = "set in code (router.WithBroker)"
+	}
 	if d := c.RedeliveryDeadline(); d > 0 {
 		key := "kafka.rebalance_timeout"
 		if c.Broker == router.BrokerRedis {

@@ -75,6 +75,11 @@ func TestConfigCheck(t *testing.T) {
 	if _, stdout, _ = runCLI(t, "config", "check", "testdata/config-anchors.yaml"); !strings.Contains(stdout, "redelivery deadline: none") {
 		t.Errorf("memory: %q", stdout)
 	}
+	t.Setenv("SPILLWAY_BROKER", "custom")
+	if code, stdout, _ := runCLI(t, "config", "check", "testdata/config-anchors.yaml"); code != exitOK ||
+		!strings.Contains(stdout, "broker: custom\nredelivery deadline: set in code (router.WithBroker)") {
+		t.Errorf("custom: exit %d, %q", code, stdout)
+	}
 }
 
 // TestConfigCheckProblems: each problem on its own line, with the field,

@@ -32,6 +32,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/spillway-go/spillway"
 	"github.com/spillway-go/spillway/cost"
 	_ "github.com/spillway-go/spillway/embedded" // kafka.brokers / redis.addr "embedded"
 	"github.com/spillway-go/spillway/middleware"
@@ -69,7 +70,7 @@ func run(data string, budgetVertices int64, passes, consumers, rate, pings int, 
 	topic := "spillway.demo.geometry." + suffix
 	cfg := redisbroker.Config{
 		Addr:            addr,
-		Password:        os.Getenv("REDIS_PASSWORD"),
+		Password:        spillway.Secret(os.Getenv("REDIS_PASSWORD")),
 		ConsumerGroup:   "spillway-demo",
 		Consumers:       consumers,
 		DeadLetterTopic: "spillway.demo.deadletter." + suffix,

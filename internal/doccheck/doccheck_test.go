@@ -41,6 +41,7 @@ var knownImports = map[string]string{
 	// Its dependencies.
 	"watermill":   "github.com/ThreeDotsLabs/watermill",
 	"message":     "github.com/ThreeDotsLabs/watermill/message",
+	"gochannel":   "github.com/ThreeDotsLabs/watermill/pubsub/gochannel",
 	"kafka":       "github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka",
 	"redisstream": "github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream",
 	"sarama":      "github.com/IBM/sarama",
