@@ -17,7 +17,10 @@ import (
 // is clamped and runs alone.
 func ExampleVertexBudget() {
 	ctx := context.Background()
-	budget := middleware.NewVertexBudget(50_000)
+	budget, err := middleware.NewVertexBudget(50_000)
+	if err != nil {
+		panic(err)
+	}
 
 	a, _ := budget.Acquire(ctx, 20_000)
 	b, _ := budget.Acquire(ctx, 20_000)
@@ -44,7 +47,10 @@ func ExampleBudget() {
 	pubSub := gochannel.NewGoChannel(gochannel.Config{Persistent: true}, logger)
 	router, _ := message.NewRouter(message.RouterConfig{}, logger)
 
-	budget := middleware.NewVertexBudget(100_000)
+	budget, err := middleware.NewVertexBudget(100_000)
+	if err != nil {
+		panic(err)
+	}
 	admission, _ := middleware.NewBudget(middleware.BudgetConfig{
 		Budget:    budget,
 		Estimator: cost.NewEstimator(cost.FullBudget),

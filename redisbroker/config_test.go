@@ -10,6 +10,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/spillway-go/spillway"
 	"github.com/spillway-go/spillway/internal/redistest"
 	"github.com/spillway-go/spillway/redisbroker"
 )
@@ -74,7 +75,7 @@ func TestConfigValidateNamesFieldAndValue(t *testing.T) {
 		c := base
 		tc.mutate(&c)
 		err := c.Validate()
-		if !errors.Is(err, redisbroker.ErrInvalidConfig) || !strings.Contains(err.Error(), tc.want) {
+		if !errors.Is(err, spillway.ErrInvalidConfig) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("Validate() = %v; want ErrInvalidConfig naming %q", err, tc.want)
 		}
 	}
@@ -84,7 +85,7 @@ func TestConfigValidateNamesFieldAndValue(t *testing.T) {
 		t.Fatalf("publisher without group: %v", err)
 	}
 	_ = p.Close()
-	if _, err := redisbroker.NewSubscriber(redisbroker.Config{Addr: "127.0.0.1:1"}, nil); !errors.Is(err, redisbroker.ErrInvalidConfig) {
+	if _, err := redisbroker.NewSubscriber(redisbroker.Config{Addr: "127.0.0.1:1"}, nil); !errors.Is(err, spillway.ErrInvalidConfig) {
 		t.Fatalf("subscriber without group: %v", err)
 	}
 	// Disabled keep-alive skips its checks.

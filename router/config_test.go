@@ -14,6 +14,7 @@ import (
 
 	"github.com/caarlos0/env/v11"
 
+	"github.com/spillway-go/spillway"
 	"github.com/spillway-go/spillway/kafkabroker"
 	"github.com/spillway-go/spillway/redisbroker"
 	"github.com/spillway-go/spillway/retrygate"
@@ -214,9 +215,9 @@ func TestValidateNamesFieldAndValue(t *testing.T) {
 			if err == nil {
 				t.Fatal("no error")
 			}
-			var ce *ConfigError
+			var ce *spillway.FieldError
 			if !errors.As(err, &ce) {
-				t.Fatalf("error %v is not a *ConfigError", err)
+				t.Fatalf("error %v is not a *spillway.FieldError", err)
 			}
 			if ce.Field != tc.field || ce.Value != tc.value {
 				t.Errorf("got field %q value %q, want %q %q (%v)", ce.Field, ce.Value, tc.field, tc.value, err)
@@ -257,8 +258,8 @@ func TestValidSections(t *testing.T) {
 	c := Config{Broker: BrokerKafka}
 	c.Kafka.Brokers = []string{"kafka-1:9092"}
 	c.Shedding.Config = shedding.Config{Topics: []string{"positions"}, AuditTopic: "shed", VersionGuard: shedding.VersionGuardConfig{Enabled: true}}
-	c.Retry = RetryConfig{Enabled: true, Config: retrygate.Config{RetryRate: math.Inf(1), Jitter: retrygate.Off, SaturatedAfter: time.Second}}
-	c.Budget.AutoSize = AutoSizeConfig{Enabled: true, MemoryBytes: 1 << 30, Processes: 2, PrefetchBytes: 1 << 20, BytesPerVertex: 100, Hysteresis: Off}
+	c.Retry = RetryConfig{Enabled: true, Config: retrygate.Config{RetryRate: math.Inf(1), Jitter: spillway.Off, SaturatedAfter: time.Second}}
+	c.Budget.AutoSize = AutoSizeConfig{Enabled: true, MemoryBytes: 1 << 30, Processes: 2, PrefetchBytes: 1 << 20, BytesPerVertex: 100, Hysteresis: spillway.Off}
 	c.Shedding.Pressure, c.Telemetry.LagThreshold = PressureEither, 5000
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
@@ -365,7 +366,7 @@ budget:
 	if c.Shedding.Priority.Key != shedding.DefaultPriorityKey {
 		t.Errorf("shedding defaults not applied: %+v", c.Shedding.Priority)
 	}
-	if !c.Retry.Enabled || c.Retry.MaxAttempts != 3 || !math.IsInf(c.Retry.RetryRate, 1) || c.Retry.Jitter != retrygate.Off ||
+	if !c.Retry.Enabled || c.Retry.MaxAttempts != 3 || !math.IsInf(c.Retry.RetryRate, 1) || c.Retry.Jitter != spillway.Off ||
 		c.Retry.SaturatedAfter != 2*time.Second || c.Retry.RetryTopicFor("x") != "retries.x" {
 		t.Errorf("retry not applied: %+v", c.Retry)
 	}
@@ -398,7 +399,7 @@ budget:
 		c.Shedding.VersionGuard.MaxEntities != 500 || c.Shedding.AuditTopic != "spillway.shed" {
 		t.Errorf("environment did not override shedding: %+v", c.Shedding)
 	}
-	if c.Retry.MaxAttempts != 7 || c.Retry.RetryRate != retrygate.Off || c.Retry.Multiplier != 1.5 || !c.Retry.Enabled {
+	if c.Retry.MaxAttempts != 7 || c.Retry.RetryRate != spillway.Off || c.Retry.Multiplier != 1.5 || !c.Retry.Enabled {
 		t.Errorf("environment did not override retry: %+v", c.Retry)
 	}
 	if a := c.Budget.AutoSize; a.Floor != 2000 || a.MemoryBound != 400_000 || a.Deadline != 30*time.Second || a.Ceiling != 500_000 {
@@ -547,7 +548,7 @@ func TestSizeBudget(t *testing.T) {
 }
 
 func TestNewRejects(t *testing.T) {
-	var addrErr *ConfigError
+	var addrErr *spillway.FieldError
 	if _, err := New(Config{Broker: BrokerRedis}, nil); !errors.As(err, &addrErr) || addrErr.Field != "redis.addr" {
 		t.Errorf("redis without addr: %v", err)
 	}
@@ -558,7 +559,7 @@ func TestNewRejects(t *testing.T) {
 	c.Kafka.Brokers = []string{"127.0.0.1:1"}
 	c.Kafka.TLS = TLSConfig{Enabled: true, CAFile: filepath.Join(t.TempDir(), "missing.pem")}
 	_, err := New(c, nil)
-	var ce *ConfigError
+	var ce *spillway.FieldError
 	if !errors.As(err, &ce) || ce.Field != "kafka.tls.ca_file" {
 		t.Errorf("missing CA file: %v", err)
 	}
@@ -608,7 +609,7 @@ telemetry:
 	bad.Redis.MaxLen = map[string]int64{"x": -1}
 	fields := map[string]bool{}
 	for _, e := range bad.Validate().(interface{ Unwrap() []error }).Unwrap() {
-		var ce *ConfigError
+		var ce *spillway.FieldError
 		if errors.As(e, &ce) {
 			fields[ce.Field] = true
 		}

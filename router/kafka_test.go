@@ -18,6 +18,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"go.uber.org/goleak"
 
+	"github.com/spillway-go/spillway"
 	"github.com/spillway-go/spillway/cost"
 	"github.com/spillway-go/spillway/internal/kafkatest"
 	"github.com/spillway-go/spillway/kafkabroker"
@@ -93,7 +94,7 @@ func TestKafkaConfigErrorsNamed(t *testing.T) {
 	err := c.Validate()
 	want := map[string]string{"kafka.brokers[1]": "no-port", "kafka.sasl.mechanism": "GSSAPI"}
 	for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
-		var ce *ConfigError
+		var ce *spillway.FieldError
 		if errors.As(e, &ce) && want[ce.Field] == ce.Value {
 			delete(want, ce.Field)
 		}

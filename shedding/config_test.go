@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/spillway-go/spillway"
 )
 
 func TestConfigDefaults(t *testing.T) {
@@ -52,7 +54,7 @@ func TestConfigValidate(t *testing.T) {
 	}
 	got := map[string]string{}
 	for _, e := range unjoin(err) {
-		var fe *FieldError
+		var fe *spillway.FieldError
 		if !errors.As(e, &fe) {
 			t.Fatalf("not a FieldError: %v", e)
 		}

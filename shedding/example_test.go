@@ -36,8 +36,12 @@ func ExamplePolicy() {
 	if err != nil {
 		panic(err)
 	}
+	budget, err := middleware.NewVertexBudget(100_000)
+	if err != nil {
+		panic(err)
+	}
 	admission, _ := middleware.NewBudget(middleware.BudgetConfig{
-		Budget:  middleware.NewVertexBudget(100_000),
+		Budget:  budget,
 		Revoked: pol.Revoked(nil),
 	})
 	router, _ := message.NewRouter(message.RouterConfig{}, logger)
