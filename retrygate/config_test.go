@@ -91,7 +91,7 @@ func TestValidateNamesFieldAndValue(t *testing.T) {
 	}
 	// Every problem is reported, not just the first.
 	err := Config{MaxAttempts: -1, RetryBurst: -1}.Validate()
-	if n := strings.Count(err.Error(), "retrygate: config:"); n != 2 {
+	if n := strings.Count(err.Error(), "config: "); n != 2 {
 		t.Fatalf("got %d errors in %q, want 2", n, err)
 	}
 	// Off and unlimited are accepted.

@@ -223,7 +223,7 @@ func TestValidateNamesFieldAndValue(t *testing.T) {
 				t.Errorf("got field %q value %q, want %q %q (%v)", ce.Field, ce.Value, tc.field, tc.value, err)
 			}
 			msg := err.Error()
-			if !strings.HasPrefix(msg, "router: config: "+tc.field+": ") || !strings.Contains(msg, fmt.Sprintf("got %q", tc.value)) {
+			if !strings.HasPrefix(msg, "config: "+tc.field+": ") || !strings.Contains(msg, fmt.Sprintf("got %q", tc.value)) {
 				t.Errorf("message %q does not name field and value", msg)
 			}
 			if strings.Contains(msg, "hunter2") || strings.Contains(msg, "BEGIN PRIVATE KEY") {
@@ -425,7 +425,7 @@ func TestLoadConfigErrors(t *testing.T) {
 		{name: "duration as number", yaml: "close_timeout: 30\n", want: []string{"close_timeout", `"30"`}},
 		{name: "bad int in file", yaml: "budget:\n  vertices: lots\n", want: []string{"budget.vertices", `"lots"`}},
 		{name: "list expected", yaml: "kafka:\n  brokers: {a: b}\n", want: []string{"kafka.brokers", "<mapping>"}},
-		{name: "validation after file", yaml: "broker: kafka\nkafka:\n  rebalance_timeout: -1s\n", want: []string{`router: config: kafka.rebalance_timeout: must be positive, got "-1s"`}},
+		{name: "validation after file", yaml: "broker: kafka\nkafka:\n  rebalance_timeout: -1s\n", want: []string{`config: kafka.rebalance_timeout: must be positive, got "-1s"`}},
 		{name: "bad duration in env", env: map[string]string{"SPILLWAY_KAFKA_REBALANCE_TIMEOUT": "abc"},
 			want: []string{"kafka.rebalance_timeout", "SPILLWAY_KAFKA_REBALANCE_TIMEOUT", `"abc"`}},
 		{name: "bad int in env", env: map[string]string{"SPILLWAY_BUDGET_VERTICES": "1e9x"},
@@ -443,11 +443,11 @@ func TestLoadConfigErrors(t *testing.T) {
 		{name: "shedding topics not a list", yaml: "shedding:\n  topics: {a: b}\n", want: []string{"shedding.topics", "<mapping>", "a list of strings"}},
 		{name: "bad float in autosize", yaml: "budget:\n  autosize:\n    headroom: half\n", want: []string{"budget.autosize.headroom", `"half"`, "a number"}},
 		{name: "shedding validation after file", yaml: "shedding:\n  topics: [p]\n  priority:\n    window: -5s\n",
-			want: []string{`router: config: shedding.priority.window: must be positive, got "-5s"`}},
+			want: []string{`config: shedding.priority.window: must be positive, got "-5s"`}},
 		{name: "retry validation after file", yaml: "retry:\n  enabled: true\n  defer: nack\n",
-			want: []string{`router: config: retry.defer: must be republish on memory`, `got "nack"`}},
+			want: []string{`config: retry.defer: must be republish on memory`, `got "nack"`}},
 		{name: "autosize validation after file", yaml: "budget:\n  autosize:\n    enabled: true\n    deadline: 10s\n    floor: 9000\n    ceiling: 100\n",
-			want: []string{`router: config: budget.autosize.floor: must not be above budget.autosize.ceiling (100), got "9000"`}},
+			want: []string{`config: budget.autosize.floor: must not be above budget.autosize.ceiling (100), got "9000"`}},
 		{name: "bad float in env", env: map[string]string{"SPILLWAY_RETRY_JITTER": "lots"},
 			want: []string{"retry.jitter", "SPILLWAY_RETRY_JITTER", `"lots"`}},
 		{name: "bad int in env autosize", env: map[string]string{"SPILLWAY_BUDGET_AUTOSIZE_FLOOR": "x"},
@@ -455,7 +455,7 @@ func TestLoadConfigErrors(t *testing.T) {
 		{name: "bad duration in env shedding", env: map[string]string{"SPILLWAY_SHEDDING_PRIORITY_WINDOW": "1 fortnight"},
 			want: []string{"shedding.priority.window", "SPILLWAY_SHEDDING_PRIORITY_WINDOW"}},
 		{name: "bad value in env retry", env: map[string]string{"SPILLWAY_RETRY_ENABLED": "true", "SPILLWAY_RETRY_MAX_ATTEMPTS": "-3"},
-			want: []string{`router: config: retry.max_attempts: must be positive, got "-3"`}},
+			want: []string{`config: retry.max_attempts: must be positive, got "-3"`}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

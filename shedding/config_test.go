@@ -80,7 +80,7 @@ func TestConfigValidate(t *testing.T) {
 	if n := len(unjoin(err)); n != 2 {
 		t.Errorf("guard and coalescing without topics: %d errors, want 2: %v", n, err)
 	}
-	want1 := `shedding: config: priority.window: must be positive, got "-1s"`
+	want1 := `config: priority.window: must be positive, got "-1s"`
 	if err := (Config{Priority: PriorityConfig{Window: -time.Second}}).Validate(); err == nil || err.Error() != want1 {
 		t.Errorf("error = %v, want %s", err, want1)
 	}

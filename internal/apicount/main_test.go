@@ -6,8 +6,8 @@ import "testing"
 // when it was last lowered (docs/api.md); lower it when a change removes
 // identifiers, never raise it without a reason written there.
 const (
-	ceilingTotal  = 1017
-	ceilingRouter = 249
+	ceilingTotal  = 1007
+	ceilingRouter = 184
 )
 
 func TestSurfaceDoesNotGrow(t *testing.T) {
