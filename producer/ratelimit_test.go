@@ -306,7 +306,7 @@ func TestNewRateLimitedRejects(t *testing.T) {
 			}
 			var ce *spillway.FieldError
 			if c.field != "" && (!errors.As(err, &ce) || ce.Field != c.field) {
-				t.Fatalf("err = %v, want a ConfigError on %s", err, c.field)
+				t.Fatalf("err = %v, want a FieldError on %s", err, c.field)
 			}
 		})
 	}

@@ -86,7 +86,7 @@ func TestWithSaramaConfig(t *testing.T) {
 }
 
 // TestKafkaConfigErrorsNamed: kafkabroker's field errors come out of the
-// router's Validate as ConfigErrors under kafka.
+// router's Validate as FieldErrors under kafka.
 func TestKafkaConfigErrorsNamed(t *testing.T) {
 	c := Config{Broker: BrokerKafka}
 	c.Kafka.Brokers = []string{"ok:9092", "no-port"}

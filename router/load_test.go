@@ -137,7 +137,7 @@ func TestLoadConfigUnknownEnv(t *testing.T) {
 	}
 	var ce *spillway.FieldError
 	if !errors.As(err, &ce) || ce.Source != "env SPILLWAY_BUDGET_VERTICE" {
-		t.Errorf("first error %+v, want the variables in order, as ConfigErrors", ce)
+		t.Errorf("first error %+v, want the variables in order, as FieldErrors", ce)
 	}
 
 	// Empty counts as unset; reserved names are not fields.

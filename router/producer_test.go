@@ -122,7 +122,7 @@ func TestProducerValidation(t *testing.T) {
 			for what, err := range map[string]error{"Validate": cfg.Validate(), "New": func() error { _, err := New(cfg, nil); return err }()} {
 				var ce *spillway.FieldError
 				if !errors.As(err, &ce) || ce.Field != c.field {
-					t.Errorf("%s: %v, want a ConfigError on %s", what, err, c.field)
+					t.Errorf("%s: %v, want a FieldError on %s", what, err, c.field)
 				}
 			}
 		})

@@ -13,7 +13,6 @@ import (
 
 	"github.com/spillway-go/spillway"
 	"github.com/spillway-go/spillway/cost"
-	"github.com/spillway-go/spillway/middleware"
 )
 
 // Resizable is a budget whose capacity can change at run time.
@@ -22,6 +21,11 @@ import (
 type Resizable interface {
 	Capacity() int64
 	Resize(capacity int64) error
+}
+
+// ChargeEstimator prices a message. *[cost.Estimator] implements it.
+type ChargeEstimator interface {
+	Estimate(msg *message.Message) cost.Charge
 }
 
 // Clamp says whether an auto-sized budget was held at a configured limit
@@ -114,7 +118,7 @@ type AutoSizeConfig struct {
 	// (cost.SourceHeader, cost.SourceComputed) are measured; a message of unknown
 	// cost would teach the sizer a made-up rate, so it is passed through
 	// unmeasured.
-	Estimator middleware.Estimator
+	Estimator ChargeEstimator
 
 	// OnResize, if set, is called after each resize, from the goroutine of
 	// the message whose completion triggered it, with the sizer's lock
