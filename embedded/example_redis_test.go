@@ -36,7 +36,11 @@ func Example_redis() {
 	if err != nil {
 		panic(err)
 	}
-	budget, err := middleware.NewBudget(middleware.BudgetConfig{Budget: middleware.NewVertexBudget(50_000)})
+	vb, err := middleware.NewVertexBudget(50_000)
+	if err != nil {
+		panic(err)
+	}
+	budget, err := middleware.NewBudget(middleware.BudgetConfig{Budget: vb})
 	if err != nil {
 		panic(err)
 	}

@@ -80,7 +80,7 @@ type groupTopic struct{ group, topic string }
 // Open validates cfg (after defaults), starts the embedded broker when
 // Brokers is [Embedded], and creates cfg.Topics when it must (embedded
 // broker, or CreateTopics). A nil logger logs nothing. Configuration
-// problems are [*FieldError]s.
+// problems are [*spillway.FieldError]s.
 func Open(cfg Config, logger watermill.LoggerAdapter, opts ...Option) (*Cluster, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/IBM/sarama"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/spillway-go/spillway"
 	"github.com/spillway-go/spillway/internal/kafkatest"
 	"github.com/spillway-go/spillway/kafkabroker"
 )
@@ -138,7 +139,7 @@ func TestOpenHookError(t *testing.T) {
 // TestOpenInvalid: Open validates.
 func TestOpenInvalid(t *testing.T) {
 	_, err := kafkabroker.Open(kafkabroker.Config{}, nil)
-	var fe *kafkabroker.FieldError
+	var fe *spillway.FieldError
 	if !errors.As(err, &fe) || fe.Field != "brokers" {
 		t.Errorf("Open without brokers = %v", err)
 	}

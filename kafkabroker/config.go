@@ -9,11 +9,9 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
-)
 
-// ErrInvalidConfig is wrapped by every [*FieldError]: errors.Is(err,
-// ErrInvalidConfig) tells a configuration problem from a broker one.
-var ErrInvalidConfig = errors.New("kafkabroker: invalid config")
+	"github.com/spillway-go/spillway"
+)
 
 // Defaults. docs/kafka.md explains each one.
 const (
@@ -192,23 +190,6 @@ func (s Secret) MarshalYAML() (any, error) { return s.String(), nil }
 // MarshalText writes the redacted form (encoding/json uses it too).
 func (s Secret) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
 
-// FieldError is one invalid configuration value. It wraps
-// [ErrInvalidConfig]. Field is the key relative to the kafka section
-// (e.g. "brokers[0]", "tls.ca_file"); Value is the value as written, or
-// "[redacted]" for a secret.
-type FieldError struct {
-	Field  string
-	Value  string
-	Reason string
-}
-
-func (e *FieldError) Error() string {
-	return fmt.Sprintf("kafkabroker: %s: %s, got %q", e.Field, e.Reason, e.Value)
-}
-
-// Unwrap returns [ErrInvalidConfig].
-func (e *FieldError) Unwrap() error { return ErrInvalidConfig }
-
 // batchLimit is MaxMessageBytes plus the batch headroom, 0 when unset.
 func (c Config) batchLimit() int32 {
 	if c.MaxMessageBytes <= 0 {
@@ -278,13 +259,13 @@ func (c Config) WithDefaults() Config {
 }
 
 // Validate reports every invalid field of c, after defaults are applied
-// (so zero fields are fine). The error joins one [*FieldError] per
+// (so zero fields are fine). The error joins one [*spillway.FieldError] per
 // problem.
 func (c Config) Validate() error {
 	k := c.WithDefaults()
 	var errs []error
 	bad := func(field, value, reason string) {
-		errs = append(errs, &FieldError{Field: field, Value: value, Reason: reason})
+		errs = append(errs, &spillway.FieldError{Field: field, Value: value, Reason: reason})
 	}
 	if len(k.Brokers) == 0 {
 		bad("brokers", "", "required: host:port of the bootstrap brokers, or embedded for an in-process broker")

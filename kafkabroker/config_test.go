@@ -10,6 +10,7 @@ import (
 
 	"github.com/IBM/sarama"
 
+	"github.com/spillway-go/spillway"
 	"github.com/spillway-go/spillway/kafkabroker"
 )
 
@@ -59,13 +60,13 @@ func TestValidateFields(t *testing.T) {
 	}
 	for _, tc := range cases {
 		err := tc.cfg.Validate()
-		if !errors.Is(err, kafkabroker.ErrInvalidConfig) {
+		if !errors.Is(err, spillway.ErrInvalidConfig) {
 			t.Errorf("%s: %v does not wrap ErrInvalidConfig", tc.field, err)
 			continue
 		}
 		found := false
 		for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
-			var fe *kafkabroker.FieldError
+			var fe *spillway.FieldError
 			if errors.As(e, &fe) && fe.Field == tc.field && fe.Value == tc.value {
 				found = true
 			}
@@ -108,8 +109,8 @@ func TestSaramaConfigs(t *testing.T) {
 	}
 	c.TLS = kafkabroker.TLSConfig{Enabled: true, CAFile: filepath.Join(t.TempDir(), "missing.pem")}
 	_, err = c.SaramaSubscriberConfig()
-	var fe *kafkabroker.FieldError
-	if !errors.As(err, &fe) || fe.Field != "tls.ca_file" || !errors.Is(err, kafkabroker.ErrInvalidConfig) {
+	var fe *spillway.FieldError
+	if !errors.As(err, &fe) || fe.Field != "tls.ca_file" || !errors.Is(err, spillway.ErrInvalidConfig) {
 		t.Errorf("missing CA file: %v", err)
 	}
 }
@@ -138,7 +139,7 @@ func TestMaxMessageBytes(t *testing.T) {
 		t.Errorf("a limit below the fetch size does not cap Fetch.Default: %v", err)
 	}
 	for _, n := range []int32{-1, int32(sarama.MaxRequestSize)} {
-		var fe *kafkabroker.FieldError
+		var fe *spillway.FieldError
 		err := kafkabroker.Config{Brokers: []string{"k1:9092"}, MaxMessageBytes: n}.Validate()
 		if !errors.As(err, &fe) || fe.Field != "max_message_bytes" {
 			t.Errorf("max_message_bytes %d: %v", n, err)

@@ -9,7 +9,7 @@
 //   - [Config]: brokers, consumer groups, topics Spillway creates, the
 //     window (channel buffer, fetch size), the rebalance timeout that is
 //     the redelivery deadline, TLS and SASL. [Config.Validate] reports
-//     [*FieldError]s; [Config.SaramaSubscriberConfig] and
+//     [*spillway.FieldError]s; [Config.SaramaSubscriberConfig] and
 //     [Config.SaramaPublisherConfig] give the Sarama configurations for
 //     wiring watermill-kafka by hand.
 //   - [Cluster]: [Open] starts the embedded broker when asked for and

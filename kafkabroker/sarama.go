@@ -11,6 +11,8 @@ import (
 	"github.com/IBM/sarama"
 	"github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
 	"github.com/xdg-go/scram"
+
+	"github.com/spillway-go/spillway"
 )
 
 // common sets what every Sarama client shares: protocol version, client
@@ -18,7 +20,7 @@ import (
 func (k Config) common(c *sarama.Config) error {
 	v, err := sarama.ParseKafkaVersion(k.Version)
 	if err != nil {
-		return &FieldError{Field: "version", Value: k.Version, Reason: "must be a Kafka version such as 3.6.0"}
+		return &spillway.FieldError{Field: "version", Value: k.Version, Reason: "must be a Kafka version such as 3.6.0"}
 	}
 	c.Version = v
 	c.ClientID = k.ClientID
@@ -61,18 +63,18 @@ func (t TLSConfig) build() (*tls.Config, error) {
 	if t.CAFile != "" {
 		pem, err := os.ReadFile(t.CAFile)
 		if err != nil {
-			return nil, &FieldError{Field: "tls.ca_file", Value: t.CAFile, Reason: "cannot be read: " + ioReason(err)}
+			return nil, &spillway.FieldError{Field: "tls.ca_file", Value: t.CAFile, Reason: "cannot be read: " + ioReason(err)}
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
-			return nil, &FieldError{Field: "tls.ca_file", Value: t.CAFile, Reason: "holds no PEM certificate"}
+			return nil, &spillway.FieldError{Field: "tls.ca_file", Value: t.CAFile, Reason: "holds no PEM certificate"}
 		}
 		tc.RootCAs = pool
 	}
 	if t.CertFile != "" {
 		certPEM, err := os.ReadFile(t.CertFile)
 		if err != nil {
-			return nil, &FieldError{Field: "tls.cert_file", Value: t.CertFile, Reason: "cannot be read: " + ioReason(err)}
+			return nil, &spillway.FieldError{Field: "tls.cert_file", Value: t.CertFile, Reason: "cannot be read: " + ioReason(err)}
 		}
 		keyPEM := []byte(t.KeyPEM)
 		field, value := "tls.key_pem", t.KeyPEM.String()
@@ -80,14 +82,14 @@ func (t TLSConfig) build() (*tls.Config, error) {
 			field, value = "tls.key_file", t.KeyFile
 			keyPEM, err = os.ReadFile(t.KeyFile)
 			if err != nil {
-				return nil, &FieldError{Field: field, Value: value, Reason: "cannot be read: " + ioReason(err)}
+				return nil, &spillway.FieldError{Field: field, Value: value, Reason: "cannot be read: " + ioReason(err)}
 			}
 		}
 		cert, err := tls.X509KeyPair(certPEM, keyPEM)
 		if err != nil {
 			// The x509 error never quotes key material, but keep to a
 			// fixed message anyway: this string may be logged.
-			return nil, &FieldError{Field: field, Value: value, Reason: "is not a valid key for tls.cert_file"}
+			return nil, &spillway.FieldError{Field: field, Value: value, Reason: "is not a valid key for tls.cert_file"}
 		}
 		tc.Certificates = []tls.Certificate{cert}
 	}
@@ -97,7 +99,7 @@ func (t TLSConfig) build() (*tls.Config, error) {
 // SaramaSubscriberConfig returns the Sarama consumer configuration chosen
 // for backpressure (docs/kafka.md explains each value), with defaults
 // applied to c. Pass it as kafka.SubscriberConfig.OverwriteSaramaConfig
-// when wiring watermill-kafka by hand. A [*FieldError] reports a TLS file
+// when wiring watermill-kafka by hand. A [*spillway.FieldError] reports a TLS file
 // that cannot be used.
 func (c Config) SaramaSubscriberConfig() (*sarama.Config, error) {
 	return c.WithDefaults().subscriberSarama(nil)

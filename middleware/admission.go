@@ -8,11 +8,9 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/spillway-go/spillway"
 	"github.com/spillway-go/spillway/cost"
 )
-
-// ErrNoBudget is returned by [BudgetConfig.Validate] when no budget is set.
-var ErrNoBudget = errors.New("spillway: BudgetConfig.Budget is nil")
 
 // Outcome is how a message left budget admission.
 type Outcome uint8
@@ -82,10 +80,11 @@ func (c *BudgetConfig) setDefaults() {
 	}
 }
 
-// Validate reports whether the configuration can be used.
+// Validate reports whether the configuration can be used: a
+// [*spillway.FieldError] for Budget if it is nil.
 func (c BudgetConfig) Validate() error {
 	if c.Budget == nil {
-		return ErrNoBudget
+		return &spillway.FieldError{Field: "Budget", Value: "nil", Reason: "required"}
 	}
 	return nil
 }

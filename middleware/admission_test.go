@@ -14,6 +14,7 @@ import (
 	wmw "github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 
+	"github.com/spillway-go/spillway"
 	"github.com/spillway-go/spillway/cost"
 )
 
@@ -77,15 +78,17 @@ func newBudgetMW(t *testing.T, cfg BudgetConfig) *Budget {
 }
 
 func TestBudgetConfigValidate(t *testing.T) {
-	if _, err := NewBudget(BudgetConfig{}); !errors.Is(err, ErrNoBudget) {
-		t.Fatalf("err = %v, want ErrNoBudget", err)
+	_, err := NewBudget(BudgetConfig{})
+	var fe *spillway.FieldError
+	if !errors.Is(err, spillway.ErrInvalidConfig) || !errors.As(err, &fe) || fe.Field != "Budget" {
+		t.Fatalf("err = %v, want a FieldError on Budget", err)
 	}
 }
 
 // Every charge is refunded when the handler fails; the message is nacked and
 // redelivered, and InUse returns to zero.
 func TestBudgetRefundsOnError(t *testing.T) {
-	vb := NewVertexBudget(100)
+	vb := mustVertexBudget(100)
 	mw := newBudgetMW(t, BudgetConfig{Budget: vb})
 	var calls, done atomic.Int64
 	h := newHarness(t, func(msg *message.Message) error {
@@ -113,7 +116,7 @@ func TestBudgetRefundsOnError(t *testing.T) {
 func TestBudgetRefundsOnPanic(t *testing.T) {
 	for _, withRecoverer := range []bool{false, true} {
 		t.Run("recoverer="+strconv.FormatBool(withRecoverer), func(t *testing.T) {
-			vb := NewVertexBudget(100)
+			vb := mustVertexBudget(100)
 			mw := newBudgetMW(t, BudgetConfig{Budget: vb})
 			mws := []message.HandlerMiddleware{mw.Middleware}
 			if withRecoverer {
@@ -139,7 +142,7 @@ func TestBudgetRefundsOnPanic(t *testing.T) {
 
 // A message costlier than the whole budget is clamped and completes.
 func TestBudgetClampInRouter(t *testing.T) {
-	vb := NewVertexBudget(40_000)
+	vb := mustVertexBudget(40_000)
 	mw := newBudgetMW(t, BudgetConfig{Budget: vb})
 	var done atomic.Int64
 	var clampedAlone atomic.Bool
@@ -163,7 +166,7 @@ func TestBudgetClampInRouter(t *testing.T) {
 
 // An unstamped message is charged the whole budget, never treated as cheap.
 func TestBudgetMissingCostChargesCapacity(t *testing.T) {
-	vb := NewVertexBudget(1_000)
+	vb := mustVertexBudget(1_000)
 	var got []Admission
 	var mu sync.Mutex
 	mw := newBudgetMW(t, BudgetConfig{Budget: vb, OnAdmission: func(_ *message.Message, a Admission) {
@@ -201,7 +204,7 @@ func TestBudgetMissingCostChargesCapacity(t *testing.T) {
 // never hold more than the capacity between them.
 func TestBudgetBoundHeldInRouter(t *testing.T) {
 	const capacity = 20_000
-	vb := NewVertexBudget(capacity)
+	vb := mustVertexBudget(capacity)
 	mw := newBudgetMW(t, BudgetConfig{Budget: vb})
 	var inHandler, peak, done atomic.Int64
 	h := newHarness(t, func(msg *message.Message) error {
@@ -235,7 +238,7 @@ func TestBudgetBoundHeldInRouter(t *testing.T) {
 // A message whose delivery is revoked while it waits steps aside: its
 // handler never runs and it is acked, and the step is counted.
 func TestBudgetRevokedWhileWaiting(t *testing.T) {
-	vb := NewVertexBudget(100)
+	vb := mustVertexBudget(100)
 	revoke := make(chan struct{})
 	var outcomes sync.Map
 	mw := newBudgetMW(t, BudgetConfig{
@@ -280,7 +283,7 @@ func TestBudgetRevokedWhileWaiting(t *testing.T) {
 // A delivery already revoked when it reaches the budget never runs, even if
 // the budget has room.
 func TestBudgetRevokedBeforeAdmission(t *testing.T) {
-	vb := NewVertexBudget(100)
+	vb := mustVertexBudget(100)
 	closed := make(chan struct{})
 	close(closed)
 	mw := newBudgetMW(t, BudgetConfig{Budget: vb, Revoked: func(*message.Message) <-chan struct{} { return closed }})
@@ -296,7 +299,7 @@ func TestBudgetRevokedBeforeAdmission(t *testing.T) {
 // When the message context ends while waiting (router shutdown), the handler
 // does not run, nothing is held, and the message is nacked, not acked.
 func TestBudgetCancelledOnClose(t *testing.T) {
-	vb := NewVertexBudget(100)
+	vb := mustVertexBudget(100)
 	mw := newBudgetMW(t, BudgetConfig{Budget: vb})
 	release := make(chan struct{})
 	var ran sync.Map

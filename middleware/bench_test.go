@@ -17,7 +17,7 @@ import (
 func BenchmarkAcquireRelease(b *testing.B) {
 	ctx := context.Background()
 	b.Run("impl=spillway/uncontended", func(b *testing.B) {
-		vb := NewVertexBudget(1 << 20)
+		vb := mustVertexBudget(1 << 20)
 		b.ReportAllocs()
 		for b.Loop() {
 			p, _ := vb.Acquire(ctx, 100)
@@ -35,7 +35,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 	// Contended: capacity for 4 of 8 goroutines at a time, so half of
 	// them queue on every round.
 	b.Run("impl=spillway/parallel8", func(b *testing.B) {
-		vb := NewVertexBudget(400)
+		vb := mustVertexBudget(400)
 		b.ReportAllocs()
 		b.SetParallelism(4)
 		b.RunParallel(func(pb *testing.PB) {
@@ -76,7 +76,7 @@ func BenchmarkMiddleware(b *testing.B) {
 		}
 	})
 	b.Run("stack=budget", func(b *testing.B) {
-		mw, err := NewBudget(BudgetConfig{Budget: NewVertexBudget(1 << 20)})
+		mw, err := NewBudget(BudgetConfig{Budget: mustVertexBudget(1 << 20)})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -98,7 +98,7 @@ func BenchmarkMiddleware(b *testing.B) {
 		})
 	})
 	b.Run("stack=budget/parallel8", func(b *testing.B) {
-		mw, err := NewBudget(BudgetConfig{Budget: NewVertexBudget(4 * 1234)})
+		mw, err := NewBudget(BudgetConfig{Budget: mustVertexBudget(4 * 1234)})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -112,4 +112,14 @@ func BenchmarkMiddleware(b *testing.B) {
 			}
 		})
 	})
+}
+
+// mustVertexBudget is NewVertexBudget for capacities the test knows
+// are valid.
+func mustVertexBudget(capacity int64, opts ...Option) *VertexBudget {
+	b, err := NewVertexBudget(capacity, opts...)
+	if err != nil {
+		panic(err)
+	}
+	return b
 }

@@ -3,9 +3,12 @@ package middleware
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/spillway-go/spillway"
 )
 
 // ErrNegativeCost is returned when a charge has a negative dimension.
@@ -66,18 +69,19 @@ func WithMessageLimit(n int64) Option {
 	}
 }
 
-// NewVertexBudget returns a budget of capacity vertices. It panics if
-// capacity is not positive: a budget is sized from measurements (see the
-// cost package's sizing helpers) and a zero budget is always a mistake.
-func NewVertexBudget(capacity int64, opts ...Option) *VertexBudget {
+// NewVertexBudget returns a budget of capacity vertices. It returns a
+// [*spillway.FieldError] (matching [spillway.ErrInvalidConfig]) if capacity
+// is not positive: a budget is sized from measurements (see package
+// sizing) and a zero budget is always a mistake.
+func NewVertexBudget(capacity int64, opts ...Option) (*VertexBudget, error) {
 	if capacity <= 0 {
-		panic("spillway: NewVertexBudget: capacity must be positive")
+		return nil, &spillway.FieldError{Field: "capacity", Value: strconv.FormatInt(capacity, 10), Reason: "must be positive"}
 	}
 	b := &VertexBudget{epoch: time.Now(), capacity: capacity}
 	for _, o := range opts {
 		o(b)
 	}
-	return b
+	return b, nil
 }
 
 // Permit is an admitted charge. Release it exactly once, when the work it

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/spillway-go/spillway"
 )
 
 func TestMain(m *testing.M) {
@@ -39,7 +41,7 @@ func mustAcquire(t *testing.T, b *VertexBudget, n int64) Permit {
 }
 
 func TestAcquireRelease(t *testing.T) {
-	b := NewVertexBudget(100)
+	b := mustVertexBudget(100)
 	p := mustAcquire(t, b, 30)
 	q := mustAcquire(t, b, 70)
 	if got := b.Stats().InUse; got != 100 {
@@ -68,22 +70,19 @@ func TestAcquireRelease(t *testing.T) {
 
 func TestNewVertexBudgetRejectsNonPositive(t *testing.T) {
 	for _, c := range []int64{0, -1} {
-		func() {
-			defer func() {
-				if recover() == nil {
-					t.Errorf("NewVertexBudget(%d) did not panic", c)
-				}
-			}()
-			NewVertexBudget(c)
-		}()
+		b, err := NewVertexBudget(c)
+		var fe *spillway.FieldError
+		if b != nil || !errors.Is(err, spillway.ErrInvalidConfig) || !errors.As(err, &fe) || fe.Field != "capacity" {
+			t.Errorf("NewVertexBudget(%d) = %v, %v; want nil and a FieldError on capacity", c, b, err)
+		}
 	}
-	if err := NewVertexBudget(1).Resize(0); err == nil {
+	if err := mustVertexBudget(1).Resize(0); err == nil {
 		t.Error("Resize(0) returned nil error")
 	}
 }
 
 func TestNegativeCost(t *testing.T) {
-	b := NewVertexBudget(10)
+	b := mustVertexBudget(10)
 	if _, err := b.Acquire(context.Background(), -1); !errors.Is(err, ErrNegativeCost) {
 		t.Fatalf("Acquire(-1) err = %v, want ErrNegativeCost", err)
 	}
@@ -99,7 +98,7 @@ func TestNegativeCost(t *testing.T) {
 }
 
 func TestOverReleasePanics(t *testing.T) {
-	b := NewVertexBudget(10)
+	b := mustVertexBudget(10)
 	p := mustAcquire(t, b, 5)
 	p.Release()
 	defer func() {
@@ -115,7 +114,7 @@ func TestOverReleasePanics(t *testing.T) {
 }
 
 func TestReleaseForeignPermitPanics(t *testing.T) {
-	a, b := NewVertexBudget(10), NewVertexBudget(10)
+	a, b := mustVertexBudget(10), mustVertexBudget(10)
 	p := mustAcquire(t, a, 1)
 	defer func() {
 		if recover() == nil {
@@ -128,7 +127,7 @@ func TestReleaseForeignPermitPanics(t *testing.T) {
 // An oversized charge is clamped to the capacity: it waits for the budget to
 // drain, then runs alone, and never deadlocks.
 func TestClampRunsAlone(t *testing.T) {
-	b := NewVertexBudget(40_000)
+	b := mustVertexBudget(40_000)
 	small := mustAcquire(t, b, 1_000)
 
 	got := make(chan Permit)
@@ -163,7 +162,7 @@ func TestClampRunsAlone(t *testing.T) {
 // A large waiter at the head of the queue is admitted before any small
 // charge that arrived after it, even though the small ones would fit.
 func TestFIFOOrder(t *testing.T) {
-	b := NewVertexBudget(100)
+	b := mustVertexBudget(100)
 	held := mustAcquire(t, b, 10)
 
 	order := make(chan string, 3)
@@ -193,7 +192,7 @@ func TestFIFOOrder(t *testing.T) {
 // Starvation: a steady stream of small charges that always overlap must not
 // keep a large waiter out.
 func TestLargeWaiterNotStarved(t *testing.T) {
-	b := NewVertexBudget(1_000)
+	b := mustVertexBudget(1_000)
 	ctx, stop := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	for range 8 {
@@ -233,7 +232,7 @@ func TestLargeWaiterNotStarved(t *testing.T) {
 // Cancelling a waiter returns ctx.Err() unchanged, holds nothing, and frees
 // the queue for the waiters behind it.
 func TestCancelWhileWaiting(t *testing.T) {
-	b := NewVertexBudget(100)
+	b := mustVertexBudget(100)
 	held := mustAcquire(t, b, 50)
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -271,7 +270,7 @@ func TestCancelWhileWaiting(t *testing.T) {
 }
 
 func TestAcquireOnDoneContext(t *testing.T) {
-	b := NewVertexBudget(10)
+	b := mustVertexBudget(10)
 	held := mustAcquire(t, b, 10)
 	defer held.Release()
 	ctx, cancel := context.WithTimeout(context.Background(), 0)
@@ -286,7 +285,7 @@ func TestAcquireOnDoneContext(t *testing.T) {
 
 // Grants racing with cancellation must never leak a charge.
 func TestGrantCancelRace(t *testing.T) {
-	b := NewVertexBudget(50)
+	b := mustVertexBudget(50)
 	var wg sync.WaitGroup
 	var ok, failed atomic.Int64
 	for i := range 400 {
@@ -319,7 +318,7 @@ func TestGrantCancelRace(t *testing.T) {
 // except by one clamped charge that then runs alone.
 func TestPeakNeverExceedsCapacity(t *testing.T) {
 	const capacity = 10_000
-	b := NewVertexBudget(capacity)
+	b := mustVertexBudget(capacity)
 	var (
 		mu      sync.Mutex
 		inUse   int64
@@ -368,7 +367,7 @@ func TestPeakNeverExceedsCapacity(t *testing.T) {
 }
 
 func TestMessageLimit(t *testing.T) {
-	b := NewVertexBudget(1_000, WithMessageLimit(2))
+	b := mustVertexBudget(1_000, WithMessageLimit(2))
 	p1 := mustAcquire(t, b, 1)
 	p2 := mustAcquire(t, b, 1)
 	if !b.Stats().Saturated {
@@ -399,7 +398,7 @@ func TestMessageLimit(t *testing.T) {
 }
 
 func TestResize(t *testing.T) {
-	b := NewVertexBudget(100)
+	b := mustVertexBudget(100)
 	held := mustAcquire(t, b, 80)
 	got := make(chan Permit)
 	go func() { got <- mustAcquire(t, b, 50) }()
@@ -437,7 +436,7 @@ func TestResize(t *testing.T) {
 
 func TestSaturatedFor(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := NewVertexBudget(10)
+		b := mustVertexBudget(10)
 		if b.SaturatedFor() != 0 || b.Stats().Saturated {
 			t.Fatal("fresh budget saturated")
 		}
@@ -473,7 +472,7 @@ func TestSaturatedFor(t *testing.T) {
 
 func TestStatsOldestWait(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := NewVertexBudget(10)
+		b := mustVertexBudget(10)
 		p := mustAcquire(t, b, 10)
 		go func() { mustAcquire(t, b, 5).Release() }()
 		synctest.Wait()

@@ -18,7 +18,10 @@ import (
 // is clamped and runs alone.
 func ExampleVertexBudget() {
 	ctx := context.Background()
-	budget := middleware.NewVertexBudget(50_000)
+	budget, err := middleware.NewVertexBudget(50_000)
+	if err != nil {
+		panic(err)
+	}
 
 	a, _ := budget.Acquire(ctx, 20_000)
 	b, _ := budget.Acquire(ctx, 20_000)
@@ -28,7 +31,7 @@ func ExampleVertexBudget() {
 	// Only 10,000 vertices are free: a third charge waits until its
 	// context gives up.
 	short, cancel := context.WithTimeout(ctx, 10*time.Millisecond)
-	_, err := budget.Acquire(short, 20_000)
+	_, err = budget.Acquire(short, 20_000)
 	cancel()
 	fmt.Println("third:", err)
 
@@ -54,7 +57,10 @@ func ExampleBudget() {
 	pubSub := gochannel.NewGoChannel(gochannel.Config{Persistent: true}, logger)
 	router, _ := message.NewRouter(message.RouterConfig{}, logger)
 
-	budget := middleware.NewVertexBudget(100_000)
+	budget, err := middleware.NewVertexBudget(100_000)
+	if err != nil {
+		panic(err)
+	}
 	admission, _ := middleware.NewBudget(middleware.BudgetConfig{
 		Budget:    budget,
 		Estimator: cost.NewEstimator(cost.FullBudget),

@@ -3,7 +3,6 @@ package producer
 import (
 	"context"
 	"errors"
-	"strconv"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -16,26 +15,7 @@ var (
 	// ErrNilLagReader is returned by [NewLagThrottled] when the lag reader
 	// is nil.
 	ErrNilLagReader = errors.New("producer: nil lag reader")
-	// ErrInvalidConfig is matched (errors.Is) by every [*ConfigError].
-	ErrInvalidConfig = errors.New("producer: invalid config")
 )
-
-// ConfigError is one invalid configuration value. Field is the YAML key
-// relative to the config struct (prefix it with the key the struct is
-// embedded under), Value the offending value as written. It matches
-// [ErrInvalidConfig].
-type ConfigError struct {
-	Field  string
-	Value  string
-	Reason string
-}
-
-func (e *ConfigError) Error() string {
-	return "producer: config: " + e.Field + ": " + e.Reason + ", got " + strconv.Quote(e.Value)
-}
-
-// Unwrap returns [ErrInvalidConfig].
-func (e *ConfigError) Unwrap() error { return ErrInvalidConfig }
 
 // messagesContext returns a context that ends when the context of any of
 // the messages ends, and a function releasing it.

@@ -20,8 +20,8 @@
 //
 // Configure them with [RateLimitConfig] and [LagThrottleConfig]: zero
 // fields take their defaults, [RateLimitConfig.Validate] and
-// [LagThrottleConfig.Validate] report every bad value as a [*ConfigError]
-// (which matches [ErrInvalidConfig]), and [NewRateLimited] and
+// [LagThrottleConfig.Validate] report every bad value as a [*spillway.FieldError]
+// (which matches [spillway.ErrInvalidConfig]), and [NewRateLimited] and
 // [NewLagThrottled] return those errors instead of panicking. The router
 // builds both from its producer section (router.Config.Producer) around
 // router.Router.Publisher; the consumer side, admission against a vertex

@@ -8,6 +8,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 
+	"github.com/spillway-go/spillway"
 	"github.com/spillway-go/spillway/cost"
 	"github.com/spillway-go/spillway/producer"
 )
@@ -55,11 +56,11 @@ func Example() {
 }
 
 // Constructors return errors for bad input; each bad field is a
-// *ConfigError that matches ErrInvalidConfig.
+// *spillway.FieldError that matches spillway.ErrInvalidConfig.
 func ExampleNewRateLimited_invalid() {
 	_, err := producer.NewRateLimited(discard{}, producer.RateLimitConfig{VerticesPerSecond: -5})
-	var ce *producer.ConfigError
-	fmt.Println(errors.Is(err, producer.ErrInvalidConfig), errors.As(err, &ce) && ce.Field == "vertices_per_second")
+	var ce *spillway.FieldError
+	fmt.Println(errors.Is(err, spillway.ErrInvalidConfig), errors.As(err, &ce) && ce.Field == "vertices_per_second")
 	_, err = producer.NewRateLimited(nil, producer.RateLimitConfig{VerticesPerSecond: 5})
 	fmt.Println(errors.Is(err, producer.ErrNilPublisher))
 	// Output:

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/spillway-go/spillway"
 )
 
 // Lag throttle defaults.
@@ -60,12 +62,12 @@ func (c LagThrottleConfig) WithDefaults() LagThrottleConfig {
 // Validate reports every invalid field of c, after defaults are applied
 // (so zero fields are fine, and a zero Threshold means the throttle is
 // off; [NewLagThrottled] requires it positive). The error joins one
-// [*ConfigError] per problem.
+// [*spillway.FieldError] per problem.
 func (c LagThrottleConfig) Validate() error {
 	c.setDefaults()
 	var errs []error
 	bad := func(field, value, reason string) {
-		errs = append(errs, &ConfigError{Field: field, Value: value, Reason: reason})
+		errs = append(errs, &spillway.FieldError{Field: field, Value: value, Reason: reason})
 	}
 	if c.Threshold < 0 {
 		bad("threshold", strconv.FormatInt(c.Threshold, 10), "must be positive (0: no throttle)")
@@ -117,8 +119,8 @@ var _ message.Publisher = (*LagThrottled)(nil)
 // NewLagThrottled wraps pub so that publishing slows down while
 // lag.TotalLag() exceeds cfg.Threshold (defaults filled in). It returns
 // [ErrNilPublisher] if pub is nil, [ErrNilLagReader] if lag is nil, and
-// the errors of [LagThrottleConfig.Validate] (a [*ConfigError] per bad
-// field, matching [ErrInvalidConfig]) if cfg is invalid or its Threshold
+// the errors of [LagThrottleConfig.Validate] (a [*spillway.FieldError] per bad
+// field, matching [spillway.ErrInvalidConfig]) if cfg is invalid or its Threshold
 // is not positive.
 func NewLagThrottled(pub message.Publisher, lag LagReader, cfg LagThrottleConfig) (*LagThrottled, error) {
 	if pub == nil {
@@ -131,7 +133,7 @@ func NewLagThrottled(pub message.Publisher, lag LagReader, cfg LagThrottleConfig
 		return nil, err
 	}
 	if cfg.Threshold == 0 {
-		return nil, &ConfigError{Field: "threshold", Value: "0", Reason: "must be positive"}
+		return nil, &spillway.FieldError{Field: "threshold", Value: "0", Reason: "must be positive"}
 	}
 	cfg.setDefaults()
 	return &LagThrottled{

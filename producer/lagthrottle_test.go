@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/spillway-go/spillway"
 )
 
 type fakeLag struct{ n atomic.Int64 }
@@ -146,19 +148,19 @@ func TestNewLagThrottledRejects(t *testing.T) {
 	}{
 		{"nil publisher", nil, &fakeLag{}, LagThrottleConfig{Threshold: 1}, ErrNilPublisher, ""},
 		{"nil reader", &pubRecorder{}, nil, LagThrottleConfig{Threshold: 1}, ErrNilLagReader, ""},
-		{"zero threshold", &pubRecorder{}, &fakeLag{}, LagThrottleConfig{}, ErrInvalidConfig, "threshold"},
-		{"negative threshold", &pubRecorder{}, &fakeLag{}, LagThrottleConfig{Threshold: -1}, ErrInvalidConfig, "threshold"},
-		{"negative step", &pubRecorder{}, &fakeLag{}, LagThrottleConfig{Threshold: 1, Step: -time.Second}, ErrInvalidConfig, "step"},
-		{"negative max", &pubRecorder{}, &fakeLag{}, LagThrottleConfig{Threshold: 1, Max: -time.Second}, ErrInvalidConfig, "max"},
+		{"zero threshold", &pubRecorder{}, &fakeLag{}, LagThrottleConfig{}, spillway.ErrInvalidConfig, "threshold"},
+		{"negative threshold", &pubRecorder{}, &fakeLag{}, LagThrottleConfig{Threshold: -1}, spillway.ErrInvalidConfig, "threshold"},
+		{"negative step", &pubRecorder{}, &fakeLag{}, LagThrottleConfig{Threshold: 1, Step: -time.Second}, spillway.ErrInvalidConfig, "step"},
+		{"negative max", &pubRecorder{}, &fakeLag{}, LagThrottleConfig{Threshold: 1, Max: -time.Second}, spillway.ErrInvalidConfig, "max"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			p, err := NewLagThrottled(c.pub, c.lag, c.cfg)
 			if p != nil || !errors.Is(err, c.want) {
 				t.Fatalf("NewLagThrottled = %v, %v; want nil, %v", p, err, c.want)
 			}
-			var ce *ConfigError
+			var ce *spillway.FieldError
 			if c.field != "" && (!errors.As(err, &ce) || ce.Field != c.field) {
-				t.Fatalf("err = %v, want a ConfigError on %s", err, c.field)
+				t.Fatalf("err = %v, want a FieldError on %s", err, c.field)
 			}
 		})
 	}

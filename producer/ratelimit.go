@@ -13,6 +13,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"golang.org/x/time/rate"
 
+	"github.com/spillway-go/spillway"
 	"github.com/spillway-go/spillway/cost"
 )
 
@@ -87,12 +88,12 @@ func (c RateLimitConfig) WithDefaults() RateLimitConfig {
 // Validate reports every invalid field of c, after defaults are applied
 // (so zero fields are fine, and a zero VerticesPerSecond means the limit
 // is off; [NewRateLimited] requires it positive). The error joins one
-// [*ConfigError] per problem.
+// [*spillway.FieldError] per problem.
 func (c RateLimitConfig) Validate() error {
 	c.setDefaults()
 	var errs []error
 	bad := func(field, value, reason string) {
-		errs = append(errs, &ConfigError{Field: field, Value: value, Reason: reason})
+		errs = append(errs, &spillway.FieldError{Field: field, Value: value, Reason: reason})
 	}
 	if r := c.VerticesPerSecond; math.IsNaN(r) || math.IsInf(r, 0) || r < 0 {
 		bad("vertices_per_second", strconv.FormatFloat(r, 'g', -1, 64), "must be a finite positive number (0: no rate limit)")
@@ -160,8 +161,8 @@ var _ message.Publisher = (*RateLimited)(nil)
 
 // NewRateLimited wraps pub with the limit cfg describes (defaults filled
 // in). It returns [ErrNilPublisher] if pub is nil, and the errors of
-// [RateLimitConfig.Validate] (a [*ConfigError] per bad field, matching
-// [ErrInvalidConfig]) if cfg is invalid or its VerticesPerSecond is not
+// [RateLimitConfig.Validate] (a [*spillway.FieldError] per bad field, matching
+// [spillway.ErrInvalidConfig]) if cfg is invalid or its VerticesPerSecond is not
 // positive. The bucket starts full.
 func NewRateLimited(pub message.Publisher, cfg RateLimitConfig) (*RateLimited, error) {
 	if pub == nil {
@@ -171,7 +172,7 @@ func NewRateLimited(pub message.Publisher, cfg RateLimitConfig) (*RateLimited, e
 		return nil, err
 	}
 	if cfg.VerticesPerSecond == 0 {
-		return nil, &ConfigError{Field: "vertices_per_second", Value: "0", Reason: "must be positive"}
+		return nil, &spillway.FieldError{Field: "vertices_per_second", Value: "0", Reason: "must be positive"}
 	}
 	cfg.setDefaults()
 	cfg.DefaultCost = min(cfg.DefaultCost, cfg.Burst)

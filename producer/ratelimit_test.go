@@ -12,6 +12,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/spillway-go/spillway"
 	"github.com/spillway-go/spillway/cost"
 )
 
@@ -293,23 +294,23 @@ func TestNewRateLimitedRejects(t *testing.T) {
 		field string
 	}{
 		{"nil publisher", nil, RateLimitConfig{VerticesPerSecond: 1, Burst: 1}, ErrNilPublisher, ""},
-		{"zero rate", &pubRecorder{}, RateLimitConfig{Burst: 1}, ErrInvalidConfig, "vertices_per_second"},
-		{"negative rate", &pubRecorder{}, RateLimitConfig{VerticesPerSecond: -1, Burst: 1}, ErrInvalidConfig, "vertices_per_second"},
-		{"NaN rate", &pubRecorder{}, RateLimitConfig{VerticesPerSecond: nan(), Burst: 1}, ErrInvalidConfig, "vertices_per_second"},
-		{"infinite rate", &pubRecorder{}, RateLimitConfig{VerticesPerSecond: math.Inf(1), Burst: 1}, ErrInvalidConfig, "vertices_per_second"},
-		{"negative burst", &pubRecorder{}, RateLimitConfig{VerticesPerSecond: 1, Burst: -1}, ErrInvalidConfig, "burst"},
-		{"unknown mode", &pubRecorder{}, RateLimitConfig{VerticesPerSecond: 1, Mode: "drop"}, ErrInvalidConfig, "mode"},
-		{"blank key", &pubRecorder{}, RateLimitConfig{VerticesPerSecond: 1, MetadataKey: " "}, ErrInvalidConfig, "metadata_key"},
-		{"negative default cost", &pubRecorder{}, RateLimitConfig{VerticesPerSecond: 1, DefaultCost: -1}, ErrInvalidConfig, "default_cost"},
+		{"zero rate", &pubRecorder{}, RateLimitConfig{Burst: 1}, spillway.ErrInvalidConfig, "vertices_per_second"},
+		{"negative rate", &pubRecorder{}, RateLimitConfig{VerticesPerSecond: -1, Burst: 1}, spillway.ErrInvalidConfig, "vertices_per_second"},
+		{"NaN rate", &pubRecorder{}, RateLimitConfig{VerticesPerSecond: nan(), Burst: 1}, spillway.ErrInvalidConfig, "vertices_per_second"},
+		{"infinite rate", &pubRecorder{}, RateLimitConfig{VerticesPerSecond: math.Inf(1), Burst: 1}, spillway.ErrInvalidConfig, "vertices_per_second"},
+		{"negative burst", &pubRecorder{}, RateLimitConfig{VerticesPerSecond: 1, Burst: -1}, spillway.ErrInvalidConfig, "burst"},
+		{"unknown mode", &pubRecorder{}, RateLimitConfig{VerticesPerSecond: 1, Mode: "drop"}, spillway.ErrInvalidConfig, "mode"},
+		{"blank key", &pubRecorder{}, RateLimitConfig{VerticesPerSecond: 1, MetadataKey: " "}, spillway.ErrInvalidConfig, "metadata_key"},
+		{"negative default cost", &pubRecorder{}, RateLimitConfig{VerticesPerSecond: 1, DefaultCost: -1}, spillway.ErrInvalidConfig, "default_cost"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			p, err := NewRateLimited(c.pub, c.cfg)
 			if p != nil || !errors.Is(err, c.want) {
 				t.Fatalf("NewRateLimited = %v, %v; want nil, %v", p, err, c.want)
 			}
-			var ce *ConfigError
+			var ce *spillway.FieldError
 			if c.field != "" && (!errors.As(err, &ce) || ce.Field != c.field) {
-				t.Fatalf("err = %v, want a ConfigError on %s", err, c.field)
+				t.Fatalf("err = %v, want a FieldError on %s", err, c.field)
 			}
 		})
 	}

@@ -16,14 +16,8 @@ import (
 	"github.com/spillway-go/spillway"
 )
 
-// Errors returned by [Config.Validate] and the constructors. Every
-// validation error wraps ErrInvalidConfig and names the field and the value
-// it rejects; a password is never part of an error.
-var (
-	ErrInvalidConfig = errors.New("redisbroker: invalid config")
-	// ErrClosed is returned when a closed Publisher or Subscriber is used.
-	ErrClosed = errors.New("redisbroker: closed")
-)
+// ErrClosed is returned when a closed Publisher or Subscriber is used.
+var ErrClosed = errors.New("redisbroker: closed")
 
 // EmbeddedAddr is the [Config.Addr] that runs an in-process miniredis
 // instead of connecting to a server, once package
@@ -219,13 +213,16 @@ func (c Config) RedeliveryDeadline() time.Duration {
 	return c.MaxIdleTime
 }
 
+// invalid is the [*spillway.FieldError] for field (its Go name in
+// [Config]) and value.
 func invalid(field string, value any, why string) error {
-	return fmt.Errorf("%w: %s = %v: %s", ErrInvalidConfig, field, value, why)
+	return &spillway.FieldError{Field: field, Value: fmt.Sprint(value), Reason: why}
 }
 
 // Validate reports the first problem with the configuration, as used by a
-// subscriber (the publisher needs a subset of it). Unset fields are checked
-// as their defaults would be.
+// subscriber (the publisher needs a subset of it), as a
+// [*spillway.FieldError] naming the field by its Go name (a password is
+// never part of it). Unset fields are checked as their defaults would be.
 func (c Config) Validate() error {
 	if err := c.validateConnection(); err != nil {
 		return err
@@ -247,28 +244,28 @@ func (c Config) validateConnection() error {
 func (c Config) validateDial() error {
 	c.setDefaults()
 	if c.Addr == "" {
-		return invalid("Addr", `""`, "required (host:port or \"embedded\")")
+		return invalid("Addr", "", "required (host:port or \"embedded\")")
 	}
 	if c.Addr != EmbeddedAddr {
 		host, port, err := net.SplitHostPort(c.Addr)
 		if err != nil || host == "" {
-			return invalid("Addr", strconv.Quote(c.Addr), "want host:port or \"embedded\"")
+			return invalid("Addr", c.Addr, "want host:port or \"embedded\"")
 		}
 		if p, err := strconv.Atoi(port); err != nil || p <= 0 || p > 65535 {
-			return invalid("Addr", strconv.Quote(c.Addr), "bad port")
+			return invalid("Addr", c.Addr, "bad port")
 		}
 	}
 	if c.DB < 0 {
 		return invalid("DB", c.DB, "must be >= 0")
 	}
 	if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {
-		return invalid("TLS.CertFile/KeyFile", strconv.Quote(c.TLS.CertFile)+"/"+strconv.Quote(c.TLS.KeyFile), "set both or neither")
+		return invalid("TLS.CertFile/KeyFile", c.TLS.CertFile+"/"+c.TLS.KeyFile, "set both or neither")
 	}
 	if c.TLS.enabled() && c.Addr == EmbeddedAddr {
 		return invalid("TLS", "enabled", "not supported with the embedded server")
 	}
 	if c.Addr == EmbeddedAddr && !EmbeddedLinked() {
-		return fmt.Errorf("%w: Addr: %w", ErrInvalidConfig, ErrEmbeddedNotLinked)
+		return fmt.Errorf("%w: %w", invalid("Addr", c.Addr, "needs the embedded server linked in"), ErrEmbeddedNotLinked)
 	}
 	return nil
 }
@@ -290,7 +287,7 @@ func (c Config) validateStreams() error {
 		}
 	}
 	if c.DeadLetterTopic == "" {
-		return invalid("DeadLetterTopic", `""`, "must not be empty")
+		return invalid("DeadLetterTopic", "", "must not be empty")
 	}
 	return nil
 }
@@ -299,7 +296,7 @@ func (c Config) validateSubscriber() error {
 	c.setDefaults()
 	switch {
 	case c.ConsumerGroup == "":
-		return invalid("ConsumerGroup", `""`, "required by a subscriber")
+		return invalid("ConsumerGroup", "", "required by a subscriber")
 	case c.Consumers < 1:
 		return invalid("Consumers", c.Consumers, "must be >= 1")
 	case c.Consumers > 1024:
@@ -317,7 +314,7 @@ func (c Config) validateSubscriber() error {
 	case !c.KeepAlive.Disabled && c.KeepAlive.MaxInFlight <= 0:
 		return invalid("KeepAlive.MaxInFlight", c.KeepAlive.MaxInFlight, "must be > 0")
 	case strings.ContainsAny(c.Consumer, " \t\r\n"):
-		return invalid("Consumer", strconv.Quote(c.Consumer), "must not contain white space")
+		return invalid("Consumer", c.Consumer, "must not contain white space")
 	}
 	return nil
 }
@@ -402,7 +399,7 @@ func (c Config) tlsConfig() (*tls.Config, error) {
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("%w: TLS.CAFile = %q: no PEM certificates", ErrInvalidConfig, c.TLS.CAFile)
+			return nil, invalid("TLS.CAFile", c.TLS.CAFile, "holds no PEM certificate")
 		}
 		tc.RootCAs = pool
 	}

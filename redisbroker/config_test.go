@@ -10,6 +10,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/spillway-go/spillway"
 	"github.com/spillway-go/spillway/internal/redistest"
 	"github.com/spillway-go/spillway/redisbroker"
 )
@@ -52,30 +53,31 @@ func TestConsumerNames(t *testing.T) {
 func TestConfigValidateNamesFieldAndValue(t *testing.T) {
 	base := redisbroker.Config{Addr: "127.0.0.1:6379", ConsumerGroup: "g"}
 	cases := []struct {
-		mutate func(*redisbroker.Config)
-		want   string
+		mutate       func(*redisbroker.Config)
+		field, value string
 	}{
-		{func(c *redisbroker.Config) { c.Addr = "" }, "Addr"},
-		{func(c *redisbroker.Config) { c.Addr = "no-port" }, `Addr = "no-port"`},
-		{func(c *redisbroker.Config) { c.Addr = "h:0" }, `Addr = "h:0"`},
-		{func(c *redisbroker.Config) { c.DB = -1 }, "DB = -1"},
-		{func(c *redisbroker.Config) { c.ConsumerGroup = "" }, "ConsumerGroup"},
-		{func(c *redisbroker.Config) { c.Consumers = -2 }, "Consumers = -2"},
-		{func(c *redisbroker.Config) { c.Consumer = "a b" }, `Consumer = "a b"`},
-		{func(c *redisbroker.Config) { c.BlockTime = time.Microsecond }, "BlockTime = 1µs"},
-		{func(c *redisbroker.Config) { c.MaxIdleTime = time.Second; c.KeepAlive.Interval = 2 * time.Second }, "KeepAlive.Interval = 2s"},
-		{func(c *redisbroker.Config) { c.KeepAlive.MaxInFlight = -time.Second }, "KeepAlive.MaxInFlight = -1s"},
-		{func(c *redisbroker.Config) { c.DefaultMaxLen = -5 }, "DefaultMaxLen = -5"},
-		{func(c *redisbroker.Config) { c.MaxLen = map[string]int64{"ok": 1, "bad": -1} }, `MaxLen["bad"] = -1`},
-		{func(c *redisbroker.Config) { c.TLS.CertFile = "c.pem" }, "TLS.CertFile/KeyFile"},
-		{func(c *redisbroker.Config) { c.Addr = redisbroker.EmbeddedAddr; c.TLS.Enabled = true }, "TLS"},
+		{func(c *redisbroker.Config) { c.Addr = "" }, "Addr", ""},
+		{func(c *redisbroker.Config) { c.Addr = "no-port" }, "Addr", "no-port"},
+		{func(c *redisbroker.Config) { c.Addr = "h:0" }, "Addr", "h:0"},
+		{func(c *redisbroker.Config) { c.DB = -1 }, "DB", "-1"},
+		{func(c *redisbroker.Config) { c.ConsumerGroup = "" }, "ConsumerGroup", ""},
+		{func(c *redisbroker.Config) { c.Consumers = -2 }, "Consumers", "-2"},
+		{func(c *redisbroker.Config) { c.Consumer = "a b" }, "Consumer", "a b"},
+		{func(c *redisbroker.Config) { c.BlockTime = time.Microsecond }, "BlockTime", "1µs"},
+		{func(c *redisbroker.Config) { c.MaxIdleTime = time.Second; c.KeepAlive.Interval = 2 * time.Second }, "KeepAlive.Interval", "2s"},
+		{func(c *redisbroker.Config) { c.KeepAlive.MaxInFlight = -time.Second }, "KeepAlive.MaxInFlight", "-1s"},
+		{func(c *redisbroker.Config) { c.DefaultMaxLen = -5 }, "DefaultMaxLen", "-5"},
+		{func(c *redisbroker.Config) { c.MaxLen = map[string]int64{"ok": 1, "bad": -1} }, `MaxLen["bad"]`, "-1"},
+		{func(c *redisbroker.Config) { c.TLS.CertFile = "c.pem" }, "TLS.CertFile/KeyFile", "c.pem/"},
+		{func(c *redisbroker.Config) { c.Addr = redisbroker.EmbeddedAddr; c.TLS.Enabled = true }, "TLS", "enabled"},
 	}
 	for _, tc := range cases {
 		c := base
 		tc.mutate(&c)
 		err := c.Validate()
-		if !errors.Is(err, redisbroker.ErrInvalidConfig) || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("Validate() = %v; want ErrInvalidConfig naming %q", err, tc.want)
+		var fe *spillway.FieldError
+		if !errors.Is(err, spillway.ErrInvalidConfig) || !errors.As(err, &fe) || fe.Field != tc.field || fe.Value != tc.value {
+			t.Errorf("Validate() = %v; want a FieldError on %s = %q", err, tc.field, tc.value)
 		}
 	}
 	// A publisher does not need a group.
@@ -84,7 +86,7 @@ func TestConfigValidateNamesFieldAndValue(t *testing.T) {
 		t.Fatalf("publisher without group: %v", err)
 	}
 	_ = p.Close()
-	if _, err := redisbroker.NewSubscriber(redisbroker.Config{Addr: "127.0.0.1:1"}, nil); !errors.Is(err, redisbroker.ErrInvalidConfig) {
+	if _, err := redisbroker.NewSubscriber(redisbroker.Config{Addr: "127.0.0.1:1"}, nil); !errors.Is(err, spillway.ErrInvalidConfig) {
 		t.Fatalf("subscriber without group: %v", err)
 	}
 	// Disabled keep-alive skips its checks.

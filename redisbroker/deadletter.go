@@ -1,17 +1,14 @@
 package redisbroker
 
 import (
-	"errors"
 	"fmt"
 	"sync/atomic"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
-)
 
-// ErrNoDeadLetterPublisher is returned by [DeadLetterConfig.Validate] when
-// no publisher is set.
-var ErrNoDeadLetterPublisher = errors.New("redisbroker: DeadLetterConfig.Publisher is nil")
+	"github.com/spillway-go/spillway"
+)
 
 // Metadata set on a dead-lettered message. It keeps the rest of the
 // malformed message's metadata, but not MetadataMalformed: read back from
@@ -46,10 +43,11 @@ func (c *DeadLetterConfig) setDefaults() {
 	}
 }
 
-// Validate reports whether the configuration can be used.
+// Validate reports whether the configuration can be used: a
+// [*spillway.FieldError] for Publisher if it is nil.
 func (c DeadLetterConfig) Validate() error {
 	if c.Publisher == nil {
-		return ErrNoDeadLetterPublisher
+		return &spillway.FieldError{Field: "Publisher", Value: "nil", Reason: "required"}
 	}
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/spillway-go/spillway"
 	"github.com/spillway-go/spillway/internal/redistest"
 	"github.com/spillway-go/spillway/redisbroker"
 )
@@ -162,8 +163,10 @@ func (f *flakyPublisher) calls() int {
 func (f *flakyPublisher) Close() error { return nil }
 
 func TestDeadLetterConfigValidate(t *testing.T) {
-	if _, err := redisbroker.NewDeadLetter(redisbroker.DeadLetterConfig{}); !errors.Is(err, redisbroker.ErrNoDeadLetterPublisher) {
-		t.Fatalf("err = %v, want ErrNoDeadLetterPublisher", err)
+	_, err := redisbroker.NewDeadLetter(redisbroker.DeadLetterConfig{})
+	var fe *spillway.FieldError
+	if !errors.Is(err, spillway.ErrInvalidConfig) || !errors.As(err, &fe) || fe.Field != "Publisher" {
+		t.Fatalf("err = %v, want a FieldError on Publisher", err)
 	}
 	dl, err := redisbroker.NewDeadLetter(redisbroker.DeadLetterConfig{Publisher: &flakyPublisher{}})
 	if err != nil || dl.Topic() != redisbroker.DefaultDeadLetterTopic {

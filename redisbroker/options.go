@@ -1,9 +1,9 @@
 package redisbroker
 
 import (
-	"fmt"
-
 	"github.com/redis/go-redis/v9"
+
+	"github.com/spillway-go/spillway"
 )
 
 // Option customises a [Publisher] or a [Subscriber] with code rather than
@@ -39,7 +39,7 @@ func buildOptions(opts []Option) (options, error) {
 		}
 	}
 	if o.clientSet && o.client == nil {
-		return o, fmt.Errorf("%w: WithClient: nil client", ErrInvalidConfig)
+		return o, &spillway.FieldError{Field: "WithClient", Value: "nil", Reason: "needs a client"}
 	}
 	return o, nil
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/spillway-go/spillway"
 	"github.com/spillway-go/spillway/internal/redistest"
 	"github.com/spillway-go/spillway/redisbroker"
 )
@@ -87,14 +88,14 @@ func countName(list, prefix string) int {
 
 func TestWithClientNil(t *testing.T) {
 	cfg := redisbroker.Config{ConsumerGroup: "g"}
-	if _, err := redisbroker.NewPublisher(cfg, nil, redisbroker.WithClient(nil)); !errors.Is(err, redisbroker.ErrInvalidConfig) {
+	if _, err := redisbroker.NewPublisher(cfg, nil, redisbroker.WithClient(nil)); !errors.Is(err, spillway.ErrInvalidConfig) {
 		t.Errorf("publisher: err = %v", err)
 	}
-	if _, err := redisbroker.NewSubscriber(cfg, nil, redisbroker.WithClient(nil)); !errors.Is(err, redisbroker.ErrInvalidConfig) {
+	if _, err := redisbroker.NewSubscriber(cfg, nil, redisbroker.WithClient(nil)); !errors.Is(err, spillway.ErrInvalidConfig) {
 		t.Errorf("subscriber: err = %v", err)
 	}
 	// Without a client, Addr is still required.
-	if _, err := redisbroker.NewSubscriber(cfg, nil); !errors.Is(err, redisbroker.ErrInvalidConfig) {
+	if _, err := redisbroker.NewSubscriber(cfg, nil); !errors.Is(err, spillway.ErrInvalidConfig) {
 		t.Errorf("no Addr, no client: err = %v", err)
 	}
 	// The stream and subscriber fields are still checked with a client.
@@ -102,7 +103,7 @@ func TestWithClientNil(t *testing.T) {
 	bad.DefaultMaxLen = -1
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	defer c.Close()
-	if _, err := redisbroker.NewSubscriber(bad, nil, redisbroker.WithClient(c)); !errors.Is(err, redisbroker.ErrInvalidConfig) {
+	if _, err := redisbroker.NewSubscriber(bad, nil, redisbroker.WithClient(c)); !errors.Is(err, spillway.ErrInvalidConfig) {
 		t.Errorf("DefaultMaxLen -1 with a client: err = %v", err)
 	}
 }

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/spillway-go/spillway"
 )
 
 // Over 10,000 messages with random transient and permanent failures, random
@@ -74,7 +76,7 @@ func testAccounting(t *testing.T, mode DeferMode, n int) {
 			Defer:           mode,
 		}
 		opts := Options{
-			Pressure: PressureFunc(func() time.Duration {
+			Pressure: spillway.PressureFunc(func() time.Duration {
 				if chance(0.3) {
 					return time.Second
 				}

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/spillway-go/spillway"
 )
 
 // TopicPlaceholder in [Config.RetryTopic] and [Config.DeadLetterTopic] is
@@ -45,17 +47,13 @@ const (
 	DefaultDeadLetterTopic = TopicPlaceholder + ".dead_letter"
 )
 
-// Off, written into a float field documented as accepting it, switches that
-// feature off (a zero would select the default).
-const Off = -1
-
 // Config is the serialisable part of a retry gate's configuration, meant to
 // be embedded in a larger YAML configuration. Every field's YAML key is its
 // yaml tag, its environment variable suffix its env tag.
 //
 // The zero value is valid: a zero field takes the default documented on it,
 // so zero never means "none". Fields that can be switched off say so and
-// take [Off] (any negative value) for it.
+// take [spillway.Off] (any negative value) for it.
 //
 // The runtime dependencies (publisher, pressure signal, classifiers, hooks)
 // are not serialisable and live in [Options].
@@ -78,7 +76,7 @@ type Config struct {
 
 	// Jitter is the backoff's randomization factor, in [0, 1]: each wait is
 	// drawn uniformly from interval × [1 − Jitter, 1 + Jitter]. Default
-	// 0.5; Off for none.
+	// 0.5; spillway.Off for none.
 	Jitter float64 `yaml:"jitter" env:"JITTER"`
 
 	// MaxElapsedTime bounds how long one delivery may stay in process
@@ -89,7 +87,7 @@ type Config struct {
 	MaxElapsedTime time.Duration `yaml:"max_elapsed_time" env:"MAX_ELAPSED_TIME"`
 
 	// RetryRate is the steady refill of the retry budget, in retries per
-	// second, shared by every handler the gate wraps. Default 10; Off for
+	// second, shared by every handler the gate wraps. Default 10; spillway.Off for
 	// no time-based refill (only RetryRatio earns retries); +Inf (.inf in
 	// YAML) for an unlimited budget.
 	RetryRate float64 `yaml:"retry_rate" env:"RETRY_RATE"`
@@ -101,7 +99,7 @@ type Config struct {
 
 	// RetryRatio is how many retries each fresh message earns: 0.2 lets
 	// retries add at most 20 % to the fresh load (beyond RetryRate).
-	// Default 0.2; Off for none.
+	// Default 0.2; spillway.Off for none.
 	RetryRatio float64 `yaml:"retry_ratio" env:"RETRY_RATIO"`
 
 	// SaturatedAfter is how long the pressure signal must have reported
@@ -171,27 +169,14 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
-// ConfigError is one invalid configuration value. Field is the YAML key
-// relative to [Config] (prefix it with the key Config is embedded under),
-// Value the offending value as written.
-type ConfigError struct {
-	Field  string
-	Value  string
-	Reason string
-}
-
-func (e *ConfigError) Error() string {
-	return "retrygate: config: " + e.Field + ": " + e.Reason + ", got " + strconv.Quote(e.Value)
-}
-
 // Validate reports every invalid field of c after defaults are applied, so
-// zero fields are fine. The error joins one [*ConfigError] per problem; use
+// zero fields are fine. The error joins one [*spillway.FieldError] per problem; use
 // errors.As to inspect them.
 func (c Config) Validate() error {
 	c.setDefaults()
 	var errs []error
 	bad := func(field, value, reason string) {
-		errs = append(errs, &ConfigError{Field: field, Value: value, Reason: reason})
+		errs = append(errs, &spillway.FieldError{Field: field, Value: value, Reason: reason})
 	}
 	ftoa := func(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
 
@@ -209,19 +194,19 @@ func (c Config) Validate() error {
 	if math.IsNaN(c.Multiplier) || math.IsInf(c.Multiplier, 0) || c.Multiplier < 1 {
 		bad("multiplier", ftoa(c.Multiplier), "must be a finite number of at least 1")
 	}
-	if math.IsNaN(c.Jitter) || c.Jitter > 1 || (c.Jitter < 0 && c.Jitter != Off) {
+	if math.IsNaN(c.Jitter) || c.Jitter > 1 || (c.Jitter < 0 && c.Jitter != spillway.Off) {
 		bad("jitter", ftoa(c.Jitter), "must be between 0 and 1, or -1 (off)")
 	}
 	if c.MaxElapsedTime < 0 {
 		bad("max_elapsed_time", c.MaxElapsedTime.String(), "must be positive")
 	}
-	if math.IsNaN(c.RetryRate) || (c.RetryRate < 0 && c.RetryRate != Off) {
+	if math.IsNaN(c.RetryRate) || (c.RetryRate < 0 && c.RetryRate != spillway.Off) {
 		bad("retry_rate", ftoa(c.RetryRate), "must be positive, .inf (unlimited) or -1 (off)")
 	}
 	if c.RetryBurst < 0 {
 		bad("retry_burst", strconv.Itoa(c.RetryBurst), "must be positive")
 	}
-	if math.IsNaN(c.RetryRatio) || math.IsInf(c.RetryRatio, 0) || (c.RetryRatio < 0 && c.RetryRatio != Off) {
+	if math.IsNaN(c.RetryRatio) || math.IsInf(c.RetryRatio, 0) || (c.RetryRatio < 0 && c.RetryRatio != spillway.Off) {
 		bad("retry_ratio", ftoa(c.RetryRatio), "must be a finite positive number or -1 (off)")
 	}
 	if c.SaturatedAfter < 0 {

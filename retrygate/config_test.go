@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/spillway-go/spillway"
 )
 
 func TestZeroConfigTakesDefaults(t *testing.T) {
@@ -72,9 +74,9 @@ func TestValidateNamesFieldAndValue(t *testing.T) {
 	}
 	for _, c := range cases {
 		err := c.cfg.Validate()
-		var ce *ConfigError
+		var ce *spillway.FieldError
 		if !errors.As(err, &ce) {
-			t.Errorf("%+v: err = %v, want a *ConfigError", c.cfg, err)
+			t.Errorf("%+v: err = %v, want a *spillway.FieldError", c.cfg, err)
 			continue
 		}
 		if ce.Field != c.field || ce.Value != c.value {
@@ -89,15 +91,15 @@ func TestValidateNamesFieldAndValue(t *testing.T) {
 	}
 	// Every problem is reported, not just the first.
 	err := Config{MaxAttempts: -1, RetryBurst: -1}.Validate()
-	if n := strings.Count(err.Error(), "retrygate: config:"); n != 2 {
+	if n := strings.Count(err.Error(), "config: "); n != 2 {
 		t.Fatalf("got %d errors in %q, want 2", n, err)
 	}
 	// Off and unlimited are accepted.
-	ok := Config{Jitter: Off, RetryRate: math.Inf(1), RetryRatio: Off}
+	ok := Config{Jitter: spillway.Off, RetryRate: math.Inf(1), RetryRatio: spillway.Off}
 	if err := ok.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if err := (Config{RetryRate: Off}).Validate(); err != nil {
+	if err := (Config{RetryRate: spillway.Off}).Validate(); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := New(Config{}, Options{}); !errors.Is(err, ErrNoPublisher) {
@@ -131,7 +133,7 @@ dead_letter_topic: dead
 	}
 	want := Config{
 		MaxAttempts: 7, InitialInterval: 250 * time.Millisecond, MaxInterval: 30 * time.Second,
-		Multiplier: 1.5, Jitter: Off, MaxElapsedTime: 20 * time.Second, RetryRate: math.Inf(1),
+		Multiplier: 1.5, Jitter: spillway.Off, MaxElapsedTime: 20 * time.Second, RetryRate: math.Inf(1),
 		RetryBurst: 50, RetryRatio: 0.1, SaturatedAfter: 2 * time.Second, Defer: DeferNack,
 		RetryTopic: "{topic}-retry", DeadLetterTopic: "dead",
 	}

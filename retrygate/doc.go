@@ -12,7 +12,7 @@
 //   - Every retry draws a token from a retry budget (golang.org/x/time/rate)
 //     refilled at a steady rate and by a share of fresh traffic, so retries
 //     can only add a bounded fraction to the load. No token, no retry now.
-//   - While the pressure signal ([Pressure], implemented by
+//   - While the pressure signal ([spillway.Pressure], implemented by
 //     middleware.VertexBudget) reports saturation, nothing is retried in
 //     process: a failed message is deferred to a retry topic (or nacked),
 //     and redelivered work that arrives is deferred again before its handler

@@ -25,7 +25,10 @@ func Example() {
 	pubSub := gochannel.NewGoChannel(gochannel.Config{Persistent: true}, logger)
 	defer pubSub.Close()
 
-	budget := middleware.NewVertexBudget(10_000)
+	budget, err := middleware.NewVertexBudget(10_000)
+	if err != nil {
+		panic(err)
+	}
 	admission, err := middleware.NewBudget(middleware.BudgetConfig{Budget: budget})
 	if err != nil {
 		panic(err)

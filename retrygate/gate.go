@@ -11,6 +11,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	wmw "github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	"github.com/cenkalti/backoff/v5"
+
+	"github.com/spillway-go/spillway"
 )
 
 // Metadata keys the gate reads and writes. The dead-letter copy also
@@ -43,22 +45,6 @@ const maxAttemptCount = 1 << 20
 // ErrNoPublisher is returned by [New] when Options.Publisher is nil.
 var ErrNoPublisher = errors.New("retrygate: Options.Publisher is nil")
 
-// Pressure is the saturation signal the gate defers on. It is the same
-// signal load shedding reads: *middleware.VertexBudget implements it.
-// SaturatedFor must be safe for concurrent use and cheap; the gate calls it
-// after every failure and on every redelivered arrival.
-type Pressure interface {
-	// SaturatedFor returns how long the consumer has been saturated
-	// without a break, or 0 if it is not saturated now.
-	SaturatedFor() time.Duration
-}
-
-// PressureFunc adapts a function to [Pressure].
-type PressureFunc func() time.Duration
-
-// SaturatedFor calls f.
-func (f PressureFunc) SaturatedFor() time.Duration { return f() }
-
 // Options are a gate's runtime dependencies.
 type Options struct {
 	// Publisher publishes deferred messages to the retry topic and failed
@@ -66,10 +52,12 @@ type Options struct {
 	// goroutines and must be safe for concurrent use.
 	Publisher message.Publisher
 
-	// Pressure is the saturation signal. Nil: never saturated, so failed
-	// messages are always retried in process while the retry budget and
-	// MaxElapsedTime allow.
-	Pressure Pressure
+	// Pressure is the saturation signal, the same one load shedding reads
+	// (*middleware.VertexBudget implements it). The gate calls it after
+	// every failure and on every redelivered arrival. Nil: never
+	// saturated, so failed messages are always retried in process while
+	// the retry budget and MaxElapsedTime allow.
+	Pressure spillway.Pressure
 
 	// IsPermanent classifies handler errors: true dead-letters the message
 	// at once. Default [IsPermanent].

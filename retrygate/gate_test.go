@@ -14,6 +14,7 @@ import (
 	wmw "github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	"github.com/cenkalti/backoff/v5"
 
+	"github.com/spillway-go/spillway"
 	"github.com/spillway-go/spillway/cost"
 )
 
@@ -100,7 +101,7 @@ func TestRetryBudgetExhaustedDefersThenRefills(t *testing.T) {
 		ev := &events{}
 		cfg := noJitter()
 		cfg.InitialInterval = 10 * time.Millisecond
-		cfg.RetryRate, cfg.RetryBurst, cfg.RetryRatio = 1, 1, Off
+		cfg.RetryRate, cfg.RetryBurst, cfg.RetryRatio = 1, 1, spillway.Off
 		g := mustNew(t, cfg, Options{Publisher: pub, OnOutcome: ev.add})
 		var runs atomic.Int64
 		h := failFirst(1, &runs)
@@ -146,7 +147,7 @@ func TestRetryRatioEarnsTokens(t *testing.T) {
 		pub := newRecPub(nil)
 		ev := &events{}
 		cfg := noJitter()
-		cfg.RetryRate, cfg.RetryBurst, cfg.RetryRatio = Off, 2, 0.5
+		cfg.RetryRate, cfg.RetryBurst, cfg.RetryRatio = spillway.Off, 2, 0.5
 		g := mustNew(t, cfg, Options{Publisher: pub, OnOutcome: ev.add})
 		var runs atomic.Int64
 		ok := failFirst(0, &runs)
@@ -350,7 +351,7 @@ func TestSaturatedAfterThreshold(t *testing.T) {
 		ev := &events{}
 		g := mustNew(t, cfg, Options{
 			Publisher: newRecPub(nil),
-			Pressure:  PressureFunc(func() time.Duration { return time.Duration(sat.Load()) }),
+			Pressure:  spillway.PressureFunc(func() time.Duration { return time.Duration(sat.Load()) }),
 			OnOutcome: ev.add,
 		})
 		var runs atomic.Int64

@@ -12,6 +12,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 	"go.uber.org/goleak"
+
+	"github.com/spillway-go/spillway"
 )
 
 func TestMain(m *testing.M) {
@@ -154,7 +156,7 @@ func noJitter() Config {
 		InitialInterval: time.Second,
 		MaxInterval:     time.Minute,
 		Multiplier:      2,
-		Jitter:          Off,
+		Jitter:          spillway.Off,
 		MaxElapsedTime:  time.Hour,
 		RetryRate:       1000,
 		RetryBurst:      1000,

@@ -11,6 +11,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	wmw "github.com/ThreeDotsLabs/watermill/message/router/middleware"
 
+	"github.com/spillway-go/spillway"
 	"github.com/spillway-go/spillway/cost"
 	"github.com/spillway-go/spillway/middleware"
 )
@@ -26,7 +27,7 @@ func costed(id string, vertices int64) *message.Message {
 // refunded on its own.
 func TestBudgetNotHeldDuringBackoff(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		vb := middleware.NewVertexBudget(100)
+		vb := mustVertexBudget(100)
 		bm, err := middleware.NewBudget(middleware.BudgetConfig{Budget: vb})
 		if err != nil {
 			t.Fatal(err)
@@ -85,7 +86,7 @@ func TestSaturationDefersWhileFreshFlows(t *testing.T) {
 		sp.on.Store(true)
 		var mu sync.Mutex
 		runs := map[string][]int{} // uuid -> attempts seen
-		cfg := Config{InitialInterval: time.Second, MaxInterval: time.Minute, Jitter: Off}
+		cfg := Config{InitialInterval: time.Second, MaxInterval: time.Minute, Jitter: spillway.Off}
 		rg := newRig(t, cfg, Options{Pressure: sp}, func(msg *message.Message) error {
 			a := AttemptFromCtx(msg.Context())
 			mu.Lock()
@@ -279,14 +280,14 @@ func TestAttemptsCountAcrossDeferrals(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		// Saturated for the first look only: the one after the first failure.
 		var looks atomic.Int64
-		pressure := PressureFunc(func() time.Duration {
+		pressure := spillway.PressureFunc(func() time.Duration {
 			if looks.Add(1) == 1 {
 				return time.Second
 			}
 			return 0
 		})
 		var calls atomic.Int64
-		cfg := Config{MaxAttempts: 3, InitialInterval: time.Second, MaxInterval: time.Minute, Jitter: Off}
+		cfg := Config{MaxAttempts: 3, InitialInterval: time.Second, MaxInterval: time.Minute, Jitter: spillway.Off}
 		rg := newRig(t, cfg, Options{Pressure: pressure}, func(msg *message.Message) error {
 			calls.Add(1)
 			return errTransient
@@ -350,4 +351,14 @@ func TestDeadLetterPublishFailureNacks(t *testing.T) {
 			t.Fatalf("causes = %v, want %v", causes, want)
 		}
 	})
+}
+
+// mustVertexBudget is middleware.NewVertexBudget for capacities the test knows
+// are valid.
+func mustVertexBudget(capacity int64, opts ...middleware.Option) *middleware.VertexBudget {
+	b, err := middleware.NewVertexBudget(capacity, opts...)
+	if err != nil {
+		panic(err)
+	}
+	return b
 }

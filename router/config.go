@@ -1,8 +1,6 @@
 package router
 
 import (
-	"strconv"
-	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -256,33 +254,6 @@ type RedisKeepAliveConfig = redisbroker.KeepAliveConfig
 // redacted is what a secret prints as.
 const redacted = "[redacted]"
 
-// ConfigError is one invalid configuration value. The errors returned by
-// [Config.Validate] and [LoadConfig] wrap one or more of them (use
-// errors.As). Value is the offending value as written, or "[redacted]" for a
-// secret.
-type ConfigError struct {
-	Field  string // the YAML path, e.g. kafka.rebalance_timeout
-	Value  string // the bad value
-	Reason string // what is wrong with it
-	Source string // where it came from: "", a file:line, or an env var
-}
-
-func (e *ConfigError) Error() string {
-	var b strings.Builder
-	b.WriteString("router: config: ")
-	b.WriteString(e.Field)
-	if e.Source != "" {
-		b.WriteString(" (")
-		b.WriteString(e.Source)
-		b.WriteString(")")
-	}
-	b.WriteString(": ")
-	b.WriteString(e.Reason)
-	b.WriteString(", got ")
-	b.WriteString(strconv.Quote(e.Value))
-	return b.String()
-}
-
 // Config defaults. docs/router.md lists them.
 const (
 	DefaultCloseTimeout   = 30 * time.Second
@@ -294,11 +265,6 @@ const (
 	DefaultAutoSizeMinWindows = 3
 	DefaultAutoSizeHysteresis = 0.1
 )
-
-// Off, in a float field documented as accepting it
-// (budget.autosize.hysteresis, budget.autosize.tail_share, retry.jitter, retry.retry_rate,
-// retry.retry_ratio), switches that feature off; zero selects the default.
-const Off = -1
 
 // String renders c as YAML with every secret redacted. It is safe to log.
 func (c Config) String() string {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/caarlos0/env/v11"
 
+	"github.com/spillway-go/spillway"
 	"github.com/spillway-go/spillway/kafkabroker"
 	"github.com/spillway-go/spillway/redisbroker"
 	"github.com/spillway-go/spillway/retrygate"
@@ -214,15 +215,15 @@ func TestValidateNamesFieldAndValue(t *testing.T) {
 			if err == nil {
 				t.Fatal("no error")
 			}
-			var ce *ConfigError
+			var ce *spillway.FieldError
 			if !errors.As(err, &ce) {
-				t.Fatalf("error %v is not a *ConfigError", err)
+				t.Fatalf("error %v is not a *spillway.FieldError", err)
 			}
 			if ce.Field != tc.field || ce.Value != tc.value {
 				t.Errorf("got field %q value %q, want %q %q (%v)", ce.Field, ce.Value, tc.field, tc.value, err)
 			}
 			msg := err.Error()
-			if !strings.HasPrefix(msg, "router: config: "+tc.field+": ") || !strings.Contains(msg, fmt.Sprintf("got %q", tc.value)) {
+			if !strings.HasPrefix(msg, "config: "+tc.field+": ") || !strings.Contains(msg, fmt.Sprintf("got %q", tc.value)) {
 				t.Errorf("message %q does not name field and value", msg)
 			}
 			if strings.Contains(msg, "hunter2") || strings.Contains(msg, "BEGIN PRIVATE KEY") {
@@ -257,8 +258,8 @@ func TestValidSections(t *testing.T) {
 	c := Config{Broker: BrokerKafka}
 	c.Kafka.Brokers = []string{"kafka-1:9092"}
 	c.Shedding.Config = shedding.Config{Topics: []string{"positions"}, AuditTopic: "shed", VersionGuard: shedding.VersionGuardConfig{Enabled: true}}
-	c.Retry = RetryConfig{Enabled: true, Config: retrygate.Config{RetryRate: math.Inf(1), Jitter: retrygate.Off, SaturatedAfter: time.Second}}
-	c.Budget.AutoSize = AutoSizeConfig{Enabled: true, MemoryBytes: 1 << 30, Processes: 2, PrefetchBytes: 1 << 20, BytesPerVertex: 100, AutoSizeConfig: sizing.AutoSizeConfig{Hysteresis: Off}}
+	c.Retry = RetryConfig{Enabled: true, Config: retrygate.Config{RetryRate: math.Inf(1), Jitter: spillway.Off, SaturatedAfter: time.Second}}
+	c.Budget.AutoSize = AutoSizeConfig{Enabled: true, MemoryBytes: 1 << 30, Processes: 2, PrefetchBytes: 1 << 20, BytesPerVertex: 100, AutoSizeConfig: sizing.AutoSizeConfig{Hysteresis: spillway.Off}}
 	c.Shedding.Pressure, c.Telemetry.LagThreshold = PressureEither, 5000
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
@@ -365,7 +366,7 @@ budget:
 	if c.Shedding.Priority.Key != shedding.DefaultPriorityKey {
 		t.Errorf("shedding defaults not applied: %+v", c.Shedding.Priority)
 	}
-	if !c.Retry.Enabled || c.Retry.MaxAttempts != 3 || !math.IsInf(c.Retry.RetryRate, 1) || c.Retry.Jitter != retrygate.Off ||
+	if !c.Retry.Enabled || c.Retry.MaxAttempts != 3 || !math.IsInf(c.Retry.RetryRate, 1) || c.Retry.Jitter != spillway.Off ||
 		c.Retry.SaturatedAfter != 2*time.Second || c.Retry.RetryTopicFor("x") != "retries.x" {
 		t.Errorf("retry not applied: %+v", c.Retry)
 	}
@@ -398,7 +399,7 @@ budget:
 		c.Shedding.VersionGuard.MaxEntities != 500 || c.Shedding.AuditTopic != "spillway.shed" {
 		t.Errorf("environment did not override shedding: %+v", c.Shedding)
 	}
-	if c.Retry.MaxAttempts != 7 || c.Retry.RetryRate != retrygate.Off || c.Retry.Multiplier != 1.5 || !c.Retry.Enabled {
+	if c.Retry.MaxAttempts != 7 || c.Retry.RetryRate != spillway.Off || c.Retry.Multiplier != 1.5 || !c.Retry.Enabled {
 		t.Errorf("environment did not override retry: %+v", c.Retry)
 	}
 	if a := c.Budget.AutoSize; a.Floor != 2000 || a.MemoryBound != 400_000 || a.Deadline != 30*time.Second || a.Ceiling != 500_000 {
@@ -424,7 +425,7 @@ func TestLoadConfigErrors(t *testing.T) {
 		{name: "duration as number", yaml: "close_timeout: 30\n", want: []string{"close_timeout", `"30"`}},
 		{name: "bad int in file", yaml: "budget:\n  vertices: lots\n", want: []string{"budget.vertices", `"lots"`}},
 		{name: "list expected", yaml: "kafka:\n  brokers: {a: b}\n", want: []string{"kafka.brokers", "<mapping>"}},
-		{name: "validation after file", yaml: "broker: kafka\nkafka:\n  rebalance_timeout: -1s\n", want: []string{`router: config: kafka.rebalance_timeout: must be positive, got "-1s"`}},
+		{name: "validation after file", yaml: "broker: kafka\nkafka:\n  rebalance_timeout: -1s\n", want: []string{`config: kafka.rebalance_timeout: must be positive, got "-1s"`}},
 		{name: "bad duration in env", env: map[string]string{"SPILLWAY_KAFKA_REBALANCE_TIMEOUT": "abc"},
 			want: []string{"kafka.rebalance_timeout", "SPILLWAY_KAFKA_REBALANCE_TIMEOUT", `"abc"`}},
 		{name: "bad int in env", env: map[string]string{"SPILLWAY_BUDGET_VERTICES": "1e9x"},
@@ -442,11 +443,11 @@ func TestLoadConfigErrors(t *testing.T) {
 		{name: "shedding topics not a list", yaml: "shedding:\n  topics: {a: b}\n", want: []string{"shedding.topics", "<mapping>", "a list of strings"}},
 		{name: "bad float in autosize", yaml: "budget:\n  autosize:\n    headroom: half\n", want: []string{"budget.autosize.headroom", `"half"`, "a number"}},
 		{name: "shedding validation after file", yaml: "shedding:\n  topics: [p]\n  priority:\n    window: -5s\n",
-			want: []string{`router: config: shedding.priority.window: must be positive, got "-5s"`}},
+			want: []string{`config: shedding.priority.window: must be positive, got "-5s"`}},
 		{name: "retry validation after file", yaml: "retry:\n  enabled: true\n  defer: nack\n",
-			want: []string{`router: config: retry.defer: must be republish on memory`, `got "nack"`}},
+			want: []string{`config: retry.defer: must be republish on memory`, `got "nack"`}},
 		{name: "autosize validation after file", yaml: "budget:\n  autosize:\n    enabled: true\n    deadline: 10s\n    floor: 9000\n    ceiling: 100\n",
-			want: []string{`router: config: budget.autosize.floor: must not be above budget.autosize.ceiling (100), got "9000"`}},
+			want: []string{`config: budget.autosize.floor: must not be above budget.autosize.ceiling (100), got "9000"`}},
 		{name: "bad float in env", env: map[string]string{"SPILLWAY_RETRY_JITTER": "lots"},
 			want: []string{"retry.jitter", "SPILLWAY_RETRY_JITTER", `"lots"`}},
 		{name: "bad int in env autosize", env: map[string]string{"SPILLWAY_BUDGET_AUTOSIZE_FLOOR": "x"},
@@ -454,7 +455,7 @@ func TestLoadConfigErrors(t *testing.T) {
 		{name: "bad duration in env shedding", env: map[string]string{"SPILLWAY_SHEDDING_PRIORITY_WINDOW": "1 fortnight"},
 			want: []string{"shedding.priority.window", "SPILLWAY_SHEDDING_PRIORITY_WINDOW"}},
 		{name: "bad value in env retry", env: map[string]string{"SPILLWAY_RETRY_ENABLED": "true", "SPILLWAY_RETRY_MAX_ATTEMPTS": "-3"},
-			want: []string{`router: config: retry.max_attempts: must be positive, got "-3"`}},
+			want: []string{`config: retry.max_attempts: must be positive, got "-3"`}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -544,7 +545,7 @@ func TestSizeBudget(t *testing.T) {
 }
 
 func TestNewRejects(t *testing.T) {
-	var addrErr *ConfigError
+	var addrErr *spillway.FieldError
 	if _, err := New(Config{Broker: BrokerRedis}, nil); !errors.As(err, &addrErr) || addrErr.Field != "redis.addr" {
 		t.Errorf("redis without addr: %v", err)
 	}
@@ -555,7 +556,7 @@ func TestNewRejects(t *testing.T) {
 	c.Kafka.Brokers = []string{"127.0.0.1:1"}
 	c.Kafka.TLS = TLSConfig{Enabled: true, CAFile: filepath.Join(t.TempDir(), "missing.pem")}
 	_, err := New(c, nil)
-	var ce *ConfigError
+	var ce *spillway.FieldError
 	if !errors.As(err, &ce) || ce.Field != "kafka.tls.ca_file" {
 		t.Errorf("missing CA file: %v", err)
 	}
@@ -605,7 +606,7 @@ telemetry:
 	bad.Redis.MaxLen = map[string]int64{"x": -1}
 	fields := map[string]bool{}
 	for _, e := range bad.Validate().(interface{ Unwrap() []error }).Unwrap() {
-		var ce *ConfigError
+		var ce *spillway.FieldError
 		if errors.As(e, &ce) {
 			fields[ce.Field] = true
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/spillway-go/spillway"
 	"github.com/spillway-go/spillway/kafkabroker"
 	"github.com/spillway-go/spillway/telemetry"
 )
@@ -74,7 +75,7 @@ func WithBroker(b CustomBroker) Option {
 func (o options) validateCustom(cfg Config) []error {
 	var errs []error
 	bad := func(field, value, reason string) {
-		errs = append(errs, &ConfigError{Field: field, Value: value, Reason: reason})
+		errs = append(errs, &spillway.FieldError{Field: field, Value: value, Reason: reason})
 	}
 	switch {
 	case cfg.Broker == BrokerCustom && o.custom == nil:

@@ -16,6 +16,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 	"go.uber.org/goleak"
 
+	"github.com/spillway-go/spillway"
 	"github.com/spillway-go/spillway/cost"
 	"github.com/spillway-go/spillway/sizing"
 	"github.com/spillway-go/spillway/telemetry"
@@ -102,7 +103,7 @@ func TestCustomBroker(t *testing.T) {
 	a := &cfg.Budget.AutoSize
 	a.Enabled = true
 	a.Window, a.Windows, a.MinWindows = 30*time.Millisecond, 1, 1
-	a.Ceiling, a.Hysteresis, a.TailShare = 1_000_000, Off, Off
+	a.Ceiling, a.Hysteresis, a.TailShare = 1_000_000, spillway.Off, spillway.Off
 
 	r, err := New(cfg, nil, WithBroker(g.custom(deadline)))
 	if err != nil {
@@ -221,7 +222,7 @@ func TestCustomBrokerSelection(t *testing.T) {
 			list = j.Unwrap()
 		}
 		for _, e := range list {
-			var ce *ConfigError
+			var ce *spillway.FieldError
 			if errors.As(e, &ce) {
 				out = append(out, ce.Field+": "+ce.Reason)
 			}

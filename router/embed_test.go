@@ -80,7 +80,7 @@ budget:
 	// is never quoted.
 	p = writeConfig(t, "budget:\n  autosize:\n    budget: 5\nredis:\n  password: [a, b]\n")
 	_, err = LoadConfig(p)
-	var ce *ConfigError
+	var ce *spillway.FieldError
 	if !errors.As(err, &ce) || !strings.Contains(err.Error(), "budget.autosize.budget") || !strings.Contains(err.Error(), "unknown field") {
 		t.Errorf("budget.autosize.budget: %v, want an unknown field error", err)
 	}

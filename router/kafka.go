@@ -9,6 +9,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/spillway-go/spillway"
 	"github.com/spillway-go/spillway/kafkabroker"
 	"github.com/spillway-go/spillway/telemetry"
 )
@@ -38,10 +39,10 @@ func newKafkaBackend(cfg KafkaConfig, logger watermill.LoggerAdapter, o options,
 	return &kafkaBackend{cfg: cfg, cluster: cl, pub: pub}, nil
 }
 
-// kafkaError turns kafkabroker's configuration errors into ConfigErrors
+// kafkaError turns kafkabroker's configuration errors into FieldErrors
 // under kafka., and prefixes anything else.
 func kafkaError(err error) error {
-	if errors.Is(err, kafkabroker.ErrInvalidConfig) {
+	if errors.Is(err, spillway.ErrInvalidConfig) {
 		return errors.Join(nested("kafka.", err)...)
 	}
 	return fmt.Errorf("router: kafka: %w", err)

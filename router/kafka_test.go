@@ -18,6 +18,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"go.uber.org/goleak"
 
+	"github.com/spillway-go/spillway"
 	"github.com/spillway-go/spillway/cost"
 	"github.com/spillway-go/spillway/internal/kafkatest"
 	"github.com/spillway-go/spillway/kafkabroker"
@@ -85,7 +86,7 @@ func TestWithSaramaConfig(t *testing.T) {
 }
 
 // TestKafkaConfigErrorsNamed: kafkabroker's field errors come out of the
-// router's Validate as ConfigErrors under kafka.
+// router's Validate as FieldErrors under kafka.
 func TestKafkaConfigErrorsNamed(t *testing.T) {
 	c := Config{Broker: BrokerKafka}
 	c.Kafka.Brokers = []string{"ok:9092", "no-port"}
@@ -93,7 +94,7 @@ func TestKafkaConfigErrorsNamed(t *testing.T) {
 	err := c.Validate()
 	want := map[string]string{"kafka.brokers[1]": "no-port", "kafka.sasl.mechanism": "GSSAPI"}
 	for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
-		var ce *ConfigError
+		var ce *spillway.FieldError
 		if errors.As(e, &ce) && want[ce.Field] == ce.Value {
 			delete(want, ce.Field)
 		}

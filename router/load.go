@@ -35,7 +35,7 @@ func LoadConfig(path string) (Config, error) {
 // from. The map has one entry per leaf field, keyed by its YAML path (e.g.
 // kafka.brokers), whose value is "FILE:LINE" (the line of the value in the
 // file, path as given), "env NAME" (the environment variable), or
-// [SourceDefault]. These are the strings [ConfigError.Source] uses. When
+// [SourceDefault]. These are the strings [spillway.FieldError.Source] uses. When
 // only validation fails the map comes back with the error, so that a
 // caller can say where each bad value was set (Validate does not know);
 // when the file or the environment cannot be read it is nil.
@@ -212,7 +212,7 @@ func applyEnv(c *Config, environ map[string]string, src map[string]string) error
 			} else {
 				reason += " (docs/router.md lists them)"
 			}
-			errs = append(errs, &ConfigError{Field: name, Value: name, Source: "env " + name, Reason: reason})
+			errs = append(errs, &spillway.FieldError{Field: name, Value: name, Source: "env " + name, Reason: reason})
 		}
 		return errors.Join(errs...)
 	}
@@ -243,7 +243,7 @@ func applyEnv(c *Config, environ map[string]string, src map[string]string) error
 		if errors.As(err, &pe) && !l.secret {
 			reason = "cannot parse: " + pe.Err.Error()
 		}
-		errs = append(errs, &ConfigError{Field: l.path, Value: l.show(v), Reason: reason, Source: "env " + l.env})
+		errs = append(errs, &spillway.FieldError{Field: l.path, Value: l.show(v), Reason: reason, Source: "env " + l.env})
 	}
 	if len(errs) == 0 {
 		return fmt.Errorf("router: config: environment: %w", env.ParseWithOptions(c, opts))
@@ -322,7 +322,7 @@ func (d *decoder) node(n *yaml.Node, v reflect.Value, path string) {
 			if isSecret(v.Type()) && value != "" {
 				value = redacted
 			}
-			d.errs = append(d.errs, &ConfigError{Field: path, Value: value, Reason: "cannot be read as " + typeName(v.Type()), Source: d.at(n)})
+			d.errs = append(d.errs, &spillway.FieldError{Field: path, Value: value, Reason: "cannot be read as " + typeName(v.Type()), Source: d.at(n)})
 			return
 		}
 		v.Set(fresh.Elem())
@@ -338,7 +338,7 @@ func (d *decoder) node(n *yaml.Node, v reflect.Value, path string) {
 		if name == "" {
 			name = "(document)"
 		}
-		d.errs = append(d.errs, &ConfigError{Field: name, Value: "<" + kindName(r.Kind) + ">", Reason: "must be a mapping", Source: d.at(n)})
+		d.errs = append(d.errs, &spillway.FieldError{Field: name, Value: "<" + kindName(r.Kind) + ">", Reason: "must be a mapping", Source: d.at(n)})
 		return
 	}
 	t := v.Type()
@@ -350,7 +350,7 @@ func (d *decoder) node(n *yaml.Node, v reflect.Value, path string) {
 		}
 		field, ok := fieldByKey(t, key.Value)
 		if !ok {
-			d.errs = append(d.errs, &ConfigError{Field: p, Value: key.Value, Reason: "unknown field", Source: d.at(key)})
+			d.errs = append(d.errs, &spillway.FieldError{Field: p, Value: key.Value, Reason: "unknown field", Source: d.at(key)})
 			continue
 		}
 		d.node(val, v.FieldByIndex(field), p)
@@ -409,7 +409,7 @@ func (d *decoder) pairs(m *yaml.Node, path string) [][2]*yaml.Node {
 				if name == "" {
 					name = "(document)"
 				}
-				d.errs = append(d.errs, &ConfigError{Field: name + ".<<", Value: "<" + kindName(s.Kind) + ">",
+				d.errs = append(d.errs, &spillway.FieldError{Field: name + ".<<", Value: "<" + kindName(s.Kind) + ">",
 					Reason: "a merge key takes a mapping or a list of mappings", Source: d.at(val)})
 				continue
 			}

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/spillway-go/spillway"
 )
 
 // TestLoadConfigAnchors: anchors, aliases and merge keys read as YAML
@@ -34,7 +36,7 @@ telemetry:
 	// x- keys are not fields: the test shows they are reported, then
 	// checks the same document without them is read right.
 	_, err := LoadConfig(path)
-	var ce *ConfigError
+	var ce *spillway.FieldError
 	if !errors.As(err, &ce) || ce.Field != "x-timeouts" || ce.Reason != "unknown field" {
 		t.Fatalf("want an unknown-field error for x-timeouts, got %v", err)
 	}
@@ -133,9 +135,9 @@ func TestLoadConfigUnknownEnv(t *testing.T) {
 			t.Errorf("error %q lacks %q", err, want)
 		}
 	}
-	var ce *ConfigError
+	var ce *spillway.FieldError
 	if !errors.As(err, &ce) || ce.Source != "env SPILLWAY_BUDGET_VERTICE" {
-		t.Errorf("first error %+v, want the variables in order, as ConfigErrors", ce)
+		t.Errorf("first error %+v, want the variables in order, as FieldErrors", ce)
 	}
 
 	// Empty counts as unset; reserved names are not fields.
@@ -210,7 +212,7 @@ func TestLoadConfigSources(t *testing.T) {
 	_, src, err = LoadConfigSources(path)
 	var fields []string
 	for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
-		var ce *ConfigError
+		var ce *spillway.FieldError
 		if errors.As(e, &ce) {
 			fields = append(fields, ce.Field+" "+src[ce.Field])
 		}

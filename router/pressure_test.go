@@ -18,7 +18,7 @@ func TestSheddingPressureSignals(t *testing.T) {
 		return []telemetry.LagSample{{Topic: "positions", Group: "g", Partition: 0, Lag: lag.Load()}}, nil
 	})
 	ls := telemetry.NewLagSampler(src, telemetry.WithLagThreshold(10), telemetry.WithLagInterval(time.Hour))
-	vb := middleware.NewVertexBudget(100)
+	vb := mustVertexBudget(100)
 	r := &Router{budget: vb, lagSampler: ls}
 	budget, lagP, either := r.sheddingPressure(PressureBudget), r.sheddingPressure(PressureLag), r.sheddingPressure(PressureEither)
 	sample := func() {
@@ -75,4 +75,14 @@ func TestSheddingPressureSignals(t *testing.T) {
 	if d := (&Router{budget: vb}).sheddingPressure(PressureLag).SaturatedFor(); d != 0 {
 		t.Errorf("lag pressure without a sampler: %v", d)
 	}
+}
+
+// mustVertexBudget is middleware.NewVertexBudget for capacities the test knows
+// are valid.
+func mustVertexBudget(capacity int64, opts ...middleware.Option) *middleware.VertexBudget {
+	b, err := middleware.NewVertexBudget(capacity, opts...)
+	if err != nil {
+		panic(err)
+	}
+	return b
 }

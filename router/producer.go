@@ -6,6 +6,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/spillway-go/spillway"
 	"github.com/spillway-go/spillway/cost"
 	"github.com/spillway-go/spillway/producer"
 	"github.com/spillway-go/spillway/telemetry"
@@ -61,7 +62,7 @@ func (p ProducerConfig) validate(c Config) []error {
 	errs := producerErrors("producer.rate_limit.", p.RateLimit.config().Validate())
 	errs = append(errs, producerErrors("producer.lag_throttle.", p.LagThrottle.Validate())...)
 	if t := p.LagThrottle.Threshold; t > 0 && (c.Broker == BrokerMemory || c.Telemetry.Disabled) {
-		errs = append(errs, &ConfigError{Field: "producer.lag_throttle.threshold", Value: fmt.Sprint(t),
+		errs = append(errs, &spillway.FieldError{Field: "producer.lag_throttle.threshold", Value: fmt.Sprint(t),
 			Reason: "needs the lag sampler: broker kafka or redis, and telemetry on"})
 	}
 	return errs
@@ -78,11 +79,11 @@ func producerErrors(prefix string, err error) []error {
 	}
 	out := make([]error, 0, len(list))
 	for _, e := range list {
-		var pe *producer.ConfigError
+		var pe *spillway.FieldError
 		if errors.As(e, &pe) {
-			out = append(out, &ConfigError{Field: prefix + pe.Field, Value: pe.Value, Reason: pe.Reason})
+			out = append(out, &spillway.FieldError{Field: prefix + pe.Field, Value: pe.Value, Reason: pe.Reason})
 		} else {
-			out = append(out, &ConfigError{Field: prefix[:len(prefix)-1], Reason: e.Error()})
+			out = append(out, &spillway.FieldError{Field: prefix[:len(prefix)-1], Reason: e.Error()})
 		}
 	}
 	return out

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/spillway-go/spillway"
 	"github.com/spillway-go/spillway/cost"
 	"github.com/spillway-go/spillway/producer"
 )
@@ -119,9 +120,9 @@ func TestProducerValidation(t *testing.T) {
 			var cfg Config
 			c.set(&cfg)
 			for what, err := range map[string]error{"Validate": cfg.Validate(), "New": func() error { _, err := New(cfg, nil); return err }()} {
-				var ce *ConfigError
+				var ce *spillway.FieldError
 				if !errors.As(err, &ce) || ce.Field != c.field {
-					t.Errorf("%s: %v, want a ConfigError on %s", what, err, c.field)
+					t.Errorf("%s: %v, want a FieldError on %s", what, err, c.field)
 				}
 			}
 		})
@@ -154,7 +155,7 @@ func TestProducerLoad(t *testing.T) {
 	if err := os.WriteFile(path, []byte("producer:\n  rate_limit:\n    burst: lots\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var ce *ConfigError
+	var ce *spillway.FieldError
 	if _, err := LoadConfig(path); !errors.As(err, &ce) || ce.Field != "producer.rate_limit.burst" {
 		t.Fatalf("bad burst: %v", err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/spillway-go/spillway"
 	"github.com/spillway-go/spillway/kafkabroker"
 	"github.com/spillway-go/spillway/redisbroker"
 	"github.com/spillway-go/spillway/telemetry"
@@ -60,7 +61,7 @@ func (o options) validate(cfg Config) error {
 	}
 	var keep []error
 	for _, e := range joined.Unwrap() {
-		var ce *ConfigError
+		var ce *spillway.FieldError
 		if errors.As(e, &ce) && (ce.Field == "redis.addr" || strings.HasPrefix(ce.Field, "redis.tls.")) {
 			continue
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
+	"github.com/spillway-go/spillway"
 	"github.com/spillway-go/spillway/internal/redistest"
 )
 
@@ -98,7 +99,7 @@ func TestWithRedisClient(t *testing.T) {
 
 	cfg := Config{Broker: BrokerRedis}
 	cfg.Redis.BlockTime = 50 * time.Millisecond
-	var ce *ConfigError
+	var ce *spillway.FieldError
 	if _, err := New(cfg, nil); !errors.As(err, &ce) || ce.Field != "redis.addr" {
 		t.Fatalf("no addr, no client: err = %v, want a redis.addr error", err)
 	}

@@ -22,6 +22,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/spillway-go/spillway"
 	"github.com/spillway-go/spillway/cost"
 	"github.com/spillway-go/spillway/kafkabroker"
 	"github.com/spillway-go/spillway/middleware"
@@ -288,7 +289,9 @@ func newRouter(cfg Config, logger watermill.LoggerAdapter, o options, ctl contro
 	if cfg.Budget.MessageLimit > 0 {
 		bopts = append(bopts, middleware.WithMessageLimit(cfg.Budget.MessageLimit))
 	}
-	r.budget = middleware.NewVertexBudget(cfg.Budget.Vertices, bopts...)
+	if r.budget, err = middleware.NewVertexBudget(cfg.Budget.Vertices, bopts...); err != nil {
+		return fail(fmt.Errorf("router: budget: %w", err))
+	}
 	est := o.estimator
 	if est == nil {
 		var eopts []cost.EstimatorOption
@@ -779,10 +782,9 @@ type nopClosePublisher struct{ message.Publisher }
 func (nopClosePublisher) Close() error { return nil }
 
 // sheddingPressure is the signal priority shedding waits on
-// (shedding.pressure); retrygate.PressureFunc has the shape of
-// shedding.Pressure too. The lag sampler is built after the shedding policy,
+// (shedding.pressure). The lag sampler is built after the shedding policy,
 // so the lag is read through r when asked, never before New returns.
-func (r *Router) sheddingPressure(p Pressure) shedding.Pressure {
+func (r *Router) sheddingPressure(p Pressure) spillway.Pressure {
 	lag := func() time.Duration {
 		if r.lagSampler == nil {
 			return 0
@@ -791,9 +793,9 @@ func (r *Router) sheddingPressure(p Pressure) shedding.Pressure {
 	}
 	switch p {
 	case PressureLag:
-		return retrygate.PressureFunc(lag)
+		return spillway.PressureFunc(lag)
 	case PressureEither:
-		return retrygate.PressureFunc(func() time.Duration { return max(r.budget.SaturatedFor(), lag()) })
+		return spillway.PressureFunc(func() time.Duration { return max(r.budget.SaturatedFor(), lag()) })
 	}
 	return r.budget
 }

@@ -11,10 +11,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/spillway-go/spillway/kafkabroker"
+	"github.com/spillway-go/spillway"
 	"github.com/spillway-go/spillway/redisbroker"
 	"github.com/spillway-go/spillway/retrygate"
-	"github.com/spillway-go/spillway/shedding"
 	"github.com/spillway-go/spillway/sizing"
 	"github.com/spillway-go/spillway/telemetry"
 )
@@ -94,14 +93,14 @@ func (c Config) WithDefaults() Config {
 // day it is switched on. Values that are only wrong together (retries
 // against the shedding window or the redelivery deadline, features the
 // broker cannot use) are checked when the features are on. The error
-// joins one [*ConfigError] per problem; a field of an embedded section is
+// joins one [*spillway.FieldError] per problem; a field of an embedded section is
 // named by its full path, e.g. shedding.priority.window or
 // retry.max_attempts.
 func (c Config) Validate() error {
 	c.setDefaults()
 	var errs []error
 	bad := func(field, value, reason string) {
-		errs = append(errs, &ConfigError{Field: field, Value: value, Reason: reason})
+		errs = append(errs, &spillway.FieldError{Field: field, Value: value, Reason: reason})
 	}
 	switch c.Broker {
 	case BrokerMemory, BrokerKafka, BrokerRedis, BrokerCustom:
@@ -144,7 +143,7 @@ func (c Config) Validate() error {
 func (c Config) validateCombinations() []error {
 	var errs []error
 	bad := func(field, value, reason string) {
-		errs = append(errs, &ConfigError{Field: field, Value: value, Reason: reason})
+		errs = append(errs, &spillway.FieldError{Field: field, Value: value, Reason: reason})
 	}
 	switch p := c.Shedding.Pressure; p {
 	case "", PressureBudget:
@@ -232,7 +231,7 @@ func finitePositive(f float64) bool { return f > 0 && !math.IsInf(f, 0) && !math
 func (a AutoSizeConfig) validate(deadline time.Duration) []error {
 	var errs []error
 	bad := func(field, value, reason string) {
-		errs = append(errs, &ConfigError{Field: "budget.autosize." + field, Value: value, Reason: reason})
+		errs = append(errs, &spillway.FieldError{Field: "budget.autosize." + field, Value: value, Reason: reason})
 	}
 	itoa := func(n int64) string { return strconv.FormatInt(n, 10) }
 	if a.Deadline < 0 {
@@ -294,13 +293,13 @@ func (a AutoSizeConfig) validate(deadline time.Duration) []error {
 	if a.MinBusy < 0 {
 		bad("min_busy", a.MinBusy.String(), "must be zero (window / 20) or positive")
 	}
-	if math.IsNaN(a.Hysteresis) || a.Hysteresis >= 1 || (a.Hysteresis < 0 && a.Hysteresis != Off) {
+	if math.IsNaN(a.Hysteresis) || a.Hysteresis >= 1 || (a.Hysteresis < 0 && a.Hysteresis != spillway.Off) {
 		bad("hysteresis", ftoa(a.Hysteresis), "must be at least 0 and below 1, or -1 (none)")
 	}
 	if a.Parallelism < 0 {
 		bad("parallelism", strconv.Itoa(a.Parallelism), "must be zero (GOMAXPROCS) or positive")
 	}
-	if math.IsNaN(a.TailShare) || a.TailShare > 1 || (a.TailShare <= 0 && a.TailShare != Off) {
+	if math.IsNaN(a.TailShare) || a.TailShare > 1 || (a.TailShare <= 0 && a.TailShare != spillway.Off) {
 		bad("tail_share", ftoa(a.TailShare), "must be in (0, 1], or -1 (off)")
 	}
 	if !a.Enabled {
@@ -318,7 +317,7 @@ func (a AutoSizeConfig) validate(deadline time.Duration) []error {
 func ftoa(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
 
 // nested turns the joined errors of an embedded section's Validate into
-// ConfigErrors whose fields carry the section's prefix.
+// FieldErrors whose fields carry the section's prefix.
 func nested(prefix string, err error) []error {
 	if err == nil {
 		return nil
@@ -329,18 +328,11 @@ func nested(prefix string, err error) []error {
 	}
 	out := make([]error, 0, len(list))
 	for _, e := range list {
-		var fe *shedding.FieldError
-		var re *retrygate.ConfigError
-		var ke *kafkabroker.FieldError
-		switch {
-		case errors.As(e, &ke):
-			out = append(out, &ConfigError{Field: prefix + ke.Field, Value: ke.Value, Reason: ke.Reason})
-		case errors.As(e, &fe):
-			out = append(out, &ConfigError{Field: prefix + fe.Field, Value: fe.Value, Reason: fe.Reason})
-		case errors.As(e, &re):
-			out = append(out, &ConfigError{Field: prefix + re.Field, Value: re.Value, Reason: re.Reason})
-		default:
-			out = append(out, &ConfigError{Field: strings.TrimSuffix(prefix, "."), Reason: e.Error()})
+		var fe *spillway.FieldError
+		if errors.As(e, &fe) {
+			out = append(out, &spillway.FieldError{Field: prefix + fe.Field, Value: fe.Value, Reason: fe.Reason, Source: fe.Source})
+		} else {
+			out = append(out, &spillway.FieldError{Field: strings.TrimSuffix(prefix, "."), Reason: e.Error()})
 		}
 	}
 	return out
@@ -353,7 +345,7 @@ func validateRedis(r RedisConfig) []error {
 		if field != "" {
 			f += "." + field
 		}
-		errs = append(errs, &ConfigError{Field: f, Value: value, Reason: reason})
+		errs = append(errs, &spillway.FieldError{Field: f, Value: value, Reason: reason})
 	}
 	dur := func(field string, d time.Duration) {
 		if d < time.Millisecond {
@@ -427,13 +419,13 @@ func validateRedis(r RedisConfig) []error {
 func (t TelemetryConfig) validate() []error {
 	var errs []error
 	if strings.TrimSpace(t.Name) == "" {
-		errs = append(errs, &ConfigError{Field: "telemetry.name", Value: t.Name, Reason: "must not be blank"})
+		errs = append(errs, &spillway.FieldError{Field: "telemetry.name", Value: t.Name, Reason: "must not be blank"})
 	}
 	if t.LagInterval < 0 {
-		errs = append(errs, &ConfigError{Field: "telemetry.lag_interval", Value: t.LagInterval.String(), Reason: "must be positive"})
+		errs = append(errs, &spillway.FieldError{Field: "telemetry.lag_interval", Value: t.LagInterval.String(), Reason: "must be positive"})
 	}
-	if t.LagThreshold < Off {
-		errs = append(errs, &ConfigError{Field: "telemetry.lag_threshold", Value: strconv.FormatInt(t.LagThreshold, 10), Reason: "must be zero or positive (-1 or 0: no threshold)"})
+	if t.LagThreshold < spillway.Off {
+		errs = append(errs, &spillway.FieldError{Field: "telemetry.lag_threshold", Value: strconv.FormatInt(t.LagThreshold, 10), Reason: "must be zero or positive (-1 or 0: no threshold)"})
 	}
 	return errs
 }

@@ -21,6 +21,7 @@ import (
 	wmw "github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	"go.uber.org/goleak"
 
+	"github.com/spillway-go/spillway"
 	"github.com/spillway-go/spillway/cost"
 	"github.com/spillway-go/spillway/retrygate"
 	"github.com/spillway-go/spillway/shedding"
@@ -538,7 +539,7 @@ func TestCloseCutsRetryBackoff(t *testing.T) {
 		cfg.Retry.Enabled = true
 		cfg.Retry.InitialInterval = 3 * time.Second
 		cfg.Retry.MaxInterval = 3 * time.Second
-		cfg.Retry.Jitter = retrygate.Off
+		cfg.Retry.Jitter = spillway.Off
 		r, err := New(cfg, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -595,7 +596,7 @@ func TestAutoSizeThroughRouter(t *testing.T) {
 			// queue; the tail guard (tested on its own in cost) would
 			// rightly cap the budget by it. This test is about what the
 			// sizer measures, so the guard is off.
-			TailShare: Off,
+			TailShare: spillway.Off,
 		}}
 		type resize struct{ from, to int64 }
 		var (

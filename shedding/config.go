@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/spillway-go/spillway"
 )
 
 // Config defaults. docs/shedding.md lists them too.
@@ -149,25 +151,13 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
-// FieldError is one invalid configuration value. The error returned by
-// [Config.Validate] joins one per problem; use errors.As to get at them.
-type FieldError struct {
-	Field  string // the YAML path inside the shedding section, e.g. priority.window
-	Value  string // the offending value as written
-	Reason string // what is wrong with it
-}
-
-func (e *FieldError) Error() string {
-	return "shedding: config: " + e.Field + ": " + e.Reason + ", got " + strconv.Quote(e.Value)
-}
-
 // Validate reports every invalid field of c, after defaults are applied (so
-// zero fields are fine). The error joins one [*FieldError] per problem.
+// zero fields are fine). The error joins one [*spillway.FieldError] per problem.
 func (c Config) Validate() error {
 	c.setDefaults()
 	var errs []error
 	bad := func(field, value, reason string) {
-		errs = append(errs, &FieldError{Field: field, Value: value, Reason: reason})
+		errs = append(errs, &spillway.FieldError{Field: field, Value: value, Reason: reason})
 	}
 	seen := make(map[string]int, len(c.Topics))
 	for i, t := range c.Topics {

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/spillway-go/spillway"
 )
 
 func TestConfigDefaults(t *testing.T) {
@@ -52,7 +54,7 @@ func TestConfigValidate(t *testing.T) {
 	}
 	got := map[string]string{}
 	for _, e := range unjoin(err) {
-		var fe *FieldError
+		var fe *spillway.FieldError
 		if !errors.As(e, &fe) {
 			t.Fatalf("not a FieldError: %v", e)
 		}
@@ -78,7 +80,7 @@ func TestConfigValidate(t *testing.T) {
 	if n := len(unjoin(err)); n != 2 {
 		t.Errorf("guard and coalescing without topics: %d errors, want 2: %v", n, err)
 	}
-	want1 := `shedding: config: priority.window: must be positive, got "-1s"`
+	want1 := `config: priority.window: must be positive, got "-1s"`
 	if err := (Config{Priority: PriorityConfig{Window: -time.Second}}).Validate(); err == nil || err.Error() != want1 {
 		t.Errorf("error = %v, want %s", err, want1)
 	}

@@ -12,7 +12,7 @@
 // A [Policy] does that, for an explicit allow-list of topics and nothing
 // else:
 //
-//   - Priority shedding: once the pressure signal ([Pressure], satisfied by
+//   - Priority shedding: once the pressure signal ([spillway.Pressure], satisfied by
 //     *middleware.VertexBudget) has reported pressure for a window (30 s by
 //     default) without a break, a message whose region priority is below a
 //     threshold is dropped before it waits for budget. Shedding stops as

@@ -36,8 +36,12 @@ func ExamplePolicy() {
 	if err != nil {
 		panic(err)
 	}
+	budget, err := middleware.NewVertexBudget(100_000)
+	if err != nil {
+		panic(err)
+	}
 	admission, _ := middleware.NewBudget(middleware.BudgetConfig{
-		Budget:  middleware.NewVertexBudget(100_000),
+		Budget:  budget,
 		Revoked: pol.Revoked(nil),
 	})
 	router, _ := message.NewRouter(message.RouterConfig{}, logger)
@@ -85,9 +89,12 @@ func ExamplePolicy() {
 // only the freshest data matters.
 func ExampleQueue() {
 	ctx := context.Background()
-	q := shedding.NewQueue(3, shedding.DropOldest, shedding.OnDrop(func(v string) {
+	q, err := shedding.NewQueue(3, shedding.DropOldest, shedding.OnDrop(func(v string) {
 		fmt.Println("dropped", v)
 	}))
+	if err != nil {
+		panic(err)
+	}
 	for _, v := range []string{"a", "b", "c", "d", "e"} {
 		_ = q.Push(ctx, v)
 	}
@@ -97,7 +104,10 @@ func ExampleQueue() {
 		fmt.Println("popped", v)
 	}
 
-	r := shedding.NewQueue[int](1, shedding.Reject)
+	r, err := shedding.NewQueue[int](1, shedding.Reject)
+	if err != nil {
+		panic(err)
+	}
 	fmt.Println(r.Push(ctx, 1), r.Push(ctx, 2))
 	// Output:
 	// dropped a
@@ -128,7 +138,7 @@ shedding:
 	c := cfg.Shedding.WithDefaults()
 	fmt.Println(c.Priority.Key, c.Priority.ShedBelow, c.VersionGuard.MaxEntities)
 	// Output:
-	// shedding: config: audit_topic: must not be a sheddable topic (it is topics[1]), got "sensor.telemetry"
-	// shedding: config: priority.window: must be positive, got "-5s"
+	// config: audit_topic: must not be a sheddable topic (it is topics[1]), got "sensor.telemetry"
+	// config: priority.window: must be positive, got "-5s"
 	// region_priority 2 100000
 }

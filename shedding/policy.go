@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/spillway-go/spillway"
 )
 
 // Metadata keys set on audit copies of dropped messages.
@@ -29,15 +31,6 @@ var ErrNoPressure = errors.New("shedding: priority shedding needs a pressure sig
 // ErrNoAuditPublisher is returned by [New] when Config.AuditTopic is set
 // but no publisher is given with [WithAuditPublisher].
 var ErrNoAuditPublisher = errors.New("shedding: audit_topic is set but no audit publisher was given")
-
-// Pressure is a sustained-pressure signal. SaturatedFor returns how long
-// the consumer has been under pressure without a break, or 0 when it is not
-// under pressure now. It must be cheap and safe for concurrent use: it is
-// called for messages of sheddable topics, from their goroutines.
-// *middleware.VertexBudget implements it; a consumer-lag signal can too.
-type Pressure interface {
-	SaturatedFor() time.Duration
-}
 
 // Reason says why a message was dropped.
 type Reason uint8
@@ -123,7 +116,7 @@ func WithTopicFunc(f func(msg *message.Message) string) Option {
 // handlers. Create it with [New].
 type Policy struct {
 	cfg      Config
-	pressure Pressure
+	pressure spillway.Pressure
 	audit    message.Publisher
 	onShed   func(*message.Message, string, Reason)
 	topicOf  func(*message.Message) string
@@ -147,7 +140,7 @@ type topicCounters struct {
 
 // New returns the policy for cfg. pressure may be nil only if there are no
 // sheddable topics or priority shedding is disabled.
-func New(cfg Config, pressure Pressure, opts ...Option) (*Policy, error) {
+func New(cfg Config, pressure spillway.Pressure, opts ...Option) (*Policy, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err

@@ -12,6 +12,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/spillway-go/spillway"
 	"github.com/spillway-go/spillway/middleware"
 	"github.com/spillway-go/spillway/shedding"
 )
@@ -30,7 +31,7 @@ type unit struct {
 	shed  []string // "topic/reason/uuid" from the OnShed hook
 }
 
-func newUnit(t *testing.T, cfg shedding.Config, p shedding.Pressure, admission message.HandlerMiddleware) *unit {
+func newUnit(t *testing.T, cfg shedding.Config, p spillway.Pressure, admission message.HandlerMiddleware) *unit {
 	t.Helper()
 	u := &unit{seen: &handled{}, audit: &auditLog{}}
 	pol, err := shedding.New(cfg, p,
@@ -188,7 +189,7 @@ func TestNewErrors(t *testing.T) {
 	if _, err := shedding.New(shedding.Config{Topics: []string{"v"}, AuditTopic: "a"}, &fakePressure{}); !errors.Is(err, shedding.ErrNoAuditPublisher) {
 		t.Errorf("no audit publisher: %v", err)
 	}
-	var fe *shedding.FieldError
+	var fe *spillway.FieldError
 	if _, err := shedding.New(shedding.Config{Topics: []string{""}}, &fakePressure{}); !errors.As(err, &fe) || fe.Field != "topics[0]" {
 		t.Errorf("invalid config: %v", err)
 	}
@@ -419,7 +420,7 @@ func TestRevokedComposition(t *testing.T) {
 			t.Fatal(err)
 		}
 		session := make(chan struct{}) // a Kafka session's Done channel
-		vb := middleware.NewVertexBudget(1)
+		vb := mustVertexBudget(1)
 		adm, err := middleware.NewBudget(middleware.BudgetConfig{
 			Budget: vb,
 			Revoked: pol.Revoked(func(m *message.Message) <-chan struct{} {
@@ -534,7 +535,7 @@ func TestSupersededAuditFailureNacks(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		vb := middleware.NewVertexBudget(1)
+		vb := mustVertexBudget(1)
 		adm, _ := middleware.NewBudget(middleware.BudgetConfig{Budget: vb, Revoked: pol.Revoked(nil)})
 		run := pol.Wrap(adm.Middleware)(func(*message.Message) ([]*message.Message, error) { return nil, nil })
 		hold, _ := vb.Acquire(context.Background(), 1)

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+
+	"github.com/spillway-go/spillway"
 )
 
 // ErrFull is returned by [Queue.Push] on a full queue whose overflow policy
@@ -80,15 +82,15 @@ type Queue[T any] struct {
 }
 
 // NewQueue returns an empty queue of capacity items with the given
-// overflow policy. It panics if capacity is not positive or overflow is not
-// one of the four policies: both are fixed properties of a pipeline, and
-// there is no unbounded queue.
-func NewQueue[T any](capacity int, overflow Overflow, opts ...QueueOption[T]) *Queue[T] {
+// overflow policy. It returns a [*spillway.FieldError] (matching
+// [spillway.ErrInvalidConfig]) if capacity is not positive (there is no
+// unbounded queue) or overflow is not one of the four policies.
+func NewQueue[T any](capacity int, overflow Overflow, opts ...QueueOption[T]) (*Queue[T], error) {
 	if capacity <= 0 {
-		panic("shedding: NewQueue: capacity must be positive")
+		return nil, &spillway.FieldError{Field: "capacity", Value: strconv.Itoa(capacity), Reason: "must be positive"}
 	}
 	if int(overflow) >= len(overflowNames) {
-		panic("shedding: NewQueue: unknown overflow policy " + overflow.String())
+		return nil, &spillway.FieldError{Field: "overflow", Value: overflow.String(), Reason: "must be Block, DropNewest, DropOldest or Reject"}
 	}
 	q := &Queue[T]{capacity: capacity, overflow: overflow, buf: make([]T, capacity)}
 	for _, o := range opts {
@@ -96,7 +98,7 @@ func NewQueue[T any](capacity int, overflow Overflow, opts ...QueueOption[T]) *Q
 			o(q)
 		}
 	}
-	return q
+	return q, nil
 }
 
 // Push appends item. On a full queue:

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/spillway-go/spillway"
 )
 
 func popAll[T any](t *testing.T, q *Queue[T]) []T {
@@ -49,7 +51,7 @@ func TestQueueOverflowPolicies(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.overflow.String(), func(t *testing.T) {
 			var dropped []int
-			q := NewQueue(3, c.overflow, OnDrop(func(v int) { dropped = append(dropped, v) }))
+			q := mustQueue(3, c.overflow, OnDrop(func(v int) { dropped = append(dropped, v) }))
 			errs := 0
 			for i := 1; i <= 5; i++ {
 				switch err := q.Push(ctx, i); {
@@ -83,7 +85,7 @@ func TestQueueOverflowPolicies(t *testing.T) {
 
 func TestQueueFillRatioAndWrap(t *testing.T) {
 	ctx := context.Background()
-	q := NewQueue[int](4, Reject)
+	q := mustQueue[int](4, Reject)
 	if q.Cap() != 4 || q.Overflow() != Reject {
 		t.Fatalf("Cap %d, Overflow %v", q.Cap(), q.Overflow())
 	}
@@ -115,7 +117,7 @@ func TestQueueFillRatioAndWrap(t *testing.T) {
 func TestQueueBlock(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		q := NewQueue[int](2, Block)
+		q := mustQueue[int](2, Block)
 		_ = q.Push(ctx, 1)
 		_ = q.Push(ctx, 2)
 
@@ -150,7 +152,7 @@ func TestQueueBlock(t *testing.T) {
 
 func TestQueueBlockCancel(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		q := NewQueue[string](1, Block)
+		q := mustQueue[string](1, Block)
 		_ = q.Push(context.Background(), "a")
 
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -195,7 +197,7 @@ func TestQueueBlockCancel(t *testing.T) {
 func TestQueueCancelHandsOnWakeup(t *testing.T) {
 	for range 20 { // the woken waiter's select picks either way
 		synctest.Test(t, func(t *testing.T) {
-			q := NewQueue[int](1, Block)
+			q := mustQueue[int](1, Block)
 			ctx, cancel := context.WithCancel(context.Background())
 			got := make(chan int, 2)
 			var wg sync.WaitGroup
@@ -231,7 +233,7 @@ func TestQueueCancelHandsOnWakeup(t *testing.T) {
 func TestQueueClose(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		q := NewQueue[int](1, Block)
+		q := mustQueue[int](1, Block)
 		_ = q.Push(ctx, 1)
 		pushErr := make(chan error)
 		go func() { pushErr <- q.Push(ctx, 2) }()
@@ -251,7 +253,7 @@ func TestQueueClose(t *testing.T) {
 			t.Fatalf("Pop on closed, empty queue = %v", err)
 		}
 		// A blocked Pop is released by Close.
-		q2 := NewQueue[int](1, DropOldest)
+		q2 := mustQueue[int](1, DropOldest)
 		popErr := make(chan error)
 		go func() { _, err := q2.Pop(ctx); popErr <- err }()
 		synctest.Wait()
@@ -262,19 +264,21 @@ func TestQueueClose(t *testing.T) {
 	})
 }
 
-func TestQueueConstructorPanics(t *testing.T) {
-	for name, f := range map[string]func(){
-		"zero capacity":    func() { NewQueue[int](0, Block) },
-		"unknown overflow": func() { NewQueue[int](1, Overflow(9)) },
+func TestQueueConstructorRejects(t *testing.T) {
+	for name, c := range map[string]struct {
+		capacity int
+		overflow Overflow
+		field    string
+	}{
+		"zero capacity":     {0, Block, "capacity"},
+		"negative capacity": {-1, Reject, "capacity"},
+		"unknown overflow":  {1, Overflow(9), "overflow"},
 	} {
-		func() {
-			defer func() {
-				if recover() == nil {
-					t.Errorf("%s: no panic", name)
-				}
-			}()
-			f()
-		}()
+		q, err := NewQueue[int](c.capacity, c.overflow)
+		var fe *spillway.FieldError
+		if q != nil || !errors.Is(err, spillway.ErrInvalidConfig) || !errors.As(err, &fe) || fe.Field != c.field {
+			t.Errorf("%s: NewQueue = %v, %v; want nil and a FieldError on %s", name, q, err, c.field)
+		}
 	}
 	if Overflow(9).String() != "Overflow(9)" {
 		t.Error(Overflow(9).String())
@@ -288,7 +292,7 @@ func TestQueueRace(t *testing.T) {
 	for _, overflow := range []Overflow{Block, DropNewest, DropOldest, Reject} {
 		t.Run(overflow.String(), func(t *testing.T) {
 			var droppedItems atomic.Int64
-			q := NewQueue(8, overflow, OnDrop(func(int) { droppedItems.Add(1) }))
+			q := mustQueue(8, overflow, OnDrop(func(int) { droppedItems.Add(1) }))
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			var pushed, rejected, popped atomic.Int64
@@ -350,4 +354,13 @@ func TestQueueRace(t *testing.T) {
 			}
 		})
 	}
+}
+
+// mustQueue is NewQueue for arguments the test knows are valid.
+func mustQueue[T any](capacity int, overflow Overflow, opts ...QueueOption[T]) *Queue[T] {
+	q, err := NewQueue(capacity, overflow, opts...)
+	if err != nil {
+		panic(err)
+	}
+	return q
 }

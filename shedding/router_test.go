@@ -44,7 +44,7 @@ func newRig(t *testing.T, cfg shedding.Config, sub message.Subscriber, topics ..
 		sub = ps
 	}
 	r := &rig{t: t, pubsub: ps, audit: &auditLog{}, seen: map[string]*handled{}, done: make(chan struct{})}
-	r.budget = middleware.NewVertexBudget(1)
+	r.budget = mustVertexBudget(1)
 	var err error
 	r.pol, err = shedding.New(cfg, r.budget, shedding.WithAuditPublisher(r.audit))
 	if err != nil {
@@ -366,4 +366,14 @@ func TestRouterVersionGuard(t *testing.T) {
 			t.Fatalf("stats %+v", st)
 		}
 	})
+}
+
+// mustVertexBudget is middleware.NewVertexBudget for capacities the test knows
+// are valid.
+func mustVertexBudget(capacity int64, opts ...middleware.Option) *middleware.VertexBudget {
+	b, err := middleware.NewVertexBudget(capacity, opts...)
+	if err != nil {
+		panic(err)
+	}
+	return b
 }

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/spillway-go/spillway"
 	"github.com/spillway-go/spillway/cost"
 )
 
@@ -263,14 +265,14 @@ func (c *AutoSizeConfig) setDefaults() {
 }
 
 // Validate reports the first invalid field of c after defaults are applied,
-// so zero fields are fine. The error wraps [ErrInvalidInput] and names the
-// field.
+// so zero fields are fine. The error is a [*spillway.FieldError] (matching
+// [spillway.ErrInvalidConfig]) naming the field in snake case.
 func (c AutoSizeConfig) Validate() error {
 	bad := func(field string, v any, want string) error {
-		return fmt.Errorf("%w: auto-sizer %s is %v, %s", ErrInvalidInput, field, v, want)
+		return &spillway.FieldError{Field: field, Value: fmt.Sprint(v), Reason: want}
 	}
 	if c.Budget == nil {
-		return fmt.Errorf("%w: auto-sizer budget is nil", ErrInvalidInput)
+		return bad("budget", "nil", "required")
 	}
 	c.setDefaults()
 	switch {
@@ -279,7 +281,7 @@ func (c AutoSizeConfig) Validate() error {
 	case !positiveFinite(c.Headroom) || c.Headroom > 1:
 		return bad("headroom", c.Headroom, "must be in (0, 1]")
 	case c.MemoryBound < 0:
-		return bad("memory bound", c.MemoryBound, "must not be negative")
+		return bad("memory_bound", c.MemoryBound, "must not be negative")
 	case c.Floor < 1:
 		return bad("floor", c.Floor, "must be positive")
 	case c.Ceiling < c.Floor:
@@ -291,20 +293,20 @@ func (c AutoSizeConfig) Validate() error {
 	case c.Windows < 1:
 		return bad("windows", c.Windows, "must be positive")
 	case c.MinWindows < 1:
-		return bad("min windows", c.MinWindows, "must be positive")
+		return bad("min_windows", c.MinWindows, "must be positive")
 	case c.MinBusy < 0:
-		return bad("min busy", c.MinBusy, "must not be negative")
+		return bad("min_busy", c.MinBusy, "must not be negative")
 	case !(c.Hysteresis < 1):
 		return bad("hysteresis", c.Hysteresis, "must be below 1")
 	case math.IsNaN(c.TailShare) || c.TailShare > 1:
-		return bad("tail share", c.TailShare, "must be at most 1")
+		return bad("tail_share", c.TailShare, "must be at most 1")
 	}
 	return nil
 }
 
 // NewAutoSizer validates cfg, fills in its defaults and returns a sizer. It
 // does not resize the budget until MinWindows windows were measured. Errors
-// wrap [ErrInvalidInput] and name the field.
+// are those of [AutoSizeConfig.Validate].
 func NewAutoSizer(cfg AutoSizeConfig) (*AutoSizer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err

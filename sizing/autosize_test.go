@@ -13,6 +13,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/spillway-go/spillway"
 	"github.com/spillway-go/spillway/cost"
 	"github.com/spillway-go/spillway/middleware"
 	"github.com/spillway-go/spillway/sizing"
@@ -126,7 +127,7 @@ func withPerVertex(s *stream, h message.HandlerFunc) message.HandlerFunc {
 func TestAutoSizerFollowsMixShift(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const window = time.Second
-		vb := middleware.NewVertexBudget(30_000)
+		vb := mustVertexBudget(30_000)
 		type resize struct {
 			at       time.Time
 			from, to int64
@@ -563,10 +564,10 @@ func TestNewAutoSizerValidates(t *testing.T) {
 		{"negative parallelism", sizing.AutoSizeConfig{Budget: fb, Deadline: time.Second, Parallelism: -2}},
 	}
 	for _, tt := range tests {
-		if _, err := sizing.NewAutoSizer(tt.cfg); !errors.Is(err, sizing.ErrInvalidInput) {
+		if _, err := sizing.NewAutoSizer(tt.cfg); !errors.Is(err, spillway.ErrInvalidConfig) {
 			t.Errorf("%s: error %v, want ErrInvalidInput", tt.name, err)
 		}
-		if err := tt.cfg.Validate(); !errors.Is(err, sizing.ErrInvalidInput) {
+		if err := tt.cfg.Validate(); !errors.Is(err, spillway.ErrInvalidConfig) {
 			t.Errorf("%s: Validate: %v, want ErrInvalidInput", tt.name, err)
 		}
 	}
@@ -577,4 +578,14 @@ func TestNewAutoSizerValidates(t *testing.T) {
 	if _, err := sizing.NewAutoSizer(minimal); err != nil {
 		t.Errorf("minimal config: %v", err)
 	}
+}
+
+// mustVertexBudget is middleware.NewVertexBudget for capacities the test knows
+// are valid.
+func mustVertexBudget(capacity int64, opts ...middleware.Option) *middleware.VertexBudget {
+	b, err := middleware.NewVertexBudget(capacity, opts...)
+	if err != nil {
+		panic(err)
+	}
+	return b
 }

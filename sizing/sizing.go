@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/spillway-go/spillway"
 )
 
 // Bound names one of the two limits on a vertex budget.
@@ -32,17 +34,11 @@ const DefaultHeadroom = 0.5
 // and [AutoSizeConfig.TailShare]).
 const DefaultTailShare = 0.75
 
-// Errors returned by [Recommend] and, for ErrInvalidInput, by
-// [NewAutoSizer] and [AutoSizeConfig.Validate].
-var (
-	// ErrInvalidInput: an input or auto-sizer setting is missing, out of
-	// range or not a number. The wrapping error names the field.
-	ErrInvalidInput = errors.New("sizing: invalid input")
-	// ErrInfeasible: the inputs are valid but a bound is below one vertex
-	// (the per-process memory cannot hold a single vertex, or nothing drains
-	// within the deadline). The wrapping error says which.
-	ErrInfeasible = errors.New("sizing: no budget fits")
-)
+// ErrInfeasible is returned by [Recommend] when the inputs are valid but a
+// bound is below one vertex (the per-process memory cannot hold a single
+// vertex, or nothing drains within the deadline). The wrapping error says
+// which.
+var ErrInfeasible = errors.New("sizing: no budget fits")
 
 // Inputs are what a vertex budget is computed from: two measurements
 // ([MeasureBytesPerVertex], [MeasureThroughput]) and three facts about the
@@ -139,7 +135,7 @@ func (in Inputs) withDefaults() (Inputs, error) {
 		in.TailShare = DefaultTailShare
 	}
 	bad := func(field string, v any, want string) error {
-		return fmt.Errorf("%w: %s is %v, %s", ErrInvalidInput, field, v, want)
+		return &spillway.FieldError{Field: field, Value: fmt.Sprint(v), Reason: want}
 	}
 	switch {
 	case in.MemoryBytes <= 0:
@@ -216,8 +212,8 @@ func floorInt64(f float64) int64 {
 //	deadline bound = VerticesPerSecond × Deadline × drain share
 //	budget         = min(memory bound, deadline bound)
 //
-// Invalid inputs fail with an error wrapping [ErrInvalidInput] that names
-// the field. If the prefetch leaves no memory for geometry or a bound is
+// Invalid inputs fail with a [*spillway.FieldError] (matching
+// [spillway.ErrInvalidConfig]) that names the field. If the prefetch leaves no memory for geometry or a bound is
 // below one vertex, the error wraps [ErrInfeasible] and the returned
 // Recommendation still carries the bounds and inputs, for display. Recommend
 // is a pure function.

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spillway-go/spillway"
 	"github.com/spillway-go/spillway/sizing"
 )
 
@@ -147,7 +148,7 @@ func TestRecommendRejectsBadInputs(t *testing.T) {
 		in := baseInputs()
 		tt.edit(&in)
 		_, err := sizing.Recommend(in)
-		if !errors.Is(err, sizing.ErrInvalidInput) {
+		if !errors.Is(err, spillway.ErrInvalidConfig) {
 			t.Errorf("%s: error %v, want ErrInvalidInput", tt.field, err)
 			continue
 		}

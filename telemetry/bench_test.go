@@ -100,7 +100,7 @@ func runStack(b *testing.B, s benchStack, decode bool) {
 	}
 	if s.budget {
 		admission, err := middleware.NewBudget(middleware.BudgetConfig{
-			Budget:      middleware.NewVertexBudget(1 << 40),
+			Budget:      mustVertexBudget(1 << 40),
 			OnAdmission: onAdmission,
 		})
 		if err != nil {
@@ -176,7 +176,7 @@ func BenchmarkMiddlewareChain(b *testing.B) {
 		{"budget+otel-sdk", sdkTP, sdkMP},
 	} {
 		b.Run("stack="+c.name, func(b *testing.B) {
-			cfg := middleware.BudgetConfig{Budget: middleware.NewVertexBudget(1 << 40)}
+			cfg := middleware.BudgetConfig{Budget: mustVertexBudget(1 << 40)}
 			var wrap []message.HandlerMiddleware
 			if c.tp != nil {
 				opts := []telemetry.Option{telemetry.WithTracerProvider(c.tp()), telemetry.WithMeterProvider(c.mp()),

@@ -34,8 +34,12 @@ func Example() {
 	logger := watermill.NopLogger{}
 	pubSub := gochannel.NewGoChannel(gochannel.Config{Persistent: true}, logger)
 	router, _ := message.NewRouter(message.RouterConfig{}, logger)
+	budget, err := middleware.NewVertexBudget(10_000)
+	if err != nil {
+		panic(err)
+	}
 	admission, _ := middleware.NewBudget(middleware.BudgetConfig{
-		Budget:      middleware.NewVertexBudget(10_000),
+		Budget:      budget,
 		OnAdmission: telemetry.RecordAdmission,
 	})
 	// Tracing is the outermost middleware.

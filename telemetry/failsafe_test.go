@@ -57,7 +57,7 @@ func TestTelemetryNeverFailsAMessage(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			budget := middleware.NewVertexBudget(100)
+			budget := mustVertexBudget(100)
 			admission, _ := middleware.NewBudget(middleware.BudgetConfig{Budget: budget, OnAdmission: metrics.OnAdmission})
 			r := startMemoryRouter(t, "t", func(msg *message.Message) error {
 				if _, again := calls.LoadOrStore(msg.UUID, true); again {

@@ -227,7 +227,7 @@ func TestMetricsBudgetGauges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := middleware.NewVertexBudget(1000)
+	b := mustVertexBudget(1000)
 	unregister, err := m.ObserveBudget("geo", b)
 	if err != nil {
 		t.Fatal(err)

@@ -36,7 +36,7 @@ func TestPrometheusEndpoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	budget := middleware.NewVertexBudget(1000)
+	budget := mustVertexBudget(1000)
 	if _, err := m.ObserveBudget("geo", budget); err != nil {
 		t.Fatal(err)
 	}
@@ -124,4 +124,14 @@ func TestPrometheusEndpoint(t *testing.T) {
 		sort.Strings(list)
 		t.Logf("exposed:\n%s", strings.Join(list, "\n"))
 	}
+}
+
+// mustVertexBudget is middleware.NewVertexBudget for capacities the test knows
+// are valid.
+func mustVertexBudget(capacity int64, opts ...middleware.Option) *middleware.VertexBudget {
+	b, err := middleware.NewVertexBudget(capacity, opts...)
+	if err != nil {
+		panic(err)
+	}
+	return b
 }

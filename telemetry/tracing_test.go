@@ -70,7 +70,7 @@ func newFullStack(t *testing.T, capacity int64, handler message.NoPublishHandler
 	}
 	tracing := telemetry.NewTracing(telemetry.WithTracerProvider(tp), telemetry.WithPropagator(prop),
 		telemetry.WithMessagingSystem(telemetry.SystemGoChannel), telemetry.WithConsumerGroup("workers"))
-	budget := middleware.NewVertexBudget(capacity)
+	budget := mustVertexBudget(capacity)
 	admission, err := middleware.NewBudget(middleware.BudgetConfig{Budget: budget, OnAdmission: metrics.OnAdmission})
 	if err != nil {
 		t.Fatal(err)

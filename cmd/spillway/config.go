@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/spillway-go/spillway"
 	"github.com/spillway-go/spillway/router"
 )
 
@@ -97,7 +98,7 @@ var indexSuffix = regexp.MustCompile(`\[\d+\]$`)
 // configProblems rewrites the errors of router.LoadConfigSources as one
 // line each, "field (source): reason, got value", the source looked up in
 // src when the error does not carry one. Errors that are not
-// router.ConfigErrors (an unreadable file, bad YAML) keep their text.
+// spillway.FieldErrors (an unreadable file, bad YAML) keep their text.
 func configProblems(err error, src map[string]string) error {
 	list := []error{err}
 	if j, ok := err.(interface{ Unwrap() []error }); ok {
@@ -105,7 +106,7 @@ func configProblems(err error, src map[string]string) error {
 	}
 	lines := make([]string, 0, len(list))
 	for _, e := range list {
-		var ce *router.ConfigError
+		var ce *spillway.FieldError
 		if !errors.As(e, &ce) {
 			lines = append(lines, strings.TrimPrefix(e.Error(), "router: config: "))
 			continue

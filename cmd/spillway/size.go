@@ -16,6 +16,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/spillway-go/spillway"
 	"github.com/spillway-go/spillway/internal/refwork"
 	"github.com/spillway-go/spillway/sizing"
 )
@@ -261,7 +262,7 @@ func runSize(ctx context.Context, e *env, o *sizeOptions, progressSet bool) erro
 		TailShare:         o.tailShare,
 	})
 	if err != nil {
-		if errors.Is(err, sizing.ErrInvalidInput) || errors.Is(err, sizing.ErrInfeasible) {
+		if errors.Is(err, spillway.ErrInvalidConfig) || errors.Is(err, sizing.ErrInfeasible) {
 			return inputError{err}
 		}
 		return err

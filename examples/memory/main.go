@@ -61,7 +61,10 @@ func run(data string, budgetVertices int64, passes, rate, pings int) error {
 	pubSub := gochannel.NewGoChannel(gochannel.Config{Persistent: true}, logger)
 	publisher := cost.NewStampingPublisher(pubSub)
 
-	budget := middleware.NewVertexBudget(budgetVertices)
+	budget, err := middleware.NewVertexBudget(budgetVertices)
+	if err != nil {
+		return err
+	}
 	var st stats
 	admission, err := middleware.NewBudget(middleware.BudgetConfig{
 		Budget: budget,

@@ -94,7 +94,10 @@ func run(data string, budgetVertices int64, passes, consumers, rate, pings int, 
 	if err != nil {
 		return err
 	}
-	budget := middleware.NewVertexBudget(budgetVertices)
+	budget, err := middleware.NewVertexBudget(budgetVertices)
+	if err != nil {
+		return err
+	}
 	bc := middleware.BudgetConfig{Budget: budget}
 	var outer []message.HandlerMiddleware // telemetry, outermost first
 	if metricsAddr != "" {

@@ -34,7 +34,10 @@ func TestMetricsEndpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sub.Close()
-	budget := middleware.NewVertexBudget(4321)
+	budget, err := middleware.NewVertexBudget(4321)
+	if err != nil {
+		t.Fatal(err)
+	}
 	in, err := instrument(ms.provider, budget, sub, time.Hour)
 	if err != nil {
 		t.Fatal(err)

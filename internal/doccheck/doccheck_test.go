@@ -420,7 +420,7 @@ func TestCheckerCatches(t *testing.T) {
 	doc := strings.Join([]string{
 		"# Example", // 1
 		"```go",     // 2
-		"budget := middleware.NewVertexBudget(10)", // 3: unused: tolerated
+		"budget, err := middleware.NewVertexBudget(10)", // 3: unused: tolerated
 		"_ = time.Second",                          // 4
 		"```",                                      // 5
 		"```go",                                    // 6

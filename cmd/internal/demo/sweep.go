@@ -288,11 +288,13 @@ func medianRun(rs []SweepRun, deadline time.Duration) SweepRun {
 // capacity b (auto-sized when acfg is set), then run on its own goroutine.
 func runSweep(ctx context.Context, msgs []sweepMsg, passes int, o SweepOptions, b int64, acfg *sizing.AutoSizeConfig) SweepRun {
 	runtime.GC()
-	budget := middleware.NewVertexBudget(b)
+	budget, err := middleware.NewVertexBudget(b)
+	if err != nil {
+		panic(err) // the callers size b from positive measurements
+	}
 	var sizer *sizing.AutoSizer
 	if acfg != nil {
 		acfg.Budget = budget
-		var err error
 		if sizer, err = sizing.NewAutoSizer(*acfg); err != nil {
 			panic(err) // the configuration is built above
 		}
