@@ -45,7 +45,7 @@ const (
 // kafka section (SPILLWAY_KAFKA_<env>).
 //
 // Config holds secrets (kafka.tls.key_pem, kafka.sasl.password) as
-// [Secret]s, which never print.
+// [spillway.Secret]s, which never print.
 type Config struct {
 	// Brokers lists bootstrap brokers as host:port. The single entry
 	// [Embedded] starts an in-process broker on loopback; it needs the
@@ -149,7 +149,7 @@ type TLSConfig struct {
 	// KeyFile is the PEM private key of CertFile.
 	KeyFile string `yaml:"key_file" env:"KEY_FILE"`
 	// KeyPEM is the client private key inline, instead of KeyFile. Secret.
-	KeyPEM Secret `yaml:"key_pem" env:"KEY_PEM"`
+	KeyPEM spillway.Secret `yaml:"key_pem" env:"KEY_PEM"`
 	// ServerName overrides the name checked against the broker certificate.
 	ServerName string `yaml:"server_name" env:"SERVER_NAME"`
 	// InsecureSkipVerify disables certificate verification. Tests only.
@@ -163,32 +163,8 @@ type SASLConfig struct {
 	// User is the SASL user name.
 	User string `yaml:"user" env:"USER"`
 	// Password is the SASL password. Secret.
-	Password Secret `yaml:"password" env:"PASSWORD"`
+	Password spillway.Secret `yaml:"password" env:"PASSWORD"`
 }
-
-// Secret is a string that never prints: String, GoString, YAML and text
-// marshalling all give "[redacted]" when it is set (and "" when it is not).
-// Convert it with string(s) where the value is really needed.
-type Secret string
-
-const redacted = "[redacted]"
-
-// String returns "[redacted]", or "" for an empty secret.
-func (s Secret) String() string {
-	if s == "" {
-		return ""
-	}
-	return redacted
-}
-
-// GoString is String, for %#v.
-func (s Secret) GoString() string { return strconv.Quote(s.String()) }
-
-// MarshalYAML writes the redacted form.
-func (s Secret) MarshalYAML() (any, error) { return s.String(), nil }
-
-// MarshalText writes the redacted form (encoding/json uses it too).
-func (s Secret) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
 
 // batchLimit is MaxMessageBytes plus the batch headroom, 0 when unset.
 func (c Config) batchLimit() int32 {

@@ -13,7 +13,6 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/spillway-go/spillway"
-	"github.com/spillway-go/spillway/kafkabroker"
 )
 
 // LoadConfig reads the YAML file at path (skipped when path is ""), then
@@ -134,10 +133,10 @@ func leaves() []leaf {
 	return out
 }
 
-// isSecret reports whether t is one of the redacted string types:
-// spillway.Secret (redis.password) or kafkabroker's.
+// isSecret reports whether t is the redacted string type, spillway.Secret
+// (kafka.sasl.password, kafka.tls.key_pem, redis.password).
 func isSecret(t reflect.Type) bool {
-	return t == reflect.TypeOf(spillway.Secret("")) || t == reflect.TypeOf(kafkabroker.Secret(""))
+	return t == reflect.TypeOf(spillway.Secret(""))
 }
 
 func yamlName(f reflect.StructField) string { return strings.Split(f.Tag.Get("yaml"), ",")[0] }

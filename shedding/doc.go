@@ -40,10 +40,6 @@
 //	})
 //	router.AddMiddleware(pol.Wrap(admission.Middleware))
 //
-// [Queue] is a bounded FIFO for buffering between in-process stages, with
-// an overflow policy chosen at construction: block, drop newest, drop
-// oldest or reject.
-//
 // docs/shedding.md explains when to drop, block or buffer, why the topic
 // list is explicit, and what to alert on.
 package shedding

@@ -85,40 +85,6 @@ func ExamplePolicy() {
 	// shed: 1
 }
 
-// A bounded queue that drops its oldest item when full, for a stage where
-// only the freshest data matters.
-func ExampleQueue() {
-	ctx := context.Background()
-	q, err := shedding.NewQueue(3, shedding.DropOldest, shedding.OnDrop(func(v string) {
-		fmt.Println("dropped", v)
-	}))
-	if err != nil {
-		panic(err)
-	}
-	for _, v := range []string{"a", "b", "c", "d", "e"} {
-		_ = q.Push(ctx, v)
-	}
-	fmt.Printf("len %d of %d, fill %.2f, dropped %d\n", q.Len(), q.Cap(), q.FillRatio(), q.Dropped())
-	for q.Len() > 0 {
-		v, _ := q.Pop(ctx)
-		fmt.Println("popped", v)
-	}
-
-	r, err := shedding.NewQueue[int](1, shedding.Reject)
-	if err != nil {
-		panic(err)
-	}
-	fmt.Println(r.Push(ctx, 1), r.Push(ctx, 2))
-	// Output:
-	// dropped a
-	// dropped b
-	// len 3 of 3, fill 1.00, dropped 2
-	// popped c
-	// popped d
-	// popped e
-	// <nil> shedding: queue full
-}
-
 // The policy is loaded as a section of a YAML configuration; Validate
 // names every bad field and its value.
 func ExampleConfig_Validate() {

@@ -421,36 +421,36 @@ func TestCheckerCatches(t *testing.T) {
 		"# Example", // 1
 		"```go",     // 2
 		"budget, err := middleware.NewVertexBudget(10)", // 3: unused: tolerated
-		"_ = time.Second",                          // 4
-		"```",                                      // 5
-		"```go",                                    // 6
-		"func f(ctx context.Context) error {",      // 7
-		"\treturn ctx.Err()",                       // 8
-		"}",                                        // 9
-		"```",                                      // 10
-		"```go",                                    // 11
-		"package main",                             // 12
-		"import \"fmt\"",                           // 13
-		"func main() { fmt.Println() }",            // 14
-		"```",                                      // 15
-		"```go",                                    // 16
-		"import \"strings\"",                       // 17
-		"var b strings.Builder",                    // 18
-		"b.WriteString(\"x\")",                     // 19
-		"```",                                      // 20
-		"```go-pseudo",                             // 21
-		"this is not Go",                           // 22
-		"```",                                      // 23
-		"```go",                                    // 24
-		"ok := true",                               // 25
-		"budget := cost.NoSuchThing(ok)",           // 26: does not compile
-		"```",                                      // 27
-		"```go",                                    // 28
-		"return undeclared",                        // 29: does not compile
-		"```",                                      // 30
-		"```go",                                    // 31
-		"func g() int { return \"x\" }",            // 32: does not compile
-		"```",                                      // 33
+		"_ = time.Second",                     // 4
+		"```",                                 // 5
+		"```go",                               // 6
+		"func f(ctx context.Context) error {", // 7
+		"\treturn ctx.Err()",                  // 8
+		"}",                                   // 9
+		"```",                                 // 10
+		"```go",                               // 11
+		"package main",                        // 12
+		"import \"fmt\"",                      // 13
+		"func main() { fmt.Println() }",       // 14
+		"```",                                 // 15
+		"```go",                               // 16
+		"import \"strings\"",                  // 17
+		"var b strings.Builder",               // 18
+		"b.WriteString(\"x\")",                // 19
+		"```",                                 // 20
+		"```go-pseudo",                        // 21
+		"this is not Go",                      // 22
+		"```",                                 // 23
+		"```go",                               // 24
+		"ok := true",                          // 25
+		"budget := cost.NoSuchThing(ok)",      // 26: does not compile
+		"```",                                 // 27
+		"```go",                               // 28
+		"return undeclared",                   // 29: does not compile
+		"```",                                 // 30
+		"```go",                               // 31
+		"func g() int { return \"x\" }",       // 32: does not compile
+		"```",                                 // 33
 	}, "\n") + "\n"
 	snippets, err := extract("docs/example.md", strings.NewReader(doc))
 	if err != nil {
