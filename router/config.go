@@ -220,12 +220,6 @@ type RetryConfig struct {
 // backpressure; docs/kafka.md explains each one.
 type KafkaConfig = kafkabroker.Config
 
-// TLSConfig is the kafka.tls section ([kafkabroker.TLSConfig]).
-type TLSConfig = kafkabroker.TLSConfig
-
-// SASLConfig is the kafka.sasl section ([kafkabroker.SASLConfig]).
-type SASLConfig = kafkabroker.SASLConfig
-
 // RedisConfig is the redis section: [redisbroker.Config], whose yaml and
 // env tags are the section's keys (redis.max_idle_time,
 // SPILLWAY_REDIS_MAX_IDLE_TIME). Zero fields take redisbroker's defaults;
@@ -243,13 +237,6 @@ type SASLConfig = kafkabroker.SASLConfig
 // a client; "embedded" runs an in-process miniredis (demos only).
 // redis.password is a [spillway.Secret].
 type RedisConfig = redisbroker.Config
-
-// RedisTLSConfig is the redis.tls section ([redisbroker.TLSConfig]).
-type RedisTLSConfig = redisbroker.TLSConfig
-
-// RedisKeepAliveConfig is the redis.keep_alive section
-// ([redisbroker.KeepAliveConfig]).
-type RedisKeepAliveConfig = redisbroker.KeepAliveConfig
 
 // redacted is what a secret prints as.
 const redacted = "[redacted]"

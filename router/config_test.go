@@ -68,7 +68,7 @@ func TestDefaults(t *testing.T) {
 	want.Redis = RedisConfig{
 		ConsumerGroup: "spillway", Consumers: 4, BlockTime: 500 * time.Millisecond, ClaimInterval: 5 * time.Second,
 		MaxIdleTime: 30 * time.Second, NackResendSleep: 100 * time.Millisecond,
-		KeepAlive:       RedisKeepAliveConfig{Interval: 10 * time.Second, MaxInFlight: 5 * time.Minute},
+		KeepAlive:       redisbroker.KeepAliveConfig{Interval: 10 * time.Second, MaxInFlight: 5 * time.Minute},
 		DeadLetterTopic: "spillway.deadletter",
 	}
 	want.Telemetry = TelemetryConfig{Name: "spillway", LagInterval: 10 * time.Second}
@@ -132,16 +132,16 @@ func TestValidateNamesFieldAndValue(t *testing.T) {
 		{"heartbeat vs session", kafka(func(k *KafkaConfig) { k.HeartbeatInterval = 20 * time.Second }), "kafka.heartbeat_interval", "20s"},
 		{"initial offset", kafka(func(k *KafkaConfig) { k.InitialOffset = "earliest" }), "kafka.initial_offset", "earliest"},
 		{"nack sleep", kafka(func(k *KafkaConfig) { k.NackResendSleep = -time.Second }), "kafka.nack_resend_sleep", "-1s"},
-		{"tls cert without key", kafka(func(k *KafkaConfig) { k.TLS = TLSConfig{Enabled: true, CertFile: "c.pem"} }), "kafka.tls.cert_file", "c.pem"},
-		{"tls key without cert", kafka(func(k *KafkaConfig) { k.TLS = TLSConfig{Enabled: true, KeyFile: "k.pem"} }), "kafka.tls.key_file", "k.pem"},
+		{"tls cert without key", kafka(func(k *KafkaConfig) { k.TLS = kafkabroker.TLSConfig{Enabled: true, CertFile: "c.pem"} }), "kafka.tls.cert_file", "c.pem"},
+		{"tls key without cert", kafka(func(k *KafkaConfig) { k.TLS = kafkabroker.TLSConfig{Enabled: true, KeyFile: "k.pem"} }), "kafka.tls.key_file", "k.pem"},
 		{"tls two keys", kafka(func(k *KafkaConfig) {
-			k.TLS = TLSConfig{Enabled: true, CertFile: "c.pem", KeyFile: "k.pem", KeyPEM: "-----BEGIN PRIVATE KEY-----"}
+			k.TLS = kafkabroker.TLSConfig{Enabled: true, CertFile: "c.pem", KeyFile: "k.pem", KeyPEM: "-----BEGIN PRIVATE KEY-----"}
 		}), "kafka.tls.key_pem", "[redacted]"},
-		{"tls disabled", kafka(func(k *KafkaConfig) { k.TLS = TLSConfig{CAFile: "ca.pem"} }), "kafka.tls.enabled", "false"},
-		{"sasl mechanism", kafka(func(k *KafkaConfig) { k.SASL = SASLConfig{Mechanism: "GSSAPI", User: "u", Password: "p"} }), "kafka.sasl.mechanism", "GSSAPI"},
-		{"sasl user", kafka(func(k *KafkaConfig) { k.SASL = SASLConfig{Mechanism: "PLAIN", Password: "hunter2"} }), "kafka.sasl.user", ""},
-		{"sasl password", kafka(func(k *KafkaConfig) { k.SASL = SASLConfig{Mechanism: "SCRAM-SHA-512", User: "u"} }), "kafka.sasl.password", ""},
-		{"sasl without mechanism", kafka(func(k *KafkaConfig) { k.SASL = SASLConfig{User: "u", Password: "hunter2"} }), "kafka.sasl.mechanism", ""},
+		{"tls disabled", kafka(func(k *KafkaConfig) { k.TLS = kafkabroker.TLSConfig{CAFile: "ca.pem"} }), "kafka.tls.enabled", "false"},
+		{"sasl mechanism", kafka(func(k *KafkaConfig) { k.SASL = kafkabroker.SASLConfig{Mechanism: "GSSAPI", User: "u", Password: "p"} }), "kafka.sasl.mechanism", "GSSAPI"},
+		{"sasl user", kafka(func(k *KafkaConfig) { k.SASL = kafkabroker.SASLConfig{Mechanism: "PLAIN", Password: "hunter2"} }), "kafka.sasl.user", ""},
+		{"sasl password", kafka(func(k *KafkaConfig) { k.SASL = kafkabroker.SASLConfig{Mechanism: "SCRAM-SHA-512", User: "u"} }), "kafka.sasl.password", ""},
+		{"sasl without mechanism", kafka(func(k *KafkaConfig) { k.SASL = kafkabroker.SASLConfig{User: "u", Password: "hunter2"} }), "kafka.sasl.mechanism", ""},
 
 		{"shedding window", withShedding(func(c *shedding.Config) { c.Priority.Window = -time.Second }), "shedding.priority.window", "-1s"},
 		{"shedding duplicate topic", withShedding(func(c *shedding.Config) { c.Topics = []string{"p", "p"} }), "shedding.topics[1]", "p"},
@@ -485,8 +485,8 @@ func TestLoadConfigErrors(t *testing.T) {
 
 func TestSecretsRedacted(t *testing.T) {
 	c := Config{Broker: BrokerKafka}
-	c.Kafka.SASL = SASLConfig{Mechanism: "PLAIN", User: "svc", Password: "hunter2"}
-	c.Kafka.TLS = TLSConfig{Enabled: true, CertFile: "c.pem", KeyPEM: "-----BEGIN PRIVATE KEY-----xyz"}
+	c.Kafka.SASL = kafkabroker.SASLConfig{Mechanism: "PLAIN", User: "svc", Password: "hunter2"}
+	c.Kafka.TLS = kafkabroker.TLSConfig{Enabled: true, CertFile: "c.pem", KeyPEM: "-----BEGIN PRIVATE KEY-----xyz"}
 	c.Redis.Password = "redis-pass"
 	for _, s := range []string{c.String(), fmt.Sprint(c), fmt.Sprintf("%+v", c), fmt.Sprintf("%#v", c),
 		fmt.Sprintf("%v", c.Kafka), fmt.Sprintf("%+v", c.Kafka.SASL), fmt.Sprintf("%#v", c.Kafka.TLS)} {
@@ -554,7 +554,7 @@ func TestNewRejects(t *testing.T) {
 	}
 	c := Config{Broker: BrokerKafka}
 	c.Kafka.Brokers = []string{"127.0.0.1:1"}
-	c.Kafka.TLS = TLSConfig{Enabled: true, CAFile: filepath.Join(t.TempDir(), "missing.pem")}
+	c.Kafka.TLS = kafkabroker.TLSConfig{Enabled: true, CAFile: filepath.Join(t.TempDir(), "missing.pem")}
 	_, err := New(c, nil)
 	var ce *spillway.FieldError
 	if !errors.As(err, &ce) || ce.Field != "kafka.tls.ca_file" {
@@ -602,7 +602,7 @@ telemetry:
 	}
 
 	bad := Config{Broker: BrokerRedis}
-	bad.Redis = RedisConfig{Addr: "nohost", Consumers: 2000, MaxIdleTime: 3 * time.Second, KeepAlive: RedisKeepAliveConfig{Interval: 5 * time.Second}}
+	bad.Redis = RedisConfig{Addr: "nohost", Consumers: 2000, MaxIdleTime: 3 * time.Second, KeepAlive: redisbroker.KeepAliveConfig{Interval: 5 * time.Second}}
 	bad.Redis.MaxLen = map[string]int64{"x": -1}
 	fields := map[string]bool{}
 	for _, e := range bad.Validate().(interface{ Unwrap() []error }).Unwrap() {

@@ -34,11 +34,6 @@ import (
 	"github.com/spillway-go/spillway/telemetry/kafkatel"
 )
 
-// ErrNotSupported is returned by [New] for a broker that Config accepts but
-// this version cannot run. Every broker Validate accepts (memory, kafka,
-// redis) is supported now; it is kept for callers that check for it.
-var ErrNotSupported = errors.New("router: broker not supported yet")
-
 // Option customises a [Router] beyond its Config: things that are code,
 // not configuration.
 type Option func(*options)
@@ -235,7 +230,8 @@ func newRouter(cfg Config, logger watermill.LoggerAdapter, o options, ctl contro
 	case BrokerCustom:
 		r.back = &customBackend{b: *o.custom}
 	default:
-		return nil, fmt.Errorf("%w: %s (see docs/router.md)", ErrNotSupported, cfg.Broker)
+		// Validate rejects any other broker name before this point.
+		return nil, fmt.Errorf("router: unknown broker %q", cfg.Broker)
 	}
 	if err != nil {
 		return nil, err

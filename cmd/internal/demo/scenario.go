@@ -317,9 +317,6 @@ func checkRedis() error {
 	cfg.Redis.Addr = "embedded"
 	r, err := router.New(cfg, nil)
 	if err != nil {
-		if errors.Is(err, router.ErrNotSupported) {
-			return fmt.Errorf("%w (router.New: %v); run it with --broker kafka", ErrRedisNotSupported, err)
-		}
 		return fmt.Errorf("%w: router.New: %v", ErrRedisNotSupported, err)
 	}
 	return r.Close()
