@@ -49,6 +49,7 @@ import (
 
 	"github.com/spillway-go/spillway/cost"
 	_ "github.com/spillway-go/spillway/embedded" // kafka.brokers / redis.addr "embedded"
+	"github.com/spillway-go/spillway/examples/geo"
 	"github.com/spillway-go/spillway/router"
 )
 
@@ -263,19 +264,19 @@ type streamMessage struct {
 	vertices int
 }
 
-// loadGeometry reads the features in data (see loadFeatures) as GeoJSON,
+// loadGeometry reads the features in data (see geo.Load) as GeoJSON,
 // and decodes every polygon among them, to assemble heavy multipolygons
 // from.
-func loadGeometry(data string) ([]feature, []*geom.Polygon, error) {
-	features, err := loadFeatures(data)
+func loadGeometry(data string) ([]geo.Feature, []*geom.Polygon, error) {
+	features, err := geo.Load(data)
 	if err != nil {
 		return nil, nil, err
 	}
 	var polygons []*geom.Polygon
 	for _, f := range features {
-		g, err := cost.Decode(f.geometry)
+		g, err := cost.Decode(f.Geometry)
 		if err != nil {
-			return nil, nil, fmt.Errorf("feature %s: %w", f.id, err)
+			return nil, nil, fmt.Errorf("feature %s: %w", f.ID, err)
 		}
 		switch g := g.(type) {
 		case *geom.Polygon:
@@ -308,7 +309,7 @@ func assemble(polygons []*geom.Polygon, start, minVertices int) *geom.MultiPolyg
 
 // buildStream mixes pings, real polygons and heavy multipolygons in a
 // random but reproducible order.
-func buildStream(s settings, features []feature, polygons []*geom.Polygon) ([]streamMessage, error) {
+func buildStream(s settings, features []geo.Feature, polygons []*geom.Polygon) ([]streamMessage, error) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	var out []streamMessage
 	for i := range s.pings {
@@ -318,7 +319,7 @@ func buildStream(s settings, features []feature, polygons []*geom.Polygon) ([]st
 	}
 	for range s.polygons {
 		f := features[rng.IntN(len(features))]
-		out = append(out, streamMessage{key: "feature-" + f.id, kind: "polygon", payload: f.geometry, vertices: f.vertices})
+		out = append(out, streamMessage{key: "feature-" + f.ID, kind: "polygon", payload: f.Geometry, vertices: f.Vertices})
 	}
 	for i := range s.heavies {
 		mp := assemble(polygons, rng.IntN(len(polygons)), s.heavyVertices)
@@ -357,7 +358,7 @@ func timeOne(payload []byte, passes int) time.Duration {
 	best := time.Duration(1<<63 - 1)
 	for range 3 {
 		start := time.Now()
-		if _, err := work(payload, passes); err != nil {
+		if _, err := geo.Work(payload, passes); err != nil {
 			panic(err)
 		}
 		best = min(best, time.Since(start))
@@ -388,7 +389,7 @@ func newDemo(r *router.Router, passes, total int) *demo {
 func (d *demo) handle(msg *message.Message) error {
 	// The reference handler: decode, then area, centroid and convex hull
 	// (go-geom's xy package), d.passes times.
-	if _, err := work(msg.Payload, d.passes); err != nil {
+	if _, err := geo.Work(msg.Payload, d.passes); err != nil {
 		return fmt.Errorf("processing %s: %w", msg.UUID, err)
 	}
 	n, _ := cost.ParseCount(msg.Metadata.Get(cost.MetadataKey), len(msg.Payload))

@@ -27,6 +27,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 
 	"github.com/spillway-go/spillway/cost"
+	"github.com/spillway-go/spillway/examples/geo"
 	"github.com/spillway-go/spillway/middleware"
 )
 
@@ -52,7 +53,7 @@ type stats struct {
 }
 
 func run(data string, budgetVertices int64, passes, rate, pings int) error {
-	features, err := loadFeatures(data)
+	features, err := geo.Load(data)
 	if err != nil {
 		return err
 	}
@@ -83,7 +84,7 @@ func run(data string, budgetVertices int64, passes, rate, pings int) error {
 	}
 	router.AddMiddleware(admission.Middleware)
 	router.AddConsumerHandler("geometry", "geometry", pubSub, func(msg *message.Message) error {
-		if _, err := work(msg.Payload, passes); err != nil {
+		if _, err := geo.Work(msg.Payload, passes); err != nil {
 			return err
 		}
 		n, _ := strconv.ParseInt(msg.Metadata.Get(cost.MetadataKey), 10, 64)
@@ -102,7 +103,7 @@ func run(data string, budgetVertices int64, passes, rate, pings int) error {
 	total := len(features) * (1 + pings)
 	var totalVertices int64
 	for _, f := range features {
-		totalVertices += int64(f.vertices + pings)
+		totalVertices += int64(f.Vertices + pings)
 	}
 	fmt.Printf("streaming %d messages (%d polygons, %d pings; %d vertices) through a %d-vertex budget\n",
 		total, len(features), len(features)*pings, totalVertices, budgetVertices)
@@ -114,7 +115,7 @@ func run(data string, budgetVertices int64, passes, rate, pings int) error {
 			tick = t.C
 		}
 		for i, f := range features {
-			msgs := []*message.Message{message.NewMessage("poly-"+f.id+"-"+strconv.Itoa(i), message.Payload(f.geometry))}
+			msgs := []*message.Message{message.NewMessage("poly-"+f.ID+"-"+strconv.Itoa(i), message.Payload(f.Geometry))}
 			for p := range pings {
 				pt, _ := json.Marshal(map[string]any{"type": "Point", "coordinates": []float64{rng.Float64()*360 - 180, rng.Float64()*180 - 90}})
 				msgs = append(msgs, message.NewMessage(fmt.Sprintf("ping-%d-%d", i, p), pt))

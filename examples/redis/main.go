@@ -35,6 +35,7 @@ import (
 	"github.com/spillway-go/spillway"
 	"github.com/spillway-go/spillway/cost"
 	_ "github.com/spillway-go/spillway/embedded" // kafka.brokers / redis.addr "embedded"
+	"github.com/spillway-go/spillway/examples/geo"
 	"github.com/spillway-go/spillway/middleware"
 	"github.com/spillway-go/spillway/redisbroker"
 )
@@ -57,7 +58,7 @@ func main() {
 }
 
 func run(data string, budgetVertices int64, passes, consumers, rate, pings int, metricsAddr string) error {
-	features, err := loadFeatures(data)
+	features, err := geo.Load(data)
 	if err != nil {
 		return err
 	}
@@ -130,7 +131,7 @@ func run(data string, budgetVertices int64, passes, consumers, rate, pings int, 
 	// subscriber and covers the wait for budget too).
 	router.AddMiddleware(append(outer, dead.Middleware, admission.Middleware)...)
 	router.AddConsumerHandler("geometry", topic, sub, func(msg *message.Message) error {
-		if _, err := work(msg.Payload, passes); err != nil {
+		if _, err := geo.Work(msg.Payload, passes); err != nil {
 			return err
 		}
 		n, _ := strconv.ParseInt(msg.Metadata.Get(cost.MetadataKey), 10, 64)
@@ -150,7 +151,7 @@ func run(data string, budgetVertices int64, passes, consumers, rate, pings int, 
 	total := len(features) * (1 + pings)
 	var totalVertices int64
 	for _, f := range features {
-		totalVertices += int64(f.vertices + pings)
+		totalVertices += int64(f.Vertices + pings)
 	}
 	where := addr
 	if addr == redisbroker.EmbeddedAddr {
@@ -215,7 +216,7 @@ func run(data string, budgetVertices int64, passes, consumers, rate, pings int, 
 	return nil
 }
 
-func publish(pub message.Publisher, topic string, features []feature, pings, rate int, rng *rand.Rand) error {
+func publish(pub message.Publisher, topic string, features []geo.Feature, pings, rate int, rng *rand.Rand) error {
 	var tick <-chan time.Time
 	if rate > 0 {
 		t := time.NewTicker(time.Second / time.Duration(rate))
@@ -223,7 +224,7 @@ func publish(pub message.Publisher, topic string, features []feature, pings, rat
 		tick = t.C
 	}
 	for i, f := range features {
-		msgs := []*message.Message{message.NewMessage("poly-"+f.id+"-"+strconv.Itoa(i), message.Payload(f.geometry))}
+		msgs := []*message.Message{message.NewMessage("poly-"+f.ID+"-"+strconv.Itoa(i), message.Payload(f.Geometry))}
 		for p := range pings {
 			pt, err := json.Marshal(map[string]any{"type": "Point", "coordinates": []float64{rng.Float64()*360 - 180, rng.Float64()*180 - 90}})
 			if err != nil {

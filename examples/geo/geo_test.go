@@ -1,4 +1,4 @@
-package main
+package geo
 
 import (
 	"errors"
@@ -21,7 +21,7 @@ func TestLoadFeatures(t *testing.T) {
 	if err := os.WriteFile(b, []byte(`{"type":"Feature","geometry":{"type":"LineString","coordinates":[[0,0],[1,1],[2,0]]}}`+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	got, err := loadFeatures(a + ", " + b)
+	got, err := Load(a + ", " + b)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,41 +33,41 @@ func TestLoadFeatures(t *testing.T) {
 		t.Fatalf("%d features, want %d", len(got), len(want))
 	}
 	for i, w := range want {
-		if got[i].id != w.id || got[i].vertices != w.vertices {
-			t.Errorf("feature %d: id %q, %d vertices; want %q, %d", i, got[i].id, got[i].vertices, w.id, w.vertices)
+		if got[i].ID != w.id || got[i].Vertices != w.vertices {
+			t.Errorf("feature %d: id %q, %d vertices; want %q, %d", i, got[i].ID, got[i].Vertices, w.id, w.vertices)
 		}
 	}
-	if string(got[0].geometry) != square {
-		t.Errorf("geometry %s, want %s", got[0].geometry, square)
+	if string(got[0].Geometry) != square {
+		t.Errorf("geometry %s, want %s", got[0].Geometry, square)
 	}
 
 	// A missing file says which flag to set.
-	_, err = loadFeatures(filepath.Join(dir, "missing.ndjson"))
+	_, err = Load(filepath.Join(dir, "missing.ndjson"))
 	if !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), "-data") {
 		t.Errorf("missing file: %v, want a not-exist error naming -data", err)
 	}
 	if err := os.WriteFile(b, []byte(`{"type":"Feature","id":"x"}`+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := loadFeatures(b); err == nil || !strings.Contains(err.Error(), "no geometry") {
+	if _, err := Load(b); err == nil || !strings.Contains(err.Error(), "no geometry") {
 		t.Errorf("feature without geometry: %v", err)
 	}
 }
 
 func TestWork(t *testing.T) {
 	square := []byte(`{"type":"Polygon","coordinates":[[[0,0],[4,0],[4,4],[0,4],[0,0]]]}`)
-	one, err := work(square, 1)
+	one, err := Work(square, 1)
 	if err != nil || one == 0 {
 		t.Errorf("square: %v %v, want a result other than 0", one, err)
 	}
-	if two, err := work(square, 2); err != nil || two != 2*one {
+	if two, err := Work(square, 2); err != nil || two != 2*one {
 		t.Errorf("square, 2 passes: %v %v, want %v", two, err, 2*one)
 	}
 	// go-geom's hull panics on collinear points; work carries on.
-	if _, err := work([]byte(`{"type":"Polygon","coordinates":[[[0,0],[1,1],[2,2],[3,3],[0,0]]]}`), 1); err != nil {
+	if _, err := Work([]byte(`{"type":"Polygon","coordinates":[[[0,0],[1,1],[2,2],[3,3],[0,0]]]}`), 1); err != nil {
 		t.Error(err)
 	}
-	if _, err := work([]byte(`not geometry`), 1); err == nil {
+	if _, err := Work([]byte(`not geometry`), 1); err == nil {
 		t.Error("no error for a payload that is not geometry")
 	}
 }

@@ -1,4 +1,8 @@
-package main
+// Package geo is what the examples share: loading GeoJSON features from
+// NDJSON files (their -data flag) and the reference work a handler does on
+// each geometry (area, centroid and convex hull, repeated). It is example
+// code, outside the library: copy it with an example, or import it.
+package geo
 
 import (
 	"bufio"
@@ -16,18 +20,18 @@ import (
 	"github.com/spillway-go/spillway/cost"
 )
 
-// feature is one line of a data file: an id, a GeoJSON geometry and its
+// Feature is one line of a data file: an id, a GeoJSON geometry and its
 // vertex count.
-type feature struct {
-	id       string
-	geometry json.RawMessage
-	vertices int
+type Feature struct {
+	ID       string
+	Geometry json.RawMessage
+	Vertices int
 }
 
-// loadFeatures reads every file in paths (comma-separated), each a file of
+// Load reads every file in paths (comma-separated), each a file of
 // GeoJSON features, one per line (NDJSON).
-func loadFeatures(paths string) ([]feature, error) {
-	var all []feature
+func Load(paths string) ([]Feature, error) {
+	var all []Feature
 	for _, path := range strings.Split(paths, ",") {
 		more, err := readFeatures(strings.TrimSpace(path))
 		if err != nil {
@@ -38,7 +42,7 @@ func loadFeatures(paths string) ([]feature, error) {
 	return all, nil
 }
 
-func readFeatures(path string) ([]feature, error) {
+func readFeatures(path string) ([]Feature, error) {
 	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("%w: set -data to NDJSON files of GeoJSON features (the default is relative to the repository root)", err)
@@ -46,7 +50,7 @@ func readFeatures(path string) ([]feature, error) {
 		return nil, err
 	}
 	defer f.Close()
-	var out []feature
+	var out []Feature
 	sc := bufio.NewScanner(f)
 	sc.Buffer(nil, 64<<20) // a line holds a whole geometry
 	for line := 1; sc.Scan(); line++ {
@@ -74,7 +78,7 @@ func readFeatures(path string) ([]feature, error) {
 		if id == "" {
 			id = fmt.Sprint("line-", line)
 		}
-		out = append(out, feature{id: id, geometry: rec.Geometry, vertices: n})
+		out = append(out, Feature{ID: id, Geometry: rec.Geometry, Vertices: n})
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
@@ -85,10 +89,10 @@ func readFeatures(path string) ([]feature, error) {
 	return out, nil
 }
 
-// work is the reference handler's body, a stand-in for real spatial work:
+// Work is the reference handler's body, a stand-in for real spatial work:
 // decode the payload, then compute the planar area, the centroid and the
 // convex hull passes times. Its cost grows with the vertex count.
-func work(payload []byte, passes int) (float64, error) {
+func Work(payload []byte, passes int) (float64, error) {
 	g, err := cost.Decode(payload)
 	if err != nil {
 		return 0, err
