@@ -60,7 +60,7 @@ func testAccounting(t *testing.T, mode DeferMode, n int) {
 				return
 			}
 			tmu.Lock()
-			terminal[e.UUID]++
+			terminal[e.Message.UUID]++
 			tmu.Unlock()
 			ended.Add(1)
 		}
@@ -118,14 +118,14 @@ func testAccounting(t *testing.T, mode DeferMode, n int) {
 		deadLetters := uint64(len(rg.pub.on("in.dead_letter")))
 		t.Logf("deliveries %d: %+v", deliveries.Load(), st.Counts)
 
-		if got := st.Deliveries(); got != uint64(deliveries.Load()) {
+		if got := st.deliveries(); got != uint64(deliveries.Load()) {
 			t.Fatalf("outcomes %d != deliveries %d", got, deliveries.Load())
 		}
 		// Each deferral is one more delivery: of the retry topic's copy, or
 		// of the nacked message itself.
-		if published := uint64(n) + st.Deferred + st.Nacked; st.Deliveries() != published {
+		if published := uint64(n) + st.Deferred + st.Nacked; st.deliveries() != published {
 			t.Fatalf("handled %d + deferred %d + dead-lettered %d + nacked %d = %d, want published %d (fresh %d + deferred %d + nacked %d)",
-				st.Handled, st.Deferred, st.DeadLettered, st.Nacked, st.Deliveries(), published, n, st.Deferred, st.Nacked)
+				st.Handled, st.Deferred, st.DeadLettered, st.Nacked, st.deliveries(), published, n, st.Deferred, st.Nacked)
 		}
 		if st.Handled+st.DeadLettered != uint64(n) {
 			t.Fatalf("handled %d + dead-lettered %d != %d messages", st.Handled, st.DeadLettered, n)
@@ -149,10 +149,10 @@ func testAccounting(t *testing.T, mode DeferMode, n int) {
 		}
 		var byTopic uint64
 		for _, c := range st.Topics {
-			byTopic += c.Deliveries()
+			byTopic += c.deliveries()
 		}
-		if byTopic != st.Deliveries() {
-			t.Fatalf("per-topic deliveries %d != total %d", byTopic, st.Deliveries())
+		if byTopic != st.deliveries() {
+			t.Fatalf("per-topic deliveries %d != total %d", byTopic, st.deliveries())
 		}
 		// Every path was exercised.
 		// In nack mode GoChannel gives no redelivery signal and little is

@@ -10,10 +10,10 @@ import (
 	"github.com/spillway-go/spillway"
 )
 
-// TopicPlaceholder in [Config.RetryTopic] and [Config.DeadLetterTopic] is
+// topicPlaceholder in [Config.RetryTopic] and [Config.DeadLetterTopic] is
 // replaced by the message's origin topic: the topic it was first consumed
 // from, which travels in [OriginTopicKey] once a message has been deferred.
-const TopicPlaceholder = "{topic}"
+const topicPlaceholder = "{topic}"
 
 // DeferMode says what happens to a message the gate defers.
 type DeferMode string
@@ -32,19 +32,19 @@ const (
 	DeferNack DeferMode = "nack"
 )
 
-// Config defaults. docs/retries.md explains each.
+// Config defaults, stated on each field too. docs/retries.md explains each.
 const (
-	DefaultMaxAttempts     = 5
-	DefaultInitialInterval = 100 * time.Millisecond
-	DefaultMaxInterval     = 5 * time.Second
-	DefaultMultiplier      = 2.0
-	DefaultJitter          = 0.5
-	DefaultMaxElapsedTime  = 10 * time.Second
-	DefaultRetryRate       = 10.0
-	DefaultRetryBurst      = 10
-	DefaultRetryRatio      = 0.2
-	DefaultRetryTopic      = TopicPlaceholder + ".retry"
-	DefaultDeadLetterTopic = TopicPlaceholder + ".dead_letter"
+	defaultMaxAttempts     = 5
+	defaultInitialInterval = 100 * time.Millisecond
+	defaultMaxInterval     = 5 * time.Second
+	defaultMultiplier      = 2.0
+	defaultJitter          = 0.5
+	defaultMaxElapsedTime  = 10 * time.Second
+	defaultRetryRate       = 10.0
+	defaultRetryBurst      = 10
+	defaultRetryRatio      = 0.2
+	defaultRetryTopic      = topicPlaceholder + ".retry"
+	defaultDeadLetterTopic = topicPlaceholder + ".dead_letter"
 )
 
 // Config is the serialisable part of a retry gate's configuration, meant to
@@ -125,40 +125,40 @@ type Config struct {
 
 func (c *Config) setDefaults() {
 	if c.MaxAttempts == 0 {
-		c.MaxAttempts = DefaultMaxAttempts
+		c.MaxAttempts = defaultMaxAttempts
 	}
 	if c.InitialInterval == 0 {
-		c.InitialInterval = DefaultInitialInterval
+		c.InitialInterval = defaultInitialInterval
 	}
 	if c.MaxInterval == 0 {
-		c.MaxInterval = DefaultMaxInterval
+		c.MaxInterval = defaultMaxInterval
 	}
 	if c.Multiplier == 0 {
-		c.Multiplier = DefaultMultiplier
+		c.Multiplier = defaultMultiplier
 	}
 	if c.Jitter == 0 {
-		c.Jitter = DefaultJitter
+		c.Jitter = defaultJitter
 	}
 	if c.MaxElapsedTime == 0 {
-		c.MaxElapsedTime = DefaultMaxElapsedTime
+		c.MaxElapsedTime = defaultMaxElapsedTime
 	}
 	if c.RetryRate == 0 {
-		c.RetryRate = DefaultRetryRate
+		c.RetryRate = defaultRetryRate
 	}
 	if c.RetryBurst == 0 {
-		c.RetryBurst = DefaultRetryBurst
+		c.RetryBurst = defaultRetryBurst
 	}
 	if c.RetryRatio == 0 {
-		c.RetryRatio = DefaultRetryRatio
+		c.RetryRatio = defaultRetryRatio
 	}
 	if c.Defer == "" {
 		c.Defer = DeferRepublish
 	}
 	if c.RetryTopic == "" {
-		c.RetryTopic = DefaultRetryTopic
+		c.RetryTopic = defaultRetryTopic
 	}
 	if c.DeadLetterTopic == "" {
-		c.DeadLetterTopic = DefaultDeadLetterTopic
+		c.DeadLetterTopic = defaultDeadLetterTopic
 	}
 }
 
@@ -233,12 +233,12 @@ func (c Config) Validate() error {
 // topic with the same middleware stack.
 func (c Config) RetryTopicFor(topic string) string {
 	c.setDefaults()
-	return strings.ReplaceAll(c.RetryTopic, TopicPlaceholder, topic)
+	return strings.ReplaceAll(c.RetryTopic, topicPlaceholder, topic)
 }
 
 // DeadLetterTopicFor returns the dead-letter topic of messages that
 // originate from topic.
 func (c Config) DeadLetterTopicFor(topic string) string {
 	c.setDefaults()
-	return strings.ReplaceAll(c.DeadLetterTopic, TopicPlaceholder, topic)
+	return strings.ReplaceAll(c.DeadLetterTopic, topicPlaceholder, topic)
 }

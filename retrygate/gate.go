@@ -15,21 +15,22 @@ import (
 	"github.com/spillway-go/spillway"
 )
 
-// Metadata keys the gate reads and writes. The dead-letter copy also
-// carries Watermill's PoisonQueue keys (see [Gate.Middleware]).
+// Metadata keys the gate reads and writes. The exported ones are on the
+// dead-letter copy, which also carries Watermill's PoisonQueue keys (see
+// [Gate.Middleware]); the others travel only on retry copies, between gates.
 const (
 	// AttemptKey: handler runs so far over the message's life, base 10.
 	// A message that carries a positive count is redelivered work.
 	AttemptKey = "spillway_attempt"
-	// DeferralsKey: how many times the message has been deferred.
-	DeferralsKey = "spillway_deferrals"
-	// NotBeforeKey: RFC 3339 time before which a deferred message should
+	// deferralsKey: how many times the message has been deferred.
+	deferralsKey = "spillway_deferrals"
+	// notBeforeKey: RFC 3339 time before which a deferred message should
 	// not run; the gate holds an early arrival until then.
-	NotBeforeKey = "spillway_not_before"
+	notBeforeKey = "spillway_not_before"
 	// OriginTopicKey: the topic the message was first consumed from.
 	OriginTopicKey = "spillway_origin_topic"
-	// LastErrorKey: the text of the handler's last error.
-	LastErrorKey = "spillway_last_error"
+	// lastErrorKey: the text of the handler's last error.
+	lastErrorKey = "spillway_last_error"
 	// DeadLetterCauseKey: on the dead-letter copy, "permanent" or
 	// "attempts_exhausted".
 	DeadLetterCauseKey = "spillway_dead_letter_cause"
@@ -121,9 +122,6 @@ func New(cfg Config, opts Options) (*Gate, error) {
 	}, nil
 }
 
-// Config returns the gate's configuration, defaults applied.
-func (g *Gate) Config() Config { return g.cfg }
-
 // Stats returns a snapshot of the gate's counters. Each counter is read
 // atomically, the set of them is not.
 func (g *Gate) Stats() Stats {
@@ -131,10 +129,10 @@ func (g *Gate) Stats() Stats {
 	return Stats{Counts: total, Topics: byTopic, RetryTokens: g.budget.tokens()}
 }
 
-// Saturated reports whether the gate currently treats the consumer as
+// saturated reports whether the gate currently treats the consumer as
 // saturated: the pressure signal has reported saturation for at least
 // Config.SaturatedAfter.
-func (g *Gate) Saturated() bool {
+func (g *Gate) saturated() bool {
 	if g.opts.Pressure == nil {
 		return false
 	}
@@ -158,7 +156,7 @@ func AttemptFromCtx(ctx context.Context) int {
 //
 // For each delivery:
 //
-//  1. A deferred message that arrives before its NotBeforeKey time waits
+//  1. A deferred message that arrives before its spillway_not_before time waits
 //     until then (at most min(2 × MaxInterval, MaxElapsedTime)).
 //  2. Redelivered work (AttemptKey > 0, or Options.IsRedelivery) that
 //     arrives while the consumer is saturated is deferred again at once,
@@ -183,7 +181,8 @@ func AttemptFromCtx(ctx context.Context) int {
 // subscriber_poisoned (Watermill's PoisonQueue keys), AttemptKey,
 // OriginTopicKey and DeadLetterCauseKey. The retry copy keeps the UUID too,
 // so it can be traced and deduplicated, and carries AttemptKey,
-// DeferralsKey, NotBeforeKey, OriginTopicKey and LastErrorKey. A failed
+// spillway_deferrals, spillway_not_before (its due time), OriginTopicKey and
+// spillway_last_error (the handler's last error). A failed
 // publish to either topic nacks the original: nothing is dropped.
 //
 // A panic in h is counted (Nacked, CausePanic) and passed on unchanged.
@@ -231,7 +230,7 @@ func (g *Gate) arrive(msg *message.Message) *delivery {
 		handler:  message.HandlerNameFromCtx(ctx),
 		attempts: readCount(msg, AttemptKey),
 	}
-	d.deferrals = readCount(msg, DeferralsKey)
+	d.deferrals = readCount(msg, deferralsKey)
 	d.origin = msg.Metadata.Get(OriginTopicKey)
 	if d.origin == "" {
 		d.origin = d.topic
@@ -274,7 +273,7 @@ func (d *delivery) run(h message.HandlerFunc) ([]*message.Message, error) {
 		return d.nack(CauseContextDone, err)
 	}
 	if d.redelivered {
-		if g.Saturated() {
+		if g.saturated() {
 			return d.deferMsg(CauseSaturatedOnArrival, d.bo.NextBackOff())
 		}
 		if !g.budget.take() {
@@ -301,7 +300,7 @@ func (d *delivery) run(h message.HandlerFunc) ([]*message.Message, error) {
 			return d.deadLetter(CausePermanent)
 		case d.attempts >= g.cfg.MaxAttempts:
 			return d.deadLetter(CauseAttemptsExhausted)
-		case g.Saturated():
+		case g.saturated():
 			return d.deferMsg(CauseSaturated, d.bo.NextBackOff())
 		}
 		wait := d.bo.NextBackOff()
@@ -315,7 +314,7 @@ func (d *delivery) run(h message.HandlerFunc) ([]*message.Message, error) {
 		if err := sleep(d.ctx, wait); err != nil {
 			return d.nack(CauseContextDone, err)
 		}
-		if g.Saturated() {
+		if g.saturated() {
 			// Pressure rose while we waited; the token is spent, the
 			// retry is not.
 			return d.deferMsg(CauseSaturated, d.bo.NextBackOff())
@@ -325,10 +324,10 @@ func (d *delivery) run(h message.HandlerFunc) ([]*message.Message, error) {
 	}
 }
 
-// holdUntilDue waits until the message's NotBeforeKey time, if it has one
+// holdUntilDue waits until the message's notBeforeKey time, if it has one
 // in the future, bounded by maxHold.
 func (d *delivery) holdUntilDue() error {
-	v := d.msg.Metadata.Get(NotBeforeKey)
+	v := d.msg.Metadata.Get(notBeforeKey)
 	if v == "" {
 		return nil
 	}
@@ -364,11 +363,11 @@ func (d *delivery) deferMsg(cause Cause, delay time.Duration) ([]*message.Messag
 	deferrals := d.deferrals + 1
 	stamp := func(m *message.Message) {
 		m.Metadata.Set(AttemptKey, strconv.Itoa(d.attempts))
-		m.Metadata.Set(DeferralsKey, strconv.Itoa(deferrals))
-		m.Metadata.Set(NotBeforeKey, time.Now().Add(delay).UTC().Format(time.RFC3339Nano))
+		m.Metadata.Set(deferralsKey, strconv.Itoa(deferrals))
+		m.Metadata.Set(notBeforeKey, time.Now().Add(delay).UTC().Format(time.RFC3339Nano))
 		m.Metadata.Set(OriginTopicKey, d.origin)
 		if d.lastErr != nil {
-			m.Metadata.Set(LastErrorKey, d.lastErr.Error())
+			m.Metadata.Set(lastErrorKey, d.lastErr.Error())
 		}
 	}
 	if cause == CauseSaturatedOnArrival {
@@ -399,7 +398,7 @@ func (d *delivery) deferMsg(cause Cause, delay time.Duration) ([]*message.Messag
 func (d *delivery) deadLetter(cause Cause) ([]*message.Message, error) {
 	g := d.g
 	cp := d.msg.Copy()
-	delete(cp.Metadata, NotBeforeKey)
+	delete(cp.Metadata, notBeforeKey)
 	cp.Metadata.Set(wmw.ReasonForPoisonedKey, d.lastErr.Error())
 	cp.Metadata.Set(wmw.PoisonedTopicKey, d.topic)
 	cp.Metadata.Set(wmw.PoisonedHandlerKey, d.handler)
@@ -444,7 +443,6 @@ func (d *delivery) end(o Outcome, c Cause, dest string, err error) {
 	if f := d.g.opts.OnOutcome; f != nil {
 		f(Event{
 			Message:     d.msg,
-			UUID:        d.msg.UUID,
 			Topic:       d.topic,
 			Handler:     d.handler,
 			Outcome:     o,

@@ -234,7 +234,7 @@ func TestRedeliveredShedOnArrival(t *testing.T) {
 				wantPub = 0
 				// Best effort: the counts are written to the delivered
 				// message, for subscribers that resend it.
-				if got := byAttempt.Metadata.Get(DeferralsKey); got != "1" {
+				if got := byAttempt.Metadata.Get(deferralsKey); got != "1" {
 					t.Fatalf("deferrals on nacked message = %q, want 1", got)
 				}
 			}
@@ -299,7 +299,7 @@ func TestNotBeforeHoldsEarlyArrivals(t *testing.T) {
 		} {
 			m := newMsg("due")
 			m.Metadata.Set(AttemptKey, "1")
-			m.Metadata.Set(NotBeforeKey, time.Now().Add(tc.due).UTC().Format(time.RFC3339Nano))
+			m.Metadata.Set(notBeforeKey, time.Now().Add(tc.due).UTC().Format(time.RFC3339Nano))
 			start := time.Now()
 			if err := call(g.Middleware, failFirst(0, &runs), m); err != nil {
 				t.Fatal(err)
@@ -309,7 +309,7 @@ func TestNotBeforeHoldsEarlyArrivals(t *testing.T) {
 			}
 		}
 		bad := newMsg("bad")
-		bad.Metadata.Set(NotBeforeKey, "not a time")
+		bad.Metadata.Set(notBeforeKey, "not a time")
 		start := time.Now()
 		if err := call(g.Middleware, failFirst(0, &runs), bad); err != nil || time.Since(start) != 0 {
 			t.Fatalf("malformed due time: err %v, held %v", err, time.Since(start))
@@ -336,8 +336,8 @@ func TestMaxElapsedTimeDefers(t *testing.T) {
 			t.Fatalf("event = %+v", e)
 		}
 		r := pub.on("retry")[0]
-		if r.Metadata.Get(NotBeforeKey) != time.Now().Add(2*time.Second).UTC().Format(time.RFC3339Nano) {
-			t.Fatalf("due = %s, want now + the 2s wait", r.Metadata.Get(NotBeforeKey))
+		if r.Metadata.Get(notBeforeKey) != time.Now().Add(2*time.Second).UTC().Format(time.RFC3339Nano) {
+			t.Fatalf("due = %s, want now + the 2s wait", r.Metadata.Get(notBeforeKey))
 		}
 	})
 }
@@ -422,7 +422,7 @@ func TestPanicCountedAndPassedOn(t *testing.T) {
 	if e := lastEvent(t, ev); e.Outcome != Nacked || e.Cause != CausePanic {
 		t.Fatalf("event = %+v", e)
 	}
-	if st := g.Stats(); st.Nacked != 1 || st.Deliveries() != 1 {
+	if st := g.Stats(); st.Nacked != 1 || st.deliveries() != 1 {
 		t.Fatalf("stats = %+v", st.Counts)
 	}
 }

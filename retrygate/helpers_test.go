@@ -117,8 +117,8 @@ func newRig(t *testing.T, cfg Config, opts Options, h message.NoPublishHandlerFu
 	r.AddMiddleware(g.Middleware)
 	r.AddMiddleware(l.inner...)
 	r.AddConsumerHandler("h", "in", ps, h)
-	if g.Config().Defer == DeferRepublish {
-		r.AddConsumerHandler("h_retry", g.Config().RetryTopicFor("in"), ps, h)
+	if g.cfg.Defer == DeferRepublish {
+		r.AddConsumerHandler("h_retry", g.cfg.RetryTopicFor("in"), ps, h)
 	}
 	rg := &rig{t: t, ps: ps, pub: pub, gate: g, router: r, done: make(chan struct{})}
 	go func() {

@@ -67,7 +67,7 @@ func TestBudgetNotHeldDuringBackoff(t *testing.T) {
 		synctest.Wait()
 		check(3)
 		st := rg.gate.Stats()
-		if st.Handled != 1 || st.Retries != 2 || st.Deliveries() != 1 {
+		if st.Handled != 1 || st.Retries != 2 || st.deliveries() != 1 {
 			t.Fatalf("stats = %+v, want 1 handled after 2 retries", st.Counts)
 		}
 		if s := vb.Stats(); s.Admitted != 3 {
@@ -120,10 +120,10 @@ func TestSaturationDefersWhileFreshFlows(t *testing.T) {
 		r := retries[0]
 		wantMeta := map[string]string{
 			AttemptKey:     "1",
-			DeferralsKey:   "1",
+			deferralsKey:   "1",
 			OriginTopicKey: "in",
-			LastErrorKey:   errTransient.Error(),
-			NotBeforeKey:   start.Add(time.Second).UTC().Format(time.RFC3339Nano),
+			lastErrorKey:   errTransient.Error(),
+			notBeforeKey:   start.Add(time.Second).UTC().Format(time.RFC3339Nano),
 		}
 		for k, v := range wantMeta {
 			if got := r.Metadata.Get(k); got != v {
@@ -147,7 +147,7 @@ func TestSaturationDefersWhileFreshFlows(t *testing.T) {
 			t.Fatalf("handler ran %d times for bad while saturated, want 1", got)
 		}
 		mu.Unlock()
-		if got := rg.pub.on("in.retry")[1].Metadata.Get(DeferralsKey); got != "2" {
+		if got := rg.pub.on("in.retry")[1].Metadata.Get(deferralsKey); got != "2" {
 			t.Fatalf("second deferral count = %q, want 2", got)
 		}
 
@@ -219,7 +219,7 @@ func TestPermanentErrorDeadLettersAtOnce(t *testing.T) {
 					t.Errorf("dead letter = %s %q, want the original message", m.UUID, m.Payload)
 				}
 				st := rg.gate.Stats()
-				if st.DeadLettered != 1 || st.Deliveries() != 1 || st.Retries != 0 {
+				if st.DeadLettered != 1 || st.deliveries() != 1 || st.Retries != 0 {
 					t.Fatalf("stats = %+v", st.Counts)
 				}
 			})
@@ -262,7 +262,7 @@ func TestTransientErrorDeadLettersAfterMaxAttempts(t *testing.T) {
 			t.Errorf("reason = %q", got)
 		}
 		st := rg.gate.Stats()
-		if st.DeadLettered != 1 || st.Retries != 2 || st.Deliveries() != 1 {
+		if st.DeadLettered != 1 || st.Retries != 2 || st.deliveries() != 1 {
 			t.Fatalf("stats = %+v", st.Counts)
 		}
 		// Waits of 1s and 2s, no jitter.

@@ -102,7 +102,6 @@ type Event struct {
 	// reports the event: do not keep it, and do not ack or nack it.
 	Message *message.Message
 
-	UUID    string
 	Topic   string // the topic it was consumed from
 	Handler string // the Watermill handler name
 
@@ -148,8 +147,8 @@ type Counts struct {
 	RetryBudgetDenied uint64
 }
 
-// Deliveries returns Handled + Deferred + DeadLettered + Nacked.
-func (c Counts) Deliveries() uint64 { return c.Handled + c.Deferred + c.DeadLettered + c.Nacked }
+// deliveries returns Handled + Deferred + DeadLettered + Nacked.
+func (c Counts) deliveries() uint64 { return c.Handled + c.Deferred + c.DeadLettered + c.Nacked }
 
 // Stats is a snapshot of a gate's counters.
 type Stats struct {

@@ -363,14 +363,14 @@ budget:
 		c.Shedding.Priority.Window != 10*time.Second || c.Shedding.Priority.ShedBelow != 3 || !c.Shedding.VersionGuard.Enabled {
 		t.Errorf("shedding not applied: %+v", c.Shedding)
 	}
-	if c.Shedding.Priority.Key != shedding.DefaultPriorityKey {
+	if c.Shedding.Priority.Key != "region_priority" {
 		t.Errorf("shedding defaults not applied: %+v", c.Shedding.Priority)
 	}
 	if !c.Retry.Enabled || c.Retry.MaxAttempts != 3 || !math.IsInf(c.Retry.RetryRate, 1) || c.Retry.Jitter != spillway.Off ||
 		c.Retry.SaturatedAfter != 2*time.Second || c.Retry.RetryTopicFor("x") != "retries.x" {
 		t.Errorf("retry not applied: %+v", c.Retry)
 	}
-	if c.Retry.MaxInterval != retrygate.DefaultMaxInterval || c.Retry.DeadLetterTopicFor("x") != "x.dead_letter" {
+	if c.Retry.MaxInterval != 5*time.Second || c.Retry.DeadLetterTopicFor("x") != "x.dead_letter" {
 		t.Errorf("retry defaults not applied: %+v", c.Retry)
 	}
 	a := c.Budget.AutoSize

@@ -69,7 +69,7 @@ func (h shedRetryHook) OnRetryOutcome(e retrygate.Event) {
 	if e.Message != nil {
 		uuid = e.Message.UUID
 	}
-	h.log.add("%s retry %s %s %s event-uuid=%s", h.name, uuid, e.Topic, e.Outcome, e.UUID)
+	h.log.add("%s retry %s %s %s event-uuid=%s", h.name, uuid, e.Topic, e.Outcome, uuid)
 }
 
 // allHook adds the admission and resize events to shedRetryHook.

@@ -12,12 +12,12 @@ import (
 
 // Config defaults. docs/shedding.md lists them too.
 const (
-	DefaultWindow      = 30 * time.Second
-	DefaultPriorityKey = "region_priority"
-	DefaultShedBelow   = 2
-	DefaultEntityKey   = "entity_id"
-	DefaultVersionKey  = "entity_version"
-	DefaultMaxEntities = 100_000
+	defaultWindow      = 30 * time.Second
+	defaultPriorityKey = "region_priority"
+	defaultShedBelow   = 2
+	defaultEntityKey   = "entity_id"
+	defaultVersionKey  = "entity_version"
+	defaultMaxEntities = 100_000
 )
 
 // Config is a shedding policy. It is meant to be embedded in a larger YAML
@@ -123,23 +123,23 @@ type CoalesceConfig struct {
 
 func (c *Config) setDefaults() {
 	if c.EntityKey == "" {
-		c.EntityKey = DefaultEntityKey
+		c.EntityKey = defaultEntityKey
 	}
 	if c.VersionKey == "" {
-		c.VersionKey = DefaultVersionKey
+		c.VersionKey = defaultVersionKey
 	}
 	p := &c.Priority
 	if p.Window == 0 {
-		p.Window = DefaultWindow
+		p.Window = defaultWindow
 	}
 	if p.Key == "" {
-		p.Key = DefaultPriorityKey
+		p.Key = defaultPriorityKey
 	}
 	if p.ShedBelow == 0 {
-		p.ShedBelow = DefaultShedBelow
+		p.ShedBelow = defaultShedBelow
 	}
 	if c.VersionGuard.MaxEntities == 0 {
-		c.VersionGuard.MaxEntities = DefaultMaxEntities
+		c.VersionGuard.MaxEntities = defaultMaxEntities
 	}
 }
 

@@ -31,6 +31,11 @@ func TestConfigDefaults(t *testing.T) {
 	if c.Priority.Window != time.Second || c.Priority.ShedBelow != 5 || c.Priority.Missing != 9 {
 		t.Errorf("explicit values overwritten: %+v", c.Priority)
 	}
+	// New keeps the configuration with defaults applied.
+	pol, err := New(Config{}, nil)
+	if err != nil || pol.cfg.Priority.Window != 30*time.Second {
+		t.Errorf("policy config without defaults: %v", err)
+	}
 }
 
 func TestConfigValidate(t *testing.T) {

@@ -7,7 +7,21 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/spillway-go/spillway/shedding"
 )
+
+// dropped returns a topic's drops for every reason.
+func dropped(s shedding.TopicStats) uint64 { return s.ShedPriority + s.StaleVersion + s.Superseded }
+
+// droppedAll returns the drops of every topic for every reason.
+func droppedAll(s shedding.Stats) uint64 {
+	var n uint64
+	for _, t := range s.Topics {
+		n += dropped(t)
+	}
+	return n
+}
 
 // fakePressure is a pressure signal the test sets by hand.
 type fakePressure struct{ d atomic.Int64 }

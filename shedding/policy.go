@@ -176,15 +176,9 @@ func New(cfg Config, pressure spillway.Pressure, opts ...Option) (*Policy, error
 	return p, nil
 }
 
-// Config returns the policy's configuration, defaults applied.
-func (p *Policy) Config() Config { return p.cfg.WithDefaults() }
-
-// Sheddable reports whether topic is on the allow-list.
-func (p *Policy) Sheddable(topic string) bool { return p.topics[topic] != nil }
-
-// Shedding reports whether priority shedding is in force now: pressure has
+// shedding reports whether priority shedding is in force now: pressure has
 // lasted at least the window. It is lock-free.
-func (p *Policy) Shedding() bool {
+func (p *Policy) shedding() bool {
 	if p.cfg.Priority.Disabled || p.pressure == nil || len(p.topics) == 0 {
 		return false
 	}
@@ -251,7 +245,7 @@ func (p *Policy) verdict(ps *passage) (Reason, bool) {
 	if p.guard != nil && ps.hasVersion && p.guard.stale(ps.key(), ps.version) {
 		return ReasonStale, true
 	}
-	if ps.priority < p.cfg.Priority.ShedBelow && p.Shedding() {
+	if ps.priority < p.cfg.Priority.ShedBelow && p.shedding() {
 		return ReasonPriority, true
 	}
 	return 0, false
@@ -344,25 +338,14 @@ func (p *Policy) Wrap(admission message.HandlerMiddleware) message.HandlerMiddle
 	}
 }
 
-// Superseded returns a channel that is closed when msg, while waiting for
-// budget, is superseded by a newer message of its entity (and, at the
-// latest, when msg leaves the policy). It returns nil for a message that
-// cannot be superseded: coalescing off, a topic that is not sheddable, no
-// entity key, or a message that did not pass [Policy.Middleware]. Use it
-// as middleware.BudgetConfig.Revoked, or [Policy.Revoked] to compose it
-// with another revocation signal.
-func (p *Policy) Superseded(msg *message.Message) <-chan struct{} {
-	ps := passageOf(msg)
-	if ps == nil || ps.ticket == nil {
-		return nil
-	}
-	return ps.ticket.abort
-}
-
 // Revoked returns a revocation hook for middleware.BudgetConfig.Revoked
-// that fires when msg is superseded ([Policy.Superseded]) or when also(msg)
-// fires, whichever comes first. also may be nil; typically it is the Kafka
-// session tracker's Revoked.
+// whose channel is closed when msg, while waiting for budget, is
+// superseded by a newer message of its entity, or when also(msg) fires,
+// whichever comes first; and at the latest when msg leaves the policy.
+// also may be nil; typically it is the Kafka session tracker's Revoked.
+// With also nil, the hook returns nil for a message that cannot be
+// superseded: coalescing off, a topic that is not sheddable, no entity
+// key, or a message that did not pass [Policy.Middleware].
 //
 // When only one of the two channels exists (the common case: coalescing
 // has nothing to do on Kafka, and nothing revokes deliveries on other
@@ -442,22 +425,6 @@ type TopicStats struct {
 	MalformedVersion uint64
 }
 
-// Count returns the drops for reason r.
-func (s TopicStats) Count(r Reason) uint64 {
-	switch r {
-	case ReasonPriority:
-		return s.ShedPriority
-	case ReasonStale:
-		return s.StaleVersion
-	case ReasonSuperseded:
-		return s.Superseded
-	}
-	return 0
-}
-
-// Dropped returns the drops for every reason.
-func (s TopicStats) Dropped() uint64 { return s.ShedPriority + s.StaleVersion + s.Superseded }
-
 // Stats is a point-in-time snapshot of a [Policy].
 type Stats struct {
 	// Topics has an entry for every sheddable topic, zero or not.
@@ -474,19 +441,10 @@ type Stats struct {
 	InFlight int
 }
 
-// Dropped returns the drops of every topic for reason r.
-func (s Stats) Dropped(r Reason) uint64 {
-	var n uint64
-	for _, t := range s.Topics {
-		n += t.Count(r)
-	}
-	return n
-}
-
 // Stats returns a snapshot. Counters are read one by one, so a snapshot
 // taken while messages flow may be off by the messages in flight.
 func (p *Policy) Stats() Stats {
-	s := Stats{Topics: make(map[string]TopicStats, len(p.topics)), Shedding: p.Shedding()}
+	s := Stats{Topics: make(map[string]TopicStats, len(p.topics)), Shedding: p.shedding()}
 	for name, tc := range p.topics {
 		s.Topics[name] = TopicStats{
 			ShedPriority:      tc.dropped[ReasonPriority].Load(),

@@ -129,7 +129,7 @@ func TestRouterNonSheddableLosesNothing(t *testing.T) {
 		early := batch("early", 100, "region_priority", "0", "entity_id", "p", "entity_version", "1")
 		r.publish("parcels", early...)
 		time.Sleep(45 * time.Second)
-		if !r.pol.Shedding() {
+		if !r.pol.Stats().Shedding {
 			t.Fatal("not shedding after 45s of saturation")
 		}
 		late := batch("late", 100, "region_priority", "0", "entity_id", "p", "entity_version", "1")
@@ -145,7 +145,7 @@ func TestRouterNonSheddableLosesNothing(t *testing.T) {
 		if got := r.seen["parcels"].uuids(); !sameSet(got, in) {
 			t.Fatalf("handled %d messages, published %d", len(got), len(in))
 		}
-		if st := r.pol.Stats(); st.Dropped(shedding.ReasonPriority)+st.Dropped(shedding.ReasonStale)+st.Dropped(shedding.ReasonSuperseded) != 0 ||
+		if st := r.pol.Stats(); droppedAll(st) != 0 ||
 			len(r.audit.snapshot()) != 0 || r.admission.Revocations() != 0 {
 			t.Fatalf("something was dropped: %+v", st)
 		}
@@ -173,7 +173,7 @@ func TestRouterPriorityShedding(t *testing.T) {
 		r.publish("vehicles", highA...)
 		time.Sleep(19 * time.Second) // t = 29s: still inside the window
 		synctest.Wait()
-		if r.pol.Shedding() || r.stats("vehicles").Dropped() != 0 || len(r.audit.snapshot()) != 0 {
+		if r.pol.Stats().Shedding || dropped(r.stats("vehicles")) != 0 || len(r.audit.snapshot()) != 0 {
 			t.Fatalf("shed before the window: %+v", r.stats("vehicles"))
 		}
 		if r.budget.Stats().Waiting != len(lowA)+len(highA) {
@@ -205,7 +205,7 @@ func TestRouterPriorityShedding(t *testing.T) {
 		if got := r.seen["vehicles"].uuids(); !sameSet(got, wantHandled) {
 			t.Fatalf("handled %v\nwant %v", got, wantHandled)
 		}
-		if r.pol.Shedding() || r.budget.Stats().Saturated {
+		if r.pol.Stats().Shedding || r.budget.Stats().Saturated {
 			t.Fatal("pressure did not clear once the backlog drained")
 		}
 
@@ -222,7 +222,7 @@ func TestRouterPriorityShedding(t *testing.T) {
 
 		st := r.stats("vehicles")
 		audit := r.audit.snapshot()
-		if st.ShedPriority != uint64(len(wantShed)) || st.Dropped() != st.ShedPriority || !sameSet(uuidsOf(audit), wantShed) {
+		if st.ShedPriority != uint64(len(wantShed)) || dropped(st) != st.ShedPriority || !sameSet(uuidsOf(audit), wantShed) {
 			t.Fatalf("stats %+v, audit %d, want %d shed", st, len(audit), len(wantShed))
 		}
 		if st.MalformedPriority != 2 {
@@ -314,7 +314,7 @@ func TestRouterCoalescing(t *testing.T) {
 		if got := len(r.seen["vehicles"].uuids()) + len(audit); got != len(all) {
 			t.Fatalf("in %d, out %d", len(all), got)
 		}
-		if st := r.pol.Stats(); st.InFlight != 0 || st.Topics["vehicles"].Dropped() != vehicles*(updates-1) {
+		if st := r.pol.Stats(); st.InFlight != 0 || dropped(st.Topics["vehicles"]) != vehicles*(updates-1) {
 			t.Fatalf("stats %+v", st)
 		}
 		// Some of them waited and stepped aside; the budget calls that a

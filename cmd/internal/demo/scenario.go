@@ -486,7 +486,7 @@ func (gr *groupRun) onRetry(ev retrygate.Event) {
 	switch ev.Outcome {
 	case retrygate.DeadLettered:
 		gr.rec.DeadLettered++
-		gr.accountLocked(ev.UUID)
+		gr.accountLocked(ev.Message.UUID)
 	case retrygate.Deferred:
 		gr.rec.Deferred++
 	}
