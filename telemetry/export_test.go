@@ -18,16 +18,16 @@ func NewMetadataCarrier(msg *message.Message) propagation.TextMapCarrier {
 	return metadataCarrier{msg}
 }
 
-// Count is count.
+// Count exposes count to the external tests.
 func (m *Metrics) Count(ctx context.Context, outcome Outcome, topic, reason string, n int64) {
 	m.count(ctx, outcome, topic, reason, n)
 }
 
-// Run is run.
+// Run exposes run to the external tests.
 func (s *LagSampler) Run(ctx context.Context) error { return s.run(ctx) }
 
-// Samples is latest.
+// Samples exposes latest to the external tests.
 func (s *LagSampler) Samples() []LagSample { return s.latest() }
 
-// Stats is stats.
+// Stats exposes stats to the external tests.
 func (s *LagSampler) Stats() lagStats { return s.stats() }
