@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"go.uber.org/goleak"
@@ -18,7 +19,6 @@ import (
 	"github.com/spillway-go/spillway/retrygate"
 	"github.com/spillway-go/spillway/shedding"
 	"github.com/spillway-go/spillway/sizing"
-	"github.com/spillway-go/spillway/telemetry"
 )
 
 // Function adapters for tests that listen to one event.
@@ -150,10 +150,10 @@ func TestHooks(t *testing.T) {
 	}
 
 	// The metrics are the first hook of the same dispatch.
-	if got := collectCounter(t, reader, telemetry.MetricMessagesShed); got["positions/stale_version"] != 1 || len(got) != 1 {
+	if got := collectCounter(t, reader, "spillway.messages.shed"); got["positions/stale_version"] != 1 || len(got) != 1 {
 		t.Errorf("spillway.messages.shed = %v, want positions/stale_version: 1", got)
 	}
-	if got := collectCounter(t, reader, telemetry.MetricMessagesDeadLetter); got["jobs/permanent"] != 1 || len(got) != 1 {
+	if got := collectCounter(t, reader, "spillway.messages.dead_lettered"); got["jobs/permanent"] != 1 || len(got) != 1 {
 		t.Errorf("spillway.messages.dead_lettered = %v, want jobs/permanent: 1", got)
 	}
 	if err := r.Close(); err != nil {
@@ -203,8 +203,8 @@ func collectCounter(t *testing.T, reader sdkmetric.Reader, name string) map[stri
 				t.Fatalf("%s is %T", name, m.Data)
 			}
 			for _, p := range s.DataPoints {
-				topic, _ := p.Attributes.Value(telemetry.AttrTopic)
-				reason, _ := p.Attributes.Value(telemetry.AttrReason)
+				topic, _ := p.Attributes.Value(attribute.Key("topic"))
+				reason, _ := p.Attributes.Value(attribute.Key("reason"))
 				out[topic.AsString()+"/"+reason.AsString()] += p.Value
 			}
 		}

@@ -21,7 +21,6 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/spillway-go/spillway/cost"
-	"github.com/spillway-go/spillway/telemetry"
 )
 
 // startRouter runs r and checks Close and Run when the test ends (the
@@ -155,10 +154,10 @@ func TestTraceThroughRouter(t *testing.T) {
 			for _, kv := range consumer.Attributes() {
 				attrs[kv.Key] = kv.Value
 			}
-			if v, ok := attrs[telemetry.KeyVertices]; !ok || v.AsInt64() != want {
-				t.Errorf("consumer span %s = %v, want %d", telemetry.KeyVertices, v.String(), want)
+			if v, ok := attrs[attribute.Key("spillway.vertices")]; !ok || v.AsInt64() != want {
+				t.Errorf("consumer span spillway.vertices = %v, want %d", v.String(), want)
 			}
-			if v := attrs[telemetry.KeyOutcome]; v.AsString() != string(telemetry.OutcomeHandled) {
+			if v := attrs[attribute.Key("spillway.outcome")]; v.AsString() != "handled" {
 				t.Errorf("consumer span outcome %q", v.String())
 			}
 			if bc.name != "memory" {
@@ -189,8 +188,8 @@ func collect(t *testing.T, reader sdkmetric.Reader, name string) map[string]int6
 				t.Fatalf("%s is %T", name, m.Data)
 			}
 			for _, p := range g.DataPoints {
-				label, _ := p.Attributes.Value(telemetry.AttrBudget)
-				if v, ok := p.Attributes.Value(telemetry.AttrTopic); ok {
+				label, _ := p.Attributes.Value(attribute.Key("budget"))
+				if v, ok := p.Attributes.Value(attribute.Key("topic")); ok {
 					label = v
 				}
 				out[label.AsString()] += p.Value
@@ -214,16 +213,16 @@ func TestBudgetMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := collect(t, reader, telemetry.MetricBudgetCapacity); got["geo"] != 12_345 {
+	if got := collect(t, reader, "spillway.budget.capacity"); got["geo"] != 12_345 {
 		t.Errorf("spillway.budget.capacity = %v, want geo: 12345", got)
 	}
-	if got := collect(t, reader, telemetry.MetricBudgetInUse); len(got) != 1 || got["geo"] != 0 {
+	if got := collect(t, reader, "spillway.budget.in_use"); len(got) != 1 || got["geo"] != 0 {
 		t.Errorf("spillway.budget.in_use = %v, want geo: 0", got)
 	}
 	if err := r.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if got := collect(t, reader, telemetry.MetricBudgetCapacity); len(got) != 0 {
+	if got := collect(t, reader, "spillway.budget.capacity"); len(got) != 0 {
 		t.Errorf("budget still exported after Close: %v", got)
 	}
 }
@@ -296,7 +295,7 @@ func TestLagThroughRouter(t *testing.T) {
 			if got := s.TotalLag(); got != n-m {
 				t.Errorf("sampler TotalLag = %d, want %d", got, n-m)
 			}
-			if got := collect(t, reader, telemetry.MetricConsumerLag); got["jobs"] != n-m {
+			if got := collect(t, reader, "spillway.consumer.lag"); got["jobs"] != n-m {
 				t.Errorf("spillway.consumer.lag = %v, want jobs: %d", got, n-m)
 			}
 			unblock()

@@ -81,7 +81,7 @@ func Example() {
 	for _, kv := range spans[2].Attributes() {
 		attrs[string(kv.Key)] = kv.Value.String()
 	}
-	for _, k := range []string{"messaging.destination.name", string(telemetry.KeyVertices), string(telemetry.KeyOutcome)} {
+	for _, k := range []string{"messaging.destination.name", "spillway.vertices", "spillway.outcome"} {
 		fmt.Printf("%s=%s\n", k, attrs[k])
 	}
 	// Output:

@@ -32,9 +32,9 @@ type LagSample struct {
 
 func (s LagSample) attributes() attribute.Set {
 	if s.Partition < 0 {
-		return attribute.NewSet(AttrTopic.String(s.Topic), AttrGroup.String(s.Group))
+		return attribute.NewSet(attrTopic.String(s.Topic), attrGroup.String(s.Group))
 	}
-	return attribute.NewSet(AttrTopic.String(s.Topic), AttrGroup.String(s.Group), AttrPartition.Int(int(s.Partition)))
+	return attribute.NewSet(attrTopic.String(s.Topic), attrGroup.String(s.Group), attrPartition.Int(int(s.Partition)))
 }
 
 // LagSource reads consumer lag from a broker. Lag is called by a
@@ -87,9 +87,9 @@ func WithLagThreshold(n int64) LagOption {
 
 // WithLagMaxAge sets how old the latest successful sample may get before
 // the sampler forgets it: after that TotalLag and SaturatedFor return 0 and
-// Samples returns nil until a sample succeeds again. A lag that cannot be
-// measured therefore never throttles producers or sheds work for ever; the
-// spillway.consumer.lag.sample_age and .errors metrics show the failure.
+// no lag series is exported until a sample succeeds again. A lag that
+// cannot be measured therefore never throttles producers or sheds work for
+// ever; the spillway.consumer.lag.sample_age and .errors metrics show the failure.
 // Default: three intervals.
 func WithLagMaxAge(d time.Duration) LagOption {
 	return func(s *LagSampler) {
@@ -106,8 +106,7 @@ func WithLagMaxAge(d time.Duration) LagOption {
 // ([LagSampler.TotalLag], see producer.NewLagThrottled) without
 // ever querying the broker per message.
 //
-// Run it with [LagSampler.Start] and [LagSampler.Close], or with
-// [LagSampler.Run] on a goroutine of your own; not both. Every method is
+// Run it with [LagSampler.Start] and [LagSampler.Close]. Every method is
 // safe for concurrent use. TotalLag and SaturatedFor are lock-free.
 type LagSampler struct {
 	src          LagSource
@@ -138,7 +137,7 @@ type LagSampler struct {
 }
 
 // NewLagSampler returns a sampler of src. It does not start sampling; call
-// Start or Run. It panics if src is nil.
+// Start. It panics if src is nil.
 func NewLagSampler(src LagSource, opts ...LagOption) *LagSampler {
 	if src == nil {
 		panic("telemetry: NewLagSampler: nil source")
@@ -166,7 +165,7 @@ func (s *LagSampler) Start() {
 		s.cancel = cancel
 		go func() {
 			defer close(s.done)
-			_ = s.Run(ctx)
+			_ = s.run(ctx)
 		}()
 	})
 }
@@ -188,9 +187,9 @@ func (s *LagSampler) Close() error {
 	return nil
 }
 
-// Run samples at once and then every interval until ctx is done, and
+// run samples at once and then every interval until ctx is done, and
 // returns nil then. Failed samples are counted and do not stop it.
-func (s *LagSampler) Run(ctx context.Context) error {
+func (s *LagSampler) run(ctx context.Context) error {
 	t := time.NewTicker(s.interval)
 	defer t.Stop()
 	for {
@@ -203,11 +202,11 @@ func (s *LagSampler) Run(ctx context.Context) error {
 	}
 }
 
-// Sample queries the source once, now, and caches the result. Run calls it
-// every interval; call it directly to refresh the cache on demand (in
-// tests, say). Concurrent calls are serialized. It returns the source's
-// error; failures are counted in [LagStats] unless ctx itself ended (the
-// sampler being stopped is not a failure).
+// Sample queries the source once, now, and caches the result. Start's
+// goroutine calls it every interval; call it directly to refresh the cache
+// on demand (in tests, say). Concurrent calls are serialized. It returns
+// the source's error; failures are counted (spillway.consumer.lag.errors)
+// unless ctx itself ended (the sampler being stopped is not a failure).
 func (s *LagSampler) Sample(ctx context.Context) error {
 	s.sampling.Lock()
 	defer s.sampling.Unlock()
@@ -283,9 +282,9 @@ func (s *LagSampler) SaturatedFor() time.Duration {
 	return max(now-time.Duration(since-1), 1)
 }
 
-// Samples returns a copy of the latest sample sorted by topic, group and
+// latest returns a copy of the latest sample sorted by topic, group and
 // partition, or nil when there is no sample recent enough.
-func (s *LagSampler) Samples() []LagSample {
+func (s *LagSampler) latest() []LagSample {
 	if !s.fresh(time.Since(s.epoch)) {
 		return nil
 	}
@@ -294,8 +293,8 @@ func (s *LagSampler) Samples() []LagSample {
 	return slices.Clone(s.samples)
 }
 
-// LagStats describes a sampler's state.
-type LagStats struct {
+// lagStats describes a sampler's state.
+type lagStats struct {
 	Total        int64         // as TotalLag
 	SaturatedFor time.Duration // as SaturatedFor
 	Partitions   int           // partitions or streams in the latest sample (0 if stale)
@@ -305,9 +304,9 @@ type LagStats struct {
 	LastError    error         // of the latest sample; nil if it succeeded
 }
 
-// Stats returns a snapshot of the sampler's state.
-func (s *LagSampler) Stats() LagStats {
-	st := LagStats{Total: s.TotalLag(), SaturatedFor: s.SaturatedFor()}
+// stats returns a snapshot of the sampler's state, for [Metrics.ObserveLag].
+func (s *LagSampler) stats() lagStats {
+	st := lagStats{Total: s.TotalLag(), SaturatedFor: s.SaturatedFor()}
 	fresh := s.fresh(time.Since(s.epoch))
 	s.mu.Lock()
 	if fresh {

@@ -196,18 +196,18 @@ func TestLagMetric(t *testing.T) {
 		{map[string]string{"topic": "parcels", "group": "workers", "partition": "1"}, 0},
 		{map[string]string{"topic": "events", "group": "g"}, 3},
 	} {
-		if got := mustPoint(t, rm, telemetry.MetricConsumerLag, c.attrs); got != c.want {
+		if got := mustPoint(t, rm, "spillway.consumer.lag", c.attrs); got != c.want {
 			t.Errorf("lag%v = %v, want %v", c.attrs, got, c.want)
 		}
 	}
 	src0 := map[string]string{"source": "kafka"}
-	if got := mustPoint(t, rm, telemetry.MetricConsumerLagErrors, src0); got != 0 {
+	if got := mustPoint(t, rm, "spillway.consumer.lag.errors", src0); got != 0 {
 		t.Errorf("errors = %v", got)
 	}
-	if got := mustPoint(t, rm, telemetry.MetricConsumerLagSaturated, src0); !(got > 0) {
+	if got := mustPoint(t, rm, "spillway.consumer.lag.saturated", src0); !(got > 0) {
 		t.Errorf("saturated = %v, want > 0 (total 9 > 5)", got)
 	}
-	if got := mustPoint(t, rm, telemetry.MetricConsumerLagAge, src0); got < 0 || got > 60 {
+	if got := mustPoint(t, rm, "spillway.consumer.lag.sample_age", src0); got < 0 || got > 60 {
 		t.Errorf("sample age = %v", got)
 	}
 	if err := unregister(); err != nil {

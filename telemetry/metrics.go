@@ -20,48 +20,48 @@ import (
 // (the exporter turns dots into underscores and appends unit and _total
 // suffixes) and attributes.
 const (
-	MetricBudgetCapacity        = "spillway.budget.capacity"
-	MetricBudgetInUse           = "spillway.budget.in_use"
-	MetricBudgetFillRatio       = "spillway.budget.fill_ratio"
-	MetricBudgetWaiting         = "spillway.budget.waiting"
-	MetricBudgetWaitingVertices = "spillway.budget.waiting_vertices"
-	MetricBudgetSaturated       = "spillway.budget.saturated"
-	MetricBudgetAdmitted        = "spillway.budget.admitted"
-	MetricBudgetClamped         = "spillway.budget.clamped"
-	MetricBudgetBound           = "spillway.budget.bound"
-	MetricBudgetBinding         = "spillway.budget.binding"
-	MetricBudgetTarget          = "spillway.budget.target"
+	metricBudgetCapacity        = "spillway.budget.capacity"
+	metricBudgetInUse           = "spillway.budget.in_use"
+	metricBudgetFillRatio       = "spillway.budget.fill_ratio"
+	metricBudgetWaiting         = "spillway.budget.waiting"
+	metricBudgetWaitingVertices = "spillway.budget.waiting_vertices"
+	metricBudgetSaturated       = "spillway.budget.saturated"
+	metricBudgetAdmitted        = "spillway.budget.admitted"
+	metricBudgetClamped         = "spillway.budget.clamped"
+	metricBudgetBound           = "spillway.budget.bound"
+	metricBudgetBinding         = "spillway.budget.binding"
+	metricBudgetTarget          = "spillway.budget.target"
 
-	MetricAdmissionWait = "spillway.admission.wait"
+	metricAdmissionWait = "spillway.admission.wait"
 
-	MetricProcessDuration    = "spillway.process.duration"
-	MetricProcessVertices    = "spillway.process.vertices"
-	MetricProcessedMessages  = "spillway.processed.messages"
-	MetricProcessedVertices  = "spillway.processed.vertices"
-	MetricMessagesShed       = "spillway.messages.shed"
-	MetricMessagesSuperseded = "spillway.messages.superseded"
-	MetricMessagesDeferred   = "spillway.messages.deferred"
-	MetricMessagesDeadLetter = "spillway.messages.dead_lettered"
-	MetricMessagesReleased   = "spillway.messages.released_on_rebalance"
+	metricProcessDuration    = "spillway.process.duration"
+	metricProcessVertices    = "spillway.process.vertices"
+	metricProcessedMessages  = "spillway.processed.messages"
+	metricProcessedVertices  = "spillway.processed.vertices"
+	metricMessagesShed       = "spillway.messages.shed"
+	metricMessagesSuperseded = "spillway.messages.superseded"
+	metricMessagesDeferred   = "spillway.messages.deferred"
+	metricMessagesDeadLetter = "spillway.messages.dead_lettered"
+	metricMessagesReleased   = "spillway.messages.released_on_rebalance"
 
-	MetricConsumerLag          = "spillway.consumer.lag"
-	MetricConsumerLagSaturated = "spillway.consumer.lag.saturated"
-	MetricConsumerLagAge       = "spillway.consumer.lag.sample_age"
-	MetricConsumerLagErrors    = "spillway.consumer.lag.errors"
+	metricConsumerLag          = "spillway.consumer.lag"
+	metricConsumerLagSaturated = "spillway.consumer.lag.saturated"
+	metricConsumerLagAge       = "spillway.consumer.lag.sample_age"
+	metricConsumerLagErrors    = "spillway.consumer.lag.errors"
 )
 
 // Metric attribute keys. They are short on purpose: they become Prometheus
 // labels.
 const (
-	AttrTopic     = attribute.Key("topic")
-	AttrOutcome   = attribute.Key("outcome")
-	AttrReason    = attribute.Key("reason")
-	AttrAdmission = attribute.Key("admission")
-	AttrBudget    = attribute.Key("budget")
-	AttrBound     = attribute.Key("bound")
-	AttrGroup     = attribute.Key("group")
-	AttrPartition = attribute.Key("partition")
-	AttrSource    = attribute.Key("source")
+	attrTopic     = attribute.Key("topic")
+	attrOutcome   = attribute.Key("outcome")
+	attrReason    = attribute.Key("reason")
+	attrAdmission = attribute.Key("admission")
+	attrBudget    = attribute.Key("budget")
+	attrBound     = attribute.Key("bound")
+	attrGroup     = attribute.Key("group")
+	attrPartition = attribute.Key("partition")
+	attrSource    = attribute.Key("source")
 )
 
 var (
@@ -128,21 +128,21 @@ func NewMetrics(opts ...Option) (*Metrics, error) {
 	}
 	var err error
 
-	m.duration, err = mt.Float64Histogram(MetricProcessDuration, metric.WithUnit("s"),
+	m.duration, err = mt.Float64Histogram(metricProcessDuration, metric.WithUnit("s"),
 		metric.WithDescription("Time a message spent in the middleware stack, admission wait included, by topic and outcome."),
 		metric.WithExplicitBucketBoundaries(durationBuckets...))
 	check(err)
-	m.vertices, err = mt.Int64Histogram(MetricProcessVertices, metric.WithUnit("{vertex}"),
+	m.vertices, err = mt.Int64Histogram(metricProcessVertices, metric.WithUnit("{vertex}"),
 		metric.WithDescription("Vertices per message, when known, by topic."),
 		metric.WithExplicitBucketBoundaries(vertexBuckets...))
 	check(err)
-	m.processedMsgs, err = mt.Int64Counter(MetricProcessedMessages, metric.WithUnit("{message}"),
+	m.processedMsgs, err = mt.Int64Counter(metricProcessedMessages, metric.WithUnit("{message}"),
 		metric.WithDescription("Messages that left the middleware stack, by topic and outcome."))
 	check(err)
-	m.processedVerts, err = mt.Int64Counter(MetricProcessedVertices, metric.WithUnit("{vertex}"),
+	m.processedVerts, err = mt.Int64Counter(metricProcessedVertices, metric.WithUnit("{vertex}"),
 		metric.WithDescription("Vertices of messages that left the middleware stack, by topic and outcome."))
 	check(err)
-	m.admissionWait, err = mt.Float64Histogram(MetricAdmissionWait, metric.WithUnit("s"),
+	m.admissionWait, err = mt.Float64Histogram(metricAdmissionWait, metric.WithUnit("s"),
 		metric.WithDescription("Time spent waiting for vertex budget, by topic and admission outcome."),
 		metric.WithExplicitBucketBoundaries(waitBuckets...))
 	check(err)
@@ -152,61 +152,61 @@ func NewMetrics(opts ...Option) (*Metrics, error) {
 		o          Outcome
 		name, desc string
 	}{
-		{OutcomeShed, MetricMessagesShed, "Messages dropped by a shedding policy, by topic and reason."},
-		{OutcomeSuperseded, MetricMessagesSuperseded, "Messages dropped because a newer one for their entity arrived, by topic and reason."},
-		{OutcomeDeferred, MetricMessagesDeferred, "Messages handed back for a later retry, by topic and reason."},
-		{OutcomeDeadLettered, MetricMessagesDeadLetter, "Messages sent to the dead-letter topic, by topic and reason."},
-		{OutcomeReleased, MetricMessagesReleased, "Waiting messages released because their delivery was revoked in a rebalance, by topic and reason."},
+		{OutcomeShed, metricMessagesShed, "Messages dropped by a shedding policy, by topic and reason."},
+		{OutcomeSuperseded, metricMessagesSuperseded, "Messages dropped because a newer one for their entity arrived, by topic and reason."},
+		{OutcomeDeferred, metricMessagesDeferred, "Messages handed back for a later retry, by topic and reason."},
+		{OutcomeDeadLettered, metricMessagesDeadLetter, "Messages sent to the dead-letter topic, by topic and reason."},
+		{outcomeReleased, metricMessagesReleased, "Waiting messages released because their delivery was revoked in a rebalance, by topic and reason."},
 	} {
 		ctr, err := mt.Int64Counter(c.name, metric.WithUnit("{message}"), metric.WithDescription(c.desc))
 		check(err)
 		m.outcomes[c.o] = ctr
 	}
 
-	m.budgetCapacity, err = mt.Int64ObservableGauge(MetricBudgetCapacity, metric.WithUnit("{vertex}"),
+	m.budgetCapacity, err = mt.Int64ObservableGauge(metricBudgetCapacity, metric.WithUnit("{vertex}"),
 		metric.WithDescription("Vertex budget capacity."))
 	check(err)
-	m.budgetInUse, err = mt.Int64ObservableGauge(MetricBudgetInUse, metric.WithUnit("{vertex}"),
+	m.budgetInUse, err = mt.Int64ObservableGauge(metricBudgetInUse, metric.WithUnit("{vertex}"),
 		metric.WithDescription("Vertices admitted and not yet released."))
 	check(err)
-	m.budgetFill, err = mt.Float64ObservableGauge(MetricBudgetFillRatio, metric.WithUnit("1"),
+	m.budgetFill, err = mt.Float64ObservableGauge(metricBudgetFillRatio, metric.WithUnit("1"),
 		metric.WithDescription("In-use vertices over capacity (0..1)."))
 	check(err)
-	m.budgetWaiting, err = mt.Int64ObservableGauge(MetricBudgetWaiting, metric.WithUnit("{message}"),
+	m.budgetWaiting, err = mt.Int64ObservableGauge(metricBudgetWaiting, metric.WithUnit("{message}"),
 		metric.WithDescription("Messages blocked waiting for budget."))
 	check(err)
-	m.budgetWaitingVerts, err = mt.Int64ObservableGauge(MetricBudgetWaitingVertices, metric.WithUnit("{vertex}"),
+	m.budgetWaitingVerts, err = mt.Int64ObservableGauge(metricBudgetWaitingVertices, metric.WithUnit("{vertex}"),
 		metric.WithDescription("Vertices of the messages waiting for budget, each clamped to the capacity."))
 	check(err)
-	m.budgetSaturated, err = mt.Float64ObservableGauge(MetricBudgetSaturated, metric.WithUnit("s"),
+	m.budgetSaturated, err = mt.Float64ObservableGauge(metricBudgetSaturated, metric.WithUnit("s"),
 		metric.WithDescription("How long the budget has been saturated without a break; 0 when it is not."))
 	check(err)
-	m.budgetAdmitted, err = mt.Int64ObservableCounter(MetricBudgetAdmitted, metric.WithUnit("{message}"),
+	m.budgetAdmitted, err = mt.Int64ObservableCounter(metricBudgetAdmitted, metric.WithUnit("{message}"),
 		metric.WithDescription("Charges admitted by the budget."))
 	check(err)
-	m.budgetClamped, err = mt.Int64ObservableCounter(MetricBudgetClamped, metric.WithUnit("{message}"),
+	m.budgetClamped, err = mt.Int64ObservableCounter(metricBudgetClamped, metric.WithUnit("{message}"),
 		metric.WithDescription("Admitted charges that exceeded the capacity and were clamped to it."))
 	check(err)
-	m.bound, err = mt.Int64ObservableGauge(MetricBudgetBound, metric.WithUnit("{vertex}"),
+	m.bound, err = mt.Int64ObservableGauge(metricBudgetBound, metric.WithUnit("{vertex}"),
 		metric.WithDescription("Budget bounds computed by auto-sizing, by bound (memory, deadline)."))
 	check(err)
-	m.binding, err = mt.Int64ObservableGauge(MetricBudgetBinding,
+	m.binding, err = mt.Int64ObservableGauge(metricBudgetBinding,
 		metric.WithDescription("1 for the bound that currently sets the budget, 0 for the others."))
 	check(err)
-	m.target, err = mt.Int64ObservableGauge(MetricBudgetTarget, metric.WithUnit("{vertex}"),
+	m.target, err = mt.Int64ObservableGauge(metricBudgetTarget, metric.WithUnit("{vertex}"),
 		metric.WithDescription("The budget auto-sizing asks for."))
 	check(err)
 
-	m.lag, err = mt.Int64ObservableGauge(MetricConsumerLag, metric.WithUnit("{message}"),
+	m.lag, err = mt.Int64ObservableGauge(metricConsumerLag, metric.WithUnit("{message}"),
 		metric.WithDescription("Consumer lag from the latest background sample, by topic (or stream), group and partition."))
 	check(err)
-	m.lagSaturated, err = mt.Float64ObservableGauge(MetricConsumerLagSaturated, metric.WithUnit("s"),
+	m.lagSaturated, err = mt.Float64ObservableGauge(metricConsumerLagSaturated, metric.WithUnit("s"),
 		metric.WithDescription("How long total lag has been above the sampler's threshold; 0 when it is not."))
 	check(err)
-	m.lagAge, err = mt.Float64ObservableGauge(MetricConsumerLagAge, metric.WithUnit("s"),
+	m.lagAge, err = mt.Float64ObservableGauge(metricConsumerLagAge, metric.WithUnit("s"),
 		metric.WithDescription("Age of the latest successful lag sample."))
 	check(err)
-	m.lagErrors, err = mt.Int64ObservableCounter(MetricConsumerLagErrors, metric.WithUnit("{sample}"),
+	m.lagErrors, err = mt.Int64ObservableCounter(metricConsumerLagErrors, metric.WithUnit("{sample}"),
 		metric.WithDescription("Lag samples that failed."))
 	check(err)
 
@@ -269,13 +269,13 @@ func (c *attrCache) insert(k attrKey) *measureOpts {
 	var set attribute.Set
 	switch k.shape {
 	case shapeTopic:
-		set = attribute.NewSet(AttrTopic.String(k.topic))
+		set = attribute.NewSet(attrTopic.String(k.topic))
 	case shapeOutcome:
-		set = attribute.NewSet(AttrTopic.String(k.topic), AttrOutcome.String(k.value))
+		set = attribute.NewSet(attrTopic.String(k.topic), attrOutcome.String(k.value))
 	case shapeAdmission:
-		set = attribute.NewSet(AttrTopic.String(k.topic), AttrAdmission.String(k.value))
+		set = attribute.NewSet(attrTopic.String(k.topic), attrAdmission.String(k.value))
 	case shapeReason:
-		set = attribute.NewSet(AttrTopic.String(k.topic), AttrReason.String(k.value))
+		set = attribute.NewSet(attrTopic.String(k.topic), attrReason.String(k.value))
 	}
 	opt := metric.WithAttributeSet(set)
 	o := &measureOpts{rec: []metric.RecordOption{opt}, add: []metric.AddOption{opt}}
@@ -321,7 +321,7 @@ func (m *Metrics) Middleware(h message.HandlerFunc) message.HandlerFunc {
 		defer func() {
 			o, _, adm, hasAdm := rec.final(err)
 			if !returned {
-				o = OutcomePanic
+				o = outcomePanic
 			}
 			opt := m.attrs(shapeOutcome, topic, string(o))
 			m.duration.Record(ctx, time.Since(start).Seconds(), opt.rec...)
@@ -359,7 +359,7 @@ func (m *Metrics) OnAdmission(msg *message.Message, a middleware.Admission) {
 	topic := m.topicOf(msg)
 	m.admissionWait.Record(ctx, a.Wait.Seconds(), m.attrs(shapeAdmission, topic, a.Outcome.String()).rec...)
 	if a.Outcome == middleware.Revoked {
-		m.outcomes[OutcomeReleased].Add(ctx, 1, m.attrs(shapeReason, topic, "revoked").add...)
+		m.outcomes[outcomeReleased].Add(ctx, 1, m.attrs(shapeReason, topic, "revoked").add...)
 	}
 }
 
@@ -397,14 +397,14 @@ func (m *Metrics) OnRetryOutcome(e retrygate.Event) {
 	if e.Message != nil {
 		ctx = e.Message.Context()
 	}
-	m.Count(ctx, o, e.Topic, e.Cause.String(), 1)
+	m.count(ctx, o, e.Topic, e.Cause.String(), 1)
 }
 
-// Count adds n to the counter of outcome (spillway.messages.shed,
+// count adds n to the counter of outcome (spillway.messages.shed,
 // .superseded, .deferred, .dead_lettered or .released_on_rebalance) with
 // the given topic and reason labels. Outcomes without a counter (handled,
 // error, ...) are ignored. Safe for concurrent use.
-func (m *Metrics) Count(ctx context.Context, outcome Outcome, topic, reason string, n int64) {
+func (m *Metrics) count(ctx context.Context, outcome Outcome, topic, reason string, n int64) {
 	c, ok := m.outcomes[outcome]
 	if !ok || n == 0 {
 		return
@@ -415,7 +415,9 @@ func (m *Metrics) Count(ctx context.Context, outcome Outcome, topic, reason stri
 	c.Add(ctx, n, m.attrs(shapeReason, topic, reason).add...)
 }
 
-// RecordOutcome counts one message for outcome (see [Metrics.Count]) and
+// RecordOutcome counts one message for outcome (spillway.messages.shed,
+// .superseded, .deferred, .dead_lettered or .released_on_rebalance, by
+// topic and reason; outcomes without a counter are not counted) and
 // records the outcome on the message like [RecordOutcome] (span attribute
 // and the outcome label of [Metrics.Middleware]). An empty topic is taken
 // from the message. Wire it into the hooks of the stages that drop, defer
@@ -430,7 +432,7 @@ func (m *Metrics) RecordOutcome(msg *message.Message, outcome Outcome, topic, re
 	if topic == "" {
 		topic = m.topicOf(msg)
 	}
-	m.Count(msg.Context(), outcome, topic, reason, 1)
+	m.count(msg.Context(), outcome, topic, reason, 1)
 	recordOutcome(msg, outcome, reason, nil)
 }
 
@@ -450,7 +452,7 @@ func (m *Metrics) ObserveBudget(name string, b *middleware.VertexBudget) (unregi
 	if b == nil {
 		return nil, errors.New("telemetry: ObserveBudget: nil budget")
 	}
-	opt := metric.WithAttributeSet(attribute.NewSet(AttrBudget.String(name)))
+	opt := metric.WithAttributeSet(attribute.NewSet(attrBudget.String(name)))
 	reg, err := m.meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		s := b.Stats()
 		o.ObserveInt64(m.budgetCapacity, s.Capacity, opt)
@@ -495,10 +497,10 @@ func (m *Metrics) ObserveBounds(name string, f func() Bounds) (unregister func()
 	if f == nil {
 		return nil, errors.New("telemetry: ObserveBounds: nil func")
 	}
-	budget := AttrBudget.String(name)
-	memory := metric.WithAttributeSet(attribute.NewSet(budget, AttrBound.String("memory")))
-	deadline := metric.WithAttributeSet(attribute.NewSet(budget, AttrBound.String("deadline")))
-	tail := metric.WithAttributeSet(attribute.NewSet(budget, AttrBound.String("tail")))
+	budget := attrBudget.String(name)
+	memory := metric.WithAttributeSet(attribute.NewSet(budget, attrBound.String("memory")))
+	deadline := metric.WithAttributeSet(attribute.NewSet(budget, attrBound.String("deadline")))
+	tail := metric.WithAttributeSet(attribute.NewSet(budget, attrBound.String("tail")))
 	plain := metric.WithAttributeSet(attribute.NewSet(budget))
 	reg, err := m.meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		b := f()
@@ -524,7 +526,7 @@ func (m *Metrics) ObserveBounds(name string, f func() Bounds) (unregister func()
 		o.ObserveInt64(m.binding, isBinding("deadline"), deadline)
 		o.ObserveInt64(m.binding, isBinding("tail"), tail)
 		if b.Binding != "" && b.Binding != "memory" && b.Binding != "deadline" && b.Binding != "tail" {
-			o.ObserveInt64(m.binding, 1, metric.WithAttributes(budget, AttrBound.String(b.Binding)))
+			o.ObserveInt64(m.binding, 1, metric.WithAttributes(budget, attrBound.String(b.Binding)))
 		}
 		return nil
 	}, m.bound, m.binding, m.target)
@@ -545,10 +547,10 @@ func (m *Metrics) ObserveLag(name string, s *LagSampler) (unregister func() erro
 	if s == nil {
 		return nil, errors.New("telemetry: ObserveLag: nil sampler")
 	}
-	src := metric.WithAttributeSet(attribute.NewSet(AttrSource.String(name)))
+	src := metric.WithAttributeSet(attribute.NewSet(attrSource.String(name)))
 	reg, err := m.meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
-		st := s.Stats()
-		for _, smp := range s.Samples() {
+		st := s.stats()
+		for _, smp := range s.latest() {
 			o.ObserveInt64(m.lag, smp.Lag, metric.WithAttributeSet(smp.attributes()))
 		}
 		o.ObserveFloat64(m.lagSaturated, st.SaturatedFor.Seconds(), src)

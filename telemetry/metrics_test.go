@@ -59,7 +59,7 @@ func TestMetricsExactCounts(t *testing.T) {
 		rm := collect(t, stack.reader)
 		var left float64
 		for _, o := range []string{"handled", "shed", "deferred", "dead_lettered", "superseded"} {
-			if v, ok := point(t, rm, telemetry.MetricProcessedMessages, topic("outcome", o)); ok {
+			if v, ok := point(t, rm, "spillway.processed.messages", topic("outcome", o)); ok {
 				left += v
 			}
 		}
@@ -73,29 +73,29 @@ func TestMetricsExactCounts(t *testing.T) {
 		attrs map[string]string
 		want  float64
 	}{
-		{telemetry.MetricMessagesShed, topic("reason", "shed_priority"), 2},
-		{telemetry.MetricMessagesDeferred, topic("reason", "saturated"), 1},
-		{telemetry.MetricMessagesDeadLetter, topic("reason", "permanent"), 1},
-		{telemetry.MetricMessagesSuperseded, topic("reason", "superseded"), 1},
-		{telemetry.MetricProcessedMessages, topic("outcome", "handled"), 3},
-		{telemetry.MetricProcessedMessages, topic("outcome", "shed"), 2},
-		{telemetry.MetricProcessedMessages, topic("outcome", "deferred"), 1},
-		{telemetry.MetricProcessedMessages, topic("outcome", "dead_lettered"), 1},
-		{telemetry.MetricProcessedMessages, topic("outcome", "superseded"), 1},
-		{telemetry.MetricProcessedVertices, topic("outcome", "handled"), 12},
-		{telemetry.MetricProcessedVertices, topic("outcome", "shed"), 8},
-		{telemetry.MetricProcessDuration, topic("outcome", "handled"), 3}, // histogram count
-		{telemetry.MetricProcessVertices, topic(), 8},
-		{telemetry.MetricAdmissionWait, topic("admission", "admitted"), 4}, // handled + dead-lettered
+		{"spillway.messages.shed", topic("reason", "shed_priority"), 2},
+		{"spillway.messages.deferred", topic("reason", "saturated"), 1},
+		{"spillway.messages.dead_lettered", topic("reason", "permanent"), 1},
+		{"spillway.messages.superseded", topic("reason", "superseded"), 1},
+		{"spillway.processed.messages", topic("outcome", "handled"), 3},
+		{"spillway.processed.messages", topic("outcome", "shed"), 2},
+		{"spillway.processed.messages", topic("outcome", "deferred"), 1},
+		{"spillway.processed.messages", topic("outcome", "dead_lettered"), 1},
+		{"spillway.processed.messages", topic("outcome", "superseded"), 1},
+		{"spillway.processed.vertices", topic("outcome", "handled"), 12},
+		{"spillway.processed.vertices", topic("outcome", "shed"), 8},
+		{"spillway.process.duration", topic("outcome", "handled"), 3}, // histogram count
+		{"spillway.process.vertices", topic(), 8},
+		{"spillway.admission.wait", topic("admission", "admitted"), 4}, // handled + dead-lettered
 	} {
 		if got := mustPoint(t, rm, c.name, c.attrs); got != c.want {
 			t.Errorf("%s%v = %v, want %v", c.name, c.attrs, got, c.want)
 		}
 	}
-	if s := histogramSum(t, rm, telemetry.MetricProcessVertices, topic()); s != 32 {
+	if s := histogramSum(t, rm, "spillway.process.vertices", topic()); s != 32 {
 		t.Errorf("vertices histogram sum = %v, want 32", s)
 	}
-	if _, ok := point(t, rm, telemetry.MetricMessagesReleased, topic("reason", "revoked")); ok {
+	if _, ok := point(t, rm, "spillway.messages.released_on_rebalance", topic("reason", "revoked")); ok {
 		t.Error("nothing was released on rebalance")
 	}
 }
@@ -132,14 +132,14 @@ func TestMetricsShedAndRetryHooks(t *testing.T) {
 		attrs map[string]string
 		want  float64
 	}{
-		{telemetry.MetricMessagesShed, map[string]string{"topic": "t", "reason": "stale_version"}, 1},
-		{telemetry.MetricMessagesSuperseded, map[string]string{"topic": "t", "reason": "superseded"}, 1},
-		{telemetry.MetricMessagesDeferred, map[string]string{"topic": "t", "reason": "permanent"}, 1},
-		{telemetry.MetricMessagesDeferred, map[string]string{"topic": "u", "reason": "saturated"}, 1},
-		{telemetry.MetricMessagesDeadLetter, map[string]string{"topic": "t", "reason": "permanent"}, 1},
-		{telemetry.MetricProcessedMessages, map[string]string{"topic": "t", "outcome": "shed"}, 1},
-		{telemetry.MetricProcessedMessages, map[string]string{"topic": "t", "outcome": "superseded"}, 1},
-		{telemetry.MetricProcessedMessages, map[string]string{"topic": "t", "outcome": "handled"}, 4},
+		{"spillway.messages.shed", map[string]string{"topic": "t", "reason": "stale_version"}, 1},
+		{"spillway.messages.superseded", map[string]string{"topic": "t", "reason": "superseded"}, 1},
+		{"spillway.messages.deferred", map[string]string{"topic": "t", "reason": "permanent"}, 1},
+		{"spillway.messages.deferred", map[string]string{"topic": "u", "reason": "saturated"}, 1},
+		{"spillway.messages.dead_lettered", map[string]string{"topic": "t", "reason": "permanent"}, 1},
+		{"spillway.processed.messages", map[string]string{"topic": "t", "outcome": "shed"}, 1},
+		{"spillway.processed.messages", map[string]string{"topic": "t", "outcome": "superseded"}, 1},
+		{"spillway.processed.messages", map[string]string{"topic": "t", "outcome": "handled"}, 4},
 	} {
 		if got := mustPoint(t, rm, c.name, c.attrs); got != c.want {
 			t.Errorf("%s%v = %v, want %v", c.name, c.attrs, got, c.want)
@@ -178,22 +178,22 @@ func TestMetricsAdmissionOutcomes(t *testing.T) {
 		attrs map[string]string
 		want  float64
 	}{
-		{telemetry.MetricMessagesReleased, map[string]string{"topic": "t", "reason": "revoked"}, 1},
-		{telemetry.MetricProcessedMessages, map[string]string{"topic": "t", "outcome": "released_on_rebalance"}, 1},
-		{telemetry.MetricProcessedMessages, map[string]string{"topic": "t", "outcome": "cancelled"}, 1},
-		{telemetry.MetricProcessedMessages, map[string]string{"topic": "t", "outcome": "error"}, 1},
-		{telemetry.MetricAdmissionWait, map[string]string{"topic": "t", "admission": "revoked"}, 1},
-		{telemetry.MetricAdmissionWait, map[string]string{"topic": "t", "admission": "cancelled"}, 1},
+		{"spillway.messages.released_on_rebalance", map[string]string{"topic": "t", "reason": "revoked"}, 1},
+		{"spillway.processed.messages", map[string]string{"topic": "t", "outcome": "released_on_rebalance"}, 1},
+		{"spillway.processed.messages", map[string]string{"topic": "t", "outcome": "cancelled"}, 1},
+		{"spillway.processed.messages", map[string]string{"topic": "t", "outcome": "error"}, 1},
+		{"spillway.admission.wait", map[string]string{"topic": "t", "admission": "revoked"}, 1},
+		{"spillway.admission.wait", map[string]string{"topic": "t", "admission": "cancelled"}, 1},
 		// The admissions carried no charge source other than the zero value
 		// (header), so their vertices are known: 0 each. The third message
 		// falls back to its header: 7.
-		{telemetry.MetricProcessedVertices, map[string]string{"topic": "t", "outcome": "error"}, 7},
+		{"spillway.processed.vertices", map[string]string{"topic": "t", "outcome": "error"}, 7},
 	} {
 		if got := mustPoint(t, rm, c.name, c.attrs); got != c.want {
 			t.Errorf("%s%v = %v, want %v", c.name, c.attrs, got, c.want)
 		}
 	}
-	if s := histogramSum(t, rm, telemetry.MetricAdmissionWait, map[string]string{"topic": "t", "admission": "revoked"}); s != 2 {
+	if s := histogramSum(t, rm, "spillway.admission.wait", map[string]string{"topic": "t", "admission": "revoked"}); s != 2 {
 		t.Errorf("revoked wait sum = %v, want 2s", s)
 	}
 }
@@ -215,7 +215,7 @@ func TestMetricsPanicOutcome(t *testing.T) {
 		_, _ = h(message.NewMessage("x", nil))
 	}()
 	rm := collect(t, reader)
-	if got := mustPoint(t, rm, telemetry.MetricProcessedMessages, map[string]string{"topic": "t", "outcome": "panic"}); got != 1 {
+	if got := mustPoint(t, rm, "spillway.processed.messages", map[string]string{"topic": "t", "outcome": "panic"}); got != 1 {
 		t.Fatalf("panic count = %v", got)
 	}
 }
@@ -248,19 +248,19 @@ func TestMetricsBudgetGauges(t *testing.T) {
 	rm := collect(t, reader)
 	geo := map[string]string{"budget": "geo"}
 	for name, want := range map[string]float64{
-		telemetry.MetricBudgetCapacity:        1000,
-		telemetry.MetricBudgetInUse:           500,
-		telemetry.MetricBudgetFillRatio:       0.5,
-		telemetry.MetricBudgetWaiting:         1,
-		telemetry.MetricBudgetWaitingVertices: 600,
-		telemetry.MetricBudgetAdmitted:        3,
-		telemetry.MetricBudgetClamped:         1,
+		"spillway.budget.capacity":         1000,
+		"spillway.budget.in_use":           500,
+		"spillway.budget.fill_ratio":       0.5,
+		"spillway.budget.waiting":          1,
+		"spillway.budget.waiting_vertices": 600,
+		"spillway.budget.admitted":         3,
+		"spillway.budget.clamped":          1,
 	} {
 		if got := mustPoint(t, rm, name, geo); got != want {
 			t.Errorf("%s = %v, want %v", name, got, want)
 		}
 	}
-	if sat := mustPoint(t, rm, telemetry.MetricBudgetSaturated, geo); !(sat > 0) {
+	if sat := mustPoint(t, rm, "spillway.budget.saturated", geo); !(sat > 0) {
 		t.Errorf("saturated = %v, want > 0 while someone waits", sat)
 	}
 
@@ -271,10 +271,10 @@ func TestMetricsBudgetGauges(t *testing.T) {
 	p1.Release()
 	p2.Release()
 	rm = collect(t, reader)
-	if got := mustPoint(t, rm, telemetry.MetricBudgetInUse, geo); got != 0 {
+	if got := mustPoint(t, rm, "spillway.budget.in_use", geo); got != 0 {
 		t.Errorf("in use after release = %v", got)
 	}
-	if got := mustPoint(t, rm, telemetry.MetricBudgetSaturated, geo); got != 0 {
+	if got := mustPoint(t, rm, "spillway.budget.saturated", geo); got != 0 {
 		t.Errorf("saturated after release = %v", got)
 	}
 
@@ -282,7 +282,7 @@ func TestMetricsBudgetGauges(t *testing.T) {
 		t.Fatal(err)
 	}
 	rm = collect(t, reader)
-	if _, ok := point(t, rm, telemetry.MetricBudgetCapacity, geo); ok {
+	if _, ok := point(t, rm, "spillway.budget.capacity", geo); ok {
 		t.Error("budget still exported after unregister")
 	}
 	if _, err := m.ObserveBudget("nil", nil); err == nil {
@@ -316,30 +316,30 @@ func TestMetricsBounds(t *testing.T) {
 	}
 	mem := map[string]string{"budget": "geo", "bound": "memory"}
 	dl := map[string]string{"budget": "geo", "bound": "deadline"}
-	check(telemetry.MetricBudgetBound, mem, 80_000)
-	check(telemetry.MetricBudgetBound, dl, 50_000)
-	check(telemetry.MetricBudgetTarget, map[string]string{"budget": "geo"}, 50_000)
-	check(telemetry.MetricBudgetBinding, dl, 1)
-	check(telemetry.MetricBudgetBinding, mem, 0)
+	check("spillway.budget.bound", mem, 80_000)
+	check("spillway.budget.bound", dl, 50_000)
+	check("spillway.budget.target", map[string]string{"budget": "geo"}, 50_000)
+	check("spillway.budget.binding", dl, 1)
+	check("spillway.budget.binding", mem, 0)
 
 	mu.Lock()
 	bounds = telemetry.Bounds{Memory: 30_000, Deadline: 50_000, Budget: 30_000, Binding: "memory"}
 	mu.Unlock()
-	check(telemetry.MetricBudgetBinding, dl, 0)
-	check(telemetry.MetricBudgetBinding, mem, 1)
+	check("spillway.budget.binding", dl, 0)
+	check("spillway.budget.binding", mem, 1)
 
 	tail := map[string]string{"budget": "geo", "bound": "tail"}
 	mu.Lock()
 	bounds = telemetry.Bounds{Memory: 80_000, Deadline: 50_000, Tail: 35_000, Budget: 35_000, Binding: "tail"}
 	mu.Unlock()
-	check(telemetry.MetricBudgetBound, tail, 35_000)
-	check(telemetry.MetricBudgetBinding, tail, 1)
-	check(telemetry.MetricBudgetBinding, dl, 0)
+	check("spillway.budget.bound", tail, 35_000)
+	check("spillway.budget.binding", tail, 1)
+	check("spillway.budget.binding", dl, 0)
 
 	mu.Lock()
 	bounds = telemetry.Bounds{Budget: 10_000, Binding: "configured"}
 	mu.Unlock()
-	check(telemetry.MetricBudgetBinding, map[string]string{"budget": "geo", "bound": "configured"}, 1)
+	check("spillway.budget.binding", map[string]string{"budget": "geo", "bound": "configured"}, 1)
 	if _, err := m.ObserveBounds("x", nil); err == nil {
 		t.Error("nil func accepted")
 	}

@@ -24,9 +24,9 @@ const (
 	SystemGoChannel = "gochannel"
 )
 
-// DefaultAttemptKey is the metadata key the retry attempt is read from by
+// defaultAttemptKey is the metadata key the retry attempt is read from by
 // default: the key Spillway's retry gate writes.
-const DefaultAttemptKey = "spillway_attempt"
+const defaultAttemptKey = "spillway_attempt"
 
 // Option configures [NewTracing], [NewTracingPublisher] and [NewMetrics].
 // Options that do not apply to a constructor are ignored by it.
@@ -47,7 +47,7 @@ type config struct {
 func newConfig(opts []Option) config {
 	c := config{
 		system:        "watermill",
-		attemptKey:    DefaultAttemptKey,
+		attemptKey:    defaultAttemptKey,
 		producerSpans: true,
 	}
 	for _, o := range opts {
@@ -125,7 +125,8 @@ func WithTopicFunc(f func(msg *message.Message) string) Option {
 
 // WithAttemptKey sets the metadata key holding the message's retry attempt
 // count (a base-10 integer), recorded as spillway.retry.attempt. Default
-// [DefaultAttemptKey]. An empty key disables the attribute.
+// "spillway_attempt", the key Spillway's retry gate writes. An empty key
+// disables the attribute.
 func WithAttemptKey(key string) Option {
 	return func(c *config) { c.attemptKey = key }
 }

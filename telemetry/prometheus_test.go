@@ -63,7 +63,7 @@ func TestPrometheusEndpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, o := range []telemetry.Outcome{telemetry.OutcomeShed, telemetry.OutcomeSuperseded, telemetry.OutcomeDeferred,
-		telemetry.OutcomeDeadLettered, telemetry.OutcomeReleased} {
+		telemetry.OutcomeDeadLettered, telemetry.Outcome("released_on_rebalance")} {
 		m.Count(context.Background(), o, "parcels", "r", 1)
 	}
 

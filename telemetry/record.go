@@ -16,45 +16,43 @@ import (
 // Spillway's span attributes. Messaging attributes follow OpenTelemetry's
 // semantic conventions; these describe what Spillway did with the message.
 const (
-	// KeyVertices is the message's cost in vertices, when it is known (read
+	// keyVertices is the message's cost in vertices, when it is known (read
 	// from vertex_count or counted from the payload); omitted when the
 	// count was missing or malformed and the default was charged.
-	KeyVertices = attribute.Key("spillway.vertices")
-	// KeyVerticesGranted is the charge the budget admitted, after clamping.
-	KeyVerticesGranted = attribute.Key("spillway.vertices.granted")
-	// KeyCostSource is where the count came from: header, missing,
+	keyVertices = attribute.Key("spillway.vertices")
+	// keyVerticesGranted is the charge the budget admitted, after clamping.
+	keyVerticesGranted = attribute.Key("spillway.vertices.granted")
+	// keyCostSource is where the count came from: header, missing,
 	// malformed or computed (cost.Source).
-	KeyCostSource = attribute.Key("spillway.cost.source")
-	// KeyAdmission is how admission ended: admitted, cancelled, revoked or
+	keyCostSource = attribute.Key("spillway.cost.source")
+	// keyAdmission is how admission ended: admitted, cancelled, revoked or
 	// invalid (middleware.Outcome).
-	KeyAdmission = attribute.Key("spillway.admission.outcome")
-	// KeyAdmissionWait is the time spent waiting for budget, in seconds.
-	KeyAdmissionWait = attribute.Key("spillway.admission.wait_seconds")
-	// KeyAdmissionClamped is true when the charge exceeded the capacity.
-	KeyAdmissionClamped = attribute.Key("spillway.admission.clamped")
-	// KeyOutcome is how the message left the stack (an [Outcome]).
-	KeyOutcome = attribute.Key("spillway.outcome")
-	// KeyReason qualifies the outcome: why it was shed, deferred or
+	keyAdmission = attribute.Key("spillway.admission.outcome")
+	// keyAdmissionWait is the time spent waiting for budget, in seconds.
+	keyAdmissionWait = attribute.Key("spillway.admission.wait_seconds")
+	// keyAdmissionClamped is true when the charge exceeded the capacity.
+	keyAdmissionClamped = attribute.Key("spillway.admission.clamped")
+	// keyOutcome is how the message left the stack (an [Outcome]).
+	keyOutcome = attribute.Key("spillway.outcome")
+	// keyReason qualifies the outcome: why it was shed, deferred or
 	// dead-lettered.
-	KeyReason = attribute.Key("spillway.outcome.reason")
-	// KeyAttempt is the retry attempt count read from message metadata
+	keyReason = attribute.Key("spillway.outcome.reason")
+	// keyAttempt is the retry attempt count read from message metadata
 	// (see [WithAttemptKey]).
-	KeyAttempt = attribute.Key("spillway.retry.attempt")
+	keyAttempt = attribute.Key("spillway.retry.attempt")
 )
 
 // Outcome is how a message left Spillway's middleware stack. It is the
 // spillway.outcome span attribute and the outcome metric attribute. The
-// constants are the values Spillway uses; other values are allowed but
-// should be few (they become metric series).
+// exported constants are the outcomes the stages that drop, defer or
+// dead-letter messages record through [RecordOutcome] and
+// [Metrics.RecordOutcome], and the ones that have a counter; the stack
+// records the others itself: handled, error, panic, cancelled, invalid
+// and released_on_rebalance (docs/operations.md lists them all). Other
+// values are allowed but should be few (they become metric series).
 type Outcome string
 
 const (
-	// OutcomeHandled: the handler ran and returned nil.
-	OutcomeHandled Outcome = "handled"
-	// OutcomeError: the chain returned an error; the message is nacked.
-	OutcomeError Outcome = "error"
-	// OutcomePanic: the handler panicked.
-	OutcomePanic Outcome = "panic"
 	// OutcomeShed: dropped by a shedding policy (priority or stale version).
 	OutcomeShed Outcome = "shed"
 	// OutcomeSuperseded: dropped because a newer message for its entity
@@ -64,13 +62,25 @@ const (
 	OutcomeDeferred Outcome = "deferred"
 	// OutcomeDeadLettered: failed for good and sent to the dead-letter topic.
 	OutcomeDeadLettered Outcome = "dead_lettered"
-	// OutcomeReleased: stepped aside while waiting for budget because its
+)
+
+// The outcomes the stack records itself.
+const (
+	// outcomeHandled: the handler ran and returned nil.
+	outcomeHandled Outcome = "handled"
+	// outcomeError: the chain returned an error; the message is nacked.
+	outcomeError Outcome = "error"
+	// outcomePanic: the handler panicked.
+	outcomePanic Outcome = "panic"
+	// outcomeReleased: stepped aside while waiting for budget because its
 	// delivery was revoked in a rebalance; the next owner processes it.
-	OutcomeReleased Outcome = "released_on_rebalance"
-	// OutcomeCancelled: its context ended while it waited for budget.
-	OutcomeCancelled Outcome = "cancelled"
-	// OutcomeInvalid: its charge could not be admitted (a negative cost).
-	OutcomeInvalid Outcome = "invalid"
+	// Counted (spillway.messages.released_on_rebalance) by
+	// [Metrics.OnAdmission].
+	outcomeReleased Outcome = "released_on_rebalance"
+	// outcomeCancelled: its context ended while it waited for budget.
+	outcomeCancelled Outcome = "cancelled"
+	// outcomeInvalid: its charge could not be admitted (a negative cost).
+	outcomeInvalid Outcome = "invalid"
 )
 
 // record is what the telemetry middlewares learn about one message while it
@@ -137,9 +147,9 @@ func (r *record) final(err error) (Outcome, string, middleware.Admission, bool) 
 	defer r.mu.Unlock()
 	o := r.outcome
 	if o == "" {
-		o = OutcomeHandled
+		o = outcomeHandled
 		if err != nil {
-			o = OutcomeError
+			o = outcomeError
 		}
 	}
 	return o, r.reason, r.admission, r.admitted
@@ -186,9 +196,9 @@ func recordOutcome(msg *message.Message, outcome Outcome, reason string, attrs [
 	if !span.IsRecording() {
 		return
 	}
-	span.SetAttributes(KeyOutcome.String(string(outcome)))
+	span.SetAttributes(keyOutcome.String(string(outcome)))
 	if reason != "" {
-		span.SetAttributes(KeyReason.String(reason))
+		span.SetAttributes(keyReason.String(reason))
 	}
 	if len(attrs) > 0 {
 		span.SetAttributes(attrs...)
@@ -229,18 +239,18 @@ func RecordAdmission(msg *message.Message, a middleware.Admission) {
 func annotateAdmission(span trace.Span, a middleware.Admission, o Outcome) {
 	attrs := make([]attribute.KeyValue, 0, 7)
 	if n, ok := knownVertices(a); ok {
-		attrs = append(attrs, KeyVertices.Int64(n))
+		attrs = append(attrs, keyVertices.Int64(n))
 	}
 	attrs = append(attrs,
-		KeyCostSource.String(a.Charge.Source.String()),
-		KeyAdmission.String(a.Outcome.String()),
-		KeyAdmissionWait.Float64(a.Wait.Seconds()),
+		keyCostSource.String(a.Charge.Source.String()),
+		keyAdmission.String(a.Outcome.String()),
+		keyAdmissionWait.Float64(a.Wait.Seconds()),
 	)
 	if a.Outcome == middleware.Admitted {
-		attrs = append(attrs, KeyVerticesGranted.Int64(a.Granted), KeyAdmissionClamped.Bool(a.Clamped))
+		attrs = append(attrs, keyVerticesGranted.Int64(a.Granted), keyAdmissionClamped.Bool(a.Clamped))
 	}
 	if o != "" {
-		attrs = append(attrs, KeyOutcome.String(string(o)))
+		attrs = append(attrs, keyOutcome.String(string(o)))
 	}
 	span.SetAttributes(attrs...)
 }
@@ -248,11 +258,11 @@ func annotateAdmission(span trace.Span, a middleware.Admission, o Outcome) {
 func admissionOutcome(o middleware.Outcome) (Outcome, string) {
 	switch o {
 	case middleware.Cancelled:
-		return OutcomeCancelled, ""
+		return outcomeCancelled, ""
 	case middleware.Revoked:
-		return OutcomeReleased, "revoked"
+		return outcomeReleased, "revoked"
 	case middleware.Invalid:
-		return OutcomeInvalid, "negative_cost"
+		return outcomeInvalid, "negative_cost"
 	}
 	return "", ""
 }

@@ -83,7 +83,7 @@ func (t *Tracing) Middleware(h message.HandlerFunc) message.HandlerFunc {
 		st := t.starts.get(topic, t.newStart)
 		parent := msg.Context()
 		if t.carriesContext(msg) {
-			parent = t.cfg.propagator.Extract(parent, MetadataCarrier{msg})
+			parent = t.cfg.propagator.Extract(parent, metadataCarrier{msg})
 		}
 		ctx, span := t.tracer.Start(parent, st.name, st.opts...)
 		if span.IsRecording() {
@@ -102,7 +102,7 @@ func (t *Tracing) Middleware(h message.HandlerFunc) message.HandlerFunc {
 					span.End()
 					return
 				}
-				span.SetAttributes(KeyOutcome.String(string(OutcomePanic)))
+				span.SetAttributes(keyOutcome.String(string(outcomePanic)))
 				span.SetStatus(codes.Error, fmt.Sprintf("panic: %v", v))
 				span.End()
 				panic(v)
@@ -117,7 +117,7 @@ func (t *Tracing) Middleware(h message.HandlerFunc) message.HandlerFunc {
 				span.SetAttributes(semconv.ErrorType(err))
 			}
 			o, _, _, _ := rec.final(err)
-			span.SetAttributes(KeyOutcome.String(string(o)))
+			span.SetAttributes(keyOutcome.String(string(o)))
 			span.End()
 		}()
 		out, err = h(msg)
@@ -160,7 +160,7 @@ func (t *Tracing) messageAttributes(msg *message.Message) []attribute.KeyValue {
 	if t.cfg.attemptKey != "" {
 		if v := msg.Metadata.Get(t.cfg.attemptKey); v != "" {
 			if n, err := strconv.ParseInt(v, 10, 64); err == nil {
-				attrs = append(attrs, KeyAttempt.Int64(n))
+				attrs = append(attrs, keyAttempt.Int64(n))
 			}
 		}
 	}
@@ -250,7 +250,7 @@ func (p *TracingPublisher) Publish(topic string, messages ...*message.Message) e
 	if !p.cfg.producerSpans {
 		for _, msg := range messages {
 			if msg != nil {
-				p.cfg.propagator.Inject(msg.Context(), MetadataCarrier{msg})
+				p.cfg.propagator.Inject(msg.Context(), metadataCarrier{msg})
 			}
 		}
 		return p.pub.Publish(topic, messages...)
@@ -271,7 +271,7 @@ func (p *TracingPublisher) Publish(topic string, messages ...*message.Message) e
 		if span.IsRecording() {
 			span.SetAttributes(p.messageAttributes(msg, len(messages))...)
 		}
-		p.cfg.propagator.Inject(ctx, MetadataCarrier{msg})
+		p.cfg.propagator.Inject(ctx, metadataCarrier{msg})
 		spans = append(spans, span)
 	}
 
@@ -283,7 +283,7 @@ func (p *TracingPublisher) Publish(topic string, messages ...*message.Message) e
 		}
 		if span.IsRecording() {
 			if n, ok := headerVertices(messages[i]); ok {
-				span.SetAttributes(KeyVertices.Int64(n))
+				span.SetAttributes(keyVertices.Int64(n))
 			}
 			if err != nil {
 				span.RecordError(err)

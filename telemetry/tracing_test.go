@@ -296,7 +296,7 @@ func TestTracingPublisherOptions(t *testing.T) {
 	if err := plain.Publish("t", m); err != nil {
 		t.Fatal(err)
 	}
-	sc := trace.SpanContextFromContext(prop.Extract(context.Background(), telemetry.MetadataCarrier{Msg: m}))
+	sc := trace.SpanContextFromContext(prop.Extract(context.Background(), telemetry.NewMetadataCarrier(m)))
 	if sc.SpanID() != root.SpanContext().SpanID() {
 		t.Fatalf("injected span %v, want the ambient %v", sc.SpanID(), root.SpanContext().SpanID())
 	}
@@ -342,5 +342,5 @@ func TestHooksWithoutMiddleware(t *testing.T) {
 	m.RecordOutcome(nil, telemetry.OutcomeShed, "", "x")
 	m.OnAdmission(msg, middleware.Admission{})
 	m.OnAdmission(nil, middleware.Admission{})
-	m.Count(context.Background(), telemetry.OutcomeHandled, "t", "", 1) // no counter: ignored
+	m.Count(context.Background(), telemetry.Outcome("handled"), "t", "", 1) // no counter: ignored
 }
