@@ -12,8 +12,8 @@ import (
 	"github.com/spillway-go/spillway/sizing"
 )
 
-// EnvPrefix is the prefix of every environment variable [LoadConfig] reads.
-const EnvPrefix = "SPILLWAY_"
+// envVarPrefix is the prefix of every environment variable [LoadConfig] reads.
+const envVarPrefix = "SPILLWAY_"
 
 // Embedded is the Kafka broker list entry that starts an in-process broker
 // on loopback instead of connecting to a cluster; see [kafkabroker.Embedded].
@@ -37,7 +37,7 @@ const (
 //
 // Load it with [LoadConfig] (YAML file, then SPILLWAY_* environment
 // variables, which win) or build it in code. Each leaf field's YAML key is
-// its yaml tag and its environment variable is EnvPrefix followed by the
+// its yaml tag and its environment variable is SPILLWAY_ followed by the
 // envPrefix tags of the enclosing structs and its env tag, e.g.
 // kafka.rebalance_timeout is SPILLWAY_KAFKA_REBALANCE_TIMEOUT.
 type Config struct {
@@ -228,7 +228,7 @@ type KafkaConfig = kafkabroker.Config
 //
 //   - consumer_group is a prefix: each handler consumes in its own group,
 //     "<consumer_group>.<handler>" ([Router.ConsumerGroup] names it).
-//     Default spillway ([DefaultConsumerGroup]).
+//     Default spillway.
 //   - consumer is left empty by the defaults (config print shows ""); each
 //     subscriber then names itself [redisbroker.DefaultConsumerName]
 //     when it starts.
@@ -243,14 +243,14 @@ const redacted = "[redacted]"
 
 // Config defaults. docs/router.md lists them.
 const (
-	DefaultCloseTimeout   = 30 * time.Second
-	DefaultBudgetVertices = 200_000
-	DefaultConsumerGroup  = "spillway" // redis.consumer_group; kafka's is kafkabroker.DefaultConsumerGroup
-	DefaultTelemetryName  = "spillway"
+	defaultCloseTimeout   = 30 * time.Second
+	defaultBudgetVertices = 200_000
+	defaultConsumerGroup  = "spillway" // redis.consumer_group; kafka's is kafkabroker.DefaultConsumerGroup
+	defaultTelemetryName  = "spillway"
 
-	DefaultAutoSizeWindows    = 5
-	DefaultAutoSizeMinWindows = 3
-	DefaultAutoSizeHysteresis = 0.1
+	defaultAutoSizeWindows    = 5
+	defaultAutoSizeMinWindows = 3
+	defaultAutoSizeHysteresis = 0.1
 )
 
 // String renders c as YAML with every secret redacted. It is safe to log.

@@ -34,7 +34,7 @@ func writeConfig(t *testing.T, yaml string) string {
 // clearEnv unsets every SPILLWAY_ variable for the test.
 func clearEnv(t *testing.T) {
 	for _, kv := range os.Environ() {
-		if k, _, _ := strings.Cut(kv, "="); strings.HasPrefix(k, EnvPrefix) {
+		if k, _, _ := strings.Cut(kv, "="); strings.HasPrefix(k, envVarPrefix) {
 			t.Setenv(k, "")
 			os.Unsetenv(k)
 		}
@@ -375,7 +375,7 @@ budget:
 	}
 	a := c.Budget.AutoSize
 	if !a.Enabled || a.Deadline != 20*time.Second || a.Floor != 1000 || a.Ceiling != 500_000 || a.Window != 5*time.Second ||
-		a.Hysteresis != 0.25 || a.Windows != DefaultAutoSizeWindows {
+		a.Hysteresis != 0.25 || a.Windows != defaultAutoSizeWindows {
 		t.Errorf("autosize not applied: %+v", a)
 	}
 	if !strings.Contains(c.String(), "retry_rate: .inf") || !strings.Contains(c.String(), "max_attempts: 3") {
@@ -504,7 +504,7 @@ func TestSecretsRedacted(t *testing.T) {
 // TestEnvKeysMatchEnvLibrary: the variable names the error attribution
 // computes are the ones caarlos0/env reads, and every leaf has one.
 func TestEnvKeysMatchEnvLibrary(t *testing.T) {
-	params, err := env.GetFieldParamsWithOptions(&Config{}, env.Options{Prefix: EnvPrefix})
+	params, err := env.GetFieldParamsWithOptions(&Config{}, env.Options{Prefix: envVarPrefix})
 	if err != nil {
 		t.Fatal(err)
 	}
