@@ -112,7 +112,8 @@ type TelemetryConfig struct {
 type BudgetConfig struct {
 	// Vertices is the budget's capacity: how many vertices of admitted
 	// work may be in flight at once. Size it so that this much work drains
-	// within half of the redelivery deadline (see [SizeBudget]). Default
+	// within half of the redelivery deadline ([sizing.DeadlineBound]).
+	// Default
 	// 200000.
 	Vertices int64 `yaml:"vertices" env:"VERTICES"`
 
@@ -272,7 +273,8 @@ func (c Config) GoString() string { return c.String() }
 // is claimed by a peer), CustomBroker.RedeliveryDeadline on custom (in the
 // Config of a router built with WithBroker, [Router.Config]; 0 before),
 // 0 (none) on memory. Size the budget so admitted
-// work drains within half of it ([SizeBudget]); budget.autosize sizes
+// work drains within half of it ([sizing.DeadlineBound] with
+// [sizing.DefaultHeadroom]); budget.autosize sizes
 // against it unless budget.autosize.deadline is set.
 func (c Config) RedeliveryDeadline() time.Duration {
 	c.setDefaults()
@@ -287,17 +289,4 @@ func (c Config) RedeliveryDeadline() time.Duration {
 		}
 	}
 	return 0
-}
-
-// SizeBudget returns the vertex budget that drains within half of deadline
-// at verticesPerSecond, the measured throughput of the whole consumer (all
-// cores, the real handler): [sizing.DeadlineBound] with the default headroom
-// of one half, because the other half is spent noticing the rebalance (a
-// heartbeat), committing and rejoining, and because throughput is
-// measured, not promised. It returns at least 1.
-//
-// It is a shorthand for a fixed budget; [sizing.Recommend] adds the memory
-// bound, and budget.autosize keeps the deadline bound up to date online.
-func SizeBudget(verticesPerSecond float64, deadline time.Duration) int64 {
-	return max(1, sizing.DeadlineBound(verticesPerSecond, deadline, sizing.DefaultHeadroom))
 }

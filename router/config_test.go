@@ -529,21 +529,6 @@ func TestEnvKeysMatchEnvLibrary(t *testing.T) {
 	}
 }
 
-func TestSizeBudget(t *testing.T) {
-	if got := SizeBudget(10_000, 60*time.Second); got != 300_000 {
-		t.Errorf("SizeBudget(10k/s, 60s) = %d", got)
-	}
-	if got, want := SizeBudget(12_345, 7*time.Second), sizing.DeadlineBound(12_345, 7*time.Second, sizing.DefaultHeadroom); got != want {
-		t.Errorf("SizeBudget = %d, sizing.DeadlineBound = %d", got, want)
-	}
-	if got := SizeBudget(math.NaN(), time.Second); got != 1 {
-		t.Errorf("SizeBudget(NaN) = %d", got)
-	}
-	if got := SizeBudget(0, time.Second); got != 1 {
-		t.Errorf("SizeBudget(0) = %d", got)
-	}
-}
-
 func TestNewRejects(t *testing.T) {
 	var addrErr *spillway.FieldError
 	if _, err := New(Config{Broker: BrokerRedis}, nil); !errors.As(err, &addrErr) || addrErr.Field != "redis.addr" {
