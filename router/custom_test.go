@@ -119,8 +119,8 @@ func TestCustomBroker(t *testing.T) {
 	if d := r.cfg.autoSizeDeadline(); d != deadline {
 		t.Errorf("auto-sizer deadline = %s, want %s", d, deadline)
 	}
-	st := r.Stack()
-	if st.Shedding == nil || st.RetryGate == nil || st.Tracing == nil || st.Metrics == nil || r.AutoSizer() == nil {
+	st := r.stack()
+	if st.shedding == nil || st.retryGate == nil || st.tracing == nil || st.metrics == nil || r.AutoSizer() == nil {
 		t.Errorf("stack incomplete over a custom broker: %+v, sizer %v", st, r.AutoSizer())
 	}
 

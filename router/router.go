@@ -364,7 +364,7 @@ func newRouter(cfg Config, logger watermill.LoggerAdapter, o options, ctl contro
 	if err != nil {
 		return fail(err)
 	}
-	r.wm.AddMiddleware(r.stack().Middlewares()...)
+	r.wm.AddMiddleware(r.stack().middlewares()...)
 	return r, nil
 }
 
@@ -384,8 +384,11 @@ func (r *Router) Budget() *middleware.VertexBudget { return r.budget }
 // configurations): Revocations and Cancellations count here.
 func (r *Router) BudgetMiddleware() *middleware.Budget { return r.budgetMW }
 
-// Stack returns the middleware stack in front of every handler.
-func (r *Router) Stack() Stack { return r.stack() }
+// Layers names the slots of the middleware stack in front of every
+// handler that are present, outermost first, from tracing, metrics,
+// dead-letter, shedding, retry-gate and budget: [tracing metrics budget]
+// by default. docs/router.md explains the order.
+func (r *Router) Layers() []string { return r.stack().layers() }
 
 // Watermill returns the underlying Watermill router, for plugins and
 // handler-level middlewares. Run and Close it through the Router only.

@@ -84,7 +84,7 @@ func TestStackLayers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer plain.Close()
-	if got := plain.Stack().Layers(); !reflect.DeepEqual(got, []string{"tracing", "metrics", "budget"}) {
+	if got := plain.Layers(); !reflect.DeepEqual(got, []string{"tracing", "metrics", "budget"}) {
 		t.Errorf("default layers = %v", got)
 	}
 	bare := Config{}
@@ -94,13 +94,13 @@ func TestStackLayers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer quiet.Close()
-	if got := quiet.Stack().Layers(); !reflect.DeepEqual(got, []string{"budget"}) {
+	if got := quiet.Layers(); !reflect.DeepEqual(got, []string{"budget"}) {
 		t.Errorf("layers without telemetry = %v", got)
 	}
 	if quiet.Tracing() != nil || quiet.Metrics() != nil || quiet.LagSampler() != nil {
 		t.Error("telemetry built while disabled")
 	}
-	if got := plain.Stack().BudgetLayers(); !reflect.DeepEqual(got, []string{"shutdown-gate", "admission", "admitted"}) {
+	if got := plain.stack().budgetLayers(); !reflect.DeepEqual(got, []string{"shutdown-gate", "admission", "admitted"}) {
 		t.Errorf("default budget parts = %v", got)
 	}
 	if plain.Shedding() != nil || plain.RetryGate() != nil || plain.AutoSizer() != nil {
@@ -119,15 +119,15 @@ func TestStackLayers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	s := r.Stack()
-	if got := s.Layers(); !reflect.DeepEqual(got, []string{"tracing", "metrics", "shedding", "retry-gate", "budget"}) {
+	s := r.stack()
+	if got := s.layers(); !reflect.DeepEqual(got, []string{"tracing", "metrics", "shedding", "retry-gate", "budget"}) {
 		t.Errorf("layers = %v, want tracing, metrics, shedding, retry-gate, budget", got)
 	}
 	want := []string{"shutdown-gate", "admission", "admitted", "shedding-admitted", "auto-sizer"}
-	if got := s.BudgetLayers(); !reflect.DeepEqual(got, want) {
+	if got := s.budgetLayers(); !reflect.DeepEqual(got, want) {
 		t.Errorf("budget parts = %v, want %v", got, want)
 	}
-	if n := len(s.Middlewares()); n != 4+len(want) {
+	if n := len(s.middlewares()); n != 4+len(want) {
 		t.Errorf("%d middlewares, want %d", n, 4+len(want))
 	}
 	if r.Shedding() == nil || r.RetryGate() == nil || r.AutoSizer() == nil {
