@@ -194,7 +194,7 @@ func TestProducerLagThrottle(t *testing.T) {
 	deadline := time.Now().Add(10 * time.Second)
 	for r.LagThrottled().Delay() == 0 {
 		if time.Now().After(deadline) {
-			t.Fatalf("no throttle after 10s: lag %d", r.LagSampler().TotalLag())
+			t.Fatalf("no throttle after 10s: lag %d", r.lagSampler.TotalLag())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -202,6 +202,6 @@ func TestProducerLagThrottle(t *testing.T) {
 		t.Fatal(err)
 	}
 	if s := r.LagThrottled().Stats(); s.Throttled == 0 || s.Waited <= 0 {
-		t.Fatalf("stats = %+v, want a throttled publish (lag %d)", s, r.LagSampler().TotalLag())
+		t.Fatalf("stats = %+v, want a throttled publish (lag %d)", s, r.lagSampler.TotalLag())
 	}
 }

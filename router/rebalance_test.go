@@ -370,8 +370,8 @@ wait:
 	}
 
 	// Measure before teardown.
-	bEvents := b.r.SessionTracker("geo").Events()
-	aEvents := a.r.SessionTracker("geo").Events()
+	bEvents := b.r.tracker("geo").Events()
+	aEvents := a.r.tracker("geo").Events()
 	if len(bEvents) > 0 {
 		res.rebalance = bEvents[0].Started.Sub(joined)
 	} else {
