@@ -682,6 +682,11 @@ type Stats struct {
 	Shedding *shedding.Stats    // nil when shedding is off
 	Retry    *retrygate.Stats   // nil when the retry gate is off
 	AutoSize *sizing.AutoBounds // nil when auto-sizing is off
+
+	// The producer section's layers of [Router.Publisher]: what the rate
+	// limit charged, refused and waited, and the lag throttle's waits.
+	RateLimit   *producer.RateLimitStats   // nil unless producer.rate_limit.vertices_per_second is set
+	LagThrottle *producer.LagThrottleStats // nil unless producer.lag_throttle.threshold is set
 }
 
 // Stats returns a snapshot.
@@ -702,6 +707,14 @@ func (r *Router) Stats() Stats {
 	if r.sizer != nil {
 		b := r.sizer.Bounds()
 		s.AutoSize = &b
+	}
+	if r.rateLimited != nil {
+		st := r.rateLimited.Stats()
+		s.RateLimit = &st
+	}
+	if r.lagThrottled != nil {
+		st := r.lagThrottled.Stats()
+		s.LagThrottle = &st
 	}
 	r.mu.Lock()
 	for _, t := range r.trackers {
