@@ -12,8 +12,8 @@ import (
 	"github.com/spillway-go/spillway/sizing"
 )
 
-// EnvPrefix is the prefix of every environment variable [LoadConfig] reads.
-const EnvPrefix = "SPILLWAY_"
+// envVarPrefix is the prefix of every environment variable [LoadConfig] reads.
+const envVarPrefix = "SPILLWAY_"
 
 // Embedded is the Kafka broker list entry that starts an in-process broker
 // on loopback instead of connecting to a cluster; see [kafkabroker.Embedded].
@@ -37,7 +37,7 @@ const (
 //
 // Load it with [LoadConfig] (YAML file, then SPILLWAY_* environment
 // variables, which win) or build it in code. Each leaf field's YAML key is
-// its yaml tag and its environment variable is EnvPrefix followed by the
+// its yaml tag and its environment variable is SPILLWAY_ followed by the
 // envPrefix tags of the enclosing structs and its env tag, e.g.
 // kafka.rebalance_timeout is SPILLWAY_KAFKA_REBALANCE_TIMEOUT.
 type Config struct {
@@ -112,7 +112,8 @@ type TelemetryConfig struct {
 type BudgetConfig struct {
 	// Vertices is the budget's capacity: how many vertices of admitted
 	// work may be in flight at once. Size it so that this much work drains
-	// within half of the redelivery deadline (see [SizeBudget]). Default
+	// within half of the redelivery deadline ([sizing.DeadlineBound]).
+	// Default
 	// 200000.
 	Vertices int64 `yaml:"vertices" env:"VERTICES"`
 
@@ -228,7 +229,7 @@ type KafkaConfig = kafkabroker.Config
 //
 //   - consumer_group is a prefix: each handler consumes in its own group,
 //     "<consumer_group>.<handler>" ([Router.ConsumerGroup] names it).
-//     Default spillway ([DefaultConsumerGroup]).
+//     Default spillway.
 //   - consumer is left empty by the defaults (config print shows ""); each
 //     subscriber then names itself [redisbroker.DefaultConsumerName]
 //     when it starts.
@@ -243,14 +244,14 @@ const redacted = "[redacted]"
 
 // Config defaults. docs/router.md lists them.
 const (
-	DefaultCloseTimeout   = 30 * time.Second
-	DefaultBudgetVertices = 200_000
-	DefaultConsumerGroup  = "spillway" // redis.consumer_group; kafka's is kafkabroker.DefaultConsumerGroup
-	DefaultTelemetryName  = "spillway"
+	defaultCloseTimeout   = 30 * time.Second
+	defaultBudgetVertices = 200_000
+	defaultConsumerGroup  = "spillway" // redis.consumer_group; kafka's is kafkabroker.DefaultConsumerGroup
+	defaultTelemetryName  = "spillway"
 
-	DefaultAutoSizeWindows    = 5
-	DefaultAutoSizeMinWindows = 3
-	DefaultAutoSizeHysteresis = 0.1
+	defaultAutoSizeWindows    = 5
+	defaultAutoSizeMinWindows = 3
+	defaultAutoSizeHysteresis = 0.1
 )
 
 // String renders c as YAML with every secret redacted. It is safe to log.
@@ -272,7 +273,8 @@ func (c Config) GoString() string { return c.String() }
 // is claimed by a peer), CustomBroker.RedeliveryDeadline on custom (in the
 // Config of a router built with WithBroker, [Router.Config]; 0 before),
 // 0 (none) on memory. Size the budget so admitted
-// work drains within half of it ([SizeBudget]); budget.autosize sizes
+// work drains within half of it ([sizing.DeadlineBound] with
+// [sizing.DefaultHeadroom]); budget.autosize sizes
 // against it unless budget.autosize.deadline is set.
 func (c Config) RedeliveryDeadline() time.Duration {
 	c.setDefaults()
@@ -287,17 +289,4 @@ func (c Config) RedeliveryDeadline() time.Duration {
 		}
 	}
 	return 0
-}
-
-// SizeBudget returns the vertex budget that drains within half of deadline
-// at verticesPerSecond, the measured throughput of the whole consumer (all
-// cores, the real handler): [sizing.DeadlineBound] with the default headroom
-// of one half, because the other half is spent noticing the rebalance (a
-// heartbeat), committing and rejoining, and because throughput is
-// measured, not promised. It returns at least 1.
-//
-// It is a shorthand for a fixed budget; [sizing.Recommend] adds the memory
-// bound, and budget.autosize keeps the deadline bound up to date online.
-func SizeBudget(verticesPerSecond float64, deadline time.Duration) int64 {
-	return max(1, sizing.DeadlineBound(verticesPerSecond, deadline, sizing.DefaultHeadroom))
 }

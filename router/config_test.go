@@ -34,7 +34,7 @@ func writeConfig(t *testing.T, yaml string) string {
 // clearEnv unsets every SPILLWAY_ variable for the test.
 func clearEnv(t *testing.T) {
 	for _, kv := range os.Environ() {
-		if k, _, _ := strings.Cut(kv, "="); strings.HasPrefix(k, EnvPrefix) {
+		if k, _, _ := strings.Cut(kv, "="); strings.HasPrefix(k, envVarPrefix) {
 			t.Setenv(k, "")
 			os.Unsetenv(k)
 		}
@@ -375,7 +375,7 @@ budget:
 	}
 	a := c.Budget.AutoSize
 	if !a.Enabled || a.Deadline != 20*time.Second || a.Floor != 1000 || a.Ceiling != 500_000 || a.Window != 5*time.Second ||
-		a.Hysteresis != 0.25 || a.Windows != DefaultAutoSizeWindows {
+		a.Hysteresis != 0.25 || a.Windows != defaultAutoSizeWindows {
 		t.Errorf("autosize not applied: %+v", a)
 	}
 	if !strings.Contains(c.String(), "retry_rate: .inf") || !strings.Contains(c.String(), "max_attempts: 3") {
@@ -504,7 +504,7 @@ func TestSecretsRedacted(t *testing.T) {
 // TestEnvKeysMatchEnvLibrary: the variable names the error attribution
 // computes are the ones caarlos0/env reads, and every leaf has one.
 func TestEnvKeysMatchEnvLibrary(t *testing.T) {
-	params, err := env.GetFieldParamsWithOptions(&Config{}, env.Options{Prefix: EnvPrefix})
+	params, err := env.GetFieldParamsWithOptions(&Config{}, env.Options{Prefix: envVarPrefix})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -526,21 +526,6 @@ func TestEnvKeysMatchEnvLibrary(t *testing.T) {
 		if sort.SearchStrings(ours, want) == len(ours) || ours[sort.SearchStrings(ours, want)] != want {
 			t.Errorf("no variable %s", want)
 		}
-	}
-}
-
-func TestSizeBudget(t *testing.T) {
-	if got := SizeBudget(10_000, 60*time.Second); got != 300_000 {
-		t.Errorf("SizeBudget(10k/s, 60s) = %d", got)
-	}
-	if got, want := SizeBudget(12_345, 7*time.Second), sizing.DeadlineBound(12_345, 7*time.Second, sizing.DefaultHeadroom); got != want {
-		t.Errorf("SizeBudget = %d, sizing.DeadlineBound = %d", got, want)
-	}
-	if got := SizeBudget(math.NaN(), time.Second); got != 1 {
-		t.Errorf("SizeBudget(NaN) = %d", got)
-	}
-	if got := SizeBudget(0, time.Second); got != 1 {
-		t.Errorf("SizeBudget(0) = %d", got)
 	}
 }
 

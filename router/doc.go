@@ -6,7 +6,7 @@
 // publisher (wrapped so every message is stamped with its vertex_count and,
 // with the producer section, rate-limited in vertices per second and
 // throttled on consumer lag: [ProducerConfig]) and
-// one subscriber per handler, and puts the Spillway middleware [Stack] in
+// one subscriber per handler, and puts the Spillway middleware stack in
 // front of every handler: tracing, metrics, dead-letter,
 // shedding, retry gate and budget slots, outermost first. The budget is
 // always there; tracing and metrics unless telemetry.disabled (they export
@@ -14,7 +14,8 @@
 // OpenTelemetry's globals); shedding
 // (shedding.topics), the retry gate (retry.enabled) and the budget's
 // auto-sizer (budget.autosize.enabled) are switched on by configuration,
-// and the order is fixed in one place, [Stack].
+// and the order is fixed in one place (router/stack.go);
+// [Router.Layers] names the slots present.
 // Handlers are added by name and topic with [Router.AddHandler] or
 // [Router.AddConsumerHandler] (with the retry gate on, each also consumes
 // its topic's retry topic); [Router.Run] runs them until [Router.Close] or

@@ -42,7 +42,7 @@ budget:
 		rc.KeepAlive.MaxInFlight != 2*time.Minute || rc.ClaimInterval != 2*time.Second {
 		t.Errorf("redis = %v", rc)
 	}
-	if rc.ConsumerGroup != DefaultConsumerGroup || rc.Consumer != "" {
+	if rc.ConsumerGroup != defaultConsumerGroup || rc.Consumer != "" {
 		t.Errorf("consumer_group %q, consumer %q: want the router's prefix default and an empty consumer", rc.ConsumerGroup, rc.Consumer)
 	}
 	a := c.Budget.AutoSize

@@ -60,7 +60,7 @@ func Example() {
 	st := r.Stats()
 	fmt.Println("vertices:", vertices)
 	fmt.Println("admitted:", st.Budget.Admitted, "in use after close:", st.Budget.InUse)
-	fmt.Println("layers:", r.Stack().Layers())
+	fmt.Println("layers:", r.Layers())
 	// Output:
 	// vertices: 9
 	// admitted: 3 in use after close: 0

@@ -73,18 +73,18 @@ func LoadConfigSources(path string) (Config, map[string]string, error) {
 // zero there, which selects the default.
 const SourceDefault = "default"
 
-// notConfig reports whether name, a variable starting with EnvPrefix, is
+// notConfig reports whether name, a variable starting with envVarPrefix, is
 // one that Spillway's programs and tests read themselves rather than a
 // configuration field, so LoadConfig must not reject it.
 func notConfig(name string) bool {
 	switch name {
-	case EnvPrefix + "CONFIG", // the examples' configuration file
-		EnvPrefix + "TESTDATA",          // internal/geodata: the sample data directory
-		EnvPrefix + "REBALANCE_OBSERVE", // router's rebalance test
-		EnvPrefix + "REDIS_DEBUG":       // redisbroker's tests
+	case envVarPrefix + "CONFIG", // the examples' configuration file
+		envVarPrefix + "TESTDATA",          // internal/geodata: the sample data directory
+		envVarPrefix + "REBALANCE_OBSERVE", // router's rebalance test
+		envVarPrefix + "REDIS_DEBUG":       // redisbroker's tests
 		return true
 	}
-	return strings.HasPrefix(name, EnvPrefix+"REQUIRE_") // the test harness: SPILLWAY_REQUIRE_REDIS, ...
+	return strings.HasPrefix(name, envVarPrefix+"REQUIRE_") // the test harness: SPILLWAY_REQUIRE_REDIS, ...
 }
 
 // leaf is one settable configuration value.
@@ -129,7 +129,7 @@ func leaves() []leaf {
 			})
 		}
 	}
-	walk(reflect.TypeOf(Config{}), "", EnvPrefix, nil)
+	walk(reflect.TypeOf(Config{}), "", envVarPrefix, nil)
 	return out
 }
 
@@ -197,7 +197,7 @@ func applyEnv(c *Config, environ map[string]string, src map[string]string) error
 	}
 	var unknown []string
 	for name, v := range environ {
-		if strings.HasPrefix(name, EnvPrefix) && v != "" && !known[name] && !notConfig(name) {
+		if strings.HasPrefix(name, envVarPrefix) && v != "" && !known[name] && !notConfig(name) {
 			unknown = append(unknown, name)
 		}
 	}
@@ -215,7 +215,7 @@ func applyEnv(c *Config, environ map[string]string, src map[string]string) error
 		}
 		return errors.Join(errs...)
 	}
-	opts := env.Options{Prefix: EnvPrefix, Environment: environ}
+	opts := env.Options{Prefix: envVarPrefix, Environment: environ}
 	if err := env.ParseWithOptions(c, opts); err == nil {
 		for _, l := range leaves() {
 			if environ[l.env] != "" {
@@ -233,7 +233,7 @@ func applyEnv(c *Config, environ map[string]string, src map[string]string) error
 			continue
 		}
 		var probe Config
-		err := env.ParseWithOptions(&probe, env.Options{Prefix: EnvPrefix, Environment: map[string]string{l.env: v}})
+		err := env.ParseWithOptions(&probe, env.Options{Prefix: envVarPrefix, Environment: map[string]string{l.env: v}})
 		if err == nil {
 			continue
 		}

@@ -191,7 +191,7 @@ func TestLoadConfigSources(t *testing.T) {
 	if c, src, err = LoadConfigSources(path); err != nil {
 		t.Fatal(err)
 	}
-	if c.CloseTimeout != DefaultCloseTimeout || src["close_timeout"] != SourceDefault || src["retry.max_attempts"] != SourceDefault ||
+	if c.CloseTimeout != defaultCloseTimeout || src["close_timeout"] != SourceDefault || src["retry.max_attempts"] != SourceDefault ||
 		src["budget.vertices"] != SourceDefault || src["retry.enabled"] != path+":3" {
 		t.Errorf("sources of zeros: close_timeout %q, retry.max_attempts %q, budget.vertices %q, retry.enabled %q",
 			src["close_timeout"], src["retry.max_attempts"], src["budget.vertices"], src["retry.enabled"])

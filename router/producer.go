@@ -125,12 +125,3 @@ func (r *Router) buildProducer(topts []telemetry.Option) error {
 	r.producerPub = next
 	return nil
 }
-
-// RateLimited returns the rate limit of [Router.Publisher] (its Stats
-// count what it charged, refused and waited), or nil unless
-// producer.rate_limit.vertices_per_second is set.
-func (r *Router) RateLimited() *producer.RateLimited { return r.rateLimited }
-
-// LagThrottled returns the lag throttle of [Router.Publisher], or nil
-// unless producer.lag_throttle.threshold is set.
-func (r *Router) LagThrottled() *producer.LagThrottled { return r.lagThrottled }

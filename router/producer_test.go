@@ -29,10 +29,13 @@ func TestProducerRateLimit(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer r.Close()
-		if r.RateLimited() == nil || r.LagThrottled() != nil {
-			t.Fatalf("rate limit %v, lag throttle %v; want only the rate limit", r.RateLimited(), r.LagThrottled())
+		if r.rateLimited == nil || r.lagThrottled != nil {
+			t.Fatalf("rate limit %v, lag throttle %v; want only the rate limit", r.rateLimited, r.lagThrottled)
 		}
-		if c := r.RateLimited().Config(); c.Mode != producer.Block || c.Burst != burst {
+		if st := r.Stats(); st.RateLimit == nil || st.LagThrottle != nil {
+			t.Fatalf("Stats: rate limit %v, lag throttle %v; want only the rate limit", st.RateLimit, st.LagThrottle)
+		}
+		if c := r.rateLimited.Config(); c.Mode != producer.Block || c.Burst != burst {
 			t.Fatalf("mode %s, burst %d", c.Mode, c.Burst)
 		}
 
@@ -50,7 +53,7 @@ func TestProducerRateLimit(t *testing.T) {
 		if limit := burst + rate*elapsed.Seconds(); float64(total) > limit || float64(total) < limit-size {
 			t.Fatalf("published %d vertices in %v, want at most %.0f and within %d of it", total, elapsed, limit, size)
 		}
-		if s := r.RateLimited().Stats(); s.Vertices != total || s.Waited <= 0 {
+		if s := *r.Stats().RateLimit; s.Vertices != total || s.Waited <= 0 {
 			t.Fatalf("stats = %+v, want %d vertices and some wait", s, total)
 		}
 	})
@@ -70,7 +73,7 @@ func TestProducerRateLimitRejectStamps(t *testing.T) {
 	if err := r.Publisher().Publish("shapes", message.NewMessage("a", line)); err != nil {
 		t.Fatal(err)
 	}
-	if s := r.RateLimited().Stats(); s.Vertices != 3 {
+	if s := *r.Stats().RateLimit; s.Vertices != 3 {
 		t.Fatalf("charged %d vertices, want the stamped 3", s.Vertices)
 	}
 	if err := r.Publisher().Publish("shapes", message.NewMessage("b", line)); !errors.Is(err, producer.ErrRateLimited) {
@@ -85,8 +88,11 @@ func TestProducerOff(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	if r.RateLimited() != nil || r.LagThrottled() != nil {
+	if r.rateLimited != nil || r.lagThrottled != nil {
 		t.Fatal("producer layers built without a producer section")
+	}
+	if st := r.Stats(); st.RateLimit != nil || st.LagThrottle != nil {
+		t.Fatalf("Stats: rate limit %v, lag throttle %v without a producer section", st.RateLimit, st.LagThrottle)
 	}
 	c := r.Config().Producer
 	if c.RateLimit.Mode != producer.Block || c.LagThrottle.Step != 100*time.Millisecond || c.LagThrottle.Max != 5*time.Second {
@@ -175,8 +181,11 @@ func TestProducerLagThrottle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.LagThrottled() == nil || r.RateLimited() != nil {
-		t.Fatalf("rate limit %v, lag throttle %v; want only the lag throttle", r.RateLimited(), r.LagThrottled())
+	if r.lagThrottled == nil || r.rateLimited != nil {
+		t.Fatalf("rate limit %v, lag throttle %v; want only the lag throttle", r.rateLimited, r.lagThrottled)
+	}
+	if st := r.Stats(); st.LagThrottle == nil || st.RateLimit != nil {
+		t.Fatalf("Stats: rate limit %v, lag throttle %v; want only the lag throttle", st.RateLimit, st.LagThrottle)
 	}
 	release := make(chan struct{})
 	if _, err := r.AddConsumerHandler("h", "jobs", func(*message.Message) error { <-release; return nil }); err != nil {
@@ -192,16 +201,16 @@ func TestProducerLagThrottle(t *testing.T) {
 		}
 	}
 	deadline := time.Now().Add(10 * time.Second)
-	for r.LagThrottled().Delay() == 0 {
+	for r.lagThrottled.Delay() == 0 {
 		if time.Now().After(deadline) {
-			t.Fatalf("no throttle after 10s: lag %d", r.LagSampler().TotalLag())
+			t.Fatalf("no throttle after 10s: lag %d", r.lagSampler.TotalLag())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	if err := r.Publisher().Publish("jobs", message.NewMessage("late", pingPayload(1))); err != nil {
 		t.Fatal(err)
 	}
-	if s := r.LagThrottled().Stats(); s.Throttled == 0 || s.Waited <= 0 {
-		t.Fatalf("stats = %+v, want a throttled publish (lag %d)", s, r.LagSampler().TotalLag())
+	if s := *r.Stats().LagThrottle; s.Throttled == 0 || s.Waited <= 0 {
+		t.Fatalf("stats = %+v, want a throttled publish (lag %d)", s, r.lagSampler.TotalLag())
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/spillway-go/spillway/cost"
 	"github.com/spillway-go/spillway/internal/kafkatest"
 	"github.com/spillway-go/spillway/internal/serialtest"
+	"github.com/spillway-go/spillway/sizing"
 )
 
 // The heavy burst and rebalance scenario: the core promise, in Watermill's
@@ -84,7 +85,7 @@ type calibration struct {
 	passes    int           // work passes per message
 	heavyTime time.Duration // one heavy message, one goroutine
 	rate      float64       // vertices/s with two goroutines
-	budget    int64         // SizeBudget(rate, rebalanceTimeout)
+	budget    int64         // sizing.DeadlineBound(rate, rebalanceTimeout, sizing.DefaultHeadroom), at least 1
 }
 
 // calibrate measures the machine now. Other work on the machine changes the
@@ -107,7 +108,7 @@ func calibrate() calibration {
 	}
 	wg.Wait()
 	c.rate = 2 * heavyVertices / time.Since(start).Seconds()
-	c.budget = SizeBudget(c.rate, rebalanceTimeout)
+	c.budget = max(1, sizing.DeadlineBound(c.rate, rebalanceTimeout, sizing.DefaultHeadroom))
 	return c
 }
 
@@ -369,8 +370,8 @@ wait:
 	}
 
 	// Measure before teardown.
-	bEvents := b.r.SessionTracker("geo").Events()
-	aEvents := a.r.SessionTracker("geo").Events()
+	bEvents := b.r.tracker("geo").Events()
+	aEvents := a.r.tracker("geo").Events()
 	if len(bEvents) > 0 {
 		res.rebalance = bEvents[0].Started.Sub(joined)
 	} else {

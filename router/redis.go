@@ -175,9 +175,9 @@ func (s *redisSubscriber) Close() error {
 	return s.Subscriber.Close()
 }
 
-// DeadLettered returns how many malformed Redis entries were moved to
+// deadLettered returns how many malformed Redis entries were moved to
 // redis.dead_letter_topic (0 on other brokers).
-func (r *Router) DeadLettered() uint64 {
+func (r *Router) deadLettered() uint64 {
 	if b, ok := r.back.(*redisBackend); ok {
 		return b.dl.Count()
 	}

@@ -76,12 +76,12 @@ func TestRevocationStepAsideAndLateCommit(t *testing.T) {
 
 	admitted := <-started
 	waiting := map[string]string{"x": "y", "y": "x"}[admitted]
-	waitFor(t, "a waiter", func() bool { return a.Budget().Stats().Waiting == 1 })
+	waitFor(t, "a waiter", func() bool { return a.budget.Stats().Waiting == 1 })
 
 	b := newMember()
 	go func() { errs <- b.Run(context.Background()) }()
 
-	tr := a.SessionTracker("geo")
+	tr := a.tracker("geo")
 	waitFor(t, "the first session to end", func() bool {
 		ev := tr.Events()
 		return len(ev) > 0 && !ev[0].Ended.IsZero()
@@ -202,7 +202,7 @@ func TestTracerComposes(t *testing.T) {
 	if inner.handlers == 0 || inner.claims == 0 {
 		t.Errorf("inner tracer not used: %d handlers, %d claims", inner.handlers, inner.claims)
 	}
-	if r.SessionTracker("h") == nil || r.SessionTracker("h").Sessions() == 0 {
+	if r.tracker("h") == nil || r.tracker("h").Sessions() == 0 {
 		t.Error("session tracker bypassed")
 	}
 }

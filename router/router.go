@@ -364,7 +364,7 @@ func newRouter(cfg Config, logger watermill.LoggerAdapter, o options, ctl contro
 	if err != nil {
 		return fail(err)
 	}
-	r.wm.AddMiddleware(r.stack().Middlewares()...)
+	r.wm.AddMiddleware(r.stack().middlewares()...)
 	return r, nil
 }
 
@@ -377,15 +377,11 @@ func (r *Router) Config() Config { return r.cfg }
 // It stays open until the router is closed; do not close it yourself.
 func (r *Router) Publisher() message.Publisher { return nopClosePublisher{r.producerPub} }
 
-// Budget returns the vertex budget every handler is admitted against.
-func (r *Router) Budget() *middleware.VertexBudget { return r.budget }
-
-// BudgetMiddleware returns the budget middleware (nil only in test control
-// configurations): Revocations and Cancellations count here.
-func (r *Router) BudgetMiddleware() *middleware.Budget { return r.budgetMW }
-
-// Stack returns the middleware stack in front of every handler.
-func (r *Router) Stack() Stack { return r.stack() }
+// Layers names the slots of the middleware stack in front of every
+// handler that are present, outermost first, from tracing, metrics,
+// dead-letter, shedding, retry-gate and budget: [tracing metrics budget]
+// by default. docs/router.md explains the order.
+func (r *Router) Layers() []string { return r.stack().layers() }
 
 // Watermill returns the underlying Watermill router, for plugins and
 // handler-level middlewares. Run and Close it through the Router only.
@@ -396,12 +392,6 @@ func (r *Router) Watermill() *message.Router { return r.wm }
 // Kafka, "<redis.consumer_group>.<handler>" on Redis, and "" in memory,
 // which has no consumer groups.
 func (r *Router) ConsumerGroup(handler string) string { return r.back.group(handler) }
-
-// SessionTracker returns the Kafka session tracker of handler, or nil (not
-// a Kafka handler, or revocation-awareness is off).
-func (r *Router) SessionTracker(handler string) *kafkabroker.SessionTracker {
-	return r.tracker(handler)
-}
 
 func (r *Router) tracker(handler string) *kafkabroker.SessionTracker {
 	r.mu.Lock()
@@ -416,20 +406,9 @@ func (r *Router) revoked(msg *message.Message) <-chan struct{} {
 	return nil
 }
 
-// Shedding returns the load-shedding policy, or nil when shedding.topics
-// is empty.
-func (r *Router) Shedding() *shedding.Policy { return r.policy }
-
-// RetryGate returns the retry gate, or nil unless retry.enabled.
-func (r *Router) RetryGate() *retrygate.Gate { return r.retry }
-
-// AutoSizer returns the budget's auto-sizer, or nil unless
-// budget.autosize.enabled.
-func (r *Router) AutoSizer() *sizing.AutoSizer { return r.sizer }
-
-// RetryHandler returns the Watermill handler that consumes the retry topic
-// of the handler named name, or nil (no such handler, or the retry gate is
-// off). It runs the same handler function behind the same stack; add any
+// RetryHandler returns the Watermill handler, named "<name>.retry", that
+// consumes the retry topic of the handler named name, or nil (no such
+// handler, or the retry gate is off). It runs the same handler function behind the same stack; add any
 // handler-level middleware that the handler has to it too.
 func (r *Router) RetryHandler(name string) *message.Handler {
 	r.mu.Lock()
@@ -437,10 +416,10 @@ func (r *Router) RetryHandler(name string) *message.Handler {
 	return r.retryHs[name]
 }
 
-// RetryHandlerName is the name of the handler that consumes the retry
-// topic of the handler named name (its consumer group on Kafka is
-// "<kafka.consumer_group>.<name>.retry").
-func RetryHandlerName(name string) string { return name + ".retry" }
+// retryHandlerName is the name of the handler that consumes the retry
+// topic of the handler named name; on Kafka its consumer group is
+// "<kafka.consumer_group>.<name>.retry".
+func retryHandlerName(name string) string { return name + ".retry" }
 
 // AddHandler adds a handler named name that consumes subscribeTopic and
 // publishes what it returns to publishTopic, through the stamping
@@ -448,7 +427,7 @@ func RetryHandlerName(name string) string { return name + ".retry" }
 // kafka.create_topics) and the handler consumes in its own consumer group,
 // "<kafka.consumer_group>.<name>". It may be called before or after Run.
 //
-// With retry.enabled, a second handler, [RetryHandlerName](name), runs h
+// With retry.enabled, a second handler, "<name>.retry", runs h
 // on the retry topic of subscribeTopic with the same stack (see
 // [Router.RetryHandler]), and on Kafka the retry and dead-letter topics
 // are created too.
@@ -484,7 +463,7 @@ func (r *Router) add(name, topic string, addTo func(name, topic string, sub mess
 		retrySub              message.Subscriber
 	)
 	if r.retry != nil {
-		retryName, retryTopic = RetryHandlerName(name), r.cfg.Retry.RetryTopicFor(topic)
+		retryName, retryTopic = retryHandlerName(name), r.cfg.Retry.RetryTopicFor(topic)
 		err := r.back.ensureTopic(r.cfg.Retry.DeadLetterTopicFor(topic))
 		if err == nil {
 			retrySub, err = r.subscriber(retryName, retryTopic)
@@ -631,9 +610,6 @@ func (r *Router) Run(ctx context.Context) error {
 // Running is closed once the router is running (Watermill's Running).
 func (r *Router) Running() chan struct{} { return r.wm.Running() }
 
-// Closed is closed when Close has finished.
-func (r *Router) Closed() <-chan struct{} { return r.closed }
-
 // Close shuts the router down gracefully and is idempotent:
 //
 //  1. Stop taking new messages: nothing new passes the budget's gate, and
@@ -706,11 +682,16 @@ type Stats struct {
 	Shedding *shedding.Stats    // nil when shedding is off
 	Retry    *retrygate.Stats   // nil when the retry gate is off
 	AutoSize *sizing.AutoBounds // nil when auto-sizing is off
+
+	// The producer section's layers of [Router.Publisher]: what the rate
+	// limit charged, refused and waited, and the lag throttle's waits.
+	RateLimit   *producer.RateLimitStats   // nil unless producer.rate_limit.vertices_per_second is set
+	LagThrottle *producer.LagThrottleStats // nil unless producer.lag_throttle.threshold is set
 }
 
 // Stats returns a snapshot.
 func (r *Router) Stats() Stats {
-	s := Stats{Budget: r.budget.Stats(), Running: r.running.Load(), DeadLettered: r.DeadLettered()}
+	s := Stats{Budget: r.budget.Stats(), Running: r.running.Load(), DeadLettered: r.deadLettered()}
 	if r.budgetMW != nil {
 		s.Revocations = r.budgetMW.Revocations()
 		s.Cancellations = r.budgetMW.Cancellations()
@@ -726,6 +707,14 @@ func (r *Router) Stats() Stats {
 	if r.sizer != nil {
 		b := r.sizer.Bounds()
 		s.AutoSize = &b
+	}
+	if r.rateLimited != nil {
+		st := r.rateLimited.Stats()
+		s.RateLimit = &st
+	}
+	if r.lagThrottled != nil {
+		st := r.lagThrottled.Stats()
+		s.LagThrottle = &st
 	}
 	r.mu.Lock()
 	for _, t := range r.trackers {
@@ -745,7 +734,7 @@ var ErrLagUnknown = errors.New("router: consumer lag unknown for this broker")
 // partition, the high-water mark minus the group's committed offset (a
 // partition never committed counts from its oldest retained offset); on
 // Redis, per stream, the entries not yet delivered to the handler's group
-// plus those delivered but not acked. [Router.LagSampler] caches the same
+// plus those delivered but not acked. The router's lag sampler reads the same
 // samples in the background.
 func (r *Router) Lag(ctx context.Context) (int64, error) {
 	samples, err := r.lagSamples(ctx)

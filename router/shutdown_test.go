@@ -92,7 +92,7 @@ func TestGracefulShutdownKafka(t *testing.T) {
 	admitted := <-running // one of them holds the whole budget
 	waiting := map[string]string{"x": "y", "y": "x"}[admitted]
 	deadline := time.Now().Add(10 * time.Second)
-	for first.Budget().Stats().Waiting != 1 {
+	for first.budget.Stats().Waiting != 1 {
 		if time.Now().After(deadline) {
 			t.Fatalf("%s never waited for budget", waiting)
 		}
@@ -102,7 +102,7 @@ func TestGracefulShutdownKafka(t *testing.T) {
 	closed := make(chan error, 1)
 	go func() { closed <- first.Close() }()
 	// The waiter gives up at once; the admitted handler is still running.
-	for first.Budget().Stats().Waiting != 0 {
+	for first.budget.Stats().Waiting != 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("waiter did not give up on Close")
 		}
@@ -210,7 +210,7 @@ func TestSignalShutdown(t *testing.T) {
 		t.Error("admitted handler did not finish")
 	}
 	select {
-	case <-r.Closed():
+	case <-r.closed:
 	default:
 		t.Error("router not closed")
 	}

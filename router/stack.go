@@ -6,7 +6,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 )
 
-// Stack is the Spillway middleware stack, one named slot per layer,
+// middlewareStack is the Spillway middleware stack, one named slot per layer,
 // outermost first. The order is fixed here and nowhere else; docs/router.md
 // explains it. A nil slot is absent.
 //
@@ -53,65 +53,65 @@ import (
 //     budget.autosize.enabled): innermost, so it times the handler's own
 //     work only, never the wait for budget, and never a message that
 //     shedding dropped after its wait.
-type Stack struct {
-	Tracing    message.HandlerMiddleware
-	Metrics    message.HandlerMiddleware
-	DeadLetter message.HandlerMiddleware
-	Shedding   message.HandlerMiddleware
-	RetryGate  message.HandlerMiddleware
-	Budget     []Layer
+type middlewareStack struct {
+	tracing    message.HandlerMiddleware
+	metrics    message.HandlerMiddleware
+	deadLetter message.HandlerMiddleware
+	shedding   message.HandlerMiddleware
+	retryGate  message.HandlerMiddleware
+	budget     []layer
 }
 
-// Layer is one named part of a stack slot.
-type Layer struct {
-	Name       string
-	Middleware message.HandlerMiddleware
+// layer is one named part of a stack slot.
+type layer struct {
+	name string
+	mw   message.HandlerMiddleware
 }
 
-// Middlewares returns the present layers, outermost first, ready for
+// middlewares returns the present layers, outermost first, ready for
 // message.Router.AddMiddleware (the first added is the outermost).
-func (s Stack) Middlewares() []message.HandlerMiddleware {
+func (s middlewareStack) middlewares() []message.HandlerMiddleware {
 	var out []message.HandlerMiddleware
-	for _, m := range []message.HandlerMiddleware{s.Tracing, s.Metrics, s.DeadLetter, s.Shedding, s.RetryGate} {
+	for _, m := range []message.HandlerMiddleware{s.tracing, s.metrics, s.deadLetter, s.shedding, s.retryGate} {
 		if m != nil {
 			out = append(out, m)
 		}
 	}
-	for _, l := range s.Budget {
-		if l.Middleware != nil {
-			out = append(out, l.Middleware)
+	for _, l := range s.budget {
+		if l.mw != nil {
+			out = append(out, l.mw)
 		}
 	}
 	return out
 }
 
-// Layers returns the names of the present slots, outermost first:
+// layers returns the names of the present slots, outermost first:
 // tracing, metrics, dead-letter, shedding, retry-gate, budget.
-func (s Stack) Layers() []string {
+func (s middlewareStack) layers() []string {
 	var out []string
 	for _, l := range []struct {
 		name string
 		m    message.HandlerMiddleware
-	}{{"tracing", s.Tracing}, {"metrics", s.Metrics}, {"dead-letter", s.DeadLetter},
-		{"shedding", s.Shedding}, {"retry-gate", s.RetryGate}} {
+	}{{"tracing", s.tracing}, {"metrics", s.metrics}, {"dead-letter", s.deadLetter},
+		{"shedding", s.shedding}, {"retry-gate", s.retryGate}} {
 		if l.m != nil {
 			out = append(out, l.name)
 		}
 	}
-	if len(s.BudgetLayers()) > 0 {
+	if len(s.budgetLayers()) > 0 {
 		out = append(out, "budget")
 	}
 	return out
 }
 
-// BudgetLayers returns the names of the budget slot's present parts,
+// budgetLayers returns the names of the budget slot's present parts,
 // outermost first: shutdown-gate, admission, admitted, shedding-admitted,
 // auto-sizer.
-func (s Stack) BudgetLayers() []string {
+func (s middlewareStack) budgetLayers() []string {
 	var out []string
-	for _, l := range s.Budget {
-		if l.Middleware != nil {
-			out = append(out, l.Name)
+	for _, l := range s.budget {
+		if l.mw != nil {
+			out = append(out, l.name)
 		}
 	}
 	return out
@@ -120,33 +120,33 @@ func (s Stack) BudgetLayers() []string {
 // stack builds the router's stack from what New built. There is no
 // recoverer slot: Watermill's router recovers a handler's panic itself and
 // nacks the message, and the budget refunds on panic.
-func (r *Router) stack() Stack {
-	s := Stack{DeadLetter: r.deadLetter}
+func (r *Router) stack() middlewareStack {
+	s := middlewareStack{deadLetter: r.deadLetter}
 	if r.tracing != nil {
-		s.Tracing = r.tracing.Middleware
+		s.tracing = r.tracing.Middleware
 	}
 	if r.metrics != nil {
-		s.Metrics = r.metrics.Middleware
+		s.metrics = r.metrics.Middleware
 	}
 	if r.policy != nil {
-		s.Shedding = r.policy.Middleware
+		s.shedding = r.policy.Middleware
 	}
 	if r.retry != nil {
-		s.RetryGate = r.retry.Middleware
+		s.retryGate = r.retry.Middleware
 	}
-	s.Budget = []Layer{{"shutdown-gate", r.gate}}
+	s.budget = []layer{{"shutdown-gate", r.gate}}
 	if r.budgetMW != nil {
 		// Without it (a control configuration of the tests) there is no
 		// admission at all, but the shutdown gate and in-flight
 		// accounting stay.
-		s.Budget = append(s.Budget, Layer{"admission", r.budgetMW.Middleware})
+		s.budget = append(s.budget, layer{"admission", r.budgetMW.Middleware})
 	}
-	s.Budget = append(s.Budget, Layer{"admitted", r.admitted})
+	s.budget = append(s.budget, layer{"admitted", r.admitted})
 	if r.policy != nil {
-		s.Budget = append(s.Budget, Layer{"shedding-admitted", r.policy.Admitted})
+		s.budget = append(s.budget, layer{"shedding-admitted", r.policy.Admitted})
 	}
 	if r.sizer != nil {
-		s.Budget = append(s.Budget, Layer{"auto-sizer", r.sizer.Middleware})
+		s.budget = append(s.budget, layer{"auto-sizer", r.sizer.Middleware})
 	}
 	return s
 }

@@ -11,22 +11,6 @@ import (
 	"github.com/spillway-go/spillway/telemetry"
 )
 
-// Tracing returns the consumer tracing middleware (the stack's tracing
-// slot), or nil with telemetry.disabled.
-func (r *Router) Tracing() *telemetry.Tracing { return r.tracing }
-
-// Metrics returns the router's metrics (the stack's metrics slot and the
-// first of the router's hooks, see [Hook]), or nil with telemetry.disabled. Use it to
-// record outcomes of your own (Metrics.RecordOutcome).
-func (r *Router) Metrics() *telemetry.Metrics { return r.metrics }
-
-// LagSampler returns the background sampler of the handlers' consumer lag
-// (every telemetry.lag_interval, started by Run, stopped by Close), or nil
-// on memory and with telemetry.disabled. Its TotalLag is cheap enough for
-// a producer to read before every publish (producer.NewLagThrottled;
-// producer.lag_throttle uses it for Publisher).
-func (r *Router) LagSampler() *telemetry.LagSampler { return r.lagSampler }
-
 // deadLettering wraps the broker's dead-letter middleware so a message it
 // moves is counted and its span marked dead_lettered (reason malformed).
 func (r *Router) deadLettering(dl message.HandlerMiddleware) message.HandlerMiddleware {

@@ -265,7 +265,7 @@ func TestLagThroughRouter(t *testing.T) {
 				if _, err := r.Lag(context.Background()); !errors.Is(err, ErrLagUnknown) {
 					t.Errorf("memory Lag: %v, want ErrLagUnknown", err)
 				}
-				if r.LagSampler() != nil {
+				if r.lagSampler != nil {
 					t.Error("memory has a lag sampler")
 				}
 				return
@@ -288,7 +288,7 @@ func TestLagThroughRouter(t *testing.T) {
 			if lag != n-m {
 				t.Fatalf("Lag = %d (%v) with %d handled, want %d", lag, err, handled.Load(), n-m)
 			}
-			s := r.LagSampler()
+			s := r.lagSampler
 			if err := s.Sample(ctx); err != nil {
 				t.Fatal(err)
 			}

@@ -23,10 +23,10 @@ func (c *Config) setDefaults() {
 		c.Broker = BrokerMemory
 	}
 	if c.CloseTimeout == 0 {
-		c.CloseTimeout = DefaultCloseTimeout
+		c.CloseTimeout = defaultCloseTimeout
 	}
 	if c.Budget.Vertices == 0 {
-		c.Budget.Vertices = DefaultBudgetVertices
+		c.Budget.Vertices = defaultBudgetVertices
 	}
 	a := &c.Budget.AutoSize
 	if a.Headroom == 0 {
@@ -39,13 +39,13 @@ func (c *Config) setDefaults() {
 		a.Floor = 1
 	}
 	if a.Windows == 0 {
-		a.Windows = DefaultAutoSizeWindows
+		a.Windows = defaultAutoSizeWindows
 	}
 	if a.MinWindows == 0 {
-		a.MinWindows = min(DefaultAutoSizeMinWindows, a.Windows)
+		a.MinWindows = min(defaultAutoSizeMinWindows, a.Windows)
 	}
 	if a.Hysteresis == 0 {
-		a.Hysteresis = DefaultAutoSizeHysteresis
+		a.Hysteresis = defaultAutoSizeHysteresis
 	}
 	if a.TailShare == 0 {
 		a.TailShare = sizing.DefaultTailShare
@@ -59,7 +59,7 @@ func (c *Config) setDefaults() {
 	setRedisDefaults(&c.Redis)
 	t := &c.Telemetry
 	if t.Name == "" {
-		t.Name = DefaultTelemetryName
+		t.Name = defaultTelemetryName
 	}
 	if t.LagInterval == 0 {
 		t.LagInterval = telemetry.DefaultLagInterval
@@ -72,7 +72,7 @@ func (c *Config) setDefaults() {
 // subscriber to choose when it starts.
 func setRedisDefaults(r *RedisConfig) {
 	if r.ConsumerGroup == "" {
-		r.ConsumerGroup = DefaultConsumerGroup
+		r.ConsumerGroup = defaultConsumerGroup
 	}
 	consumer := r.Consumer
 	*r = r.WithDefaults()

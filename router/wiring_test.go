@@ -84,7 +84,7 @@ func TestStackLayers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer plain.Close()
-	if got := plain.Stack().Layers(); !reflect.DeepEqual(got, []string{"tracing", "metrics", "budget"}) {
+	if got := plain.Layers(); !reflect.DeepEqual(got, []string{"tracing", "metrics", "budget"}) {
 		t.Errorf("default layers = %v", got)
 	}
 	bare := Config{}
@@ -94,16 +94,16 @@ func TestStackLayers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer quiet.Close()
-	if got := quiet.Stack().Layers(); !reflect.DeepEqual(got, []string{"budget"}) {
+	if got := quiet.Layers(); !reflect.DeepEqual(got, []string{"budget"}) {
 		t.Errorf("layers without telemetry = %v", got)
 	}
-	if quiet.Tracing() != nil || quiet.Metrics() != nil || quiet.LagSampler() != nil {
+	if quiet.tracing != nil || quiet.metrics != nil || quiet.lagSampler != nil {
 		t.Error("telemetry built while disabled")
 	}
-	if got := plain.Stack().BudgetLayers(); !reflect.DeepEqual(got, []string{"shutdown-gate", "admission", "admitted"}) {
+	if got := plain.stack().budgetLayers(); !reflect.DeepEqual(got, []string{"shutdown-gate", "admission", "admitted"}) {
 		t.Errorf("default budget parts = %v", got)
 	}
-	if plain.Shedding() != nil || plain.RetryGate() != nil || plain.AutoSizer() != nil {
+	if plain.policy != nil || plain.retry != nil || plain.sizer != nil {
 		t.Error("optional layers built without configuration")
 	}
 	if st := plain.Stats(); st.Shedding != nil || st.Retry != nil || st.AutoSize != nil {
@@ -119,18 +119,18 @@ func TestStackLayers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	s := r.Stack()
-	if got := s.Layers(); !reflect.DeepEqual(got, []string{"tracing", "metrics", "shedding", "retry-gate", "budget"}) {
+	s := r.stack()
+	if got := s.layers(); !reflect.DeepEqual(got, []string{"tracing", "metrics", "shedding", "retry-gate", "budget"}) {
 		t.Errorf("layers = %v, want tracing, metrics, shedding, retry-gate, budget", got)
 	}
 	want := []string{"shutdown-gate", "admission", "admitted", "shedding-admitted", "auto-sizer"}
-	if got := s.BudgetLayers(); !reflect.DeepEqual(got, want) {
+	if got := s.budgetLayers(); !reflect.DeepEqual(got, want) {
 		t.Errorf("budget parts = %v, want %v", got, want)
 	}
-	if n := len(s.Middlewares()); n != 4+len(want) {
+	if n := len(s.middlewares()); n != 4+len(want) {
 		t.Errorf("%d middlewares, want %d", n, 4+len(want))
 	}
-	if r.Shedding() == nil || r.RetryGate() == nil || r.AutoSizer() == nil {
+	if r.policy == nil || r.retry == nil || r.sizer == nil {
 		t.Error("accessor nil for a configured layer")
 	}
 	if st := r.Stats(); st.Shedding == nil || st.Retry == nil || st.AutoSize == nil {
@@ -160,7 +160,7 @@ func TestStackOrderProbe(t *testing.T) {
 	}
 	got := make(chan probe, 1)
 	if _, err := r.AddConsumerHandler("probe", "jobs", func(msg *message.Message) error {
-		got <- probe{retrygate.AttemptFromCtx(msg.Context()), r.Budget().Stats().InUse, message.HandlerNameFromCtx(msg.Context())}
+		got <- probe{retrygate.AttemptFromCtx(msg.Context()), r.budget.Stats().InUse, message.HandlerNameFromCtx(msg.Context())}
 		return nil
 	}); err != nil {
 		t.Fatal(err)
@@ -198,7 +198,7 @@ func TestRetryHandlerNaming(t *testing.T) {
 	if _, err := r.AddConsumerHandler("a", "t", nop); err != nil {
 		t.Fatal(err)
 	}
-	if r.RetryHandler("a") == nil || RetryHandlerName("a") != "a.retry" {
+	if r.RetryHandler("a") == nil || retryHandlerName("a") != "a.retry" {
 		t.Fatal("no retry handler a.retry")
 	}
 	if r.topics["a.retry"] != "t.retry" {
@@ -407,7 +407,7 @@ func runRetry(t *testing.T, bc brokerCase) {
 				// Fail only once the filler waits behind us, so the gate
 				// finds the budget saturated.
 				deadline := time.Now().Add(20 * time.Second)
-				for r.Budget().Stats().Waiting != 1 && time.Now().Before(deadline) {
+				for r.budget.Stats().Waiting != 1 && time.Now().Before(deadline) {
 					time.Sleep(time.Millisecond)
 				}
 				close(flakyFailed)
@@ -514,7 +514,7 @@ func runRetry(t *testing.T, bc brokerCase) {
 	if runs["flaky"] != 2 || runs["filler"] != 1 || runs["poison"] != 1 {
 		t.Errorf("runs = %v, want flaky 2 (failed, then handled once), filler 1, poison 1", runs)
 	}
-	if successBy != RetryHandlerName("jobs") || successTry != 2 {
+	if successBy != retryHandlerName("jobs") || successTry != 2 {
 		t.Errorf("flaky handled by %q at attempt %d, want jobs.retry at attempt 2", successBy, successTry)
 	}
 	st := r.Stats().Retry
@@ -554,8 +554,8 @@ func TestCloseCutsRetryBackoff(t *testing.T) {
 		errc := runRouter(t, r)
 		publishCosted(t, r, "jobs", "m", 10)
 		synctest.Wait() // failed once, backing off for 3s
-		if calls.Load() != 1 || r.Budget().Stats().InUse != 0 {
-			t.Fatalf("calls %d, in use %d", calls.Load(), r.Budget().Stats().InUse)
+		if calls.Load() != 1 || r.budget.Stats().InUse != 0 {
+			t.Fatalf("calls %d, in use %d", calls.Load(), r.budget.Stats().InUse)
 		}
 		start := time.Now()
 		closeRouter(t, r, errc)
@@ -640,8 +640,8 @@ func TestAutoSizeThroughRouter(t *testing.T) {
 			t.Fatal(err)
 		}
 		synctest.Wait()
-		if r.Budget().Stats().InUse != 1000 {
-			t.Fatalf("the unknown-cost message holds %d of 1000", r.Budget().Stats().InUse)
+		if r.budget.Stats().InUse != 1000 {
+			t.Fatalf("the unknown-cost message holds %d of 1000", r.budget.Stats().InUse)
 		}
 		for i := range stream {
 			publishCosted(t, r, "shapes", fmt.Sprintf("m%03d", i), 100)
@@ -652,7 +652,7 @@ func TestAutoSizeThroughRouter(t *testing.T) {
 		if n := done.Load(); n != stream {
 			t.Errorf("%d of %d handled", n, stream)
 		}
-		b := r.AutoSizer().Bounds()
+		b := r.sizer.Bounds()
 		resizeMu.Lock()
 		defer resizeMu.Unlock()
 		if b.VerticesPerSecond < 9_900 || b.VerticesPerSecond > 10_100 {

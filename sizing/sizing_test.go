@@ -255,3 +255,17 @@ func TestMixThroughput(t *testing.T) {
 		}
 	}
 }
+
+// TestDeadlineBound pins the shorthand the router docs and examples size a
+// fixed budget with: rate × deadline × headroom, 0 for no rate.
+func TestDeadlineBound(t *testing.T) {
+	if got := sizing.DeadlineBound(10_000, 60*time.Second, sizing.DefaultHeadroom); got != 300_000 {
+		t.Errorf("DeadlineBound(10k/s, 60s, default headroom) = %d, want 300000", got)
+	}
+	if got := sizing.DeadlineBound(math.NaN(), time.Second, sizing.DefaultHeadroom); got != 0 {
+		t.Errorf("DeadlineBound(NaN) = %d, want 0", got)
+	}
+	if got := sizing.DeadlineBound(0, time.Second, sizing.DefaultHeadroom); got != 0 {
+		t.Errorf("DeadlineBound(0) = %d, want 0", got)
+	}
+}

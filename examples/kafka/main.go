@@ -51,6 +51,7 @@ import (
 	_ "github.com/spillway-go/spillway/embedded" // kafka.brokers / redis.addr "embedded"
 	"github.com/spillway-go/spillway/examples/geo"
 	"github.com/spillway-go/spillway/router"
+	"github.com/spillway-go/spillway/sizing"
 )
 
 const (
@@ -120,7 +121,7 @@ func run() int {
 	}
 	rate := float64(s.heavyVertices) / (perPass.Seconds() * float64(s.passes)) * float64(runtime.GOMAXPROCS(0))
 	if os.Getenv("SPILLWAY_BUDGET_VERTICES") == "" {
-		cfg.Budget.Vertices = router.SizeBudget(rate, cfg.RedeliveryDeadline())
+		cfg.Budget.Vertices = max(1, sizing.DeadlineBound(rate, cfg.RedeliveryDeadline(), sizing.DefaultHeadroom))
 	}
 
 	var logger watermill.LoggerAdapter = watermill.NopLogger{}

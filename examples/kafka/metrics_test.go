@@ -49,24 +49,30 @@ func TestMetricsEndpoint(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("message not consumed")
 	}
-	if err := r.LagSampler().Sample(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-
-	resp, err := http.Get(ms.url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET %s: %d %v", ms.url, resp.StatusCode, err)
-	}
-	for _, want := range []string{
+	wants := []string{
 		`spillway_budget_capacity{budget="spillway"`,
 		`spillway_consumer_lag{group="spillway.reference",otel_scope_name=`,
 		`spillway_process_duration_seconds_count{`,
-	} {
+	}
+	// The lag sampler, started by Run, samples every telemetry.lag_interval
+	// (100 ms here): scrape until the lag series shows up.
+	var body []byte
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		resp, err := http.Get(ms.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s: %d %v", ms.url, resp.StatusCode, err)
+		}
+		if strings.Contains(string(body), wants[1]) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for _, want := range wants {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("/metrics has no %s", want)
 		}

@@ -91,7 +91,8 @@ func (e *kafkaEnv) lag(group string) (int64, error) {
 	for _, t := range []string{TopicPositions, TopicBoundaries} {
 		groups[group+"."+t] = t
 		if group == GroupSpillway {
-			groups[group+"."+router.RetryHandlerName(t)] = retrygate.Config{}.WithDefaults().RetryTopicFor(t)
+			// the router names the retry handler of handler t "<t>.retry"
+			groups[group+"."+t+".retry"] = retrygate.Config{}.WithDefaults().RetryTopicFor(t)
 		}
 	}
 	return e.lr.lag(groups)

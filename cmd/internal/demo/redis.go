@@ -118,7 +118,8 @@ func (e *redisEnv) lag(group string) (int64, error) {
 	for _, t := range []string{TopicPositions, TopicBoundaries} {
 		streams := map[string]string{t: group + "." + t}
 		if group == GroupSpillway {
-			streams[retrygate.Config{}.WithDefaults().RetryTopicFor(t)] = group + "." + router.RetryHandlerName(t)
+			// the router names the retry handler of handler t "<t>.retry"
+			streams[retrygate.Config{}.WithDefaults().RetryTopicFor(t)] = group + "." + t + ".retry"
 		}
 		for stream, g := range streams {
 			l, err := redisbroker.Lag(ctx, e.client, stream, g)

@@ -921,7 +921,7 @@ func (gr *groupRun) sample(ctx context.Context) {
 			for _, m := range ms {
 				evictions += m.obs.evictions()
 				if m.sr != nil {
-					b := m.sr.Budget().Stats()
+					b := m.sr.Stats().Budget
 					s.Budget += b.Capacity
 					s.InUse += b.InUse
 					s.Waiting += b.Waiting
