@@ -245,7 +245,7 @@ const redacted = "[redacted]"
 const (
 	DefaultCloseTimeout   = 30 * time.Second
 	DefaultBudgetVertices = 200_000
-	DefaultConsumerGroup  = "spillway" // redis.consumer_group; kafka's is kafkabroker.DefaultConsumerGroup
+	DefaultConsumerGroup  = "spillway" // redis.consumer_group; kafka.consumer_group's default is the same
 	DefaultTelemetryName  = "spillway"
 
 	DefaultAutoSizeWindows    = 5
