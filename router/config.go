@@ -230,8 +230,8 @@ type KafkaConfig = kafkabroker.Config
 //     "<consumer_group>.<handler>" ([Router.ConsumerGroup] names it).
 //     Default spillway ([DefaultConsumerGroup]).
 //   - consumer is left empty by the defaults (config print shows ""); each
-//     subscriber then names itself [redisbroker.DefaultConsumerName]
-//     when it starts.
+//     subscriber then names itself "<hostname>-<program>" when it
+//     starts.
 //
 // redis.addr is required with broker: redis unless [WithRedisClient] gives
 // a client; "embedded" runs an in-process miniredis (demos only).
