@@ -16,8 +16,10 @@ import (
 )
 
 func TestRegistered(t *testing.T) {
-	if !kafkabroker.EmbeddedLinked() || !redisbroker.EmbeddedLinked() {
-		t.Fatalf("importing embedded registers nothing: kafka %v, redis %v", kafkabroker.EmbeddedLinked(), redisbroker.EmbeddedLinked())
+	// Brokers [embedded] is valid only once a broker is registered.
+	kafkaErr := kafkabroker.Config{Brokers: []string{kafkabroker.Embedded}}.WithDefaults().Validate()
+	if kafkaErr != nil || !redisbroker.EmbeddedLinked() {
+		t.Fatalf("importing embedded registers nothing: kafka %v, redis %v", kafkaErr, redisbroker.EmbeddedLinked())
 	}
 }
 

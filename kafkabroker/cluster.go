@@ -172,11 +172,11 @@ func (c *Cluster) NewSubscriber(group string) (*kafka.Subscriber, *SessionTracke
 	if err != nil {
 		return nil, nil, err
 	}
-	tr := NewSessionTracker(c.opts.tracer)
+	tr := newSessionTracker(c.opts.tracer)
 	tr.observeOnly = c.opts.observeOnly
 	sub, err := kafka.NewSubscriber(kafka.SubscriberConfig{
 		Brokers:               c.brokers,
-		Unmarshaler:           tr.WrapUnmarshaler(c.marshaler),
+		Unmarshaler:           tr.wrapUnmarshaler(c.marshaler),
 		OverwriteSaramaConfig: scfg,
 		ConsumerGroup:         group,
 		NackResendSleep:       c.cfg.NackResendSleep,

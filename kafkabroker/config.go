@@ -15,27 +15,27 @@ import (
 
 // Defaults. docs/kafka.md explains each one.
 const (
-	DefaultConsumerGroup     = "spillway"
-	DefaultPartitions        = 12
-	DefaultKeyMetadata       = "entity_id"
-	DefaultClientID          = "spillway"
-	DefaultChannelBufferSize = 16
-	DefaultFetchDefaultBytes = 256 << 10
-	DefaultRebalanceTimeout  = 60 * time.Second
-	DefaultSessionTimeout    = 10 * time.Second
-	DefaultHeartbeatInterval = time.Second
-	DefaultNackResendSleep   = 100 * time.Millisecond
-	// DefaultVersion is the protocol version spoken to a cluster: the
+	defaultConsumerGroup     = "spillway"
+	defaultPartitions        = 12
+	defaultKeyMetadata       = "entity_id"
+	defaultClientID          = "spillway"
+	defaultChannelBufferSize = 16
+	defaultFetchDefaultBytes = 256 << 10
+	defaultRebalanceTimeout  = 60 * time.Second
+	defaultSessionTimeout    = 10 * time.Second
+	defaultHeartbeatInterval = time.Second
+	defaultNackResendSleep   = 100 * time.Millisecond
+	// defaultVersion is the protocol version spoken to a cluster: the
 	// newest Sarama 1.43.3 knows.
-	DefaultVersion = "3.6.0"
-	// BatchHeadroom is what [Config.MaxMessageBytes] adds for the record
+	defaultVersion = "3.6.0"
+	// batchHeadroom is what [Config.MaxMessageBytes] adds for the record
 	// batch around a message (its header and the record's own framing),
 	// which brokers count against a topic's max.message.bytes.
-	BatchHeadroom = 1 << 10
-	// EmbeddedVersion is the default, and the newest version allowed,
+	batchHeadroom = 1 << 10
+	// embeddedVersion is the default, and the newest version allowed,
 	// with brokers [Embedded]: Sarama cannot decode the in-process
 	// broker's newer responses.
-	EmbeddedVersion = "2.3.0"
+	embeddedVersion = "2.3.0"
 )
 
 // Config configures the Kafka side: the brokers, the consumer groups, the
@@ -80,9 +80,9 @@ type Config struct {
 	KeyMetadata string `yaml:"key_metadata" env:"KEY_METADATA"`
 
 	// Version is the Kafka protocol version Sarama speaks: at least 0.10.1
-	// (the first with a rebalance timeout). Default 3.6.0 ([DefaultVersion]),
-	// or 2.3.0 with brokers [Embedded] ([EmbeddedVersion], also the most
-	// the embedded broker accepts). The default is chosen when defaults are
+	// (the first with a rebalance timeout). Default 3.6.0 (the newest
+	// Sarama 1.43.3 knows), or 2.3.0 with brokers [Embedded] (also the
+	// most the embedded broker accepts). The default is chosen when defaults are
 	// applied, so set Brokers first.
 	Version string `yaml:"version" env:"VERSION"`
 
@@ -114,7 +114,7 @@ type Config struct {
 
 	// MaxMessageBytes is the largest message Spillway produces and
 	// consumes, as Sarama measures it (key, value, headers): Sarama's
-	// Producer.MaxMessageBytes, and, with [BatchHeadroom] added for the
+	// Producer.MaxMessageBytes, and, with 1 KiB added for the
 	// record batch around it, the consumer's Fetch.Max and the
 	// max.message.bytes of topics Spillway creates. The cluster's
 	// message.max.bytes, replica.fetch.max.bytes, and the max.message.bytes
@@ -171,7 +171,7 @@ func (c Config) batchLimit() int32 {
 	if c.MaxMessageBytes <= 0 {
 		return 0
 	}
-	return c.MaxMessageBytes + BatchHeadroom
+	return c.MaxMessageBytes + batchHeadroom
 }
 
 // embedded reports whether c asks for the in-process broker.
@@ -185,46 +185,46 @@ func (c Config) HandlerGroup(handler string) string { return c.ConsumerGroup + "
 
 func (c *Config) setDefaults() {
 	if c.ConsumerGroup == "" {
-		c.ConsumerGroup = DefaultConsumerGroup
+		c.ConsumerGroup = defaultConsumerGroup
 	}
 	if c.Partitions == 0 {
-		c.Partitions = DefaultPartitions
+		c.Partitions = defaultPartitions
 	}
 	if c.ReplicationFactor == 0 {
 		c.ReplicationFactor = 1
 	}
 	if c.KeyMetadata == "" {
-		c.KeyMetadata = DefaultKeyMetadata
+		c.KeyMetadata = defaultKeyMetadata
 	}
 	if c.Version == "" {
-		c.Version = DefaultVersion
+		c.Version = defaultVersion
 		if c.embedded() {
-			c.Version = EmbeddedVersion
+			c.Version = embeddedVersion
 		}
 	}
 	if c.ClientID == "" {
-		c.ClientID = DefaultClientID
+		c.ClientID = defaultClientID
 	}
 	if c.ChannelBufferSize == 0 {
-		c.ChannelBufferSize = DefaultChannelBufferSize
+		c.ChannelBufferSize = defaultChannelBufferSize
 	}
 	if c.FetchDefaultBytes == 0 {
-		c.FetchDefaultBytes = DefaultFetchDefaultBytes
+		c.FetchDefaultBytes = defaultFetchDefaultBytes
 	}
 	if c.RebalanceTimeout == 0 {
-		c.RebalanceTimeout = DefaultRebalanceTimeout
+		c.RebalanceTimeout = defaultRebalanceTimeout
 	}
 	if c.SessionTimeout == 0 {
-		c.SessionTimeout = DefaultSessionTimeout
+		c.SessionTimeout = defaultSessionTimeout
 	}
 	if c.HeartbeatInterval == 0 {
-		c.HeartbeatInterval = DefaultHeartbeatInterval
+		c.HeartbeatInterval = defaultHeartbeatInterval
 	}
 	if c.InitialOffset == "" {
 		c.InitialOffset = "oldest"
 	}
 	if c.NackResendSleep == 0 {
-		c.NackResendSleep = DefaultNackResendSleep
+		c.NackResendSleep = defaultNackResendSleep
 	}
 }
 
@@ -251,7 +251,7 @@ func (c Config) Validate() error {
 		case b == Embedded && len(k.Brokers) > 1:
 			bad(fmt.Sprintf("brokers[%d]", i), b, "embedded must be the only entry")
 		case b == Embedded:
-			if !EmbeddedLinked() {
+			if !embeddedLinked() {
 				bad(fmt.Sprintf("brokers[%d]", i), b, ErrEmbeddedNotLinked.Error())
 			}
 		default:
@@ -279,7 +279,7 @@ func (c Config) Validate() error {
 	} else if !v.IsAtLeast(sarama.V0_10_1_0) {
 		bad("version", k.Version, "must be at least 0.10.1 (the first with a rebalance timeout)")
 	} else if k.embedded() && v.IsAtLeast(sarama.V2_4_0_0) {
-		bad("version", k.Version, "must be at most "+EmbeddedVersion+" with the embedded broker (Sarama cannot decode its newer responses)")
+		bad("version", k.Version, "must be at most "+embeddedVersion+" with the embedded broker (Sarama cannot decode its newer responses)")
 	}
 	if k.ChannelBufferSize < 0 {
 		bad("channel_buffer_size", strconv.Itoa(k.ChannelBufferSize), "must be positive")
@@ -302,7 +302,7 @@ func (c Config) Validate() error {
 	}
 	if k.MaxMessageBytes < 0 {
 		bad("max_message_bytes", strconv.Itoa(int(k.MaxMessageBytes)), "must be zero (the cluster's limit) or positive")
-	} else if int64(k.MaxMessageBytes)+BatchHeadroom > int64(sarama.MaxRequestSize) {
+	} else if int64(k.MaxMessageBytes)+batchHeadroom > int64(sarama.MaxRequestSize) {
 		bad("max_message_bytes", strconv.Itoa(int(k.MaxMessageBytes)), fmt.Sprintf("must leave room for the batch within Sarama's request limit (%d bytes)", sarama.MaxRequestSize))
 	}
 	switch k.InitialOffset {

@@ -9,9 +9,7 @@
 //   - [Config]: brokers, consumer groups, topics Spillway creates, the
 //     window (channel buffer, fetch size), the rebalance timeout that is
 //     the redelivery deadline, TLS and SASL. [Config.Validate] reports
-//     [*spillway.FieldError]s; [Config.SaramaSubscriberConfig] and
-//     [Config.SaramaPublisherConfig] give the Sarama configurations for
-//     wiring watermill-kafka by hand.
+//     [*spillway.FieldError]s.
 //   - [Cluster]: [Open] starts the embedded broker when asked for and
 //     creates topics; [Cluster.NewPublisher] and [Cluster.NewSubscriber]
 //     build watermill-kafka clients; [Cluster.LagSource] feeds a
@@ -29,6 +27,5 @@
 // program or test that wants it imports github.com/spillway-go/spillway/embedded
 // for its side effects; without that import, "embedded" is a configuration
 // error that names the import. The embedded broker speaks Kafka protocol
-// 2.3.0 at most ([EmbeddedVersion], the default there); clusters get
-// [DefaultVersion].
+// 2.3.0 at most (2.3.0 is the default there); clusters get 3.6.0.
 package kafkabroker

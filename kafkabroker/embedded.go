@@ -37,8 +37,8 @@ func RegisterEmbedded(start EmbeddedCluster) {
 	embedded.start = start
 }
 
-// EmbeddedLinked reports whether an embedded broker is registered.
-func EmbeddedLinked() bool {
+// embeddedLinked reports whether an embedded broker is registered.
+func embeddedLinked() bool {
 	embedded.mu.Lock()
 	defer embedded.mu.Unlock()
 	return embedded.start != nil

@@ -96,19 +96,19 @@ func (t TLSConfig) build() (*tls.Config, error) {
 	return tc, nil
 }
 
-// SaramaSubscriberConfig returns the Sarama consumer configuration chosen
+// saramaSubscriberConfig returns the Sarama consumer configuration chosen
 // for backpressure (docs/kafka.md explains each value), with defaults
 // applied to c. Pass it as kafka.SubscriberConfig.OverwriteSaramaConfig
 // when wiring watermill-kafka by hand. A [*spillway.FieldError] reports a TLS file
 // that cannot be used.
-func (c Config) SaramaSubscriberConfig() (*sarama.Config, error) {
+func (c Config) saramaSubscriberConfig() (*sarama.Config, error) {
 	return c.WithDefaults().subscriberSarama(nil)
 }
 
-// SaramaPublisherConfig returns the Sarama producer configuration, with
+// saramaPublisherConfig returns the Sarama producer configuration, with
 // defaults applied to c. Pass it as
 // kafka.PublisherConfig.OverwriteSaramaConfig.
-func (c Config) SaramaPublisherConfig() (*sarama.Config, error) {
+func (c Config) saramaPublisherConfig() (*sarama.Config, error) {
 	return c.WithDefaults().publisherSarama(nil)
 }
 

@@ -97,9 +97,9 @@ type claimState struct {
 	completed int64 // offset whose handler succeeded in the current attempt, -1 none
 }
 
-// NewSessionTracker returns a tracker that composes inner, which may be
+// newSessionTracker returns a tracker that composes inner, which may be
 // nil.
-func NewSessionTracker(inner kafka.SaramaTracer) *SessionTracker {
+func newSessionTracker(inner kafka.SaramaTracer) *SessionTracker {
 	return &SessionTracker{inner: inner, claims: make(map[topicPartition]*claimState)}
 }
 
@@ -137,9 +137,9 @@ func (t *SessionTracker) WrapConsumerGroupHandler(h sarama.ConsumerGroupHandler)
 	return out
 }
 
-// WrapUnmarshaler returns u observing every message before watermill-kafka
+// wrapUnmarshaler returns u observing every message before watermill-kafka
 // hands it to the router.
-func (t *SessionTracker) WrapUnmarshaler(u kafka.Unmarshaler) kafka.Unmarshaler {
+func (t *SessionTracker) wrapUnmarshaler(u kafka.Unmarshaler) kafka.Unmarshaler {
 	return trackedUnmarshaler{t: t, next: u}
 }
 
@@ -394,3 +394,6 @@ func (u trackedUnmarshaler) Unmarshal(m *sarama.ConsumerMessage) (*message.Messa
 	}
 	return u.next.Unmarshal(m)
 }
+
+// SessionTracker is the tracer watermill-kafka calls.
+var _ kafka.SaramaTracer = (*SessionTracker)(nil)

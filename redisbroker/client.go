@@ -72,7 +72,7 @@ const entryRefKey = "\x00spillway.entry"
 type entryClient struct {
 	redis.UniversalClient
 	consumer  string
-	keepAlive *KeepAlive
+	keepAlive *keepAlive
 }
 
 func (c *entryClient) XReadGroup(ctx context.Context, a *redis.XReadGroupArgs) *redis.XStreamSliceCmd {

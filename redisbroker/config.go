@@ -29,30 +29,30 @@ const EmbeddedAddr = "embedded"
 
 // Defaults. See docs/redis.md for the reasoning behind each.
 const (
-	// DefaultConsumers is how many consumers (upstream subscriptions) a
+	// defaultConsumers is how many consumers (upstream subscriptions) a
 	// process runs per topic. One subscription delivers one message at a
 	// time, so this is also the most messages a process holds per topic.
-	DefaultConsumers = 4
-	// DefaultBlockTime is how long one XREADGROUP waits for new entries.
+	defaultConsumers = 4
+	// defaultBlockTime is how long one XREADGROUP waits for new entries.
 	// It bounds the idle polling rate (Consumers / BlockTime per topic),
 	// not the latency: a read returns as soon as an entry arrives.
-	DefaultBlockTime = 500 * time.Millisecond
-	// DefaultMaxIdleTime is the redelivery deadline: an entry pending for
+	defaultBlockTime = 500 * time.Millisecond
+	// defaultMaxIdleTime is the redelivery deadline: an entry pending for
 	// longer without a keep-alive refresh is claimed by another consumer.
-	DefaultMaxIdleTime = 30 * time.Second
-	// DefaultClaimInterval is how often each consumer looks for entries
+	defaultMaxIdleTime = 30 * time.Second
+	// defaultClaimInterval is how often each consumer looks for entries
 	// idle past MaxIdleTime. A dead consumer's work is taken over within
 	// MaxIdleTime + ClaimInterval.
-	DefaultClaimInterval = 5 * time.Second
-	// DefaultNackResendSleep is the pause before a nacked message is
+	defaultClaimInterval = 5 * time.Second
+	// defaultNackResendSleep is the pause before a nacked message is
 	// delivered again (the same consumer keeps it).
-	DefaultNackResendSleep = 100 * time.Millisecond
-	// DefaultMaxInFlight is how long a consumer may hold entries without
+	defaultNackResendSleep = 100 * time.Millisecond
+	// defaultMaxInFlight is how long a consumer may hold entries without
 	// acking any before the keep-alive presumes it stuck and lets its
 	// entries expire, for a peer to claim.
-	DefaultMaxInFlight = 5 * time.Minute
-	// DefaultDeadLetterTopic receives entries that cannot be unmarshalled.
-	DefaultDeadLetterTopic = "spillway.deadletter"
+	defaultMaxInFlight = 5 * time.Minute
+	// defaultDeadLetterTopic receives entries that cannot be unmarshalled.
+	defaultDeadLetterTopic = "spillway.deadletter"
 )
 
 // TLSConfig configures TLS to the server. TLS is used when Enabled is true
@@ -78,8 +78,8 @@ type TLSConfig struct {
 
 func (t TLSConfig) enabled() bool { return t.Enabled || t.CAFile != "" || t.CertFile != "" }
 
-// KeepAliveConfig configures the keep-alive of held entries; see
-// [KeepAlive].
+// KeepAliveConfig configures the keep-alive of held entries (see the
+// package documentation and docs/redis.md).
 type KeepAliveConfig struct {
 	// Interval is how often the pending entries held by the subscriber are
 	// refreshed, in one batch. Default: MaxIdleTime / 3, so two refreshes
@@ -89,7 +89,7 @@ type KeepAliveConfig struct {
 	// MaxInFlight is how long a consumer may hold entries without acking
 	// any. A handler (or a wait for budget) that lasts longer is presumed
 	// stuck: the entries its consumer holds are no longer refreshed and
-	// peers claim them MaxIdleTime later. Default DefaultMaxInFlight.
+	// peers claim them MaxIdleTime later. Default 5m.
 	MaxInFlight time.Duration `yaml:"max_in_flight" env:"MAX_IN_FLIGHT"`
 	// Disabled turns the keep-alive off: entries are claimed by peers once
 	// idle for MaxIdleTime, however busy their handler is (upstream's
@@ -99,7 +99,7 @@ type KeepAliveConfig struct {
 
 // Config configures a [Publisher] and a [Subscriber]. The zero value plus
 // Addr and ConsumerGroup is a working configuration; every other field has a
-// default (see the constants and docs/redis.md).
+// default, stated on the field (docs/redis.md explains them).
 //
 // The yaml and env tags are the keys of the router's redis section
 // (redis.max_idle_time, SPILLWAY_REDIS_MAX_IDLE_TIME); there ConsumerGroup
@@ -129,27 +129,28 @@ type Config struct {
 	// Consumer is the base consumer name. It must be unique among the live
 	// processes of the group and stable across restarts of one process, so
 	// a restarted process finds the entries its previous incarnation left
-	// pending (see Subscriber). Default: DefaultConsumerName(), i.e.
-	// "<hostname>-<program>". With Consumers > 1 the consumers are named
-	// "<Consumer>-0" … "<Consumer>-<Consumers-1>".
+	// pending (see Subscriber). Default "<hostname>-<program>", reduced to
+	// letters, digits, '.', '_' and '-'. With Consumers > 1 the consumers
+	// are named "<Consumer>-0" … "<Consumer>-<Consumers-1>".
 	Consumer string `yaml:"consumer" env:"CONSUMER"`
 	// Consumers is the number of consumers (subscriptions) per topic in
-	// this process; together they are the budget's concurrency. Default
-	// DefaultConsumers.
+	// this process; together they are the budget's concurrency. Default 4:
+	// one subscription delivers one message at a time.
 	Consumers int `yaml:"consumers" env:"CONSUMERS"`
 
 	// BlockTime is how long one read blocks waiting for entries. Default
-	// DefaultBlockTime. The first read blocks this long too (upstream's
-	// DisableIndefiniteInitialBlock is always set).
+	// 500ms; it bounds the idle polling rate, not the latency. The first
+	// read blocks this long too (upstream's DisableIndefiniteInitialBlock
+	// is always set).
 	BlockTime time.Duration `yaml:"block_time" env:"BLOCK_TIME"`
-	// ClaimInterval is how often idle entries are looked for. Default
-	// DefaultClaimInterval.
+	// ClaimInterval is how often idle entries are looked for. Default 5s:
+	// a dead consumer's work is taken over within MaxIdleTime + ClaimInterval.
 	ClaimInterval time.Duration `yaml:"claim_interval" env:"CLAIM_INTERVAL"`
 	// MaxIdleTime is the redelivery deadline: a pending entry idle for this
-	// long is claimed by another consumer. Default DefaultMaxIdleTime.
+	// long is claimed by another consumer. Default 30s.
 	MaxIdleTime time.Duration `yaml:"max_idle_time" env:"MAX_IDLE_TIME"`
 	// NackResendSleep is the pause before a nacked message is redelivered.
-	// Default DefaultNackResendSleep; negative means no pause.
+	// Default 100ms; negative means no pause.
 	NackResendSleep time.Duration `yaml:"nack_resend_sleep" env:"NACK_RESEND_SLEEP"`
 	// KeepAlive configures the keep-alive of held entries.
 	KeepAlive KeepAliveConfig `yaml:"keep_alive" envPrefix:"KEEP_ALIVE_"`
@@ -162,37 +163,37 @@ type Config struct {
 	MaxLen        map[string]int64 `yaml:"max_len" env:"MAX_LEN"`
 
 	// DeadLetterTopic is the stream malformed entries are moved to by the
-	// [DeadLetter] middleware. Default DefaultDeadLetterTopic.
+	// [DeadLetter] middleware. Default spillway.deadletter.
 	DeadLetterTopic string `yaml:"dead_letter_topic" env:"DEAD_LETTER_TOPIC"`
 }
 
 func (c *Config) setDefaults() {
 	if c.Consumer == "" {
-		c.Consumer = DefaultConsumerName()
+		c.Consumer = defaultConsumerName()
 	}
 	if c.Consumers == 0 {
-		c.Consumers = DefaultConsumers
+		c.Consumers = defaultConsumers
 	}
 	if c.BlockTime == 0 {
-		c.BlockTime = DefaultBlockTime
+		c.BlockTime = defaultBlockTime
 	}
 	if c.ClaimInterval == 0 {
-		c.ClaimInterval = DefaultClaimInterval
+		c.ClaimInterval = defaultClaimInterval
 	}
 	if c.MaxIdleTime == 0 {
-		c.MaxIdleTime = DefaultMaxIdleTime
+		c.MaxIdleTime = defaultMaxIdleTime
 	}
 	if c.NackResendSleep == 0 {
-		c.NackResendSleep = DefaultNackResendSleep
+		c.NackResendSleep = defaultNackResendSleep
 	}
 	if c.KeepAlive.Interval == 0 {
 		c.KeepAlive.Interval = c.MaxIdleTime / 3
 	}
 	if c.KeepAlive.MaxInFlight == 0 {
-		c.KeepAlive.MaxInFlight = DefaultMaxInFlight
+		c.KeepAlive.MaxInFlight = defaultMaxInFlight
 	}
 	if c.DeadLetterTopic == "" {
-		c.DeadLetterTopic = DefaultDeadLetterTopic
+		c.DeadLetterTopic = defaultDeadLetterTopic
 	}
 }
 
@@ -319,10 +320,10 @@ func (c Config) validateSubscriber() error {
 	return nil
 }
 
-// ConsumerNames returns the consumer names a subscriber with this
+// consumerNames returns the consumer names a subscriber with this
 // configuration uses, after defaults: Consumer itself when Consumers is 1,
 // otherwise Consumer-0 … Consumer-(Consumers-1).
-func (c Config) ConsumerNames() []string {
+func (c Config) consumerNames() []string {
 	c.setDefaults()
 	if c.Consumers <= 1 {
 		return []string{c.Consumer}
@@ -334,13 +335,13 @@ func (c Config) ConsumerNames() []string {
 	return names
 }
 
-// DefaultConsumerName returns "<hostname>-<program>", reduced to letters,
+// defaultConsumerName returns "<hostname>-<program>", reduced to letters,
 // digits, '.', '_' and '-'. It is stable across restarts of a process on
 // the same host (unlike a PID or a random id), so a restarted process
 // recovers its own pending entries at once. Two processes of the same
 // program on one host would share it: give each its own Config.Consumer
 // then (a pod name, an instance ordinal).
-func DefaultConsumerName() string {
+func defaultConsumerName() string {
 	host, err := os.Hostname()
 	if err != nil || host == "" {
 		host = "localhost"

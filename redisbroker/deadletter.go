@@ -11,15 +11,15 @@ import (
 )
 
 // Metadata set on a dead-lettered message. It keeps the rest of the
-// malformed message's metadata, but not MetadataMalformed: read back from
+// malformed message's metadata, but not the malformed flag: read back from
 // the dead-letter stream it is a well-formed message.
 const (
-	// MetadataDeadLetterSource is the stream the malformed entry was read from.
-	MetadataDeadLetterSource = "spillway_deadletter_stream"
-	// MetadataDeadLetterID is the malformed entry's ID in that stream.
-	MetadataDeadLetterID = "spillway_deadletter_id"
-	// MetadataDeadLetterReason is why the entry could not be unmarshalled.
-	MetadataDeadLetterReason = "spillway_deadletter_reason"
+	// metadataDeadLetterSource is the stream the malformed entry was read from.
+	metadataDeadLetterSource = "spillway_deadletter_stream"
+	// metadataDeadLetterID is the malformed entry's ID in that stream.
+	metadataDeadLetterID = "spillway_deadletter_id"
+	// metadataDeadLetterReason is why the entry could not be unmarshalled.
+	metadataDeadLetterReason = "spillway_deadletter_reason"
 )
 
 // DeadLetterConfig configures the [DeadLetter] middleware.
@@ -27,7 +27,7 @@ type DeadLetterConfig struct {
 	// Publisher writes to the dead-letter topic. Required. A redisbroker
 	// [Publisher] writes it as a stream next to the others.
 	Publisher message.Publisher
-	// Topic is the dead-letter topic. Default DefaultDeadLetterTopic (use
+	// Topic is the dead-letter topic. Default spillway.deadletter (use
 	// Config.DeadLetterTopic to keep both in one place).
 	Topic string
 	// Logger, if set, logs each dead-lettered entry at Info.
@@ -36,7 +36,7 @@ type DeadLetterConfig struct {
 
 func (c *DeadLetterConfig) setDefaults() {
 	if c.Topic == "" {
-		c.Topic = DefaultDeadLetterTopic
+		c.Topic = defaultDeadLetterTopic
 	}
 	if c.Logger == nil {
 		c.Logger = watermill.NopLogger{}
@@ -74,9 +74,6 @@ func NewDeadLetter(cfg DeadLetterConfig) (*DeadLetter, error) {
 // Count returns how many messages were moved to the dead-letter topic.
 func (d *DeadLetter) Count() uint64 { return d.count.Load() }
 
-// Topic returns the dead-letter topic.
-func (d *DeadLetter) Topic() string { return d.cfg.Topic }
-
 // Middleware wraps h. Add it before (outside) the budget middleware: a
 // malformed message has no vertex_count and would be charged the whole
 // budget.
@@ -93,16 +90,16 @@ func (d *DeadLetter) Middleware(h message.HandlerFunc) message.HandlerFunc {
 		for _, k := range reservedMetadata {
 			delete(dl.Metadata, k)
 		}
-		dl.Metadata.Set(MetadataDeadLetterReason, msg.Metadata.Get(MetadataMalformedReason))
-		dl.Metadata.Set(MetadataDeadLetterSource, entry.Stream)
-		dl.Metadata.Set(MetadataDeadLetterID, entry.ID)
+		dl.Metadata.Set(metadataDeadLetterReason, msg.Metadata.Get(metadataMalformedReason))
+		dl.Metadata.Set(metadataDeadLetterSource, entry.Stream)
+		dl.Metadata.Set(metadataDeadLetterID, entry.ID)
 		dl.SetContext(msg.Context())
 		if err := d.cfg.Publisher.Publish(d.cfg.Topic, dl); err != nil {
 			return nil, fmt.Errorf("redisbroker: dead-lettering entry %s of %q: %w", entry.ID, entry.Stream, err)
 		}
 		d.count.Add(1)
 		d.cfg.Logger.Info("Malformed entry moved to the dead-letter topic", watermill.LogFields{
-			"stream": entry.Stream, "xid": entry.ID, "topic": d.cfg.Topic, "reason": msg.Metadata.Get(MetadataMalformedReason),
+			"stream": entry.Stream, "xid": entry.ID, "topic": d.cfg.Topic, "reason": msg.Metadata.Get(metadataMalformedReason),
 		})
 		return nil, nil
 	}

@@ -11,11 +11,12 @@
 //     channel. Each consumer hands over one message at a time and waits for
 //     its ack, so the number of consumers is the concurrency the vertex
 //     budget governs.
-//   - [KeepAlive]: keeps the pending entries a subscriber holds (in a
-//     handler, waiting for budget, or read ahead by upstream) from going
-//     idle, so a peer does not claim and re-run slow but healthy work;
-//     after KeepAlive.MaxInFlight it lets go, so stuck work is still
-//     recovered. It runs inside the subscriber: nothing to install.
+//   - the keep-alive ([KeepAliveConfig], [KeepAliveStats]): keeps the
+//     pending entries a subscriber holds (in a handler, waiting for budget,
+//     or read ahead by upstream) from going idle, so a peer does not claim
+//     and re-run slow but healthy work; after KeepAlive.MaxInFlight it
+//     lets go, so stuck work is still recovered. It runs inside the
+//     subscriber: nothing to install; [Subscriber.Stats] reports it.
 //   - [DeadLetter]: a handler middleware that moves entries that could not
 //     be unmarshalled to a dead-letter stream instead of ending the
 //     subscription, as upstream does.

@@ -60,7 +60,7 @@ type kaKey struct{ stream, id, consumer string }
 // subscription identifies one Subscribe call. Upstream passes a context
 // derived from the subscription's to every read, claim and ack, so the
 // client can tell which subscription an entry was delivered to. Its fields
-// are guarded by KeepAlive.mu.
+// are guarded by keepAlive.mu.
 type subscription struct {
 	ended bool
 }
@@ -91,7 +91,7 @@ type kaPipeState struct {
 	stuck      bool      // no ack for MaxInFlight; cleared by the next ack
 }
 
-// KeepAlive keeps the pending entries held by a [Subscriber] from going
+// keepAlive keeps the pending entries held by a [Subscriber] from going
 // idle, so that a peer does not claim and re-run work that is slow but
 // healthy.
 //
@@ -119,9 +119,9 @@ type kaPipeState struct {
 // keeps acking keeps everything it holds alive, however long each message
 // takes.
 //
-// KeepAlive is safe for concurrent use. It belongs to its Subscriber and
+// keepAlive is safe for concurrent use. It belongs to its Subscriber and
 // stops when the subscriber is closed, leaving what it held to expire.
-type KeepAlive struct {
+type keepAlive struct {
 	client    redis.UniversalClient // the subscriber's control client
 	group     string
 	interval  time.Duration
@@ -139,8 +139,8 @@ type KeepAlive struct {
 	done chan struct{}
 }
 
-func newKeepAlive(client redis.UniversalClient, cfg Config, logger watermill.LoggerAdapter) *KeepAlive {
-	k := &KeepAlive{
+func newKeepAlive(client redis.UniversalClient, cfg Config, logger watermill.LoggerAdapter) *keepAlive {
+	k := &keepAlive{
 		client:    client,
 		group:     cfg.ConsumerGroup,
 		interval:  cfg.KeepAlive.Interval,
@@ -163,7 +163,7 @@ func newKeepAlive(client redis.UniversalClient, cfg Config, logger watermill.Log
 // track registers entries just delivered to consumer for sub. Entries
 // delivered after sub ended are not tracked: nobody will process them here,
 // so they are left to the idle claim.
-func (k *KeepAlive) track(sub *subscription, stream, consumer string, ids ...string) {
+func (k *keepAlive) track(sub *subscription, stream, consumer string, ids ...string) {
 	if k.disabled || len(ids) == 0 {
 		return
 	}
@@ -193,7 +193,7 @@ func (k *KeepAlive) track(sub *subscription, stream, consumer string, ids ...str
 }
 
 // forget drops entries acked by consumer, and records the progress.
-func (k *KeepAlive) forget(sub *subscription, stream, consumer string, ids ...string) {
+func (k *keepAlive) forget(sub *subscription, stream, consumer string, ids ...string) {
 	if k.disabled || len(ids) == 0 {
 		return
 	}
@@ -213,7 +213,7 @@ func (k *KeepAlive) forget(sub *subscription, stream, consumer string, ids ...st
 
 // ended drops every entry delivered to sub, which has ended: what it held
 // is left to the idle claim. Entries delivered to it later are not tracked.
-func (k *KeepAlive) ended(sub *subscription) {
+func (k *keepAlive) ended(sub *subscription) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	sub.ended = true
@@ -231,7 +231,7 @@ func (k *KeepAlive) ended(sub *subscription) {
 
 // dropLocked stops tracking key. A stuck pipe is kept (with nothing held)
 // so that entries it takes later are not kept alive either.
-func (k *KeepAlive) dropLocked(key kaKey) bool {
+func (k *keepAlive) dropLocked(key kaKey) bool {
 	sub, ok := k.entries[key]
 	if !ok {
 		return false
@@ -250,7 +250,7 @@ func (k *KeepAlive) dropLocked(key kaKey) bool {
 // stuck reports whether consumer has a pipe presumed stuck. Its claim loop
 // then leaves idle entries to peers: anything it claimed would only queue
 // behind the stuck handler.
-func (k *KeepAlive) stuck(consumer string) bool {
+func (k *keepAlive) stuck(consumer string) bool {
 	if k.disabled {
 		return false
 	}
@@ -264,8 +264,8 @@ func (k *KeepAlive) stuck(consumer string) bool {
 	return false
 }
 
-// Stats returns counters since the subscriber was created.
-func (k *KeepAlive) Stats() KeepAliveStats {
+// stats returns counters since the subscriber was created.
+func (k *keepAlive) stats() KeepAliveStats {
 	k.mu.Lock()
 	n := len(k.entries)
 	k.mu.Unlock()
@@ -278,14 +278,14 @@ func (k *KeepAlive) Stats() KeepAliveStats {
 	}
 }
 
-func (k *KeepAlive) close() {
+func (k *keepAlive) close() {
 	if !k.disabled {
 		close(k.stop)
 	}
 	<-k.done
 }
 
-func (k *KeepAlive) run() {
+func (k *keepAlive) run() {
 	defer close(k.done)
 	t := time.NewTicker(k.interval)
 	defer t.Stop()
@@ -309,7 +309,7 @@ func (k *KeepAlive) run() {
 }
 
 // refresh sends one batch of refreshes per stream.
-func (k *KeepAlive) refresh(ctx context.Context) {
+func (k *keepAlive) refresh(ctx context.Context) {
 	now := time.Now()
 	byStream := make(map[string][]any)
 	var expired []kaKey
@@ -351,7 +351,7 @@ func (k *KeepAlive) refresh(ctx context.Context) {
 	}
 }
 
-func (k *KeepAlive) refreshStream(ctx context.Context, stream string, pairs []any) {
+func (k *keepAlive) refreshStream(ctx context.Context, stream string, pairs []any) {
 	args := make([]any, 0, len(pairs)+1)
 	args = append(args, k.group)
 	args = append(args, pairs...)

@@ -15,7 +15,7 @@ import (
 func TestKeepAliveStuckBookkeeping(t *testing.T) {
 	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
 	defer client.Close()
-	k := &KeepAlive{
+	k := &keepAlive{
 		client: client, group: "g", interval: time.Second, maxFlight: 50 * time.Millisecond,
 		logger: watermill.NopLogger{}, entries: make(map[kaKey]*subscription), pipes: make(map[kaPipe]*kaPipeState),
 	}
@@ -23,17 +23,17 @@ func TestKeepAliveStuckBookkeeping(t *testing.T) {
 	sub := &subscription{}
 	k.track(sub, "s", "c", "1-0", "2-0") // one in the handler, one read ahead
 	k.refresh(ctx)
-	if st := k.Stats(); st.Tracked != 2 || st.Expired != 0 || st.Errors != 1 || k.stuck("c") {
+	if st := k.stats(); st.Tracked != 2 || st.Expired != 0 || st.Errors != 1 || k.stuck("c") {
 		t.Fatalf("fresh: %+v stuck=%v", st, k.stuck("c"))
 	}
 	time.Sleep(80 * time.Millisecond)
 	k.refresh(ctx)
-	if st := k.Stats(); st.Tracked != 0 || st.Expired != 2 || !k.stuck("c") || k.stuck("other") {
+	if st := k.stats(); st.Tracked != 0 || st.Expired != 2 || !k.stuck("c") || k.stuck("other") {
 		t.Fatalf("after MaxInFlight without an ack: %+v stuck=%v", st, k.stuck("c"))
 	}
 	k.track(sub, "s", "c", "3-0") // claimed or read later: not kept alive
 	k.refresh(ctx)
-	if st := k.Stats(); st.Tracked != 0 || st.Expired != 3 {
+	if st := k.stats(); st.Tracked != 0 || st.Expired != 3 {
 		t.Fatalf("entry taken by a stuck pipe: %+v", st)
 	}
 	k.track(sub, "s", "c", "4-0")
@@ -42,12 +42,12 @@ func TestKeepAliveStuckBookkeeping(t *testing.T) {
 		t.Fatal("still stuck after an ack")
 	}
 	k.refresh(ctx)
-	if st := k.Stats(); st.Tracked != 1 || st.Expired != 3 {
+	if st := k.stats(); st.Tracked != 1 || st.Expired != 3 {
 		t.Fatalf("after progress: %+v", st)
 	}
 	k.ended(sub)
 	k.track(sub, "s", "c", "5-0")
-	if st := k.Stats(); st.Tracked != 0 || len(k.pipes) != 0 {
+	if st := k.stats(); st.Tracked != 0 || len(k.pipes) != 0 {
 		t.Fatalf("after the subscription ended: %+v, %d pipes", st, len(k.pipes))
 	}
 }

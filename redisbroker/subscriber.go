@@ -32,9 +32,9 @@ const recoverPageSize = 500
 //
 // On top of upstream the Subscriber adds:
 //   - entry identity: every message carries its stream, entry ID, group and
-//     consumer in metadata (see [EntryOf]), which is what [KeepAlive] needs;
+//     consumer in metadata (see [EntryOf]), which is what the keep-alive needs;
 //   - poison safety: an entry that cannot be unmarshalled becomes a message
-//     flagged [MetadataMalformed] instead of ending the subscription; route
+//     flagged malformed ([IsMalformed]) instead of ending the subscription; route
 //     it with [DeadLetter];
 //   - restart recovery: on the first Subscribe to a topic, entries still
 //     pending for this subscriber's consumer names (left by its previous
@@ -54,7 +54,7 @@ type Subscriber struct {
 	ups     []*redisstream.Subscriber
 	control redis.UniversalClient
 
-	keepAlive *KeepAlive
+	keepAlive *keepAlive
 	malformed atomic.Uint64
 
 	mu      sync.Mutex // held through Subscribe, so Close never races it
@@ -87,7 +87,7 @@ func NewSubscriber(cfg Config, logger watermill.LoggerAdapter, opts ...Option) (
 	s := &Subscriber{
 		cfg:     cfg,
 		logger:  logger,
-		names:   cfg.ConsumerNames(),
+		names:   cfg.consumerNames(),
 		topics:  make(map[string]bool),
 		closing: make(chan struct{}),
 	}
@@ -148,12 +148,8 @@ func (s *Subscriber) closeClients() {
 // Config returns the configuration in use, with defaults applied.
 func (s *Subscriber) Config() Config { return s.cfg }
 
-// Consumers returns the consumer names this subscriber reads as.
-func (s *Subscriber) Consumers() []string { return append([]string(nil), s.names...) }
-
-// KeepAlive returns the subscriber's keep-alive, for its statistics. It runs
-// by itself; there is nothing to install.
-func (s *Subscriber) KeepAlive() *KeepAlive { return s.keepAlive }
+// consumers returns the consumer names this subscriber reads as.
+func (s *Subscriber) consumers() []string { return append([]string(nil), s.names...) }
 
 // Lag reads the group's lag on topic now (one XINFO GROUPS). It never
 // caches: sample it from one goroutine (telemetry/redistel with a
@@ -177,14 +173,14 @@ func (s *Subscriber) Topics() []string {
 // SubscriberStats counts what a subscriber did.
 type SubscriberStats struct {
 	// Malformed counts entries that could not be unmarshalled and were
-	// delivered flagged MetadataMalformed (a redelivery counts again).
+	// delivered flagged malformed (a redelivery counts again).
 	Malformed uint64
 	KeepAlive KeepAliveStats
 }
 
 // Stats returns counters since the subscriber was created.
 func (s *Subscriber) Stats() SubscriberStats {
-	return SubscriberStats{Malformed: s.malformed.Load(), KeepAlive: s.keepAlive.Stats()}
+	return SubscriberStats{Malformed: s.malformed.Load(), KeepAlive: s.keepAlive.stats()}
 }
 
 // SubscribeInitialize creates topic's stream and the consumer group if they

@@ -16,23 +16,23 @@ import (
 // producer cannot forge them: values published under these keys are
 // replaced (or removed) on delivery.
 const (
-	// MetadataStream is the stream (topic) the entry was read from.
-	MetadataStream = "_spillway_redis_stream"
-	// MetadataEntryID is the entry's Redis stream ID, e.g. "1700000000000-0".
-	MetadataEntryID = "_spillway_redis_id"
-	// MetadataConsumer is the consumer name the entry is pending for.
-	MetadataConsumer = "_spillway_redis_consumer"
-	// MetadataGroup is the consumer group the entry was read by.
-	MetadataGroup = "_spillway_redis_group"
+	// metadataStream is the stream (topic) the entry was read from.
+	metadataStream = "_spillway_redis_stream"
+	// metadataEntryID is the entry's Redis stream ID, e.g. "1700000000000-0".
+	metadataEntryID = "_spillway_redis_id"
+	// metadataConsumer is the consumer name the entry is pending for.
+	metadataConsumer = "_spillway_redis_consumer"
+	// metadataGroup is the consumer group the entry was read by.
+	metadataGroup = "_spillway_redis_group"
 
-	// MetadataMalformed is "1" on a message standing for an entry that
+	// metadataMalformed is "1" on a message standing for an entry that
 	// could not be unmarshalled. Its payload is a JSON [MalformedEntry].
-	MetadataMalformed = "spillway_malformed"
-	// MetadataMalformedReason holds the unmarshal error of a malformed entry.
-	MetadataMalformedReason = "spillway_malformed_reason"
+	metadataMalformed = "spillway_malformed"
+	// metadataMalformedReason holds the unmarshal error of a malformed entry.
+	metadataMalformedReason = "spillway_malformed_reason"
 )
 
-var reservedMetadata = [...]string{MetadataStream, MetadataEntryID, MetadataConsumer, MetadataGroup, MetadataMalformed, MetadataMalformedReason}
+var reservedMetadata = [...]string{metadataStream, metadataEntryID, metadataConsumer, metadataGroup, metadataMalformed, metadataMalformedReason}
 
 // Entry identifies the Redis stream entry a message was delivered from.
 type Entry struct {
@@ -43,10 +43,10 @@ type Entry struct {
 // that did not come from a redisbroker Subscriber.
 func EntryOf(msg *message.Message) (Entry, bool) {
 	e := Entry{
-		Stream:   msg.Metadata.Get(MetadataStream),
-		ID:       msg.Metadata.Get(MetadataEntryID),
-		Group:    msg.Metadata.Get(MetadataGroup),
-		Consumer: msg.Metadata.Get(MetadataConsumer),
+		Stream:   msg.Metadata.Get(metadataStream),
+		ID:       msg.Metadata.Get(metadataEntryID),
+		Group:    msg.Metadata.Get(metadataGroup),
+		Consumer: msg.Metadata.Get(metadataConsumer),
 	}
 	return e, e.Stream != "" && e.ID != "" && e.Consumer != ""
 }
@@ -54,7 +54,7 @@ func EntryOf(msg *message.Message) (Entry, bool) {
 // IsMalformed reports whether msg stands for an entry that could not be
 // unmarshalled. Such a message must not reach a handler: install the
 // [DeadLetter] middleware.
-func IsMalformed(msg *message.Message) bool { return msg.Metadata.Get(MetadataMalformed) == "1" }
+func IsMalformed(msg *message.Message) bool { return msg.Metadata.Get(metadataMalformed) == "1" }
 
 // MalformedEntry is the payload of a malformed message: everything the
 // entry held, so nothing is lost on the way to the dead-letter stream.
@@ -70,7 +70,7 @@ type MalformedEntry struct {
 
 // safeUnmarshaller wraps upstream's unmarshaller. Upstream ends the whole
 // subscription when Unmarshal fails; this one never fails: an entry it
-// cannot read becomes a message flagged [MetadataMalformed]. It also turns
+// cannot read becomes a message flagged malformed ([IsMalformed]). It also turns
 // the entryRef left by entryClient into metadata.
 type safeUnmarshaller struct {
 	inner     redisstream.Unmarshaller
@@ -91,10 +91,10 @@ func (u safeUnmarshaller) Unmarshal(values map[string]any) (*message.Message, er
 		}
 	}
 	if ref.id != "" {
-		msg.Metadata.Set(MetadataStream, ref.stream)
-		msg.Metadata.Set(MetadataEntryID, ref.id)
-		msg.Metadata.Set(MetadataGroup, u.group)
-		msg.Metadata.Set(MetadataConsumer, ref.consumer)
+		msg.Metadata.Set(metadataStream, ref.stream)
+		msg.Metadata.Set(metadataEntryID, ref.id)
+		msg.Metadata.Set(metadataGroup, u.group)
+		msg.Metadata.Set(metadataConsumer, ref.consumer)
 	}
 	return msg, nil
 }
@@ -145,7 +145,7 @@ func malformedMessage(ref entryRef, values map[string]any, cause error) *message
 	}
 	uuid := "malformed-" + ref.stream + "-" + ref.id
 	msg := message.NewMessage(uuid, payload)
-	msg.Metadata.Set(MetadataMalformed, "1")
-	msg.Metadata.Set(MetadataMalformedReason, cause.Error())
+	msg.Metadata.Set(metadataMalformed, "1")
+	msg.Metadata.Set(metadataMalformedReason, cause.Error())
 	return msg
 }

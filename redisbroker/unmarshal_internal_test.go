@@ -33,7 +33,7 @@ func TestSafeUnmarshallerNeverFails(t *testing.T) {
 			if err != nil || msg == nil {
 				t.Fatalf("Unmarshal = %v, %v", msg, err)
 			}
-			if !IsMalformed(msg) || n.Load() != 1 || msg.Metadata.Get(MetadataMalformedReason) == "" {
+			if !IsMalformed(msg) || n.Load() != 1 || msg.Metadata.Get(metadataMalformedReason) == "" {
 				t.Fatalf("metadata = %v, count %d", msg.Metadata, n.Load())
 			}
 			if e, ok := EntryOf(msg); !ok || e != (Entry{Stream: "s", ID: "1-0", Group: "g", Consumer: "c"}) {
@@ -61,14 +61,14 @@ func TestSafeUnmarshallerStripsReservedMetadata(t *testing.T) {
 		return m, nil
 	}), group: "g", malformed: &n}
 	msg, err := u.Unmarshal(map[string]any{entryRefKey: entryRef{stream: "s", id: "2-0", consumer: "c"}})
-	if err != nil || IsMalformed(msg) || msg.Metadata.Get(MetadataEntryID) != "2-0" {
+	if err != nil || IsMalformed(msg) || msg.Metadata.Get(metadataEntryID) != "2-0" {
 		t.Fatalf("msg = %+v, %v", msg, err)
 	}
 
 	var m redisstream.DefaultMarshallerUnmarshaller
 	forged := message.NewMessage("f", []byte("x"))
-	forged.Metadata.Set(MetadataMalformed, "1")
-	forged.Metadata.Set(MetadataConsumer, "someone-else")
+	forged.Metadata.Set(metadataMalformed, "1")
+	forged.Metadata.Set(metadataConsumer, "someone-else")
 	values, err := m.Marshal("s", forged)
 	if err != nil {
 		t.Fatal(err)
@@ -84,7 +84,7 @@ func TestSafeUnmarshallerStripsReservedMetadata(t *testing.T) {
 	}
 	u.inner = m
 	msg, err = u.Unmarshal(strs) // no entry reference: not from a read
-	if err != nil || IsMalformed(msg) || msg.Metadata.Get(MetadataConsumer) != "" {
+	if err != nil || IsMalformed(msg) || msg.Metadata.Get(metadataConsumer) != "" {
 		t.Fatalf("forged metadata survived: %v, %v", msg.Metadata, err)
 	}
 }

@@ -231,8 +231,8 @@ type KafkaConfig = kafkabroker.Config
 //     "<consumer_group>.<handler>" ([Router.ConsumerGroup] names it).
 //     Default spillway.
 //   - consumer is left empty by the defaults (config print shows ""); each
-//     subscriber then names itself [redisbroker.DefaultConsumerName]
-//     when it starts.
+//     subscriber then names itself "<hostname>-<program>" when it
+//     starts.
 //
 // redis.addr is required with broker: redis unless [WithRedisClient] gives
 // a client; "embedded" runs an in-process miniredis (demos only).
@@ -246,7 +246,7 @@ const redacted = "[redacted]"
 const (
 	defaultCloseTimeout   = 30 * time.Second
 	defaultBudgetVertices = 200_000
-	defaultConsumerGroup  = "spillway" // redis.consumer_group; kafka's is kafkabroker.DefaultConsumerGroup
+	defaultConsumerGroup  = "spillway" // redis.consumer_group; kafka.consumer_group's default is the same
 	defaultTelemetryName  = "spillway"
 
 	defaultAutoSizeWindows    = 5

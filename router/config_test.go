@@ -264,7 +264,7 @@ func TestValidSections(t *testing.T) {
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if d := c.autoSizeDeadline(); d != kafkabroker.DefaultRebalanceTimeout {
+	if d := c.autoSizeDeadline(); d != 60*time.Second { // kafka.rebalance_timeout's default
 		t.Errorf("autosize deadline = %s, want the rebalance timeout", d)
 	}
 	if b := c.Budget.AutoSize.memoryBound(); b != ((1<<30)/2-(1<<20))/100 {
@@ -296,7 +296,7 @@ kafka:
 		c.Kafka.Partitions != 6 || !reflect.DeepEqual(c.Kafka.Brokers, []string{"k1:9092", "k2:9092"}) {
 		t.Errorf("file not applied: %v", c)
 	}
-	if c.Kafka.SessionTimeout != kafkabroker.DefaultSessionTimeout {
+	if c.Kafka.SessionTimeout != 10*time.Second {
 		t.Errorf("defaults not applied under the file: %s", c.Kafka.SessionTimeout)
 	}
 
