@@ -1,7 +1,6 @@
 package router
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -59,34 +58,13 @@ func (p *ProducerConfig) setDefaults() {
 // validate checks the producer section, also while it is off, and that a
 // lag throttle has a lag sampler to read.
 func (p ProducerConfig) validate(c Config) []error {
-	errs := producerErrors("producer.rate_limit.", p.RateLimit.config().Validate())
-	errs = append(errs, producerErrors("producer.lag_throttle.", p.LagThrottle.Validate())...)
+	errs := nested("producer.rate_limit.", p.RateLimit.config().Validate())
+	errs = append(errs, nested("producer.lag_throttle.", p.LagThrottle.Validate())...)
 	if t := p.LagThrottle.Threshold; t > 0 && (c.Broker == BrokerMemory || c.Telemetry.Disabled) {
 		errs = append(errs, &spillway.FieldError{Field: "producer.lag_throttle.threshold", Value: fmt.Sprint(t),
 			Reason: "needs the lag sampler: broker kafka or redis, and telemetry on"})
 	}
 	return errs
-}
-
-// producerErrors turns package producer's field errors into the router's.
-func producerErrors(prefix string, err error) []error {
-	if err == nil {
-		return nil
-	}
-	list := []error{err}
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		list = j.Unwrap()
-	}
-	out := make([]error, 0, len(list))
-	for _, e := range list {
-		var pe *spillway.FieldError
-		if errors.As(e, &pe) {
-			out = append(out, &spillway.FieldError{Field: prefix + pe.Field, Value: pe.Value, Reason: pe.Reason})
-		} else {
-			out = append(out, &spillway.FieldError{Field: prefix[:len(prefix)-1], Reason: e.Error()})
-		}
-	}
-	return out
 }
 
 // buildProducer builds the publisher [Router.Publisher] returns. Without
