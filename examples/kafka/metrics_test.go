@@ -55,7 +55,9 @@ func TestMetricsEndpoint(t *testing.T) {
 		`spillway_process_duration_seconds_count{`,
 	}
 	// The lag sampler, started by Run, samples every telemetry.lag_interval
-	// (100 ms here): scrape until the lag series shows up.
+	// (100 ms here), and the processing duration is recorded once the
+	// handler has returned, after it signalled done: scrape until every
+	// series shows up.
 	var body []byte
 	for deadline := time.Now().Add(10 * time.Second); ; {
 		resp, err := http.Get(ms.url)
@@ -67,7 +69,11 @@ func TestMetricsEndpoint(t *testing.T) {
 		if err != nil || resp.StatusCode != http.StatusOK {
 			t.Fatalf("GET %s: %d %v", ms.url, resp.StatusCode, err)
 		}
-		if strings.Contains(string(body), wants[1]) || time.Now().After(deadline) {
+		all := true
+		for _, want := range wants {
+			all = all && strings.Contains(string(body), want)
+		}
+		if all || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(50 * time.Millisecond)
