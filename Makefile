@@ -63,6 +63,9 @@ lint:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) tool staticcheck $(PKGS)
+	@for m in $(MODULES); do \
+	  (cd $$m && GOWORK=off $(GO) mod tidy -diff >/dev/null) || { echo "go.mod of $$m is not tidy: run make tidy"; exit 1; }; \
+	done
 
 # Short runs of every native fuzz test; FUZZTIME per target.
 fuzz:
