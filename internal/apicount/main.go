@@ -5,11 +5,13 @@
 // out. Run it from the repository root:
 //
 //	go run ./internal/apicount
+//	go run ./internal/apicount -list sizing   # the names one package exports
 //
 // docs/api.md records the counts and the targets.
 package main
 
 import (
+	"flag"
 	"fmt"
 	"go/ast"
 	"go/parser"
@@ -22,6 +24,19 @@ import (
 )
 
 func main() {
+	list := flag.String("list", "", "print the exported identifiers of this package directory (for example sizing)")
+	flag.Parse()
+	if *list != "" {
+		names, err := Names(*list)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "apicount:", err)
+			os.Exit(1)
+		}
+		for _, n := range names {
+			fmt.Println(n)
+		}
+		return
+	}
 	counts, err := Count(".")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "apicount:", err)
@@ -73,7 +88,20 @@ func Count(root string) (map[string]int, error) {
 	return counts, err
 }
 
+// Names returns the exported identifiers of the package in dir, one per
+// line as Type, Type.Field, Type.Method or Func.
+func Names(dir string) ([]string, error) {
+	var names []string
+	_, _, err := walkDir(dir, func(n string) { names = append(names, n) })
+	sort.Strings(names)
+	return names, err
+}
+
 func countDir(dir string) (int, bool, error) {
+	return walkDir(dir, func(string) {})
+}
+
+func walkDir(dir string, emit func(string)) (int, bool, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return 0, false, err
@@ -93,12 +121,12 @@ func countDir(dir string) (int, bool, error) {
 			continue
 		}
 		found = true
-		n += countFile(f)
+		n += countFile(f, emit)
 	}
 	return n, found, nil
 }
 
-func countFile(f *ast.File) int {
+func countFile(f *ast.File, emit func(string)) int {
 	n := 0
 	for _, decl := range f.Decls {
 		switch d := decl.(type) {
@@ -110,6 +138,11 @@ func countFile(f *ast.File) int {
 				continue
 			}
 			n++
+			if d.Recv != nil {
+				emit(embeddedName(d.Recv.List[0].Type) + "." + d.Name.Name)
+			} else {
+				emit(d.Name.Name)
+			}
 		case *ast.GenDecl:
 			for _, spec := range d.Specs {
 				switch s := spec.(type) {
@@ -118,11 +151,13 @@ func countFile(f *ast.File) int {
 						continue
 					}
 					n++
-					n += exportedMembers(s.Type)
+					emit(s.Name.Name)
+					n += exportedMembers(s.Name.Name, s.Type, emit)
 				case *ast.ValueSpec:
 					for _, id := range s.Names {
 						if id.IsExported() {
 							n++
+							emit(id.Name)
 						}
 					}
 				}
@@ -134,7 +169,7 @@ func countFile(f *ast.File) int {
 
 // exportedMembers counts the exported fields of a struct type and the
 // exported methods of an interface type.
-func exportedMembers(t ast.Expr) int {
+func exportedMembers(owner string, t ast.Expr, emit func(string)) int {
 	var fields *ast.FieldList
 	switch tt := t.(type) {
 	case *ast.StructType:
@@ -149,11 +184,13 @@ func exportedMembers(t ast.Expr) int {
 		for _, id := range f.Names {
 			if id.IsExported() {
 				n++
+				emit(owner + "." + id.Name)
 			}
 		}
 		if len(f.Names) == 0 { // embedded
 			if id := embeddedName(f.Type); id != "" && ast.IsExported(id) {
 				n++
+				emit(owner + "." + id)
 			}
 		}
 	}
