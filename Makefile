@@ -17,8 +17,9 @@ PKGS    := ./... ./embedded/... ./cmd/... ./examples/...
 all: lint test
 
 # deps installs what the tests need that Go modules do not bring:
-# Debian's redis-server (the Redis Streams tests run against a real server)
-# and chromium (the demo report's test).
+# Debian's redis-server (the Redis Streams tests run against a real server),
+# chromium (the demo report's test) and prometheus (promtool, for the alert
+# rules' unit tests).
 deps:
 	@bash .ci/deps.sh
 	@for m in $(MODULES); do (cd $$m && $(GO) mod download); done

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the test suite needs beyond Go modules, when it is missing:
-# Debian's redis-server and chromium.
+# Debian's redis-server, chromium and prometheus (for promtool, which tests
+# docs/ops/spillway-alerts.yaml).
 # Idempotent; safe to run on a developer machine (it only installs as root).
 set -euo pipefail
 
@@ -8,6 +9,8 @@ need=()
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 # The demo report's test loads the HTML in a headless Chromium.
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
+# promtool checks and unit-tests the alert rules (telemetry's TestAlertRules).
+command -v promtool >/dev/null 2>&1 || need+=(prometheus)
 
 if [ ${#need[@]} -eq 0 ]; then
   exit 0
