@@ -1,0 +1,104 @@
+// Command consumer is a Spillway consumer that internal/crashtest runs as a
+// process of its own, so that tests can kill it (kill -9) or stop it
+// (SIGTERM) mid-burst the way an orchestrator would.
+//
+// It runs a router from a YAML config file with one handler on one topic.
+// The handler journals each message it starts ("S id vertices") and each it
+// finishes ("D id"), one write per line to a file opened for appending, so a
+// line written before the process dies survives it. Work is a sleep
+// proportional to the message's vertex_count. It prints "ready" on standard
+// output once the router runs, and exits 0 after a graceful shutdown.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/spillway-go/spillway/router"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "consumer:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	config := flag.String("config", "", "router config `file` (YAML)")
+	topic := flag.String("topic", "parcels", "topic to consume")
+	journal := flag.String("journal", "", "journal `file` (appended)")
+	perVertex := flag.Duration("per-vertex", 0, "handler time per vertex")
+	failOn := flag.String("fail-on", "", "the handler fails every message whose payload contains this")
+	output := flag.String("output", "", "a topic the handler publishes one message to per message it finishes (Watermill publishes it after the handler returns)")
+	verbose := flag.Bool("v", false, "log the router at debug level to standard error")
+	flag.Parse()
+	if *config == "" || *journal == "" {
+		return fmt.Errorf("-config and -journal are required")
+	}
+	cfg, err := router.LoadConfig(*config)
+	if err != nil {
+		return err
+	}
+	j, err := os.OpenFile(*journal, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	defer j.Close()
+	write := func(line string) {
+		if _, err := j.WriteString(line); err != nil {
+			fmt.Fprintln(os.Stderr, "consumer: journal:", err)
+		}
+	}
+
+	var logger watermill.LoggerAdapter = watermill.NopLogger{}
+	if *verbose {
+		logger = watermill.NewStdLoggerWithOut(os.Stderr, true, false)
+	}
+	r, err := router.New(cfg, logger, router.WithSignals())
+	if err != nil {
+		return err
+	}
+	handle := func(msg *message.Message) ([]*message.Message, error) {
+		n, _ := strconv.ParseInt(msg.Metadata.Get("vertex_count"), 10, 64)
+		write(fmt.Sprintf("S %s %d\n", msg.UUID, n))
+		if *failOn != "" && strings.Contains(string(msg.Payload), *failOn) {
+			write(fmt.Sprintf("F %s\n", msg.UUID))
+			return nil, fmt.Errorf("poison payload")
+		}
+		// The work runs to its end whatever happens to the message's
+		// context, as a real handler's CPU-bound work would.
+		time.Sleep(time.Duration(n) * *perVertex)
+		write(fmt.Sprintf("D %s\n", msg.UUID))
+		if *output == "" {
+			return nil, nil
+		}
+		out := message.NewMessage(watermill.NewUUID(), []byte(`{"type":"Point","coordinates":[0,0]}`))
+		out.Metadata.Set("source", msg.UUID)
+		return []*message.Message{out}, nil
+	}
+	if *output == "" {
+		_, err = r.AddConsumerHandler("crash", *topic, func(msg *message.Message) error {
+			_, err := handle(msg)
+			return err
+		})
+	} else {
+		_, err = r.AddHandler("crash", *topic, *output, handle)
+	}
+	if err != nil {
+		return err
+	}
+	go func() {
+		<-r.Running()
+		fmt.Println("ready")
+	}()
+	return r.Run(context.Background())
+}
