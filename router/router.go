@@ -174,8 +174,9 @@ type Router struct {
 	closeErr      error
 	closed        chan struct{}
 
-	entered atomic.Int64 // messages past the shutdown gate
-	running atomic.Int64 // messages admitted and in their handler
+	entered  atomic.Int64 // messages past the shutdown gate
+	running  atomic.Int64 // messages admitted and in their handler
+	settling settling     // messages not yet acked or nacked
 }
 
 // New builds a router for cfg: the broker's publisher and subscriber
@@ -641,6 +642,13 @@ func (r *Router) close() error {
 			break
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+	// Finished work is acked (or nacked) by Watermill after the stack
+	// returns, and after the messages the handler produced are published:
+	// wait for that too, or the subscribers below would close first and
+	// the broker would redeliver work that is done.
+	if n := r.settling.wait(deadline); n > 0 {
+		errs = append(errs, fmt.Errorf("router: close: %d messages still unacknowledged after %s", n, r.cfg.CloseTimeout))
 	}
 
 	r.mu.Lock()

@@ -53,7 +53,13 @@ import (
 //     budget.autosize.enabled): innermost, so it times the handler's own
 //     work only, never the wait for budget, and never a message that
 //     shedding dropped after its wait.
+//
+// Outside all of them, and not a layer of its own in [Router.Layers], the
+// router's settling layer follows each message until Watermill acks or
+// nacks it, so Close never closes a subscriber under finished work whose
+// ack is still on its way.
 type middlewareStack struct {
+	settle     message.HandlerMiddleware
 	tracing    message.HandlerMiddleware
 	metrics    message.HandlerMiddleware
 	deadLetter message.HandlerMiddleware
@@ -72,7 +78,7 @@ type layer struct {
 // message.Router.AddMiddleware (the first added is the outermost).
 func (s middlewareStack) middlewares() []message.HandlerMiddleware {
 	var out []message.HandlerMiddleware
-	for _, m := range []message.HandlerMiddleware{s.tracing, s.metrics, s.deadLetter, s.shedding, s.retryGate} {
+	for _, m := range []message.HandlerMiddleware{s.settle, s.tracing, s.metrics, s.deadLetter, s.shedding, s.retryGate} {
 		if m != nil {
 			out = append(out, m)
 		}
@@ -121,7 +127,7 @@ func (s middlewareStack) budgetLayers() []string {
 // recoverer slot: Watermill's router recovers a handler's panic itself and
 // nacks the message, and the budget refunds on panic.
 func (r *Router) stack() middlewareStack {
-	s := middlewareStack{deadLetter: r.deadLetter}
+	s := middlewareStack{settle: r.settling.layer, deadLetter: r.deadLetter}
 	if r.tracing != nil {
 		s.tracing = r.tracing.Middleware
 	}
@@ -132,7 +138,7 @@ func (r *Router) stack() middlewareStack {
 		s.shedding = r.policy.Middleware
 	}
 	if r.retry != nil {
-		s.retryGate = r.retry.Middleware
+		s.retryGate = func(h message.HandlerFunc) message.HandlerFunc { return r.retryScope(r.retry.Middleware(h)) }
 	}
 	s.budget = []layer{{"shutdown-gate", r.gate}}
 	if r.budgetMW != nil {
@@ -151,7 +157,33 @@ func (r *Router) stack() middlewareStack {
 	return s
 }
 
-type origCtxKey struct{}
+// handlerCtxKey holds, in the context a message waits for budget with, the
+// context its handler gets once admitted.
+type handlerCtxKey struct{}
+
+// deliveryCtxKey holds the message's delivery context, set by retryScope
+// for the layers inside the retry gate.
+type deliveryCtxKey struct{}
+
+// retryScope wraps the retry gate (when there is one): the gate backs off
+// on the message's context, and a message backing off must not hold up
+// Close, which waits for every message in the stack to settle. So the gate
+// sees a context that also ends when Close starts; the delivery context is
+// kept under deliveryCtxKey, so that admitted work below still runs on the
+// delivery's lifetime (see gate).
+func (r *Router) retryScope(h message.HandlerFunc) message.HandlerFunc {
+	return func(msg *message.Message) ([]*message.Message, error) {
+		orig := msg.Context()
+		ctx, cancel := context.WithCancel(context.WithValue(orig, deliveryCtxKey{}, orig))
+		stop := context.AfterFunc(r.closingCtx, cancel)
+		defer func() {
+			stop()
+			cancel()
+		}()
+		msg.SetContext(ctx)
+		return h(msg)
+	}
+}
 
 // gate is the entrance of the budget slot. Once the router is closing it
 // lets nothing new in: a message arriving then is held, without running
@@ -163,9 +195,26 @@ type origCtxKey struct{}
 func (r *Router) gate(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
 		orig := msg.Context()
+		// The handler's context: orig's values, and the delivery's
+		// lifetime, even where retryScope made orig end with Close.
+		handlerCtx, life := orig, orig
+		if d, ok := orig.Value(deliveryCtxKey{}).(context.Context); ok {
+			life = d
+		}
 		if r.closingCtx.Err() != nil {
-			<-orig.Done()
-			return nil, orig.Err()
+			r.settling.held.Add(1)
+			defer r.settling.held.Add(-1)
+			<-life.Done()
+			return nil, life.Err()
+		}
+		if life != orig {
+			var cancelH context.CancelFunc
+			handlerCtx, cancelH = context.WithCancel(context.WithoutCancel(orig))
+			stopH := context.AfterFunc(life, cancelH)
+			defer func() {
+				stopH()
+				cancelH()
+			}()
 		}
 		handler := message.HandlerNameFromCtx(orig)
 		if t := r.tracker(handler); t != nil {
@@ -174,7 +223,7 @@ func (r *Router) gate(h message.HandlerFunc) message.HandlerFunc {
 		r.annotateGroup(msg, handler)
 		r.entered.Add(1)
 		defer r.entered.Add(-1)
-		ctx, cancel := context.WithCancel(context.WithValue(orig, origCtxKey{}, orig))
+		ctx, cancel := context.WithCancel(context.WithValue(orig, handlerCtxKey{}, handlerCtx))
 		stop := context.AfterFunc(r.closingCtx, cancel)
 		defer func() {
 			stop()
@@ -191,7 +240,7 @@ func (r *Router) gate(h message.HandlerFunc) message.HandlerFunc {
 // successful completion for the Kafka session tracker.
 func (r *Router) admitted(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
-		if orig, ok := msg.Context().Value(origCtxKey{}).(context.Context); ok {
+		if orig, ok := msg.Context().Value(handlerCtxKey{}).(context.Context); ok {
 			msg.SetContext(orig)
 		}
 		r.running.Add(1)

@@ -127,8 +127,9 @@ func TestStackLayers(t *testing.T) {
 	if got := s.budgetLayers(); !reflect.DeepEqual(got, want) {
 		t.Errorf("budget parts = %v, want %v", got, want)
 	}
-	if n := len(s.middlewares()); n != 4+len(want) {
-		t.Errorf("%d middlewares, want %d", n, 4+len(want))
+	// Four slots, the budget's parts, and the settling layer outside them.
+	if n := len(s.middlewares()); n != 1+4+len(want) {
+		t.Errorf("%d middlewares, want %d", n, 1+4+len(want))
 	}
 	if r.policy == nil || r.retry == nil || r.sizer == nil {
 		t.Error("accessor nil for a configured layer")
