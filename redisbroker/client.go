@@ -73,6 +73,7 @@ type entryClient struct {
 	redis.UniversalClient
 	consumer  string
 	keepAlive *keepAlive
+	acks      *ackTable
 }
 
 func (c *entryClient) XReadGroup(ctx context.Context, a *redis.XReadGroupArgs) *redis.XStreamSliceCmd {
@@ -98,6 +99,7 @@ func (c *entryClient) XAck(ctx context.Context, stream, group string, ids ...str
 	cmd := c.UniversalClient.XAck(ctx, stream, group, ids...)
 	if cmd.Err() == nil {
 		c.keepAlive.forget(subscriptionOf(ctx), stream, c.consumer, ids...)
+		c.acks.xacked(stream, c.consumer, ids)
 	}
 	return cmd
 }

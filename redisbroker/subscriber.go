@@ -62,6 +62,7 @@ type Subscriber struct {
 	closed  bool
 	closing chan struct{}
 	wg      sync.WaitGroup // fan-in goroutines
+	acks    ackTable       // acks Close waits for
 }
 
 var (
@@ -107,7 +108,7 @@ func NewSubscriber(cfg Config, logger watermill.LoggerAdapter, opts ...Option) (
 			return nil, err
 		}
 		up, err := redisstream.NewSubscriber(redisstream.SubscriberConfig{
-			Client: &entryClient{UniversalClient: c, consumer: name, keepAlive: s.keepAlive}, // upstream closes it
+			Client: &entryClient{UniversalClient: c, consumer: name, keepAlive: s.keepAlive, acks: &s.acks}, // upstream closes it
 			Unmarshaller: safeUnmarshaller{
 				inner:     redisstream.DefaultMarshallerUnmarshaller{},
 				group:     cfg.ConsumerGroup,
@@ -282,6 +283,10 @@ func (s *Subscriber) forward(ctx context.Context, in <-chan *message.Message, ou
 			msg.SetContext(mctx)
 			settled = cancel
 		}
+		// Recorded before the handover: the XACK can follow the Ack
+		// before this goroutine runs again. A message never handed over is
+		// never acked, and Close does not wait for it.
+		s.acks.handed(msg)
 		select {
 		case out <- msg:
 		case <-s.closing:
@@ -377,7 +382,9 @@ func (s *Subscriber) recreateGroups() {
 
 // Close ends every subscription (unacked messages stay pending), stops the
 // keep-alive, and closes all clients (not a client given with
-// [WithClient]). It is idempotent.
+// [WithClient]). It is idempotent. Every message acked before Close is
+// acknowledged in Redis (XACK) before Close returns, even when the
+// subscription's context ended first.
 func (s *Subscriber) Close() error {
 	s.mu.Lock()
 	if s.closed {
@@ -399,6 +406,9 @@ func (s *Subscriber) Close() error {
 	}
 	wg.Wait()
 	s.wg.Wait()
+	if err := s.acks.settle(s.control, s.cfg.ConsumerGroup, 5*time.Second); err != nil {
+		errs = append(errs, fmt.Errorf("redisbroker: acknowledging acked messages on close: %w", err))
+	}
 	s.keepAlive.close()
 	errs = append(errs, s.control.Close())
 	return errors.Join(errs...)
