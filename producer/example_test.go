@@ -62,8 +62,8 @@ func ExampleNewRateLimited_invalid() {
 	var ce *spillway.FieldError
 	fmt.Println(errors.Is(err, spillway.ErrInvalidConfig), errors.As(err, &ce) && ce.Field == "vertices_per_second")
 	_, err = producer.NewRateLimited(nil, producer.RateLimitConfig{VerticesPerSecond: 5})
-	fmt.Println(errors.Is(err, producer.ErrNilPublisher))
+	fmt.Println(errors.Is(err, spillway.ErrInvalidConfig), errors.As(err, &ce) && ce.Field == "pub")
 	// Output:
 	// true true
-	// true
+	// true true
 }

@@ -117,17 +117,16 @@ type LagThrottled struct {
 var _ message.Publisher = (*LagThrottled)(nil)
 
 // NewLagThrottled wraps pub so that publishing slows down while
-// lag.TotalLag() exceeds cfg.Threshold (defaults filled in). It returns
-// [ErrNilPublisher] if pub is nil, [ErrNilLagReader] if lag is nil, and
-// the errors of [LagThrottleConfig.Validate] (a [*spillway.FieldError] per bad
-// field, matching [spillway.ErrInvalidConfig]) if cfg is invalid or its Threshold
-// is not positive.
+// lag.TotalLag() exceeds cfg.Threshold (defaults filled in). Errors are
+// a [*spillway.FieldError] (matching [spillway.ErrInvalidConfig]): on "pub"
+// or "lag" if it is nil, else those of [LagThrottleConfig.Validate], or on
+// "threshold" if it is not positive.
 func NewLagThrottled(pub message.Publisher, lag LagReader, cfg LagThrottleConfig) (*LagThrottled, error) {
 	if pub == nil {
-		return nil, ErrNilPublisher
+		return nil, required("pub")
 	}
 	if lag == nil {
-		return nil, ErrNilLagReader
+		return nil, required("lag")
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err

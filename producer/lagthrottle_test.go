@@ -146,8 +146,8 @@ func TestNewLagThrottledRejects(t *testing.T) {
 		want  error
 		field string
 	}{
-		{"nil publisher", nil, &fakeLag{}, LagThrottleConfig{Threshold: 1}, ErrNilPublisher, ""},
-		{"nil reader", &pubRecorder{}, nil, LagThrottleConfig{Threshold: 1}, ErrNilLagReader, ""},
+		{"nil publisher", nil, &fakeLag{}, LagThrottleConfig{Threshold: 1}, spillway.ErrInvalidConfig, "pub"},
+		{"nil reader", &pubRecorder{}, nil, LagThrottleConfig{Threshold: 1}, spillway.ErrInvalidConfig, "lag"},
 		{"zero threshold", &pubRecorder{}, &fakeLag{}, LagThrottleConfig{}, spillway.ErrInvalidConfig, "threshold"},
 		{"negative threshold", &pubRecorder{}, &fakeLag{}, LagThrottleConfig{Threshold: -1}, spillway.ErrInvalidConfig, "threshold"},
 		{"negative step", &pubRecorder{}, &fakeLag{}, LagThrottleConfig{Threshold: 1, Step: -time.Second}, spillway.ErrInvalidConfig, "step"},
