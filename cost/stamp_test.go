@@ -52,8 +52,6 @@ func (r *recorder) published() []*message.Message {
 	return all
 }
 
-var _ message.Publisher = (*cost.StampingPublisher)(nil)
-
 func TestStampingPublisher(t *testing.T) {
 	key := cost.MetadataKey
 	wkbLine := string(newWKB().header(2).u32(3).f64(0, 0, 1, 1, 2, 2).bytes())
