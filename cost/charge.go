@@ -70,39 +70,61 @@ type ChargeEstimator interface {
 
 // estimator is the [ChargeEstimator] [NewEstimator] returns.
 type estimator struct {
-	defaultCost     int64
-	computeMissing  bool
-	messagesPerCall int64
-	key             string
+	defaultCost int64
+	options
 }
 
-// EstimatorOption configures [NewEstimator].
-type EstimatorOption func(*estimator)
+// options are what an [Option] sets. Each constructor reads the ones that
+// concern it.
+type options struct {
+	key             string // both
+	computeMissing  bool   // NewEstimator
+	messagesPerCall int64  // NewEstimator
+	overwrite       bool   // NewStampingPublisher
+}
+
+// Option configures [NewEstimator] or [NewStampingPublisher]. Each option
+// says which of them it is for; the other ignores it, so the two ends of a
+// stream can share one list (for example a [WithMetadataKey]).
+type Option func(*options)
+
+func newOptions(opts []Option) options {
+	o := options{key: MetadataKey, messagesPerCall: 1}
+	for _, f := range opts {
+		if f != nil {
+			f(&o)
+		}
+	}
+	return o
+}
+
+// WithMetadataKey makes the estimator read, and the stamping publisher
+// write, the count under key instead of [MetadataKey]. Give it to both ends
+// of the stream. An empty key is ignored.
+func WithMetadataKey(key string) Option {
+	return func(o *options) {
+		if key != "" {
+			o.key = key
+		}
+	}
+}
 
 // WithComputeMissing makes the estimator count the payload's vertices when the
 // metadata has no usable count (missing or malformed), with the rule
 // [NewStampingPublisher] stamps by: [CountPayload], but at least 1 for a
 // non-empty payload and 0 for an empty one. A payload that cannot be decoded
 // is still charged the default. Counting costs a full parse (for GeoJSON), so
-// prefer stamping at ingest.
-func WithComputeMissing() EstimatorOption {
-	return func(e *estimator) { e.computeMissing = true }
+// prefer stamping at ingest. For [NewEstimator].
+func WithComputeMissing() Option {
+	return func(o *options) { o.computeMissing = true }
 }
 
 // WithMessageCost sets the Messages dimension of every charge (default 1).
-func WithMessageCost(n int64) EstimatorOption {
-	return func(e *estimator) {
+// A negative n is ignored. For [NewEstimator].
+func WithMessageCost(n int64) Option {
+	return func(o *options) {
 		if n >= 0 {
-			e.messagesPerCall = n
-		}
-	}
-}
-
-// WithMetadataKey reads the count from key instead of [MetadataKey].
-func WithMetadataKey(key string) EstimatorOption {
-	return func(e *estimator) {
-		if key != "" {
-			e.key = key
+			o.messagesPerCall = n
 		}
 	}
 }
@@ -115,17 +137,11 @@ func WithMetadataKey(key string) EstimatorOption {
 // pass [FullBudget] (or the budget's capacity) so an unstamped message is
 // treated as the most expensive one, never the cheapest. A non-positive
 // defaultCost is replaced by FullBudget.
-func NewEstimator(defaultCost int64, opts ...EstimatorOption) ChargeEstimator {
+func NewEstimator(defaultCost int64, opts ...Option) ChargeEstimator {
 	if defaultCost <= 0 {
 		defaultCost = FullBudget
 	}
-	e := &estimator{defaultCost: defaultCost, messagesPerCall: 1, key: MetadataKey}
-	for _, o := range opts {
-		if o != nil {
-			o(e)
-		}
-	}
-	return e
+	return &estimator{defaultCost: defaultCost, options: newOptions(opts)}
 }
 
 // Estimate returns the charge for msg.

@@ -14,29 +14,16 @@ var ErrUnstampable = errors.New("cost: message cannot be stamped")
 
 // stampingPublisher is the publisher [NewStampingPublisher] returns.
 type stampingPublisher struct {
-	pub       message.Publisher
-	key       string
-	overwrite bool
+	pub message.Publisher
+	options
 }
 
-// StampOption configures [NewStampingPublisher].
-type StampOption func(*stampingPublisher)
-
-// WithStampKey writes the count under key instead of [MetadataKey]. Pair it
-// with [WithMetadataKey] on the consuming side. An empty key is ignored.
-func WithStampKey(key string) StampOption {
-	return func(p *stampingPublisher) {
-		if key != "" {
-			p.key = key
-		}
-	}
-}
-
-// WithOverwrite makes the publisher count every payload and overwrite any
-// existing count, instead of trusting a count that [ParseCount] accepts. Use
-// it when producers cannot be trusted to stamp honestly.
-func WithOverwrite() StampOption {
-	return func(p *stampingPublisher) { p.overwrite = true }
+// WithOverwrite makes the stamping publisher count every payload and
+// overwrite any existing count, instead of trusting a count that
+// [ParseCount] accepts. Use it when producers cannot be trusted to stamp
+// honestly. For [NewStampingPublisher].
+func WithOverwrite() Option {
+	return func(o *options) { o.overwrite = true }
 }
 
 // NewStampingPublisher wraps pub in a [message.Publisher] decorator that
@@ -63,17 +50,11 @@ func WithOverwrite() StampOption {
 // use if the wrapped publisher is. Publish writes to the metadata of the
 // messages it is given, so the same message must not be published from two
 // goroutines at once (watermill requires that anyway).
-func NewStampingPublisher(pub message.Publisher, opts ...StampOption) message.Publisher {
+func NewStampingPublisher(pub message.Publisher, opts ...Option) message.Publisher {
 	if pub == nil {
 		panic("cost: NewStampingPublisher: nil publisher")
 	}
-	p := &stampingPublisher{pub: pub, key: MetadataKey}
-	for _, o := range opts {
-		if o != nil {
-			o(p)
-		}
-	}
-	return p
+	return &stampingPublisher{pub: pub, options: newOptions(opts)}
 }
 
 // Publish stamps messages that need it and publishes them all to topic with
