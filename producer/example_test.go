@@ -19,7 +19,7 @@ type discard struct{}
 func (discard) Publish(string, ...*message.Message) error { return nil }
 func (discard) Close() error                              { return nil }
 
-// constantLag is a LagReader that always reports the same lag; in
+// constantLag is a lag reader that always reports the same lag; in
 // production use telemetry.LagSampler or redisbroker.LagSampler.
 type constantLag int64
 

@@ -127,7 +127,7 @@ func TestLagThrottleComposesWithRateLimit(t *testing.T) {
 }
 
 // newLT builds a LagThrottled publisher from a valid configuration.
-func newLT(t *testing.T, pub message.Publisher, lag LagReader, cfg LagThrottleConfig) *LagThrottled {
+func newLT(t *testing.T, pub message.Publisher, lag interface{ TotalLag() int64 }, cfg LagThrottleConfig) *LagThrottled {
 	t.Helper()
 	p, err := NewLagThrottled(pub, lag, cfg)
 	if err != nil {
@@ -141,7 +141,7 @@ func TestNewLagThrottledRejects(t *testing.T) {
 	for _, c := range []struct {
 		name  string
 		pub   message.Publisher
-		lag   LagReader
+		lag   interface{ TotalLag() int64 }
 		cfg   LagThrottleConfig
 		want  error
 		field string
