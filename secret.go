@@ -2,8 +2,9 @@ package spillway
 
 import "strconv"
 
-// Secret is a string that never prints: String, GoString, YAML and text
-// marshalling all give "[redacted]" when it is set (and "" when it is not),
+// Secret is a string that never prints: String, GoString and text
+// marshalling (which encoding/json and the YAML encoder use) all give
+// "[redacted]" when it is set (and "" when it is not),
 // so a Secret can sit in a configuration that is logged or formatted with
 // %v, %+v or %#v. Convert it with string(s) where the value is really
 // needed. Passwords in configurations (redisbroker.Config.Password, the
@@ -24,8 +25,6 @@ func (s Secret) String() string {
 // GoString is String, quoted, for %#v.
 func (s Secret) GoString() string { return strconv.Quote(s.String()) }
 
-// MarshalYAML writes the redacted form.
-func (s Secret) MarshalYAML() (any, error) { return s.String(), nil }
-
-// MarshalText writes the redacted form (encoding/json uses it too).
+// MarshalText writes the redacted form, for encoding/json, YAML and any
+// other encoder that honours encoding.TextMarshaler.
 func (s Secret) MarshalText() ([]byte, error) { return []byte(s.String()), nil }

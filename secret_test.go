@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"go.yaml.in/yaml/v3"
+
 	"github.com/spillway-go/spillway"
 )
 
@@ -15,9 +17,15 @@ func TestSecretNeverPrints(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	y, _ := s.MarshalYAML()
+	y, err := yaml.Marshal(struct{ P spillway.Secret }{s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "p: '[redacted]'\n"; string(y) != want {
+		t.Errorf("YAML %q, want %q", y, want)
+	}
 	for _, got := range []string{s.String(), fmt.Sprint(s), fmt.Sprintf("%+v", struct{ P spillway.Secret }{s}),
-		fmt.Sprintf("%#v", s), string(js), fmt.Sprint(y)} {
+		fmt.Sprintf("%#v", s), string(js), string(y)} {
 		if strings.Contains(got, "hunter2") {
 			t.Errorf("secret printed: %s", got)
 		}

@@ -60,74 +60,92 @@ type Charge struct {
 }
 
 // ChargeEstimator prices a message: what the middleware's admission and the
-// sizing package's auto-sizer take. [*Estimator] implements it; supply your
-// own to price messages another way. Implementations must be safe for
+// sizing package's auto-sizer take. [NewEstimator] returns the one that
+// reads the count stamped in the metadata; supply your own to price
+// messages another way. Implementations must be safe for
 // concurrent use.
 type ChargeEstimator interface {
 	Estimate(msg *message.Message) Charge
 }
 
-// Estimator turns a message into a [Charge] without parsing its geometry in
-// the common case. It is immutable after construction and safe for
-// concurrent use.
-type Estimator struct {
-	defaultCost     int64
-	computeMissing  bool
-	messagesPerCall int64
-	key             string
+// estimator is the [ChargeEstimator] [NewEstimator] returns.
+type estimator struct {
+	defaultCost int64
+	options
 }
 
-// EstimatorOption configures an [Estimator].
-type EstimatorOption func(*Estimator)
+// options are what an [Option] sets. Each constructor reads the ones that
+// concern it.
+type options struct {
+	key             string // both
+	computeMissing  bool   // NewEstimator
+	messagesPerCall int64  // NewEstimator
+	overwrite       bool   // NewStampingPublisher
+}
+
+// Option configures [NewEstimator] or [NewStampingPublisher]. Each option
+// says which of them it is for; the other ignores it, so the two ends of a
+// stream can share one list (for example a [WithMetadataKey]).
+type Option func(*options)
+
+func newOptions(opts []Option) options {
+	o := options{key: MetadataKey, messagesPerCall: 1}
+	for _, f := range opts {
+		if f != nil {
+			f(&o)
+		}
+	}
+	return o
+}
+
+// WithMetadataKey makes the estimator read, and the stamping publisher
+// write, the count under key instead of [MetadataKey]. Give it to both ends
+// of the stream. An empty key is ignored.
+func WithMetadataKey(key string) Option {
+	return func(o *options) {
+		if key != "" {
+			o.key = key
+		}
+	}
+}
 
 // WithComputeMissing makes the estimator count the payload's vertices when the
 // metadata has no usable count (missing or malformed), with the rule
-// [StampingPublisher] stamps by: [CountPayload], but at least 1 for a
+// [NewStampingPublisher] stamps by: [CountPayload], but at least 1 for a
 // non-empty payload and 0 for an empty one. A payload that cannot be decoded
 // is still charged the default. Counting costs a full parse (for GeoJSON), so
-// prefer stamping at ingest.
-func WithComputeMissing() EstimatorOption {
-	return func(e *Estimator) { e.computeMissing = true }
+// prefer stamping at ingest. For [NewEstimator].
+func WithComputeMissing() Option {
+	return func(o *options) { o.computeMissing = true }
 }
 
 // WithMessageCost sets the Messages dimension of every charge (default 1).
-func WithMessageCost(n int64) EstimatorOption {
-	return func(e *Estimator) {
+// A negative n is ignored. For [NewEstimator].
+func WithMessageCost(n int64) Option {
+	return func(o *options) {
 		if n >= 0 {
-			e.messagesPerCall = n
+			o.messagesPerCall = n
 		}
 	}
 }
 
-// WithMetadataKey reads the count from key instead of [MetadataKey].
-func WithMetadataKey(key string) EstimatorOption {
-	return func(e *Estimator) {
-		if key != "" {
-			e.key = key
-		}
-	}
-}
-
-// NewEstimator returns an estimator that charges defaultCost vertices for a
-// message whose count is missing or malformed. The default should be high:
+// NewEstimator returns an estimator that turns a message into a [Charge]
+// without parsing its geometry in the common case: it reads the count
+// stamped under [MetadataKey], and charges defaultCost vertices for a
+// message whose count is missing or malformed. It is immutable and safe for
+// concurrent use. The default should be high:
 // pass [FullBudget] (or the budget's capacity) so an unstamped message is
 // treated as the most expensive one, never the cheapest. A non-positive
 // defaultCost is replaced by FullBudget.
-func NewEstimator(defaultCost int64, opts ...EstimatorOption) *Estimator {
+func NewEstimator(defaultCost int64, opts ...Option) ChargeEstimator {
 	if defaultCost <= 0 {
 		defaultCost = FullBudget
 	}
-	e := &Estimator{defaultCost: defaultCost, messagesPerCall: 1, key: MetadataKey}
-	for _, o := range opts {
-		if o != nil {
-			o(e)
-		}
-	}
-	return e
+	return &estimator{defaultCost: defaultCost, options: newOptions(opts)}
 }
 
 // Estimate returns the charge for msg.
-func (e *Estimator) Estimate(msg *message.Message) Charge {
+func (e *estimator) Estimate(msg *message.Message) Charge {
 	n, src := ParseCount(msg.Metadata.Get(e.key), len(msg.Payload))
 	if src != SourceHeader && e.computeMissing {
 		// Same rule as the stamping publisher, so a computed charge equals

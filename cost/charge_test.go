@@ -97,7 +97,7 @@ func TestEstimator(t *testing.T) {
 	key := cost.MetadataKey
 	tests := []struct {
 		name    string
-		opts    []cost.EstimatorOption
+		opts    []cost.Option
 		payload string
 		meta    map[string]string
 		want    cost.Charge
@@ -119,37 +119,39 @@ func TestEstimator(t *testing.T) {
 		{"overflow is malformed", nil, squareGeoJSON, map[string]string{key: "9223372036854775808"},
 			cost.Charge{Vertices: def, Messages: 1, Source: cost.SourceMalformed}},
 
-		{"compute missing", []cost.EstimatorOption{cost.WithComputeMissing()}, squareGeoJSON, nil,
+		{"compute missing", []cost.Option{cost.WithComputeMissing()}, squareGeoJSON, nil,
 			cost.Charge{Vertices: 5, Messages: 1, Source: cost.SourceComputed}},
-		{"compute malformed", []cost.EstimatorOption{cost.WithComputeMissing()}, squareGeoJSON, map[string]string{key: "-5"},
+		{"compute malformed", []cost.Option{cost.WithComputeMissing()}, squareGeoJSON, map[string]string{key: "-5"},
 			cost.Charge{Vertices: 5, Messages: 1, Source: cost.SourceComputed}},
-		{"compute does not override a header", []cost.EstimatorOption{cost.WithComputeMissing()}, squareGeoJSON, map[string]string{key: "3"},
+		{"compute does not override a header", []cost.Option{cost.WithComputeMissing()}, squareGeoJSON, map[string]string{key: "3"},
 			cost.Charge{Vertices: 3, Messages: 1, Source: cost.SourceHeader}},
-		{"compute falls back to the default (missing)", []cost.EstimatorOption{cost.WithComputeMissing()}, "not geometry", nil,
+		{"compute falls back to the default (missing)", []cost.Option{cost.WithComputeMissing()}, "not geometry", nil,
 			cost.Charge{Vertices: def, Messages: 1, Source: cost.SourceMissing}},
-		{"compute falls back to the default (malformed)", []cost.EstimatorOption{cost.WithComputeMissing()}, "not geometry", map[string]string{key: "x"},
+		{"compute falls back to the default (malformed)", []cost.Option{cost.WithComputeMissing()}, "not geometry", map[string]string{key: "x"},
 			cost.Charge{Vertices: def, Messages: 1, Source: cost.SourceMalformed}},
-		{"compute empty geometry charges 1", []cost.EstimatorOption{cost.WithComputeMissing()}, `{"type":"Feature","geometry":null}`, nil,
+		{"compute empty geometry charges 1", []cost.Option{cost.WithComputeMissing()}, `{"type":"Feature","geometry":null}`, nil,
 			cost.Charge{Vertices: 1, Messages: 1, Source: cost.SourceComputed}},
-		{"compute empty payload charges 0", []cost.EstimatorOption{cost.WithComputeMissing()}, "", nil,
+		{"compute empty payload charges 0", []cost.Option{cost.WithComputeMissing()}, "", nil,
 			cost.Charge{Vertices: 0, Messages: 1, Source: cost.SourceComputed}},
 		{"empty payload without compute is missing", nil, "", nil,
 			cost.Charge{Vertices: def, Messages: 1, Source: cost.SourceMissing}},
 
-		{"message cost", []cost.EstimatorOption{cost.WithMessageCost(5)}, squareGeoJSON, map[string]string{key: "42"},
+		{"message cost", []cost.Option{cost.WithMessageCost(5)}, squareGeoJSON, map[string]string{key: "42"},
 			cost.Charge{Vertices: 42, Messages: 5, Source: cost.SourceHeader}},
-		{"message cost zero", []cost.EstimatorOption{cost.WithMessageCost(0)}, squareGeoJSON, nil,
+		{"message cost zero", []cost.Option{cost.WithMessageCost(0)}, squareGeoJSON, nil,
 			cost.Charge{Vertices: def, Messages: 0, Source: cost.SourceMissing}},
-		{"negative message cost is ignored", []cost.EstimatorOption{cost.WithMessageCost(-1)}, squareGeoJSON, map[string]string{key: "42"},
+		{"negative message cost is ignored", []cost.Option{cost.WithMessageCost(-1)}, squareGeoJSON, map[string]string{key: "42"},
 			cost.Charge{Vertices: 42, Messages: 1, Source: cost.SourceHeader}},
 
-		{"metadata key", []cost.EstimatorOption{cost.WithMetadataKey("vc")}, squareGeoJSON, map[string]string{"vc": "7", key: "99"},
+		{"metadata key", []cost.Option{cost.WithMetadataKey("vc")}, squareGeoJSON, map[string]string{"vc": "7", key: "99"},
 			cost.Charge{Vertices: 7, Messages: 1, Source: cost.SourceHeader}},
-		{"metadata key ignores the default key", []cost.EstimatorOption{cost.WithMetadataKey("vc")}, squareGeoJSON, map[string]string{key: "99"},
+		{"metadata key ignores the default key", []cost.Option{cost.WithMetadataKey("vc")}, squareGeoJSON, map[string]string{key: "99"},
 			cost.Charge{Vertices: def, Messages: 1, Source: cost.SourceMissing}},
-		{"empty metadata key is ignored", []cost.EstimatorOption{cost.WithMetadataKey("")}, squareGeoJSON, map[string]string{key: "99"},
+		{"empty metadata key is ignored", []cost.Option{cost.WithMetadataKey("")}, squareGeoJSON, map[string]string{key: "99"},
 			cost.Charge{Vertices: 99, Messages: 1, Source: cost.SourceHeader}},
-		{"nil option is ignored", []cost.EstimatorOption{nil}, squareGeoJSON, map[string]string{key: "99"},
+		{"nil option is ignored", []cost.Option{nil}, squareGeoJSON, map[string]string{key: "99"},
+			cost.Charge{Vertices: 99, Messages: 1, Source: cost.SourceHeader}},
+		{"the stamping publisher's option is ignored", []cost.Option{cost.WithOverwrite()}, squareGeoJSON, map[string]string{key: "99"},
 			cost.Charge{Vertices: 99, Messages: 1, Source: cost.SourceHeader}},
 	}
 	for _, tt := range tests {

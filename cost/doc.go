@@ -8,7 +8,7 @@
 // message of a Publish call before it modifies or publishes any of them; one
 // payload it cannot count fails the whole call with [ErrUnstampable].
 //
-// An [Estimator] reads that key. A missing or malformed value is never
+// The estimator of [NewEstimator] reads that key. A missing or malformed value is never
 // treated as cheap: it is charged a high default (by convention the budget's
 // whole capacity, [FullBudget]) and the returned [Charge] records where the
 // number came from, so the cases can be counted and alerted on.

@@ -12,7 +12,7 @@ import (
 	"github.com/spillway-go/spillway/cost"
 )
 
-func ExampleEstimator_Estimate() {
+func ExampleNewEstimator() {
 	payload := []byte(`{"type":"Polygon","coordinates":[[[0,0],[4,0],[4,4],[0,4],[0,0]]]}`)
 	est := cost.NewEstimator(cost.FullBudget)
 

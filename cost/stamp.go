@@ -9,12 +9,29 @@ import (
 )
 
 // ErrUnstampable is returned (wrapped, together with the decode error) by
-// [StampingPublisher.Publish] when a message's payload cannot be counted.
+// the publisher of [NewStampingPublisher] when a message's payload cannot be counted.
 var ErrUnstampable = errors.New("cost: message cannot be stamped")
 
-// StampingPublisher is a [message.Publisher] decorator that stamps each
-// message's vertex count into its metadata at ingest, so consumers can be
-// charged without parsing geometry. Create it with [NewStampingPublisher].
+// stampingPublisher is the publisher [NewStampingPublisher] returns.
+type stampingPublisher struct {
+	pub message.Publisher
+	options
+}
+
+// WithOverwrite makes the stamping publisher count every payload and
+// overwrite any existing count, instead of trusting a count that
+// [ParseCount] accepts. Use it when producers cannot be trusted to stamp
+// honestly. For [NewStampingPublisher].
+func WithOverwrite() Option {
+	return func(o *options) { o.overwrite = true }
+}
+
+// NewStampingPublisher wraps pub in a [message.Publisher] decorator that
+// stamps each message's vertex count into its metadata at ingest, so
+// consumers can be charged without parsing geometry. By default a message
+// that already has a count [ParseCount] accepts is left alone, and one whose
+// count is missing or malformed is counted and stamped. It panics if pub is
+// nil.
 //
 // Publish is all-or-nothing with respect to stamping: it counts every message
 // of the call before touching any of them, and if one payload cannot be
@@ -29,57 +46,21 @@ var ErrUnstampable = errors.New("cost: message cannot be stamped")
 // "1": [ParseCount] distrusts a zero count for a non-empty payload, so
 // stamping 0 would make the message cost the full budget downstream.
 //
-// A StampingPublisher is immutable after construction and safe for concurrent
+// The publisher is immutable after construction and safe for concurrent
 // use if the wrapped publisher is. Publish writes to the metadata of the
 // messages it is given, so the same message must not be published from two
 // goroutines at once (watermill requires that anyway).
-type StampingPublisher struct {
-	pub       message.Publisher
-	key       string
-	overwrite bool
-}
-
-// StampOption configures a [StampingPublisher].
-type StampOption func(*StampingPublisher)
-
-// WithStampKey writes the count under key instead of [MetadataKey]. Pair it
-// with [WithMetadataKey] on the consuming side. An empty key is ignored.
-func WithStampKey(key string) StampOption {
-	return func(p *StampingPublisher) {
-		if key != "" {
-			p.key = key
-		}
-	}
-}
-
-// WithOverwrite makes the publisher count every payload and overwrite any
-// existing count, instead of trusting a count that [ParseCount] accepts. Use
-// it when producers cannot be trusted to stamp honestly.
-func WithOverwrite() StampOption {
-	return func(p *StampingPublisher) { p.overwrite = true }
-}
-
-// NewStampingPublisher wraps pub so that every message published through it
-// carries its vertex count. By default a message that already has a count
-// [ParseCount] accepts is left alone, and one whose count is missing or
-// malformed is counted and stamped. It panics if pub is nil.
-func NewStampingPublisher(pub message.Publisher, opts ...StampOption) *StampingPublisher {
+func NewStampingPublisher(pub message.Publisher, opts ...Option) message.Publisher {
 	if pub == nil {
 		panic("cost: NewStampingPublisher: nil publisher")
 	}
-	p := &StampingPublisher{pub: pub, key: MetadataKey}
-	for _, o := range opts {
-		if o != nil {
-			o(p)
-		}
-	}
-	return p
+	return &stampingPublisher{pub: pub, options: newOptions(opts)}
 }
 
 // Publish stamps messages that need it and publishes them all to topic with
-// the wrapped publisher. See [StampingPublisher] for the all-or-nothing
+// the wrapped publisher. See [NewStampingPublisher] for the all-or-nothing
 // contract and the values stamped.
-func (p *StampingPublisher) Publish(topic string, messages ...*message.Message) error {
+func (p *stampingPublisher) Publish(topic string, messages ...*message.Message) error {
 	// First pass: count everything, mutate nothing. stamps[i] == "" means
 	// message i keeps its metadata.
 	var stamps []string
@@ -116,7 +97,7 @@ func (p *StampingPublisher) Publish(topic string, messages ...*message.Message) 
 }
 
 // Close closes the wrapped publisher.
-func (p *StampingPublisher) Close() error {
+func (p *stampingPublisher) Close() error {
 	return p.pub.Close()
 }
 

@@ -52,14 +52,12 @@ func (r *recorder) published() []*message.Message {
 	return all
 }
 
-var _ message.Publisher = (*cost.StampingPublisher)(nil)
-
 func TestStampingPublisher(t *testing.T) {
 	key := cost.MetadataKey
 	wkbLine := string(newWKB().header(2).u32(3).f64(0, 0, 1, 1, 2, 2).bytes())
 	tests := []struct {
 		name    string
-		opts    []cost.StampOption
+		opts    []cost.Option
 		payload string
 		meta    map[string]string
 		want    string // the count after publishing
@@ -75,9 +73,10 @@ func TestStampingPublisher(t *testing.T) {
 		{"stamps empty payload zero", nil, "", nil, "0"},
 		{"stamps empty geometry one", nil, `{"type":"GeometryCollection","geometries":[]}`, nil, "1"},
 		{"stamps null-geometry feature one", nil, `{"type":"Feature","geometry":null}`, nil, "1"},
-		{"overwrite replaces valid", []cost.StampOption{cost.WithOverwrite()}, squareGeoJSON, map[string]string{key: "999"}, "5"},
-		{"stamp key", []cost.StampOption{cost.WithStampKey("vc")}, squareGeoJSON, map[string]string{key: "999"}, "5"},
-		{"nil option", []cost.StampOption{nil}, squareGeoJSON, nil, "5"},
+		{"overwrite replaces valid", []cost.Option{cost.WithOverwrite()}, squareGeoJSON, map[string]string{key: "999"}, "5"},
+		{"stamp key", []cost.Option{cost.WithMetadataKey("vc")}, squareGeoJSON, map[string]string{key: "999"}, "5"},
+		{"nil option", []cost.Option{nil}, squareGeoJSON, nil, "5"},
+		{"the estimator's options are ignored", []cost.Option{cost.WithComputeMissing(), cost.WithMessageCost(3)}, squareGeoJSON, map[string]string{key: "999"}, "999"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

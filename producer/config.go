@@ -2,20 +2,17 @@ package producer
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/spillway-go/spillway"
 )
 
-var (
-	// ErrNilPublisher is returned by the constructors when the publisher
-	// to wrap is nil.
-	ErrNilPublisher = errors.New("producer: nil publisher")
-	// ErrNilLagReader is returned by [NewLagThrottled] when the lag reader
-	// is nil.
-	ErrNilLagReader = errors.New("producer: nil lag reader")
-)
+// required is the error the constructors return for a nil argument.
+func required(param string) error {
+	return &spillway.FieldError{Field: param, Value: "nil", Reason: "required"}
+}
 
 // messagesContext returns a context that ends when the context of any of
 // the messages ends, and a function releasing it.

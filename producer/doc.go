@@ -7,8 +7,8 @@
 // burst (a token bucket, golang.org/x/time/rate). Each message is charged
 // its vertex_count, so a publisher of large polygons slows down sooner
 // than one of points. [LagThrottled] waits before each publish while the
-// consumers' total lag, read from a [LagReader] kept fresh in the
-// background (telemetry.LagSampler, redisbroker.LagSampler), is above a
+// consumers' total lag, read from a cache kept fresh in the background
+// (telemetry.LagSampler), is above a
 // threshold, in proportion to how far above it is: it closes the loop from
 // a consumer group back to its producers.
 //

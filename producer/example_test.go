@@ -19,7 +19,7 @@ type discard struct{}
 func (discard) Publish(string, ...*message.Message) error { return nil }
 func (discard) Close() error                              { return nil }
 
-// constantLag is a LagReader that always reports the same lag; in
+// constantLag is a lag reader that always reports the same lag; in
 // production use telemetry.LagSampler or redisbroker.LagSampler.
 type constantLag int64
 
@@ -62,8 +62,8 @@ func ExampleNewRateLimited_invalid() {
 	var ce *spillway.FieldError
 	fmt.Println(errors.Is(err, spillway.ErrInvalidConfig), errors.As(err, &ce) && ce.Field == "vertices_per_second")
 	_, err = producer.NewRateLimited(nil, producer.RateLimitConfig{VerticesPerSecond: 5})
-	fmt.Println(errors.Is(err, producer.ErrNilPublisher))
+	fmt.Println(errors.Is(err, spillway.ErrInvalidConfig), errors.As(err, &ce) && ce.Field == "pub")
 	// Output:
 	// true true
-	// true
+	// true true
 }

@@ -18,14 +18,6 @@ const (
 	defaultThrottleMax  = 5 * time.Second
 )
 
-// LagReader reports the consumers' total lag. It must answer from a cache
-// kept fresh in the background: a [LagThrottled] publisher calls it before
-// every publish. telemetry.LagSampler and redisbroker.LagSampler implement
-// it.
-type LagReader interface {
-	TotalLag() int64
-}
-
 // LagThrottleConfig configures a [LagThrottled] publisher. Each field's
 // YAML key is its yaml tag; zero fields take the defaults documented on
 // them.
@@ -85,7 +77,7 @@ func (c LagThrottleConfig) Validate() error {
 // while the consumers lag: it closes the backpressure loop from a consumer
 // group back to its producers. Create it with [NewLagThrottled].
 //
-// Before each Publish call it reads the total lag from its [LagReader] and,
+// Before each Publish call it reads the total lag from its lag reader and,
 // when the lag exceeds the threshold, waits
 //
 //	step × (lag − threshold) / threshold, at most max
@@ -105,7 +97,7 @@ func (c LagThrottleConfig) Validate() error {
 // publisher and the reader are; concurrent callers wait independently.
 type LagThrottled struct {
 	pub       message.Publisher
-	lag       LagReader
+	lag       interface{ TotalLag() int64 }
 	threshold int64
 	step      time.Duration
 	maxDelay  time.Duration
@@ -117,17 +109,18 @@ type LagThrottled struct {
 var _ message.Publisher = (*LagThrottled)(nil)
 
 // NewLagThrottled wraps pub so that publishing slows down while
-// lag.TotalLag() exceeds cfg.Threshold (defaults filled in). It returns
-// [ErrNilPublisher] if pub is nil, [ErrNilLagReader] if lag is nil, and
-// the errors of [LagThrottleConfig.Validate] (a [*spillway.FieldError] per bad
-// field, matching [spillway.ErrInvalidConfig]) if cfg is invalid or its Threshold
-// is not positive.
-func NewLagThrottled(pub message.Publisher, lag LagReader, cfg LagThrottleConfig) (*LagThrottled, error) {
+// lag.TotalLag(), the consumers' total lag, exceeds cfg.Threshold (defaults
+// filled in). lag is called before every publish, so it must answer from a
+// cache kept fresh in the background, as telemetry.LagSampler does. Errors are
+// a [*spillway.FieldError] (matching [spillway.ErrInvalidConfig]): on "pub"
+// or "lag" if it is nil, else those of [LagThrottleConfig.Validate], or on
+// "threshold" if it is not positive.
+func NewLagThrottled(pub message.Publisher, lag interface{ TotalLag() int64 }, cfg LagThrottleConfig) (*LagThrottled, error) {
 	if pub == nil {
-		return nil, ErrNilPublisher
+		return nil, required("pub")
 	}
 	if lag == nil {
-		return nil, ErrNilLagReader
+		return nil, required("lag")
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err

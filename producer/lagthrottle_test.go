@@ -127,7 +127,7 @@ func TestLagThrottleComposesWithRateLimit(t *testing.T) {
 }
 
 // newLT builds a LagThrottled publisher from a valid configuration.
-func newLT(t *testing.T, pub message.Publisher, lag LagReader, cfg LagThrottleConfig) *LagThrottled {
+func newLT(t *testing.T, pub message.Publisher, lag interface{ TotalLag() int64 }, cfg LagThrottleConfig) *LagThrottled {
 	t.Helper()
 	p, err := NewLagThrottled(pub, lag, cfg)
 	if err != nil {
@@ -141,13 +141,13 @@ func TestNewLagThrottledRejects(t *testing.T) {
 	for _, c := range []struct {
 		name  string
 		pub   message.Publisher
-		lag   LagReader
+		lag   interface{ TotalLag() int64 }
 		cfg   LagThrottleConfig
 		want  error
 		field string
 	}{
-		{"nil publisher", nil, &fakeLag{}, LagThrottleConfig{Threshold: 1}, ErrNilPublisher, ""},
-		{"nil reader", &pubRecorder{}, nil, LagThrottleConfig{Threshold: 1}, ErrNilLagReader, ""},
+		{"nil publisher", nil, &fakeLag{}, LagThrottleConfig{Threshold: 1}, spillway.ErrInvalidConfig, "pub"},
+		{"nil reader", &pubRecorder{}, nil, LagThrottleConfig{Threshold: 1}, spillway.ErrInvalidConfig, "lag"},
 		{"zero threshold", &pubRecorder{}, &fakeLag{}, LagThrottleConfig{}, spillway.ErrInvalidConfig, "threshold"},
 		{"negative threshold", &pubRecorder{}, &fakeLag{}, LagThrottleConfig{Threshold: -1}, spillway.ErrInvalidConfig, "threshold"},
 		{"negative step", &pubRecorder{}, &fakeLag{}, LagThrottleConfig{Threshold: 1, Step: -time.Second}, spillway.ErrInvalidConfig, "step"},

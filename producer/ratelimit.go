@@ -160,13 +160,13 @@ type RateLimited struct {
 var _ message.Publisher = (*RateLimited)(nil)
 
 // NewRateLimited wraps pub with the limit cfg describes (defaults filled
-// in). It returns [ErrNilPublisher] if pub is nil, and the errors of
-// [RateLimitConfig.Validate] (a [*spillway.FieldError] per bad field, matching
-// [spillway.ErrInvalidConfig]) if cfg is invalid or its VerticesPerSecond is not
+// in). Errors are a [*spillway.FieldError] (matching
+// [spillway.ErrInvalidConfig]): on "pub" if it is nil, else those of
+// [RateLimitConfig.Validate], or on "vertices_per_second" if it is not
 // positive. The bucket starts full.
 func NewRateLimited(pub message.Publisher, cfg RateLimitConfig) (*RateLimited, error) {
 	if pub == nil {
-		return nil, ErrNilPublisher
+		return nil, required("pub")
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -272,7 +272,7 @@ func (p *RateLimited) Stats() RateLimitStats {
 	}
 }
 
-// Config returns the configuration in effect: the one given to
+// config returns the configuration in effect: the one given to
 // [NewRateLimited] with its defaults filled in and DefaultCost clamped to
 // the burst.
-func (p *RateLimited) Config() RateLimitConfig { return p.cfg }
+func (p *RateLimited) config() RateLimitConfig { return p.cfg }

@@ -239,7 +239,7 @@ func TestRateLimitDefaultCostOption(t *testing.T) {
 		t.Fatalf("err = %v, want ErrRateLimited", err)
 	}
 	big := newRL(t, rec, RateLimitConfig{VerticesPerSecond: 1, Burst: 10, DefaultCost: 50})
-	if c := big.Config().DefaultCost; c != 10 {
+	if c := big.config().DefaultCost; c != 10 {
 		t.Fatalf("Config().DefaultCost = %d, want it clamped to the burst (10)", c)
 	}
 }
@@ -293,7 +293,7 @@ func TestNewRateLimitedRejects(t *testing.T) {
 		want  error
 		field string
 	}{
-		{"nil publisher", nil, RateLimitConfig{VerticesPerSecond: 1, Burst: 1}, ErrNilPublisher, ""},
+		{"nil publisher", nil, RateLimitConfig{VerticesPerSecond: 1, Burst: 1}, spillway.ErrInvalidConfig, "pub"},
 		{"zero rate", &pubRecorder{}, RateLimitConfig{Burst: 1}, spillway.ErrInvalidConfig, "vertices_per_second"},
 		{"negative rate", &pubRecorder{}, RateLimitConfig{VerticesPerSecond: -1, Burst: 1}, spillway.ErrInvalidConfig, "vertices_per_second"},
 		{"NaN rate", &pubRecorder{}, RateLimitConfig{VerticesPerSecond: nan(), Burst: 1}, spillway.ErrInvalidConfig, "vertices_per_second"},
@@ -336,7 +336,7 @@ func TestRateLimitDefaults(t *testing.T) {
 		t.Fatalf("burst of a huge rate = %d, want %d", b, maxBurst)
 	}
 	p := newRL(t, &pubRecorder{}, RateLimitConfig{VerticesPerSecond: 1000})
-	if c := p.Config(); c.Burst != 1000 || c.VerticesPerSecond != 1000 || c.Mode != Block || c.DefaultCost != 1000 {
+	if c := p.config(); c.Burst != 1000 || c.VerticesPerSecond != 1000 || c.Mode != Block || c.DefaultCost != 1000 {
 		t.Fatalf("config in effect %+v", c)
 	}
 	if l := p.lim.Limit(); l != 1000 {
@@ -365,7 +365,7 @@ func TestRateLimitPassesErrorsAndClose(t *testing.T) {
 	if err := p.Close(); err != nil || !rec.closed {
 		t.Fatalf("Close: %v, closed %v", err, rec.closed)
 	}
-	if p.Config().Mode != Reject || Block != "block" {
+	if p.config().Mode != Reject || Block != "block" {
 		t.Fatal("mode names")
 	}
 }

@@ -179,7 +179,7 @@ func TestCustomBroker(t *testing.T) {
 	if s := r.Stats(); s.Budget.Admitted < 2*n || s.Budget.PeakInUse == 0 || s.Retry == nil || s.Retry.Retries == 0 {
 		t.Errorf("stats = %+v, retry %+v: the budget or the retry gate did not see the traffic", s.Budget, s.Retry)
 	}
-	if b := r.sizer.Bounds(); b.Windows == 0 {
+	if b := r.sizer.Bounds(); b.VerticesPerSecond == 0 {
 		t.Error("the auto-sizer measured no window")
 	} else if want := sizing.DeadlineBound(b.VerticesPerSecond, deadline, sizing.DefaultHeadroom); b.DeadlineBound != want {
 		t.Errorf("deadline bound %d at %.0f vertices/s, want %d: sized against the custom deadline %s", b.DeadlineBound, b.VerticesPerSecond, want, deadline)

@@ -35,7 +35,7 @@ func TestProducerRateLimit(t *testing.T) {
 		if st := r.Stats(); st.RateLimit == nil || st.LagThrottle != nil {
 			t.Fatalf("Stats: rate limit %v, lag throttle %v; want only the rate limit", st.RateLimit, st.LagThrottle)
 		}
-		if c := r.rateLimited.Config(); c.Mode != producer.Block || c.Burst != burst {
+		if c := r.Config().Producer.RateLimit; c.Mode != producer.Block || c.Burst != burst {
 			t.Fatalf("mode %s, burst %d", c.Mode, c.Burst)
 		}
 

@@ -291,7 +291,7 @@ func newRouter(cfg Config, logger watermill.LoggerAdapter, o options, ctl contro
 	}
 	est := o.estimator
 	if est == nil {
-		var eopts []cost.EstimatorOption
+		var eopts []cost.Option
 		if cfg.Budget.ComputeMissing {
 			eopts = append(eopts, cost.WithComputeMissing())
 		}

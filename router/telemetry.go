@@ -60,11 +60,7 @@ func (r *Router) observe() error {
 		sizer := r.sizer
 		un, err := r.metrics.ObserveBounds(name, func() telemetry.Bounds {
 			b := sizer.Bounds()
-			binding := string(b.Binding)
-			if b.TailLimited {
-				binding = "tail"
-			}
-			return telemetry.Bounds{Memory: b.MemoryBound, Deadline: b.DeadlineBound, Tail: b.TailBound, Budget: b.Budget, Binding: binding}
+			return telemetry.Bounds{Memory: b.MemoryBound, Deadline: b.DeadlineBound, Tail: b.TailBound, Budget: b.Budget, Binding: b.Binding}
 		})
 		if err != nil {
 			return fmt.Errorf("router: telemetry: %w", err)

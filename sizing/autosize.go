@@ -23,19 +23,6 @@ type Resizable interface {
 	Resize(capacity int64) error
 }
 
-// Clamp says whether an auto-sized budget was held at a configured limit
-// instead of the smaller bound.
-type Clamp string
-
-const (
-	// ClampNone: the budget is the smaller bound.
-	ClampNone Clamp = ""
-	// ClampFloor: the smaller bound is below AutoSizeConfig.Floor.
-	ClampFloor Clamp = "floor"
-	// ClampCeiling: the smaller bound is above AutoSizeConfig.Ceiling.
-	ClampCeiling Clamp = "ceiling"
-)
-
 // AutoSizeConfig configures an [AutoSizer]. Budget, Estimator and OnResize
 // are code; the other fields are settings, and their yaml and env tags are
 // the keys of the router's budget.autosize section
@@ -125,7 +112,8 @@ type AutoSizeConfig struct {
 	OnResize func(from, to int64, b AutoBounds) `yaml:"-" env:"-"`
 }
 
-// AutoBounds is a snapshot of an [AutoSizer]'s view.
+// AutoBounds is a snapshot of an [AutoSizer]'s view. The budget's capacity
+// now is the Resizable's own Capacity().
 type AutoBounds struct {
 	// MemoryBound is the configured memory bound (0: none).
 	MemoryBound int64 `json:"memory_bound"`
@@ -135,32 +123,30 @@ type AutoBounds struct {
 	// TailBound is the tail guard's cap (see [AutoSizeConfig.TailShare]);
 	// 0 until a window was measured or with the guard off.
 	TailBound int64 `json:"tail_bound"`
-	// TailLimited says the tail bound, not the throughput, set Budget
-	// (Binding is then BoundDeadline: both bounds are about the deadline).
-	TailLimited bool `json:"tail_limited"`
-	// SlowestCall is the longest handler call of the latest measured
-	// window.
-	SlowestCall time.Duration `json:"slowest_call_ns"`
-	// Budget is the capacity the sizer wants: the smaller bound, clamped to
-	// [Floor, Ceiling]. 0 until measured.
+	// Budget is the capacity the sizer wants: the smallest bound, clamped
+	// to [Floor, Ceiling]. 0 until measured. The budget's capacity differs
+	// from it by at most the hysteresis.
 	Budget int64 `json:"budget"`
-	// Capacity is the budget's capacity now. It differs from Budget by at
-	// most the hysteresis.
-	Capacity int64 `json:"capacity"`
-	// Binding names the smaller of the two bounds ("" until measured).
-	Binding Bound `json:"binding"`
-	// Clamped says whether Budget was held at the floor or the ceiling.
-	Clamped Clamp `json:"clamped"`
+	// Binding names the smallest bound: "memory", "deadline" or "tail"
+	// (the tail bound, not the throughput, set Budget); "" until measured.
+	// When Budget differs from that bound, the floor or the ceiling held
+	// it.
+	Binding string `json:"binding"`
 	// VerticesPerSecond is the median throughput of the recent windows:
 	// vertices over core-busy time, so what Parallelism calls at once
-	// would complete.
+	// would complete. 0 until a window was measured.
 	VerticesPerSecond float64 `json:"vertices_per_second"`
-	// Windows is how many windows the median was taken over.
-	Windows int `json:"windows"`
 	// Resizes counts the resizes done.
 	Resizes uint64 `json:"resizes"`
 	// Err is the last error the budget's Resize returned, if any.
 	Err error `json:"-"`
+
+	// For the tests: the limit that held Budget ("floor", "ceiling" or
+	// ""), the number of windows the median was taken over, and the
+	// longest handler call of the latest measured window.
+	clamped     string
+	windows     int
+	slowestCall time.Duration
 }
 
 // AutoSizer keeps a vertex budget sized to the handler's measured speed.
@@ -416,7 +402,7 @@ func (a *AutoSizer) closeWindowLocked(now time.Time) {
 			a.rates[a.next], a.tails[a.next] = rate, latestTail
 		}
 		a.next = (a.next + 1) % cap(a.rates)
-		a.bounds.SlowestCall = a.winSlowest
+		a.bounds.slowestCall = a.winSlowest
 	}
 	a.winStart, a.winBusy, a.winCoreBusy, a.winVertices, a.winDone = now, 0, 0, 0, 0
 	a.winSlowest, a.winTail, a.winTailV = 0, 0, 0
@@ -429,10 +415,9 @@ func (a *AutoSizer) closeWindowLocked(now time.Time) {
 // tail bound is latestTail, and resizes if the target moved far enough.
 func (a *AutoSizer) recomputeLocked(latestTail int64) {
 	b := &a.bounds
-	b.Windows = len(a.rates)
+	b.windows = len(a.rates)
 	b.VerticesPerSecond = median(a.rates)
 	cur := a.cfg.Budget.Capacity()
-	b.Capacity = cur
 	a.capacity.Store(cur)
 
 	// The tail bound: the lowest of the recent windows' (the latest is
@@ -446,31 +431,30 @@ func (a *AutoSizer) recomputeLocked(latestTail int64) {
 		}
 	}
 	var target int64
-	var binding Bound
+	var binding string
 	if len(a.rates) < a.cfg.MinWindows {
 		// Too early to trust the throughput: only the tail guard may act,
 		// and only to shrink.
 		if tail >= cur {
 			return
 		}
-		target, binding = tail, BoundDeadline
-		b.TailLimited = true
+		target, binding = tail, boundTail
 	} else {
 		b.DeadlineBound = DeadlineBound(b.VerticesPerSecond, a.cfg.Deadline, a.cfg.Headroom)
-		target, binding = b.DeadlineBound, BoundDeadline
-		b.TailLimited = tail < target
-		target = min(target, tail)
+		target, binding = b.DeadlineBound, boundDeadline
+		if tail < target {
+			target, binding = tail, boundTail
+		}
 	}
 	if a.cfg.MemoryBound > 0 && a.cfg.MemoryBound <= target {
-		target, binding = a.cfg.MemoryBound, BoundMemory
-		b.TailLimited = false
+		target, binding = a.cfg.MemoryBound, boundMemory
 	}
-	b.Binding, b.Clamped = binding, ClampNone
+	b.Binding, b.clamped = binding, ""
 	switch {
 	case target < a.cfg.Floor:
-		target, b.Clamped = a.cfg.Floor, ClampFloor
+		target, b.clamped = a.cfg.Floor, "floor"
 	case target > a.cfg.Ceiling:
-		target, b.Clamped = a.cfg.Ceiling, ClampCeiling
+		target, b.clamped = a.cfg.Ceiling, "ceiling"
 	}
 	b.Budget = target
 
@@ -483,7 +467,6 @@ func (a *AutoSizer) recomputeLocked(latestTail int64) {
 		return
 	}
 	b.Err = nil
-	b.Capacity = target
 	a.capacity.Store(target)
 	b.Resizes++
 	if a.cfg.OnResize != nil {
@@ -492,11 +475,9 @@ func (a *AutoSizer) recomputeLocked(latestTail int64) {
 }
 
 // Bounds returns the current bounds, the budget wanted and which bound
-// binds. Capacity is read from the budget now.
+// binds.
 func (a *AutoSizer) Bounds() AutoBounds {
 	a.mu.Lock()
-	b := a.bounds
-	a.mu.Unlock()
-	b.Capacity = a.cfg.Budget.Capacity()
-	return b
+	defer a.mu.Unlock()
+	return a.bounds
 }

@@ -131,7 +131,7 @@ func TestAutoSizerFollowsMixShift(t *testing.T) {
 		type resize struct {
 			at       time.Time
 			from, to int64
-			binding  sizing.Bound
+			binding  string
 		}
 		var resizes []resize
 		sizer, err := sizing.NewAutoSizer(sizing.AutoSizeConfig{
@@ -174,23 +174,23 @@ func TestAutoSizerFollowsMixShift(t *testing.T) {
 			t.Fatalf("%d resizes, want a grow on light traffic and a shrink on heavy", len(resizes))
 		}
 		grow, shrink := resizes[0], resizes[len(resizes)-1]
-		if grow.to != 40_000 || grow.binding != sizing.BoundMemory || !grow.at.Before(shift) {
+		if grow.to != 40_000 || grow.binding != "memory" || !grow.at.Before(shift) {
 			t.Errorf("light traffic: %+v, want a resize to the memory bound 40000 before the shift", grow)
 		}
-		if shrink.binding != sizing.BoundDeadline || shrink.to > 22_000 || shrink.to < 18_000 {
+		if shrink.binding != "deadline" || shrink.to > 22_000 || shrink.to < 18_000 {
 			t.Errorf("heavy traffic: %+v, want a resize to about 20000, bound by the deadline", shrink)
 		}
 		first := resizes[1]
 		if lag := first.at.Sub(shift); first.to >= 40_000 || lag > 4*window+200*time.Millisecond {
 			t.Errorf("first resize after the shift: %+v, %v after it; want a shrink within 4 windows", first, lag)
 		}
-		if b.Binding != sizing.BoundDeadline || b.Capacity != vb.Capacity() || b.MemoryBound != 40_000 || b.Windows != 5 {
+		if b.Binding != "deadline" || vb.Capacity() != shrink.to || b.MemoryBound != 40_000 || sizing.Windows(b) != 5 {
 			t.Errorf("bounds %+v", b)
 		}
 		if b.DeadlineBound < 18_000 || b.DeadlineBound > 22_000 || b.VerticesPerSecond < 36_000 || b.VerticesPerSecond > 44_000 {
 			t.Errorf("deadline bound %d at %.0f vertices/s, want about 20000 at 40000", b.DeadlineBound, b.VerticesPerSecond)
 		}
-		if st := vb.Stats(); st.InUse != 0 || st.Capacity != b.Capacity {
+		if st := vb.Stats(); st.InUse != 0 || st.Capacity != shrink.to {
 			t.Errorf("budget after the stream: %+v", st)
 		}
 	})
@@ -216,7 +216,7 @@ func TestAutoSizerMeasuresBusyTime(t *testing.T) {
 			t.Errorf("%.0f vertices/s, want 100000 (per busy second)", b.VerticesPerSecond)
 		}
 		// Deadline bound: 100k × 2 s × 0.5; no memory bound, no ceiling.
-		if b.Binding != sizing.BoundDeadline || b.Budget < 99_000 || b.Budget > 101_000 || b.Clamped != sizing.ClampNone {
+		if b.Binding != "deadline" || b.Budget < 99_000 || b.Budget > 101_000 || sizing.Clamped(b) != "" {
 			t.Errorf("bounds %+v, want a deadline-bound budget of about 100000", b)
 		}
 		if fb.Capacity() != b.Budget {
@@ -233,7 +233,7 @@ func TestAutoSizerFloorAndCeiling(t *testing.T) {
 		shape     shape
 		producers int
 		want      int64
-		clamp     sizing.Clamp
+		clamp     string
 	}{
 		{
 			// 400k vertices/s: a deadline bound of 400k, far above the ceiling.
@@ -243,7 +243,7 @@ func TestAutoSizerFloorAndCeiling(t *testing.T) {
 			shape:     shape{vertices: 100, perVertex: 10 * time.Microsecond},
 			producers: 4,
 			want:      5_000,
-			clamp:     sizing.ClampCeiling,
+			clamp:     "ceiling",
 		},
 		{
 			// 1000 vertices/s: a deadline bound of 1000, below the floor.
@@ -253,7 +253,7 @@ func TestAutoSizerFloorAndCeiling(t *testing.T) {
 			shape:     shape{vertices: 1000, perVertex: time.Millisecond},
 			producers: 1,
 			want:      2_000,
-			clamp:     sizing.ClampFloor,
+			clamp:     "floor",
 		},
 		{
 			// A capacity that starts above the ceiling is brought into
@@ -264,7 +264,7 @@ func TestAutoSizerFloorAndCeiling(t *testing.T) {
 			shape:     shape{vertices: 100, perVertex: 10 * time.Microsecond},
 			producers: 4,
 			want:      5_000,
-			clamp:     sizing.ClampCeiling,
+			clamp:     "ceiling",
 		},
 	}
 	for _, tt := range tests {
@@ -282,7 +282,7 @@ func TestAutoSizerFloorAndCeiling(t *testing.T) {
 				s.shape.Store(&tt.shape)
 				s.run(t, withPerVertex(s, sizer.Middleware(work)), time.Now().Add(8*time.Second))
 				b := sizer.Bounds()
-				if fb.Capacity() != tt.want || b.Budget != tt.want || b.Clamped != tt.clamp || b.Binding != sizing.BoundDeadline {
+				if fb.Capacity() != tt.want || b.Budget != tt.want || sizing.Clamped(b) != tt.clamp || b.Binding != "deadline" {
 					t.Errorf("capacity %d, bounds %+v; want %d clamped at the %s", fb.Capacity(), b, tt.want, tt.clamp)
 				}
 				if b.Resizes != 1 || len(fb.resizes) != 1 {
@@ -307,7 +307,7 @@ func TestAutoSizerHysteresis(t *testing.T) {
 		s.shape.Store(&shape{vertices: 76, perVertex: time.Millisecond / 76})
 		s.run(t, withPerVertex(s, sizer.Middleware(work)), time.Now().Add(8*time.Second))
 		b := sizer.Bounds()
-		if len(fb.resizes) != 0 || b.Capacity != 40_000 {
+		if len(fb.resizes) != 0 || fb.Capacity() != 40_000 {
 			t.Errorf("resized %v for a 5 %% change", fb.resizes)
 		}
 		if b.Budget < 37_000 || b.Budget > 39_000 {
@@ -334,7 +334,7 @@ func TestAutoSizerSkipsUnknownCost(t *testing.T) {
 			return nil, nil
 		}
 		s.run(t, withPerVertex(s, sizer.Middleware(h)), time.Now().Add(5*time.Second))
-		if b := sizer.Bounds(); b.Windows != 0 || b.Resizes != 0 || ran.Load() != s.sent.Load() || ran.Load() == 0 {
+		if b := sizer.Bounds(); sizing.Windows(b) != 0 || b.Resizes != 0 || ran.Load() != s.sent.Load() || ran.Load() == 0 {
 			t.Errorf("bounds %+v after %d unstamped messages (%d ran)", b, s.sent.Load(), ran.Load())
 		}
 	})
@@ -416,7 +416,7 @@ func TestAutoSizerTailShrinksReadily(t *testing.T) {
 		if len(resizes) != 1 || fb.Capacity() != 50_000 {
 			t.Fatalf("after one slow call: capacity %d, resizes %+v; want 50000 at once", fb.Capacity(), resizes)
 		}
-		if b := resizes[0]; !b.TailLimited || b.TailBound != 50_000 || b.Binding != sizing.BoundDeadline || b.SlowestCall != 1500*time.Millisecond {
+		if b := resizes[0]; b.Binding != "tail" || b.TailBound != 50_000 || sizing.SlowestCall(b) != 1500*time.Millisecond {
 			t.Errorf("bounds %+v, want the tail guard to bind at 50000 after a 1.5 s call", b)
 		}
 		// Fast windows: 10k-vertex calls of 100 ms, 100k vertices/s, a
@@ -436,7 +436,7 @@ func TestAutoSizerTailShrinksReadily(t *testing.T) {
 				t.Errorf("tail bound %d after 5 fast windows, want it lifted", tb)
 			}
 		}
-		if b := sizer.Bounds(); b.TailLimited || b.Capacity != 50_000 || b.DeadlineBound != 50_000 {
+		if b := sizer.Bounds(); b.Binding != "deadline" || fb.Capacity() != 50_000 || b.DeadlineBound != 50_000 {
 			t.Errorf("after fast windows: %+v, want the throughput bound of 50000 and no tail limit", b)
 		}
 	})
@@ -496,7 +496,7 @@ func TestAutoSizerTailOff(t *testing.T) {
 		end := sizer.Begin()
 		time.Sleep(1500 * time.Millisecond)
 		end(1_000)
-		if b := sizer.Bounds(); len(fb.resizes) != 0 || b.TailBound != 0 || b.TailLimited {
+		if b := sizer.Bounds(); len(fb.resizes) != 0 || b.TailBound != 0 || b.Binding == "tail" {
 			t.Errorf("resizes %v, bounds %+v; want none with the guard off", fb.resizes, b)
 		}
 	})

@@ -14,7 +14,7 @@
 // of the mix cost than the average one ([Throughput.Spread]). [Recommend]
 // turns those measurements and the deployment ([Inputs]: memory,
 // processes, prefetch, deadline) into a [Recommendation] that carries both
-// bounds, the budget, the [Bound] that binds and the advice that follows.
+// bounds, the budget, the bound that binds and the advice that follows.
 // The spillway tool's size command does all of this from the command line.
 //
 // Online, an [AutoSizer] times the handler calls that run through its

@@ -20,19 +20,12 @@ import (
 	"github.com/spillway-go/spillway/cost"
 )
 
-// ErrNoVertices is returned by the measuring functions for a nil sample or
-// one without any vertex: there is nothing to divide by.
-var ErrNoVertices = errors.New("sizing: sample has no vertices to measure")
-
 // measureMu serializes memory measurements: each one switches the garbage
 // collector off for the whole process.
 var measureMu sync.Mutex
 
 // MemoryProfile is what holding a sample in flight costs in memory.
 type MemoryProfile struct {
-	Payloads     int   `json:"payloads"`
-	Vertices     int64 `json:"vertices"`
-	PayloadBytes int64 `json:"payload_bytes"`
 	// PeakHeapBytes is the heap held, with the collector off, after every
 	// payload was copied (as a broker client hands it over) and decoded,
 	// with the geometries kept: payloads, parse intermediates and go-geom
@@ -49,10 +42,8 @@ type MemoryProfile struct {
 	// under the race detector, its shadow memory.
 	RSSBytes int64 `json:"rss_bytes"`
 	// BytesPerVertex is the larger of PeakHeapBytes and RSSBytes, divided
-	// by Vertices.
+	// by the sample's vertices.
 	BytesPerVertex float64 `json:"bytes_per_vertex"`
-	// Source says which of the two was larger: "heap" or "rss".
-	Source string `json:"source"`
 }
 
 // heapObjectsMetric is the heap occupied by objects, live or not yet swept;
@@ -76,10 +67,11 @@ const heapObjectsMetric = "/memory/classes/heap/objects:bytes"
 // or in the spillway tool), not in a busy consumer.
 //
 // A payload that does not decode fails the measurement with an error naming
-// its index; a sample without vertices fails with [ErrNoVertices].
+// its index; a sample without vertices fails with [ErrEmptySample].
 func MeasureBytesPerVertex(s *Sample) (MemoryProfile, error) {
-	if s == nil || s.TotalVertices <= 0 {
-		return MemoryProfile{}, ErrNoVertices
+	vertices := s.totalVertices()
+	if vertices <= 0 {
+		return MemoryProfile{}, ErrEmptySample
 	}
 	measureMu.Lock()
 	defer measureMu.Unlock()
@@ -120,19 +112,11 @@ func MeasureBytesPerVertex(s *Sample) (MemoryProfile, error) {
 	runtime.KeepAlive(held)
 
 	m := MemoryProfile{
-		Payloads:          len(s.Payloads),
-		Vertices:          s.TotalVertices,
-		PayloadBytes:      s.TotalBytes,
 		PeakHeapBytes:     max(peak, 0),
 		RetainedHeapBytes: max(retained, 0),
 		RSSBytes:          max(rss, 0),
-		Source:            "heap",
 	}
-	top := m.PeakHeapBytes
-	if m.RSSBytes > top {
-		top, m.Source = m.RSSBytes, "rss"
-	}
-	m.BytesPerVertex = float64(top) / float64(m.Vertices)
+	m.BytesPerVertex = float64(max(m.PeakHeapBytes, m.RSSBytes)) / float64(vertices)
 	return m, nil
 }
 
@@ -157,15 +141,9 @@ func residentBytes() int64 {
 
 // Throughput is a measured processing rate.
 type Throughput struct {
-	// VerticesPerSecond is the median of Runs.
+	// VerticesPerSecond is the median of the repeats' rates (see
+	// [WithRepeats]).
 	VerticesPerSecond float64 `json:"vertices_per_second"`
-	// Runs holds each repeat's rate, in the order they ran.
-	Runs []float64 `json:"runs"`
-	// Parallelism is the number of handlers that ran at once.
-	Parallelism int `json:"parallelism"`
-	// Payloads and Vertices are processed per run.
-	Payloads int   `json:"payloads"`
-	Vertices int64 `json:"vertices"`
 	// Spread is how much more a slow vertex costs than the average one:
 	// the 95th percentile, by vertices, of the payloads' handler seconds
 	// per vertex, divided by the sample's mean (all handler seconds over
@@ -236,8 +214,9 @@ func WithProgress(f func(done, total int64)) MeasureOption {
 // measurements running at once compete for the same cores and measure each
 // other: run them one after another.
 func MeasureThroughput(ctx context.Context, s *Sample, handler func(ctx context.Context, payload []byte) error, opts ...MeasureOption) (Throughput, error) {
-	if s == nil || s.TotalVertices <= 0 {
-		return Throughput{}, ErrNoVertices
+	vertices := s.totalVertices()
+	if vertices <= 0 {
+		return Throughput{}, ErrEmptySample
 	}
 	if handler == nil {
 		return Throughput{}, errors.New("sizing: MeasureThroughput: nil handler")
@@ -259,7 +238,7 @@ func MeasureThroughput(ctx context.Context, s *Sample, handler func(ctx context.
 	var (
 		progressMu sync.Mutex
 		done       int64
-		total      = s.TotalVertices * int64(cfg.repeats)
+		total      = vertices * int64(cfg.repeats)
 	)
 	report := func(n int) {
 		if cfg.progress == nil {
@@ -271,7 +250,7 @@ func MeasureThroughput(ctx context.Context, s *Sample, handler func(ctx context.
 		progressMu.Unlock()
 	}
 
-	t := Throughput{Parallelism: cfg.parallelism, Payloads: len(s.Payloads), Vertices: s.TotalVertices}
+	runs := make([]float64, 0, cfg.repeats)
 	took := make([][]float64, len(s.Payloads)) // each payload's handler seconds, per run
 	for range cfg.repeats {
 		runtime.GC()
@@ -279,11 +258,9 @@ func MeasureThroughput(ctx context.Context, s *Sample, handler func(ctx context.
 		if err != nil {
 			return Throughput{}, err
 		}
-		t.Runs = append(t.Runs, float64(s.TotalVertices)/max(elapsed.Seconds(), 1e-9))
+		runs = append(runs, float64(vertices)/max(elapsed.Seconds(), 1e-9))
 	}
-	t.VerticesPerSecond = median(t.Runs)
-	t.Spread = spread(s.Vertices, took)
-	return t, nil
+	return Throughput{VerticesPerSecond: median(runs), Spread: spread(s.Vertices, took)}, nil
 }
 
 // spreadQuantile is the share of the vertices at or below the per-vertex

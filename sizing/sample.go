@@ -10,14 +10,10 @@ import (
 	"github.com/spillway-go/spillway/cost"
 )
 
-// Errors returned by [ReadSample].
-var (
-	// ErrEmptySample: the input holds no payload at all.
-	ErrEmptySample = errors.New("sizing: sample has no geometries")
-	// ErrBadSampleLine: a line of the sample is not a spatial payload with
-	// at least one vertex. It is wrapped by a [*SampleLineError].
-	ErrBadSampleLine = errors.New("sizing: sample line is not a geometry")
-)
+// ErrEmptySample is returned by [ReadSample] and [NewSample] for an input
+// without any payload, and by the measuring functions for a nil sample or
+// one without any vertex: there is nothing to divide by.
+var ErrEmptySample = errors.New("sizing: sample has no geometries")
 
 // maxSampleLine bounds one line of a sample, like [cost.MaxPayloadBytes] bounds a
 // payload.
@@ -31,15 +27,11 @@ type Sample struct {
 	Payloads [][]byte
 	// Vertices[i] is the vertex count of Payloads[i] ([cost.CountPayload]).
 	Vertices []int
-	// TotalVertices is the sum of Vertices.
-	TotalVertices int64
-	// TotalBytes is the sum of the payloads' lengths.
-	TotalBytes int64
 }
 
-// SampleLineError reports the line of a sample that could not be used. It
-// wraps [ErrBadSampleLine] and the decoding error (one of [cost.Decode]'s
-// sentinels), so errors.Is works for both.
+// SampleLineError reports the line of a sample that is not a spatial payload
+// with at least one vertex. It wraps the decoding error (one of
+// [cost.Decode]'s sentinels), so errors.Is works for those.
 type SampleLineError struct {
 	Line int // 1-based
 	Err  error
@@ -49,8 +41,8 @@ func (e *SampleLineError) Error() string {
 	return fmt.Sprintf("line %d: %v", e.Line, e.Err)
 }
 
-// Unwrap returns the sentinel and the cause.
-func (e *SampleLineError) Unwrap() []error { return []error{ErrBadSampleLine, e.Err} }
+// Unwrap returns the cause.
+func (e *SampleLineError) Unwrap() error { return e.Err }
 
 // ReadSample reads newline-delimited payloads, one message per line: GeoJSON
 // (a Feature, a Geometry or a FeatureCollection, properties included, since
@@ -118,27 +110,16 @@ func NewSample(payloads [][]byte) (*Sample, error) {
 func (s *Sample) add(p []byte, n int) {
 	s.Payloads = append(s.Payloads, p)
 	s.Vertices = append(s.Vertices, n)
-	s.TotalVertices += int64(n)
-	s.TotalBytes += int64(len(p))
 }
 
-// Split divides the sample into the payloads with at most heavyAbove
-// vertices (light) and those with more (heavy). Either part may be nil when
-// it would be empty. The payloads are shared, not copied.
-func (s *Sample) Split(heavyAbove int) (light, heavy *Sample) {
-	for i, p := range s.Payloads {
-		n := s.Vertices[i]
-		if n > heavyAbove {
-			if heavy == nil {
-				heavy = &Sample{}
-			}
-			heavy.add(p, n)
-		} else {
-			if light == nil {
-				light = &Sample{}
-			}
-			light.add(p, n)
-		}
+// totalVertices is the sum of s.Vertices; 0 for a nil sample.
+func (s *Sample) totalVertices() int64 {
+	if s == nil {
+		return 0
 	}
-	return light, heavy
+	var n int64
+	for _, v := range s.Vertices {
+		n += int64(v)
+	}
+	return n
 }

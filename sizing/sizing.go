@@ -9,18 +9,23 @@ import (
 	"github.com/spillway-go/spillway"
 )
 
-// Bound names one of the two limits on a vertex budget.
-type Bound string
-
+// The names of the limits on a vertex budget, as [Recommendation.Binding]
+// and [AutoBounds.Binding] report them. They are the values of the bound
+// label of the spillway.budget.bound and spillway.budget.binding metrics.
 const (
-	// BoundMemory: the budget is limited by the memory the in-flight
+	// boundMemory: the budget is limited by the memory the in-flight
 	// geometry may take. A bigger container, fewer processes per container
 	// or a smaller broker prefetch raise it; a faster handler does not.
-	BoundMemory Bound = "memory"
-	// BoundDeadline: the budget is limited by how much work drains within
+	boundMemory = "memory"
+	// boundDeadline: the budget is limited by how much work drains within
 	// the broker's redelivery deadline. A faster handler (or more cores) or
 	// a longer deadline raise it; more memory does not.
-	BoundDeadline Bound = "deadline"
+	boundDeadline = "deadline"
+	// boundTail: an auto-sized budget is limited by its tail guard, the
+	// slowest handler call of the recent windows (see
+	// [AutoSizeConfig.TailShare]). Like the deadline bound, it is about the
+	// deadline: a faster handler on the slow messages raises it.
+	boundTail = "tail"
 )
 
 // DefaultHeadroom is the share of the redelivery deadline that a full budget
@@ -83,15 +88,17 @@ type Inputs struct {
 	TailShare float64 `json:"tail_share"`
 }
 
-// Recommendation is a computed vertex budget with every number it came
-// from, so a reader can tell which team moves it: see [Recommendation.Advice].
+// Recommendation is a computed vertex budget with the bounds it came from,
+// so a reader can tell which team moves it: see [Recommendation.Advice].
 type Recommendation struct {
 	// Budget is the smaller of the two bounds: the capacity to give
 	// middleware.NewVertexBudget.
 	Budget int64 `json:"budget"`
-	// Binding names the bound that set Budget. On a tie it is BoundMemory.
-	Binding Bound `json:"binding"`
-	// MemoryBound is GeometryMemoryBytes / BytesPerVertex, in vertices.
+	// Binding names the bound that set Budget: "memory" or "deadline". On
+	// a tie it is "memory".
+	Binding string `json:"binding"`
+	// MemoryBound is (MemoryBytes / Processes − PrefetchBytes) /
+	// BytesPerVertex, in vertices.
 	MemoryBound int64 `json:"memory_bound"`
 	// DeadlineBound is VerticesPerSecond × Deadline × DrainShare, in
 	// vertices.
@@ -102,22 +109,20 @@ type Recommendation struct {
 	// SpreadLimited says that TailShare / Spread, not Headroom, set
 	// DrainShare: the mix's slow messages bind the deadline bound.
 	SpreadLimited bool `json:"spread_limited"`
-	// GeometryMemoryBytes is the memory one process has for in-flight
-	// geometry: MemoryBytes / Processes − PrefetchBytes.
-	GeometryMemoryBytes int64 `json:"geometry_memory_bytes"`
 	// DrainTime is how long a full budget takes to drain at the measured
 	// throughput: at most Deadline × DrainShare.
 	DrainTime time.Duration `json:"drain_ns"`
-	// Inputs are the inputs, with defaults filled in.
-	Inputs Inputs `json:"inputs"`
+
+	// spread is Inputs.Spread, for Advice.
+	spread float64
 }
 
 // Advice says, in one sentence, what raises the budget.
 func (r Recommendation) Advice() string {
-	if r.Binding == BoundDeadline && r.SpreadLimited {
-		return fmt.Sprintf("the deadline binds, through the mix's slowest messages (%.1f× the mean cost per vertex): a faster handler on them, more cores per process or a longer redelivery deadline raise the budget; more memory does not", r.Inputs.Spread)
+	if r.Binding == boundDeadline && r.SpreadLimited {
+		return fmt.Sprintf("the deadline binds, through the mix's slowest messages (%.1f× the mean cost per vertex): a faster handler on them, more cores per process or a longer redelivery deadline raise the budget; more memory does not", r.spread)
 	}
-	if r.Binding == BoundDeadline {
+	if r.Binding == boundDeadline {
 		return "the deadline binds: a faster handler, more cores per process or a longer redelivery deadline raise the budget; more memory does not"
 	}
 	return "memory binds: a bigger container, fewer processes per container or a smaller broker prefetch raise the budget; a faster handler does not"
@@ -215,34 +220,34 @@ func floorInt64(f float64) int64 {
 // Invalid inputs fail with a [*spillway.FieldError] (matching
 // [spillway.ErrInvalidConfig]) that names the field. If the prefetch leaves no memory for geometry or a bound is
 // below one vertex, the error wraps [ErrInfeasible] and the returned
-// Recommendation still carries the bounds and inputs, for display. Recommend
-// is a pure function.
+// Recommendation still carries the bounds, for display. Recommend is a pure
+// function.
 func Recommend(in Inputs) (Recommendation, error) {
 	in, err := in.withDefaults()
 	if err != nil {
-		return Recommendation{Inputs: in}, err
+		return Recommendation{}, err
 	}
 	share, limited := drainShare(in.Headroom, in.Spread, in.TailShare)
+	geometry := in.MemoryBytes/int64(in.Processes) - in.PrefetchBytes
 	r := Recommendation{
-		Inputs:              in,
-		GeometryMemoryBytes: in.MemoryBytes/int64(in.Processes) - in.PrefetchBytes,
-		MemoryBound:         MemoryBound(in.MemoryBytes, in.Processes, in.PrefetchBytes, in.BytesPerVertex),
-		DeadlineBound:       DeadlineBound(in.VerticesPerSecond, in.Deadline, share),
-		DrainShare:          share,
-		SpreadLimited:       limited,
+		MemoryBound:   MemoryBound(in.MemoryBytes, in.Processes, in.PrefetchBytes, in.BytesPerVertex),
+		DeadlineBound: DeadlineBound(in.VerticesPerSecond, in.Deadline, share),
+		DrainShare:    share,
+		SpreadLimited: limited,
+		spread:        in.Spread,
 	}
-	r.Budget, r.Binding = r.MemoryBound, BoundMemory
+	r.Budget, r.Binding = r.MemoryBound, boundMemory
 	if r.DeadlineBound < r.MemoryBound {
-		r.Budget, r.Binding = r.DeadlineBound, BoundDeadline
+		r.Budget, r.Binding = r.DeadlineBound, boundDeadline
 	}
 	r.DrainTime = drainTime(r.Budget, in.VerticesPerSecond)
 	switch {
-	case r.GeometryMemoryBytes <= 0:
+	case geometry <= 0:
 		return r, fmt.Errorf("%w: prefetch_bytes (%d) leaves no memory for geometry out of %d bytes per process",
 			ErrInfeasible, in.PrefetchBytes, in.MemoryBytes/int64(in.Processes))
 	case r.MemoryBound < 1:
 		return r, fmt.Errorf("%w: %d bytes per process hold no vertex at %.0f bytes per vertex",
-			ErrInfeasible, r.GeometryMemoryBytes, in.BytesPerVertex)
+			ErrInfeasible, geometry, in.BytesPerVertex)
 	case r.DeadlineBound < 1:
 		return r, fmt.Errorf("%w: not one vertex drains within %v × %.2f at %.3g vertices/s",
 			ErrInfeasible, in.Deadline, share, in.VerticesPerSecond)
@@ -260,27 +265,4 @@ func drainTime(budget int64, vps float64) time.Duration {
 		return math.MaxInt64
 	}
 	return time.Duration(s * float64(time.Second))
-}
-
-// MixThroughput returns the throughput, in vertices per second, of a stream
-// in which a share heavyShare (0 to 1, by vertices) of the vertices belongs to
-// heavy geometries processed at heavyVPS and the rest to light ones processed
-// at lightVPS.
-//
-// The rates combine harmonically, not linearly: a vertex costs 1/rate
-// seconds, so a stream's seconds per vertex is the vertex-share-weighted
-// mean of the two classes' seconds per vertex, and its throughput is the
-// inverse of that. Averaging the rates themselves would overstate the
-// throughput of every mix, because the slow class takes more of the time
-// than its share of the vertices.
-func MixThroughput(lightVPS, heavyVPS, heavyShare float64) float64 {
-	s := min(max(heavyShare, 0), 1)
-	switch s {
-	case 0:
-		return lightVPS
-	case 1:
-		return heavyVPS
-	}
-	secsPerVertex := s/heavyVPS + (1-s)/lightVPS
-	return 1 / secsPerVertex
 }

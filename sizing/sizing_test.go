@@ -29,19 +29,19 @@ func TestRecommendSmallerBoundWins(t *testing.T) {
 		name    string
 		edit    func(*sizing.Inputs)
 		budget  int64
-		binding sizing.Bound
+		binding string
 	}{
-		{"deadline binds", func(*sizing.Inputs) {}, 6_000_000, sizing.BoundDeadline},
-		{"memory binds", func(in *sizing.Inputs) { in.VerticesPerSecond = 800_000 }, 8_388_608, sizing.BoundMemory},
+		{"deadline binds", func(*sizing.Inputs) {}, 6_000_000, "deadline"},
+		{"memory binds", func(in *sizing.Inputs) { in.VerticesPerSecond = 800_000 }, 8_388_608, "memory"},
 		{"prefetch is taken off", func(in *sizing.Inputs) {
 			in.VerticesPerSecond = 800_000
 			in.PrefetchBytes = 256 << 20
-		}, 6_291_456, sizing.BoundMemory},
+		}, 6_291_456, "memory"},
 		{"tie goes to memory", func(in *sizing.Inputs) {
 			in.Deadline = 16 * time.Second // × 0.5 = 8 s
 			in.VerticesPerSecond = 1 << 20
-		}, 8_388_608, sizing.BoundMemory},
-		{"headroom scales the deadline bound", func(in *sizing.Inputs) { in.Headroom = 0.25 }, 3_000_000, sizing.BoundDeadline},
+		}, 8_388_608, "memory"},
+		{"headroom scales the deadline bound", func(in *sizing.Inputs) { in.Headroom = 0.25 }, 3_000_000, "deadline"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -58,12 +58,19 @@ func TestRecommendSmallerBoundWins(t *testing.T) {
 			if r.Budget != min(r.MemoryBound, r.DeadlineBound) {
 				t.Fatalf("budget %d is not the smaller of %d and %d", r.Budget, r.MemoryBound, r.DeadlineBound)
 			}
-			want := map[sizing.Bound]int64{sizing.BoundMemory: r.MemoryBound, sizing.BoundDeadline: r.DeadlineBound}
+			want := map[string]int64{"memory": r.MemoryBound, "deadline": r.DeadlineBound}
 			if want[r.Binding] != r.Budget {
 				t.Fatalf("binding %q names a bound of %d, budget is %d", r.Binding, want[r.Binding], r.Budget)
 			}
-			if r.Inputs.Headroom == 0 || r.Inputs.Processes == 0 {
-				t.Fatalf("defaults not filled in: %+v", r.Inputs)
+			explicit := in
+			if explicit.Headroom == 0 {
+				explicit.Headroom = sizing.DefaultHeadroom
+			}
+			if explicit.Processes == 0 {
+				explicit.Processes = 1
+			}
+			if e, err := sizing.Recommend(explicit); err != nil || e != r {
+				t.Fatalf("defaults not filled in: %+v, with them explicit %+v (%v)", r, e, err)
 			}
 			if !strings.Contains(r.Advice(), string(r.Binding)) {
 				t.Fatalf("advice %q does not name %q", r.Advice(), r.Binding)
@@ -93,7 +100,7 @@ func TestRecommendBindingFlips(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Binding != sizing.BoundDeadline {
+	if r.Binding != "deadline" {
 		t.Fatalf("baseline: %s binds (memory %d, deadline %d), want deadline", r.Binding, r.MemoryBound, r.DeadlineBound)
 	}
 
@@ -108,7 +115,7 @@ func TestRecommendBindingFlips(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if f.Binding != sizing.BoundMemory {
+			if f.Binding != "memory" {
 				t.Fatalf("%s binds (memory %d, deadline %d), want memory", f.Binding, f.MemoryBound, f.DeadlineBound)
 			}
 			if f.MemoryBound != r.MemoryBound/2 || f.DeadlineBound != r.DeadlineBound {
@@ -194,7 +201,7 @@ func TestRecommendSpread(t *testing.T) {
 			if d := r.DeadlineBound - tt.deadlineBound; d < -1 || d > 1 {
 				t.Errorf("deadline bound %d, want %d", r.DeadlineBound, tt.deadlineBound)
 			}
-			if r.Binding != sizing.BoundDeadline || r.Budget != r.DeadlineBound {
+			if r.Binding != "deadline" || r.Budget != r.DeadlineBound {
 				t.Errorf("budget %d bound by %s, want the deadline bound", r.Budget, r.Binding)
 			}
 			if want := time.Duration(float64(in.Deadline) * tt.share); (r.DrainTime - want).Abs() > time.Millisecond {
@@ -227,31 +234,8 @@ func TestRecommendInfeasible(t *testing.T) {
 		if !errors.Is(err, sizing.ErrInfeasible) || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%s: error %v, want ErrInfeasible mentioning %q", tt.name, err, tt.want)
 		}
-		if r.Inputs.MemoryBytes != in.MemoryBytes {
-			t.Errorf("%s: the recommendation does not carry the inputs", tt.name)
-		}
-	}
-}
-
-func TestMixThroughput(t *testing.T) {
-	const light, heavy = 2_000_000.0, 500_000.0
-	tests := []struct{ share, want float64 }{
-		{0, light},
-		{1, heavy},
-		{-1, light},
-		{2, heavy},
-		// Half the vertices at 0.5 µs and half at 2 µs: 1.25 µs a vertex.
-		{0.5, 800_000},
-	}
-	for _, tt := range tests {
-		if got := sizing.MixThroughput(light, heavy, tt.share); math.Abs(got-tt.want) > 1e-6*tt.want {
-			t.Errorf("MixThroughput(share %v) = %v, want %v", tt.share, got, tt.want)
-		}
-	}
-	// Harmonic, so never above the linear interpolation.
-	for s := 0.0; s <= 1; s += 0.1 {
-		if got, lin := sizing.MixThroughput(light, heavy, s), light+(heavy-light)*s; got > lin*(1+1e-12) {
-			t.Errorf("share %v: %v above the linear %v", s, got, lin)
+		if want := sizing.MemoryBound(in.MemoryBytes, in.Processes, in.PrefetchBytes, in.BytesPerVertex); r.MemoryBound != want || r.Budget > r.MemoryBound {
+			t.Errorf("%s: the recommendation does not carry the bounds: %+v, want memory bound %d", tt.name, r, want)
 		}
 	}
 }

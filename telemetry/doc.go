@@ -55,6 +55,6 @@
 //
 // with middleware.BudgetConfig{OnAdmission: metrics.OnAdmission}.
 // Producer chain, outermost first: a [TracingPublisher] over a
-// cost.StampingPublisher over a producer.LagThrottled (reading the
+// cost.NewStampingPublisher over a producer.LagThrottled (reading the
 // sampler) over a producer.RateLimited over the broker's publisher.
 package telemetry

@@ -24,7 +24,7 @@ import (
 // of the coordinates far more than on the size of the geometry, and
 // measuring it per class would mostly add noise. The deadline bound follows
 // the throughput of each mix, combined harmonically from the light and
-// heavy rates ([sizing.MixThroughput]).
+// heavy rates ([mixThroughput]).
 type chartData struct {
 	handler     string
 	memoryBytes int64
@@ -42,28 +42,53 @@ type chartData struct {
 	sampleShare float64 // heavy share of the sample's vertices
 }
 
-func newChartData(o *sizeOptions, rec sizing.Recommendation, light, heavy *sizing.Sample, lightVPS, heavyVPS float64) *chartData {
+func newChartData(o *sizeOptions, in sizing.Inputs, rec sizing.Recommendation, light, heavy *sizing.Sample, lightVPS, heavyVPS float64) *chartData {
+	lightVertices, _ := sampleTotals(light)
+	heavyVertices, _ := sampleTotals(heavy)
 	return &chartData{
 		handler:     o.handler,
-		memoryBytes: rec.Inputs.MemoryBytes,
-		processes:   rec.Inputs.Processes,
-		deadline:    rec.Inputs.Deadline,
+		memoryBytes: in.MemoryBytes,
+		processes:   in.Processes,
+		deadline:    in.Deadline,
 		headroom:    rec.DrainShare,
 		memoryBound: float64(rec.MemoryBound),
 		measured:    float64(rec.DeadlineBound),
-		bpv:         rec.Inputs.BytesPerVertex,
+		bpv:         in.BytesPerVertex,
 		heavyAbove:  o.heavyAbove,
 		lightVPS:    lightVPS,
 		heavyVPS:    heavyVPS,
 		lightN:      len(light.Payloads),
 		heavyN:      len(heavy.Payloads),
-		sampleShare: float64(heavy.TotalVertices) / float64(heavy.TotalVertices+light.TotalVertices),
+		sampleShare: float64(heavyVertices) / float64(heavyVertices+lightVertices),
 	}
+}
+
+// mixThroughput returns the throughput, in vertices per second, of a stream
+// in which a share heavyShare (0 to 1, by vertices) of the vertices belongs
+// to heavy geometries processed at heavyVPS and the rest to light ones
+// processed at lightVPS.
+//
+// The rates combine harmonically, not linearly: a vertex costs 1/rate
+// seconds, so a stream's seconds per vertex is the vertex-share-weighted
+// mean of the two classes' seconds per vertex, and its throughput is the
+// inverse of that. Averaging the rates themselves would overstate the
+// throughput of every mix, because the slow class takes more of the time
+// than its share of the vertices.
+func mixThroughput(lightVPS, heavyVPS, heavyShare float64) float64 {
+	s := min(max(heavyShare, 0), 1)
+	switch s {
+	case 0:
+		return lightVPS
+	case 1:
+		return heavyVPS
+	}
+	secsPerVertex := s/heavyVPS + (1-s)/lightVPS
+	return 1 / secsPerVertex
 }
 
 // deadlineBound is the deadline bound at heavy share s.
 func (c *chartData) deadlineBound(s float64) float64 {
-	return sizing.MixThroughput(c.lightVPS, c.heavyVPS, s) * c.deadline.Seconds() * c.headroom
+	return mixThroughput(c.lightVPS, c.heavyVPS, s) * c.deadline.Seconds() * c.headroom
 }
 
 // crossover returns the heavy share at which the deadline bound equals the

@@ -139,8 +139,8 @@ type sizeReport struct {
 		Parallelism int    `json:"parallelism"`
 		Repeats     int    `json:"repeats"`
 	} `json:"handler"`
-	Memory     sizing.MemoryProfile `json:"memory"`
-	Throughput sizing.Throughput    `json:"throughput"`
+	Memory     memoryReport     `json:"memory"`
+	Throughput throughputReport `json:"throughput"`
 	Inputs     struct {
 		MemoryBytes       int64   `json:"memory_bytes"`
 		Processes         int     `json:"processes"`
@@ -152,16 +152,92 @@ type sizeReport struct {
 		Spread            float64 `json:"spread"`
 		TailShare         float64 `json:"tail_share"`
 	} `json:"inputs"`
-	DrainShare          float64      `json:"drain_share"`
-	SpreadLimited       bool         `json:"spread_limited"`
-	GeometryMemoryBytes int64        `json:"geometry_memory_bytes"`
-	MemoryBound         int64        `json:"memory_bound"`
-	DeadlineBound       int64        `json:"deadline_bound"`
-	Budget              int64        `json:"budget"`
-	Binding             sizing.Bound `json:"binding"`
-	DrainSeconds        float64      `json:"drain_seconds"`
-	Advice              string       `json:"advice"`
-	Mix                 *mixReport   `json:"mix,omitempty"`
+	DrainShare          float64    `json:"drain_share"`
+	SpreadLimited       bool       `json:"spread_limited"`
+	GeometryMemoryBytes int64      `json:"geometry_memory_bytes"`
+	MemoryBound         int64      `json:"memory_bound"`
+	DeadlineBound       int64      `json:"deadline_bound"`
+	Budget              int64      `json:"budget"`
+	Binding             string     `json:"binding"`
+	DrainSeconds        float64    `json:"drain_seconds"`
+	Advice              string     `json:"advice"`
+	Mix                 *mixReport `json:"mix,omitempty"`
+}
+
+// memoryReport is sizing.MemoryProfile with the sample it was measured on.
+type memoryReport struct {
+	Payloads          int     `json:"payloads"`
+	Vertices          int64   `json:"vertices"`
+	PayloadBytes      int64   `json:"payload_bytes"`
+	PeakHeapBytes     int64   `json:"peak_heap_bytes"`
+	RetainedHeapBytes int64   `json:"retained_heap_bytes"`
+	RSSBytes          int64   `json:"rss_bytes"`
+	BytesPerVertex    float64 `json:"bytes_per_vertex"`
+	// Source says which measurement BytesPerVertex came from, the larger
+	// one: "heap" or "rss".
+	Source string `json:"source"`
+}
+
+func newMemoryReport(s *sizing.Sample, m sizing.MemoryProfile) memoryReport {
+	vertices, size := sampleTotals(s)
+	r := memoryReport{
+		Payloads:          len(s.Payloads),
+		Vertices:          vertices,
+		PayloadBytes:      size,
+		PeakHeapBytes:     m.PeakHeapBytes,
+		RetainedHeapBytes: m.RetainedHeapBytes,
+		RSSBytes:          m.RSSBytes,
+		BytesPerVertex:    m.BytesPerVertex,
+		Source:            "heap",
+	}
+	if m.RSSBytes > m.PeakHeapBytes {
+		r.Source = "rss"
+	}
+	return r
+}
+
+// throughputReport is sizing.Throughput over every run, with how it was
+// measured.
+type throughputReport struct {
+	// VerticesPerSecond is the median of Runs.
+	VerticesPerSecond float64 `json:"vertices_per_second"`
+	// Runs holds each repeat's rate, in the order they ran.
+	Runs        []float64 `json:"runs"`
+	Parallelism int       `json:"parallelism"`
+	// Payloads and Vertices are processed per run.
+	Payloads int     `json:"payloads"`
+	Vertices int64   `json:"vertices"`
+	Spread   float64 `json:"spread"`
+}
+
+// sampleTotals returns the vertices and bytes of s's payloads.
+func sampleTotals(s *sizing.Sample) (vertices, size int64) {
+	for i, p := range s.Payloads {
+		vertices += int64(s.Vertices[i])
+		size += int64(len(p))
+	}
+	return vertices, size
+}
+
+// splitSample divides s into the payloads with at most heavyAbove vertices
+// (light) and those with more (heavy). Either part is nil when it would be
+// empty. The payloads are shared, not copied.
+func splitSample(s *sizing.Sample, heavyAbove int) (light, heavy *sizing.Sample) {
+	add := func(part **sizing.Sample, i int) {
+		if *part == nil {
+			*part = &sizing.Sample{}
+		}
+		(*part).Payloads = append((*part).Payloads, s.Payloads[i])
+		(*part).Vertices = append((*part).Vertices, s.Vertices[i])
+	}
+	for i, n := range s.Vertices {
+		if n > heavyAbove {
+			add(&heavy, i)
+		} else {
+			add(&light, i)
+		}
+	}
+	return light, heavy
 }
 
 // mixReport describes the chart (present with --chart only).
@@ -203,7 +279,7 @@ func runSize(ctx context.Context, e *env, o *sizeOptions, progressSet bool) erro
 		out          *pendingFile
 	)
 	if o.chart != "" {
-		light, heavy = sample.Split(o.heavyAbove)
+		light, heavy = splitSample(sample, o.heavyAbove)
 		if heavy == nil {
 			return badInput("--heavy-above %d: no geometry in the sample has more vertices (the largest has %d); the chart needs both classes",
 				o.heavyAbove, maxInt(sample.Vertices))
@@ -221,7 +297,8 @@ func runSize(ctx context.Context, e *env, o *sizeOptions, progressSet bool) erro
 
 	// One bar over every run: the whole sample, then (for the chart) its
 	// light and heavy parts, which add up to the whole sample again.
-	total := sample.TotalVertices * int64(o.repeats)
+	sampleVertices, _ := sampleTotals(sample)
+	total := sampleVertices * int64(o.repeats)
 	if o.chart != "" {
 		total *= 2
 	}
@@ -250,7 +327,7 @@ func runSize(ctx context.Context, e *env, o *sizeOptions, progressSet bool) erro
 		return err
 	}
 	tp := rates[0]
-	rec, err := sizing.Recommend(sizing.Inputs{
+	in := sizing.Inputs{
 		MemoryBytes:       int64(o.memory),
 		Processes:         o.processes,
 		PrefetchBytes:     int64(o.prefetch),
@@ -260,7 +337,8 @@ func runSize(ctx context.Context, e *env, o *sizeOptions, progressSet bool) erro
 		Headroom:          o.headroom,
 		Spread:            tp.Spread,
 		TailShare:         o.tailShare,
-	})
+	}
+	rec, err := sizing.Recommend(in)
 	if err != nil {
 		if errors.Is(err, spillway.ErrInvalidConfig) || errors.Is(err, sizing.ErrInfeasible) {
 			return inputError{err}
@@ -268,9 +346,9 @@ func runSize(ctx context.Context, e *env, o *sizeOptions, progressSet bool) erro
 		return err
 	}
 
-	r := newSizeReport(o, sample, mem, tp, rec, par)
+	r := newSizeReport(o, sample, mem, tp, in, rec, par)
 	if o.chart != "" {
-		c := newChartData(o, rec, light, heavy, rates[1].VerticesPerSecond, rates[2].VerticesPerSecond)
+		c := newChartData(o, in, rec, light, heavy, rates[1].VerticesPerSecond, rates[2].VerticesPerSecond)
 		if err := c.render(out.f); err != nil {
 			return fmt.Errorf("drawing chart: %w", err)
 		}
@@ -286,7 +364,7 @@ func runSize(ctx context.Context, e *env, o *sizeOptions, progressSet bool) erro
 		enc.SetIndent("", "  ")
 		return enc.Encode(r)
 	}
-	printHuman(e.stdout, r, mem, tp)
+	printHuman(e.stdout, r)
 	return nil
 }
 
@@ -295,9 +373,13 @@ func runSize(ctx context.Context, e *env, o *sizeOptions, progressSet bool) erro
 // load on a shared machine slows every sample's runs alike and the ratios
 // between them hold. Each result's rate is the median of its runs.
 func measureInterleaved(ctx context.Context, samples []*sizing.Sample, handler func(context.Context, []byte) error,
-	par, repeats int, bar *progress) ([]sizing.Throughput, error) {
-	out := make([]sizing.Throughput, len(samples))
+	par, repeats int, bar *progress) ([]throughputReport, error) {
+	out := make([]throughputReport, len(samples))
 	spreads := make([][]float64, len(samples))
+	for i, s := range samples {
+		out[i].Parallelism, out[i].Payloads = par, len(s.Payloads)
+		out[i].Vertices, _ = sampleTotals(s)
+	}
 	var base int64
 	for range repeats {
 		for i, s := range samples {
@@ -306,10 +388,9 @@ func measureInterleaved(ctx context.Context, samples []*sizing.Sample, handler f
 			if err != nil {
 				return nil, fmt.Errorf("measuring throughput: %w", err)
 			}
-			base += s.TotalVertices
-			t.Runs = append(out[i].Runs, t.Runs...)
+			base += out[i].Vertices
+			out[i].Runs = append(out[i].Runs, t.VerticesPerSecond)
 			spreads[i] = append(spreads[i], t.Spread)
-			out[i] = t
 		}
 	}
 	for i := range out {
@@ -354,17 +435,17 @@ func readSampleFile(path string) (*sizing.Sample, error) {
 	return s, nil
 }
 
-func newSizeReport(o *sizeOptions, s *sizing.Sample, mem sizing.MemoryProfile, tp sizing.Throughput, rec sizing.Recommendation, par int) *sizeReport {
-	r := &sizeReport{Memory: mem, Throughput: tp}
+// newSizeReport builds the report; in are the inputs rec was computed from
+// (every default is explicit in the flags).
+func newSizeReport(o *sizeOptions, s *sizing.Sample, mem sizing.MemoryProfile, tp throughputReport, in sizing.Inputs, rec sizing.Recommendation, par int) *sizeReport {
+	r := &sizeReport{Memory: newMemoryReport(s, mem), Throughput: tp}
 	r.Sample.File = o.sample
 	r.Sample.Geometries = len(s.Payloads)
-	r.Sample.Vertices = s.TotalVertices
-	r.Sample.Bytes = s.TotalBytes
+	r.Sample.Vertices, r.Sample.Bytes = sampleTotals(s)
 	r.Handler.Name = o.handler
 	r.Handler.Description = refwork.Descriptions[o.handler]
 	r.Handler.Parallelism = par
 	r.Handler.Repeats = o.repeats
-	in := rec.Inputs
 	r.Inputs.MemoryBytes = in.MemoryBytes
 	r.Inputs.Processes = in.Processes
 	r.Inputs.PrefetchBytes = in.PrefetchBytes
@@ -376,7 +457,7 @@ func newSizeReport(o *sizeOptions, s *sizing.Sample, mem sizing.MemoryProfile, t
 	r.Inputs.TailShare = in.TailShare
 	r.DrainShare = rec.DrainShare
 	r.SpreadLimited = rec.SpreadLimited
-	r.GeometryMemoryBytes = rec.GeometryMemoryBytes
+	r.GeometryMemoryBytes = in.MemoryBytes/int64(in.Processes) - in.PrefetchBytes
 	r.MemoryBound = rec.MemoryBound
 	r.DeadlineBound = rec.DeadlineBound
 	r.Budget = rec.Budget
@@ -387,7 +468,8 @@ func newSizeReport(o *sizeOptions, s *sizing.Sample, mem sizing.MemoryProfile, t
 }
 
 // printHuman prints the report as an aligned table.
-func printHuman(w io.Writer, r *sizeReport, mem sizing.MemoryProfile, tp sizing.Throughput) {
+func printHuman(w io.Writer, r *sizeReport) {
+	mem, tp := r.Memory, r.Throughput
 	var buf bytes.Buffer
 	defer func(out io.Writer) {
 		// The blank rows of the table come out padded; trim them.
@@ -427,14 +509,14 @@ func printHuman(w io.Writer, r *sizeReport, mem sizing.MemoryProfile, tp sizing.
 		row("deadline", "%v x %.2g headroom", time.Duration(r.Inputs.DeadlineSeconds*float64(time.Second)), r.Inputs.Headroom)
 	}
 	row("", "")
-	mark := func(b sizing.Bound) string {
+	mark := func(b string) string {
 		if r.Binding == b {
 			return "  <- binds"
 		}
 		return ""
 	}
-	row("memory bound", "%s vertices%s", group(r.MemoryBound), mark(sizing.BoundMemory))
-	row("deadline bound", "%s vertices%s", group(r.DeadlineBound), mark(sizing.BoundDeadline))
+	row("memory bound", "%s vertices%s", group(r.MemoryBound), mark("memory"))
+	row("deadline bound", "%s vertices%s", group(r.DeadlineBound), mark("deadline"))
 	row("budget", "%s vertices  (a full budget drains in %v)", group(r.Budget),
 		time.Duration(r.DrainSeconds*float64(time.Second)).Round(time.Millisecond))
 	tw.Flush()

@@ -18,7 +18,9 @@ import (
 
 // The sampler over a Redis source can feed
 // producer.NewLagThrottled directly.
-var _ producer.LagReader = (*telemetry.LagSampler)(nil)
+var _ = func(s *telemetry.LagSampler) {
+	_, _ = producer.NewLagThrottled(nil, s, producer.LagThrottleConfig{})
+}
 
 func TestNewLagSourceValidates(t *testing.T) {
 	if _, err := redistel.NewLagSource(nil); err == nil {

@@ -47,8 +47,8 @@ type Calibration struct {
 	MemoryBound    int64   `json:"memory_bound"`
 	DeadlineBound  int64   `json:"deadline_bound"`
 	// Budget is the smaller bound: Spillway's starting budget.
-	Budget  int64        `json:"budget"`
-	Binding sizing.Bound `json:"binding"`
+	Budget  int64  `json:"budget"`
+	Binding string `json:"binding"`
 	// SteadyLoad is about what share of the machine the steady part of the
 	// stream (pings and parcels) needs.
 	SteadyLoad float64 `json:"steady_load"`
