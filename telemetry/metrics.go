@@ -397,7 +397,7 @@ func (m *Metrics) OnRetryOutcome(e retrygate.Event) {
 	if e.Message != nil {
 		ctx = e.Message.Context()
 	}
-	m.count(ctx, o, e.Topic, e.Cause.String(), 1)
+	m.count(ctx, o, e.Topic, e.Cause, 1)
 }
 
 // count adds n to the counter of outcome (spillway.messages.shed,

@@ -121,10 +121,10 @@ func TestMetricsShedAndRetryHooks(t *testing.T) {
 	run(func(msg *message.Message) { m.OnShed(msg, "t", shedding.ReasonSuperseded) })
 	for _, o := range []retrygate.Outcome{retrygate.Handled, retrygate.Deferred, retrygate.DeadLettered, retrygate.Nacked} {
 		run(func(msg *message.Message) {
-			m.OnRetryOutcome(retrygate.Event{Message: msg, Topic: "t", Outcome: o, Cause: retrygate.CausePermanent})
+			m.OnRetryOutcome(retrygate.Event{Message: msg, Topic: "t", Outcome: o, Cause: "permanent"})
 		})
 	}
-	m.OnRetryOutcome(retrygate.Event{Topic: "u", Outcome: retrygate.Deferred, Cause: retrygate.CauseSaturated}) // no message
+	m.OnRetryOutcome(retrygate.Event{Topic: "u", Outcome: retrygate.Deferred, Cause: "saturated"}) // no message
 
 	rm := collect(t, reader)
 	for _, c := range []struct {
