@@ -7,7 +7,6 @@ import (
 
 	"github.com/spillway-go/spillway/middleware"
 	"github.com/spillway-go/spillway/retrygate"
-	"github.com/spillway-go/spillway/shedding"
 	"github.com/spillway-go/spillway/sizing"
 )
 
@@ -36,7 +35,7 @@ type AdmissionHook interface {
 // copy is published and before it is acked. topic is the message's origin
 // topic.
 type ShedHook interface {
-	OnShed(msg *message.Message, topic string, reason shedding.Reason)
+	OnShed(msg *message.Message, topic, reason string)
 }
 
 // RetryOutcomeHook is told how each delivery left the retry gate (see
@@ -70,7 +69,7 @@ func WithHooks(hooks ...Hook) Option {
 // implement its interface, in order. A nil func means no hook listens.
 type hookSet struct {
 	onAdmission    func(*message.Message, middleware.Admission)
-	onShed         func(*message.Message, string, shedding.Reason)
+	onShed         func(*message.Message, string, string)
 	onRetryOutcome func(retrygate.Event)
 	onResize       func(from, to int64, b sizing.AutoBounds)
 }
@@ -123,7 +122,7 @@ func newHookSet(hooks []Hook) (hookSet, error) {
 	case 1:
 		s.onShed = shed[0].OnShed
 	default:
-		s.onShed = func(msg *message.Message, topic string, r shedding.Reason) {
+		s.onShed = func(msg *message.Message, topic, r string) {
 			for _, h := range shed {
 				h.OnShed(msg, topic, r)
 			}

@@ -60,7 +60,7 @@ type shedRetryHook struct {
 	log  *hookLog
 }
 
-func (h shedRetryHook) OnShed(msg *message.Message, topic string, r shedding.Reason) {
+func (h shedRetryHook) OnShed(msg *message.Message, topic, r string) {
 	h.log.add("%s shed %s %s %s", h.name, msg.UUID, topic, r)
 }
 

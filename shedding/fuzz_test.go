@@ -111,7 +111,7 @@ func FuzzMetadata(f *testing.F) {
 		if wantBad := pf == fieldMalformed; (st.MalformedPriority == 2) != wantBad {
 			t.Fatalf("MalformedPriority %d for %q", st.MalformedPriority, priority)
 		}
-		if pol.Stats().InFlight != 0 {
+		if InFlight(pol) != 0 {
 			t.Fatal("registration leaked")
 		}
 	})

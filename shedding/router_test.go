@@ -314,7 +314,7 @@ func TestRouterCoalescing(t *testing.T) {
 		if got := len(r.seen["vehicles"].uuids()) + len(audit); got != len(all) {
 			t.Fatalf("in %d, out %d", len(all), got)
 		}
-		if st := r.pol.Stats(); st.InFlight != 0 || dropped(st.Topics["vehicles"]) != vehicles*(updates-1) {
+		if st := r.pol.Stats(); shedding.InFlight(r.pol) != 0 || dropped(st.Topics["vehicles"]) != vehicles*(updates-1) {
 			t.Fatalf("stats %+v", st)
 		}
 		// Some of them waited and stepped aside; the budget calls that a

@@ -13,7 +13,6 @@ import (
 
 	"github.com/spillway-go/spillway/middleware"
 	"github.com/spillway-go/spillway/retrygate"
-	"github.com/spillway-go/spillway/shedding"
 )
 
 // Metric names. docs/operations.md lists them with their Prometheus names
@@ -369,12 +368,12 @@ func (m *Metrics) OnAdmission(msg *message.Message, a middleware.Admission) {
 // on the message like [Metrics.RecordOutcome]. Use it as the policy's hook
 // (shedding.WithOnShed(m.OnShed)); it is the router's shedding hook too.
 // Safe for concurrent use; it never blocks.
-func (m *Metrics) OnShed(msg *message.Message, topic string, reason shedding.Reason) {
+func (m *Metrics) OnShed(msg *message.Message, topic, reason string) {
 	o := OutcomeShed
-	if reason == shedding.ReasonSuperseded {
+	if reason == "superseded" {
 		o = OutcomeSuperseded
 	}
-	m.RecordOutcome(msg, o, topic, reason.String())
+	m.RecordOutcome(msg, o, topic, reason)
 }
 
 // OnRetryOutcome counts a delivery that the retry gate deferred

@@ -12,7 +12,6 @@ import (
 
 	"github.com/spillway-go/spillway/middleware"
 	"github.com/spillway-go/spillway/retrygate"
-	"github.com/spillway-go/spillway/shedding"
 	"github.com/spillway-go/spillway/telemetry"
 )
 
@@ -117,8 +116,8 @@ func TestMetricsShedAndRetryHooks(t *testing.T) {
 		})
 		_, _ = h(message.NewMessage("x", []byte("payload")))
 	}
-	run(func(msg *message.Message) { m.OnShed(msg, "t", shedding.ReasonStale) })
-	run(func(msg *message.Message) { m.OnShed(msg, "t", shedding.ReasonSuperseded) })
+	run(func(msg *message.Message) { m.OnShed(msg, "t", "stale_version") })
+	run(func(msg *message.Message) { m.OnShed(msg, "t", "superseded") })
 	for _, o := range []retrygate.Outcome{retrygate.Handled, retrygate.Deferred, retrygate.DeadLettered, retrygate.Nacked} {
 		run(func(msg *message.Message) {
 			m.OnRetryOutcome(retrygate.Event{Message: msg, Topic: "t", Outcome: o, Cause: "permanent"})
