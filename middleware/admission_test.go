@@ -344,7 +344,7 @@ func TestBudgetCancelledOnClose(t *testing.T) {
 	}
 	close(release)
 	<-closed
-	if s := vb.Stats(); s.InUse != 0 || s.Waiting != 0 || s.Cancelled < 1 {
+	if s := vb.Stats(); s.InUse != 0 || s.Waiting != 0 || vb.cancelled < 1 {
 		t.Fatalf("stats = %+v", s)
 	}
 }

@@ -445,7 +445,8 @@ func (m *Metrics) topicOf(msg *message.Message) string {
 // ObserveBudget exports b's state under the label budget=name:
 // spillway.budget.capacity, .in_use, .fill_ratio, .waiting,
 // .waiting_vertices, .saturated (seconds), .admitted and .clamped. The
-// values are read with one b.Stats() per collection, never per message.
+// values are read with one b.Stats() (and b.SaturatedFor()) per collection,
+// never per message.
 // Names must be unique per Metrics. Call unregister to stop exporting.
 func (m *Metrics) ObserveBudget(name string, b *middleware.VertexBudget) (unregister func() error, err error) {
 	if b == nil {
@@ -454,12 +455,16 @@ func (m *Metrics) ObserveBudget(name string, b *middleware.VertexBudget) (unregi
 	opt := metric.WithAttributeSet(attribute.NewSet(attrBudget.String(name)))
 	reg, err := m.meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		s := b.Stats()
+		fill := 0.0
+		if s.Capacity > 0 {
+			fill = float64(s.InUse) / float64(s.Capacity)
+		}
 		o.ObserveInt64(m.budgetCapacity, s.Capacity, opt)
 		o.ObserveInt64(m.budgetInUse, s.InUse, opt)
-		o.ObserveFloat64(m.budgetFill, s.FillRatio(), opt)
+		o.ObserveFloat64(m.budgetFill, fill, opt)
 		o.ObserveInt64(m.budgetWaiting, int64(s.Waiting), opt)
 		o.ObserveInt64(m.budgetWaitingVerts, s.WaitingVertices, opt)
-		o.ObserveFloat64(m.budgetSaturated, s.SaturatedFor.Seconds(), opt)
+		o.ObserveFloat64(m.budgetSaturated, b.SaturatedFor().Seconds(), opt)
 		o.ObserveInt64(m.budgetAdmitted, int64(s.Admitted), opt)
 		o.ObserveInt64(m.budgetClamped, int64(s.Clamped), opt)
 		return nil
