@@ -238,7 +238,8 @@ func TestSheddingThroughRouter(t *testing.T) {
 			Priority:   shedding.PriorityConfig{Window: 5 * time.Second},
 		}
 		cfg.Retry.Enabled = true
-		r, err := New(cfg, nil)
+		sheds := &shedTally{}
+		r, err := New(cfg, nil, WithHooks(sheds))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -263,7 +264,7 @@ func TestSheddingThroughRouter(t *testing.T) {
 		pub := func(topic, uuid string, priority int) {
 			publishCosted(t, r, topic, uuid, 100, "region_priority", strconv.Itoa(priority))
 		}
-		shed := func() uint64 { return r.Stats().Shedding.Topics["positions"].ShedPriority }
+		shed := func() int { return sheds.topic("positions")["shed_priority"] }
 
 		// t=0: a low-priority position is admitted at once and runs for
 		// 1s; eight parcels, then two more low positions, queue behind it.
@@ -324,12 +325,11 @@ func TestSheddingThroughRouter(t *testing.T) {
 			t.Errorf("positions.retry handled: %v", got)
 		}
 		mu.Unlock()
-		st := r.Stats().Shedding
-		if ts := st.Topics["positions"]; ts.ShedPriority != 6 || ts.ShedPriority+ts.StaleVersion+ts.Superseded != 6 {
-			t.Errorf("positions: %+v, want 6 shed by priority", ts)
+		if ts := sheds.topic("positions"); ts["shed_priority"] != 6 || len(ts) != 1 {
+			t.Errorf("positions: %v, want 6 shed by priority", ts)
 		}
-		if _, ok := st.Topics["parcels"]; ok || len(st.Topics) != 1 {
-			t.Errorf("non-sheddable topic in the shedding stats: %+v", st.Topics)
+		if ts := sheds.topic("parcels"); len(ts) != 0 {
+			t.Errorf("non-sheddable topic shed: %v", ts)
 		}
 
 		// Every drop went to the audit topic first.
@@ -527,6 +527,32 @@ func runRetry(t *testing.T, bc brokerCase) {
 		t.Errorf("retry topic: %v, want flaky handled once", retries)
 	}
 	t.Logf("%s: jobs %v; retry topic %v", bc.name, jobs, retries)
+}
+
+// shedTally is a ShedHook that counts the drops by origin topic and
+// reason.
+type shedTally struct {
+	mu sync.Mutex
+	by map[string]map[string]int
+}
+
+func (t *shedTally) OnShed(_ *message.Message, topic, reason string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.by == nil {
+		t.by = map[string]map[string]int{}
+	}
+	if t.by[topic] == nil {
+		t.by[topic] = map[string]int{}
+	}
+	t.by[topic][reason]++
+}
+
+// topic returns a copy of topic's counts by reason.
+func (t *shedTally) topic(topic string) map[string]int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return maps.Clone(t.by[topic])
 }
 
 // retryTally is a RetryOutcomeHook that counts the gate's outcomes by

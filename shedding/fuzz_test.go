@@ -95,7 +95,7 @@ func FuzzMetadata(f *testing.F) {
 			}
 			m.Ack()
 		}
-		st := pol.Stats().Topics["t"]
+		st := Topics(pol)["t"]
 		if dropped := st.ShedPriority + st.StaleVersion + st.Superseded; uint64(ran)+dropped != 2 {
 			t.Fatalf("2 in, %d handled + %d dropped out", ran, dropped)
 		}

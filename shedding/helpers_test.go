@@ -15,9 +15,9 @@ import (
 func dropped(s shedding.TopicStats) uint64 { return s.ShedPriority + s.StaleVersion + s.Superseded }
 
 // droppedAll returns the drops of every topic for every reason.
-func droppedAll(s shedding.Stats) uint64 {
+func droppedAll(p *shedding.Policy) uint64 {
 	var n uint64
-	for _, t := range s.Topics {
+	for _, t := range shedding.Topics(p) {
 		n += dropped(t)
 	}
 	return n

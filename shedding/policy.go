@@ -406,29 +406,22 @@ func (p *Policy) drop(msg *message.Message, ps *passage, r reason) ([]*message.M
 	return nil, nil
 }
 
-// TopicStats counts what the policy did to one sheddable topic.
-type TopicStats struct {
-	ShedPriority uint64 // dropped for low priority under sustained pressure
-	StaleVersion uint64 // dropped as stale versions
-	Superseded   uint64 // dropped as superseded by a newer message of their entity
-
+// Stats is a point-in-time snapshot of a [Policy]: what the metrics do not
+// show. The drops themselves are counted by topic and reason by the
+// spillway.messages.shed and .superseded metrics (telemetry.Metrics.OnShed
+// as the [WithOnShed] hook).
+type Stats struct {
+	// Shedding is whether priority shedding is in force now.
+	Shedding bool
 	// AuditFailed counts drops whose audit copy could not be published;
-	// those messages were nacked instead, and are not in the counts above.
+	// those messages were nacked instead.
 	AuditFailed uint64
 	// MalformedPriority counts messages whose priority metadata was
-	// present but not an integer (they were given Priority.Missing).
+	// present but not an integer (they were given priority.missing).
 	MalformedPriority uint64
 	// MalformedVersion counts messages whose version metadata was present
 	// but not an unsigned integer (the version guard skipped them).
 	MalformedVersion uint64
-}
-
-// Stats is a point-in-time snapshot of a [Policy].
-type Stats struct {
-	// Topics has an entry for every sheddable topic, zero or not.
-	Topics map[string]TopicStats
-	// Shedding is whether priority shedding is in force now.
-	Shedding bool
 	// Entities is how many entities the version guard remembers, at most
 	// version_guard.max_entities; Evictions how many it has forgotten to
 	// stay within it.
@@ -439,16 +432,11 @@ type Stats struct {
 // Stats returns a snapshot. Counters are read one by one, so a snapshot
 // taken while messages flow may be off by the messages in flight.
 func (p *Policy) Stats() Stats {
-	s := Stats{Topics: make(map[string]TopicStats, len(p.topics)), Shedding: p.shedding()}
-	for name, tc := range p.topics {
-		s.Topics[name] = TopicStats{
-			ShedPriority:      tc.dropped[reasonPriority].Load(),
-			StaleVersion:      tc.dropped[reasonStale].Load(),
-			Superseded:        tc.dropped[reasonSuperseded].Load(),
-			AuditFailed:       tc.auditFailed.Load(),
-			MalformedPriority: tc.malformedPriority.Load(),
-			MalformedVersion:  tc.malformedVersion.Load(),
-		}
+	s := Stats{Shedding: p.shedding()}
+	for _, tc := range p.topics {
+		s.AuditFailed += tc.auditFailed.Load()
+		s.MalformedPriority += tc.malformedPriority.Load()
+		s.MalformedVersion += tc.malformedVersion.Load()
 	}
 	if p.guard != nil {
 		s.Entities, s.Evictions = p.guard.stats()

@@ -94,10 +94,10 @@ func TestNonSheddableTopicIsNeverDropped(t *testing.T) {
 		t.Fatalf("handled %d of %d", u.seen.len(), len(in))
 	}
 	st := u.pol.Stats()
-	if _, ok := st.Topics["parcels"]; ok || len(u.audit.snapshot()) != 0 || len(u.shed) != 0 {
+	if _, ok := shedding.Topics(u.pol)["parcels"]; ok || len(u.audit.snapshot()) != 0 || len(u.shed) != 0 {
 		t.Fatalf("non-sheddable topic touched: %+v", st)
 	}
-	if _, vehicles := st.Topics["vehicles"]; !st.Shedding || !vehicles {
+	if _, vehicles := shedding.Topics(u.pol)["vehicles"]; !st.Shedding || !vehicles {
 		t.Fatalf("Shedding %v", st.Shedding)
 	}
 }
@@ -115,7 +115,7 @@ func TestPriorityShedding(t *testing.T) {
 	for _, pressure := range []time.Duration{0, 29 * time.Second, 30 * time.Second, 0} {
 		p.set(pressure)
 		before := u.seen.len()
-		dropped := u.pol.Stats().Topics["vehicles"].ShedPriority
+		dropped := shedding.Topics(u.pol)["vehicles"].ShedPriority
 		wantShed := 0
 		for i, c := range cases {
 			m := msg(fmt.Sprintf("%v-%d", pressure, i), "topic", "vehicles")
@@ -129,7 +129,7 @@ func TestPriorityShedding(t *testing.T) {
 				wantShed++
 			}
 		}
-		st := u.pol.Stats().Topics["vehicles"]
+		st := shedding.Topics(u.pol)["vehicles"]
 		if got := st.ShedPriority - dropped; got != uint64(wantShed) {
 			t.Errorf("pressure %v: shed %d, want %d", pressure, got, wantShed)
 		}
@@ -137,7 +137,7 @@ func TestPriorityShedding(t *testing.T) {
 			t.Errorf("pressure %v: handled %d, want %d", pressure, got, len(cases)-wantShed)
 		}
 	}
-	st := u.pol.Stats().Topics["vehicles"]
+	st := shedding.Topics(u.pol)["vehicles"]
 	if st.MalformedPriority != 8 { // "high" and "1.5", four rounds
 		t.Errorf("MalformedPriority = %d", st.MalformedPriority)
 	}
@@ -169,7 +169,7 @@ func TestPriorityOptions(t *testing.T) {
 		}
 		_ = u.deliver(t, m)
 	}
-	if got := u.pol.Stats().Topics["vehicles"].ShedPriority; got != 3 { // "", "x" (as 2) and "4" are below 5
+	if got := shedding.Topics(u.pol)["vehicles"].ShedPriority; got != 3 { // "", "x" (as 2) and "4" are below 5
 		t.Errorf("shed %d, want 3", got)
 	}
 	// Disabled: never shed by priority, and no pressure signal needed.
@@ -195,7 +195,7 @@ func TestNewErrors(t *testing.T) {
 	}
 	// No topics: inert, no pressure needed; a publisher without topic is unused.
 	pol, err := shedding.New(shedding.Config{}, nil, shedding.WithAuditPublisher(&auditLog{}))
-	if err != nil || pol.Stats().Shedding || len(pol.Stats().Topics) != 0 {
+	if err != nil || pol.Stats().Shedding || len(shedding.Topics(pol)) != 0 {
 		t.Fatalf("inert policy: %v", err)
 	}
 }
@@ -213,7 +213,7 @@ func TestAuditFailureNacks(t *testing.T) {
 	if !errors.Is(err, errAuditDown) || !strings.Contains(err.Error(), "m1") {
 		t.Fatalf("err = %v", err)
 	}
-	st := u.pol.Stats().Topics["vehicles"]
+	st := shedding.Topics(u.pol)["vehicles"]
 	if st.AuditFailed != 1 || dropped(st) != 0 || len(u.shed) != 0 || u.seen.len() != 0 {
 		t.Fatalf("stats %+v, hook %v, handled %d", st, u.shed, u.seen.len())
 	}
@@ -221,7 +221,7 @@ func TestAuditFailureNacks(t *testing.T) {
 	if err := u.deliver(t, msg("m1", "topic", "vehicles", "region_priority", "0")); err != nil {
 		t.Fatal(err)
 	}
-	st = u.pol.Stats().Topics["vehicles"]
+	st = shedding.Topics(u.pol)["vehicles"]
 	if st.ShedPriority != 1 || len(u.audit.snapshot()) != 1 {
 		t.Fatalf("after recovery: %+v", st)
 	}
@@ -270,8 +270,8 @@ func TestVersionGuard(t *testing.T) {
 		t.Fatalf("handled %v, want %v", got, want)
 	}
 	st := u.pol.Stats()
-	vs := st.Topics["vehicles"]
-	if vs.StaleVersion != 3 || vs.MalformedVersion != 1 || dropped(vs) != 3 || st.Entities != 2 {
+	vs := shedding.Topics(u.pol)["vehicles"]
+	if vs.StaleVersion != 3 || vs.MalformedVersion != 1 || st.MalformedVersion != 1 || dropped(vs) != 3 || st.Entities != 2 {
 		t.Fatalf("stats %+v", st)
 	}
 	for _, a := range u.audit.snapshot() {
@@ -322,7 +322,7 @@ func TestVersionGuardRecordsOnlyAckedSuccess(t *testing.T) {
 	if _, err := run(v5()); err != nil || calls != 3 {
 		t.Fatalf("acked version not counted: calls %d", calls)
 	}
-	if got := pol.Stats().Topics["vehicles"].StaleVersion; got != 1 {
+	if got := shedding.Topics(pol)["vehicles"].StaleVersion; got != 1 {
 		t.Fatalf("stale %d", got)
 	}
 }
@@ -363,8 +363,8 @@ func TestCoalescingInertWithoutAdmittedStage(t *testing.T) {
 		}
 		close(release)
 		synctest.Wait()
-		if seen.len() != 2 || pol.Stats().Topics["vehicles"].Superseded != 1 {
-			t.Fatalf("handled %v, stats %+v", seen.uuids(), pol.Stats().Topics["vehicles"])
+		if seen.len() != 2 || shedding.Topics(pol)["vehicles"].Superseded != 1 {
+			t.Fatalf("handled %v, stats %+v", seen.uuids(), shedding.Topics(pol)["vehicles"])
 		}
 		if shedding.InFlight(pol) != 0 {
 			t.Fatal("registrations leaked")
@@ -458,7 +458,7 @@ func TestRevokedComposition(t *testing.T) {
 		if got := seen.uuids(); len(got) != 1 || got[0] != "v" {
 			t.Fatalf("handled %v", got)
 		}
-		if st := pol.Stats(); dropped(st.Topics["vehicles"]) != 0 || shedding.InFlight(pol) != 0 {
+		if st := shedding.Topics(pol); dropped(st["vehicles"]) != 0 || shedding.InFlight(pol) != 0 {
 			t.Fatalf("revocation counted as a drop: %+v", st)
 		}
 	})
@@ -508,7 +508,7 @@ func TestSupersededAfterGrantIsDroppedBeforeHandler(t *testing.T) {
 		if got := seen.uuids(); len(got) != 1 || got[0] != "v2" {
 			t.Fatalf("handled %v", got)
 		}
-		if st := pol.Stats().Topics["vehicles"]; st.Superseded != 1 {
+		if st := shedding.Topics(pol)["vehicles"]; st.Superseded != 1 {
 			t.Fatalf("stats %+v", st)
 		}
 	})
@@ -550,7 +550,7 @@ func TestSupersededAuditFailureNacks(t *testing.T) {
 		if err := <-newer; err != nil {
 			t.Fatal(err)
 		}
-		if st := pol.Stats().Topics["vehicles"]; st.Superseded != 0 || st.AuditFailed != 1 {
+		if st := shedding.Topics(pol)["vehicles"]; st.Superseded != 0 || st.AuditFailed != 1 {
 			t.Fatalf("stats %+v", st)
 		}
 	})

@@ -105,7 +105,7 @@ func (r *rig) hold() middleware.Permit {
 	return p
 }
 
-func (r *rig) stats(topic string) shedding.TopicStats { return r.pol.Stats().Topics[topic] }
+func (r *rig) stats(topic string) shedding.TopicStats { return shedding.Topics(r.pol)[topic] }
 
 // batch makes n messages named prefix-i with the given metadata.
 func batch(prefix string, n int, kv ...string) []*message.Message {
@@ -145,7 +145,7 @@ func TestRouterNonSheddableLosesNothing(t *testing.T) {
 		if got := r.seen["parcels"].uuids(); !sameSet(got, in) {
 			t.Fatalf("handled %d messages, published %d", len(got), len(in))
 		}
-		if st := r.pol.Stats(); droppedAll(st) != 0 ||
+		if st := shedding.Topics(r.pol); droppedAll(r.pol) != 0 ||
 			len(r.audit.snapshot()) != 0 || r.admission.Revocations() != 0 {
 			t.Fatalf("something was dropped: %+v", st)
 		}
@@ -314,7 +314,7 @@ func TestRouterCoalescing(t *testing.T) {
 		if got := len(r.seen["vehicles"].uuids()) + len(audit); got != len(all) {
 			t.Fatalf("in %d, out %d", len(all), got)
 		}
-		if st := r.pol.Stats(); shedding.InFlight(r.pol) != 0 || dropped(st.Topics["vehicles"]) != vehicles*(updates-1) {
+		if st := shedding.Topics(r.pol); shedding.InFlight(r.pol) != 0 || dropped(st["vehicles"]) != vehicles*(updates-1) {
 			t.Fatalf("stats %+v", st)
 		}
 		// Some of them waited and stepped aside; the budget calls that a
