@@ -3,7 +3,6 @@ package middleware
 import (
 	"errors"
 	"fmt"
-	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -96,9 +95,6 @@ func (c BudgetConfig) Validate() error {
 // one Budget may wrap any number of handlers, which then share the budget.
 type Budget struct {
 	cfg BudgetConfig
-
-	revoked   atomic.Uint64
-	cancelled atomic.Uint64
 }
 
 // NewBudget returns the middleware for cfg.
@@ -109,14 +105,6 @@ func NewBudget(cfg BudgetConfig) (*Budget, error) {
 	}
 	return &Budget{cfg: cfg}, nil
 }
-
-// Revocations returns how many waiting messages stepped aside because their
-// delivery was revoked.
-func (m *Budget) Revocations() uint64 { return m.revoked.Load() }
-
-// Cancellations returns how many waiting messages gave up because their
-// context ended (router shutdown, subscriber close).
-func (m *Budget) Cancellations() uint64 { return m.cancelled.Load() }
 
 // Middleware wraps h with budget admission.
 //
@@ -147,7 +135,6 @@ func (m *Budget) Middleware(h message.HandlerFunc) message.HandlerFunc {
 				m.observe(msg, Admission{Charge: c, Outcome: Invalid})
 				return nil, fmt.Errorf("spillway: admitting message %s: %w", msg.UUID, err)
 			default:
-				m.cancelled.Add(1)
 				m.observe(msg, Admission{Charge: c, Wait: p.wait, Outcome: Cancelled})
 				return nil, err
 			}
@@ -159,7 +146,6 @@ func (m *Budget) Middleware(h message.HandlerFunc) message.HandlerFunc {
 }
 
 func (m *Budget) stepAside(msg *message.Message, c cost.Charge, wait time.Duration) ([]*message.Message, error) {
-	m.revoked.Add(1)
 	m.observe(msg, Admission{Charge: c, Wait: wait, Outcome: Revoked})
 	return nil, nil
 }

@@ -176,6 +176,8 @@ type Router struct {
 
 	entered atomic.Int64 // messages past the shutdown gate
 	running atomic.Int64 // messages admitted and in their handler
+
+	revocations, cancellations atomic.Uint64 // admissions that ended so (Stats)
 }
 
 // New builds a router for cfg: the broker's publisher and subscriber
@@ -313,7 +315,7 @@ func newRouter(cfg Config, logger watermill.LoggerAdapter, o options, ctl contro
 	}
 
 	if !ctl.noBudget {
-		bc := middleware.BudgetConfig{Budget: r.budget, Estimator: est, OnAdmission: hs.onAdmission}
+		bc := middleware.BudgetConfig{Budget: r.budget, Estimator: est, OnAdmission: r.countAdmission(hs.onAdmission)}
 		if cfg.Broker == BrokerKafka && !ctl.noRevocation {
 			bc.Revoked = r.revoked
 		}
@@ -689,13 +691,27 @@ type Stats struct {
 	LagThrottle *producer.LagThrottleStats // nil unless producer.lag_throttle.threshold is set
 }
 
+// countAdmission returns the budget's admission hook: it counts the
+// revoked and cancelled admissions for [Router.Stats], then calls next
+// (the hooks' dispatch; nil when no hook listens).
+func (r *Router) countAdmission(next func(*message.Message, middleware.Admission)) func(*message.Message, middleware.Admission) {
+	return func(msg *message.Message, a middleware.Admission) {
+		switch a.Outcome {
+		case middleware.Revoked:
+			r.revocations.Add(1)
+		case middleware.Cancelled:
+			r.cancellations.Add(1)
+		}
+		if next != nil {
+			next(msg, a)
+		}
+	}
+}
+
 // Stats returns a snapshot.
 func (r *Router) Stats() Stats {
 	s := Stats{Budget: r.budget.Stats(), Running: r.running.Load(), DeadLettered: r.deadLettered()}
-	if r.budgetMW != nil {
-		s.Revocations = r.budgetMW.Revocations()
-		s.Cancellations = r.budgetMW.Cancellations()
-	}
+	s.Revocations, s.Cancellations = r.revocations.Load(), r.cancellations.Load()
 	if r.policy != nil {
 		st := r.policy.Stats()
 		s.Shedding = &st

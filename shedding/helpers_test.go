@@ -8,6 +8,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/spillway-go/spillway/middleware"
 	"github.com/spillway-go/spillway/shedding"
 )
 
@@ -126,4 +127,14 @@ func sameSet(a, b []string) bool {
 		}
 	}
 	return true
+}
+
+// countRevoked returns an admission hook that counts the admissions that
+// stepped aside.
+func countRevoked(n *atomic.Uint64) func(*message.Message, middleware.Admission) {
+	return func(_ *message.Message, a middleware.Admission) {
+		if a.Outcome == middleware.Revoked {
+			n.Add(1)
+		}
+	}
 }
