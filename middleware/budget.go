@@ -401,7 +401,6 @@ func (b *VertexBudget) SaturatedFor() time.Duration {
 type BudgetStats struct {
 	Capacity        int64         // vertices
 	InUse           int64         // vertices admitted now
-	InUseMessages   int64         // messages admitted now
 	Waiting         int           // callers blocked in Acquire
 	WaitingVertices int64         // their vertices, clamped to the capacity
 	OldestWait      time.Duration // how long the head waiter has waited
@@ -422,7 +421,6 @@ func (b *VertexBudget) Stats() BudgetStats {
 	s := BudgetStats{
 		Capacity:        b.capacity,
 		InUse:           b.inUse,
-		InUseMessages:   b.inUseMsgs,
 		Waiting:         b.waiting,
 		WaitingVertices: b.waitingVerts,
 		PeakInUse:       b.peakInUse,

@@ -306,7 +306,7 @@ func TestGrantCancelRace(t *testing.T) {
 	}
 	wg.Wait()
 	s := b.Stats()
-	if s.InUse != 0 || s.InUseMessages != 0 || s.Waiting != 0 || s.Saturated {
+	if s.InUse != 0 || b.inUseMsgs != 0 || s.Waiting != 0 || s.Saturated {
 		t.Fatalf("leaked state after race: %+v", s)
 	}
 	if ok.Load()+failed.Load() != 400 || ok.Load() == 0 {
@@ -392,7 +392,7 @@ func TestMessageLimit(t *testing.T) {
 	p1.Release()
 	<-got
 	p2.Release()
-	if s := b.Stats(); s.InUseMessages != 0 || s.InUse != 0 || b.messageLimit != 2 {
+	if s := b.Stats(); b.inUseMsgs != 0 || s.InUse != 0 || b.messageLimit != 2 {
 		t.Fatalf("stats = %+v", s)
 	}
 }

@@ -10,18 +10,6 @@ import (
 	"github.com/spillway-go/spillway/sizing"
 )
 
-// Hook is a value passed to [WithHooks]. It implements one or more of
-// [AdmissionHook], [ShedHook], [RetryOutcomeHook] and [ResizeHook]; the
-// router calls it for the events whose interface it implements and for
-// no other. *telemetry.Metrics is one: the router's own metrics are
-// registered as the first hook, before those of WithHooks.
-//
-// Every hook method is called synchronously on the path of the event, so
-// it must be fast, must not block and must be safe for concurrent use
-// (events of different messages arrive from different goroutines). Each
-// interface says which goroutine calls it.
-type Hook any
-
 // AdmissionHook is told how the vertex budget admitted each message
 // (see [middleware.BudgetConfig.OnAdmission]): once per delivery attempt
 // that reaches the budget, from the message's goroutine, after admission is
@@ -55,13 +43,21 @@ type ResizeHook interface {
 	OnResize(from, to int64, b sizing.AutoBounds)
 }
 
-// WithHooks adds hooks that the router calls on its events (see [Hook]).
-// A hook may implement any subset of the hook interfaces; an event calls
-// every hook that implements its interface, in the order given (and in
-// the order of the WithHooks options). Nil hooks are skipped; a hook that
-// implements none of the interfaces makes [New] fail.
-func WithHooks(hooks ...Hook) Option {
-	hooks = append([]Hook(nil), hooks...)
+// WithHooks adds hooks that the router calls on its events. A hook
+// implements one or more of [AdmissionHook], [ShedHook], [RetryOutcomeHook]
+// and [ResizeHook]; the router calls it for the events whose interface it
+// implements and for no other. *telemetry.Metrics is one: the router's own
+// metrics are registered as the first hook, before those of WithHooks.
+// An event calls every hook that implements its interface, in the order
+// given (and in the order of the WithHooks options). Nil hooks are
+// skipped; a hook that implements none of the interfaces makes [New] fail.
+//
+// Every hook method is called synchronously on the path of the event, so
+// it must be fast, must not block and must be safe for concurrent use
+// (events of different messages arrive from different goroutines). Each
+// interface says which goroutine calls it.
+func WithHooks(hooks ...any) Option {
+	hooks = append([]any(nil), hooks...)
 	return func(o *options) { o.hooks = append(o.hooks, hooks...) }
 }
 
@@ -77,7 +73,7 @@ type hookSet struct {
 // newHookSet sorts hooks by the interfaces they implement. It fails on a
 // hook that implements none, most likely a method name or signature that
 // does not match.
-func newHookSet(hooks []Hook) (hookSet, error) {
+func newHookSet(hooks []any) (hookSet, error) {
 	var (
 		adm    []AdmissionHook
 		shed   []ShedHook

@@ -39,7 +39,7 @@ import (
 type Option func(*options)
 
 type options struct {
-	hooks          []Hook // WithHooks
+	hooks          []any // WithHooks
 	estimator      cost.ChargeEstimator
 	tracer         kafka.SaramaTracer
 	isPermanent    func(error) bool
@@ -269,7 +269,7 @@ func newRouter(cfg Config, logger watermill.LoggerAdapter, o options, ctl contro
 	// before the hooks of WithHooks.
 	hooks := o.hooks
 	if r.metrics != nil {
-		hooks = append([]Hook{r.metrics}, hooks...)
+		hooks = append([]any{r.metrics}, hooks...)
 	}
 	hs, err := newHookSet(hooks)
 	if err != nil {
@@ -674,7 +674,6 @@ func (r *Router) close() error {
 // Stats is a snapshot of the router's admission state.
 type Stats struct {
 	Budget        middleware.BudgetStats
-	Running       int64  // messages admitted and in their handler
 	Revocations   uint64 // waiting messages that stepped aside (Kafka rebalance, or superseded)
 	Cancellations uint64 // waiting messages that gave up (shutdown)
 	LateMarks     uint64 // acks committed after their session ended (Kafka)
@@ -710,7 +709,7 @@ func (r *Router) countAdmission(next func(*message.Message, middleware.Admission
 
 // Stats returns a snapshot.
 func (r *Router) Stats() Stats {
-	s := Stats{Budget: r.budget.Stats(), Running: r.running.Load(), DeadLettered: r.deadLettered()}
+	s := Stats{Budget: r.budget.Stats(), DeadLettered: r.deadLettered()}
 	s.Revocations, s.Cancellations = r.revocations.Load(), r.cancellations.Load()
 	if r.policy != nil {
 		st := r.policy.Stats()

@@ -73,7 +73,7 @@ var (
 // Create it with [NewMetrics]. Per-message measurements come from
 // [Metrics.Middleware], the hooks [Metrics.OnAdmission], [Metrics.OnShed]
 // and [Metrics.OnRetryOutcome] (the router passes its Metrics to its hook
-// dispatch, router.Hook), and [Metrics.RecordOutcome];
+// dispatch, router.WithHooks), and [Metrics.RecordOutcome];
 // state (budgets, lag) is read by observable instruments in the SDK's
 // collection callback, never per message ([Metrics.ObserveBudget],
 // [Metrics.ObserveBounds], [Metrics.ObserveLag]).
