@@ -11,33 +11,24 @@ import (
 	"github.com/spillway-go/spillway/cost"
 )
 
-// Outcome is how a message left budget admission.
-type Outcome uint8
+// Outcome is how a message left budget admission. Its value is the name
+// logs, span attributes and metric labels use.
+type Outcome string
 
 const (
 	// Admitted: the charge was granted and the handler ran.
-	Admitted Outcome = iota
+	Admitted Outcome = "admitted"
 	// Cancelled: the message context ended while waiting; the handler did
 	// not run and the message is nacked.
-	Cancelled
+	Cancelled Outcome = "cancelled"
 	// Revoked: the message's delivery was revoked while it waited (its
 	// Kafka session ended); the handler did not run and the message is
 	// acked without effect, so the partition's next owner processes it.
-	Revoked
+	Revoked Outcome = "revoked"
 	// Invalid: the charge could not be admitted at all (a negative cost
 	// from a custom estimator); the message is nacked.
-	Invalid
+	Invalid Outcome = "invalid"
 )
-
-var outcomeNames = [...]string{Admitted: "admitted", Cancelled: "cancelled", Revoked: "revoked", Invalid: "invalid"}
-
-// String returns "admitted", "cancelled", "revoked" or "invalid".
-func (o Outcome) String() string {
-	if int(o) < len(outcomeNames) {
-		return outcomeNames[o]
-	}
-	return fmt.Sprintf("Outcome(%d)", o)
-}
 
 // Admission describes one message's passage through the budget.
 type Admission struct {

@@ -355,7 +355,22 @@ func TestBudgetCancelledOnClose(t *testing.T) {
 }
 
 // tally counts admissions by outcome; its observe is an OnAdmission hook.
-type tally struct{ n [Invalid + 1]atomic.Int64 }
+type tally struct {
+	mu sync.Mutex
+	n  map[Outcome]int64
+}
 
-func (t *tally) observe(_ *message.Message, a Admission) { t.n[a.Outcome].Add(1) }
-func (t *tally) get(o Outcome) int64                     { return t.n[o].Load() }
+func (t *tally) observe(_ *message.Message, a Admission) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.n == nil {
+		t.n = map[Outcome]int64{}
+	}
+	t.n[a.Outcome]++
+}
+
+func (t *tally) get(o Outcome) int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.n[o]
+}

@@ -1,7 +1,6 @@
 package retrygate
 
 import (
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -10,37 +9,28 @@ import (
 )
 
 // Outcome is how one delivery of a message left the gate. Every delivery
-// ends in exactly one outcome.
-type Outcome uint8
+// ends in exactly one outcome. Its value is the snake-case name, the one
+// logs and metric labels use.
+type Outcome string
 
 const (
 	// Handled: the handler chain returned nil, on the first attempt or a
 	// retry, and the router acks (unless publishing the handler's produced
 	// messages fails, which the router turns into a nack). A delivery that
 	// budget admission stepped aside for (revoked) is handled too.
-	Handled Outcome = iota
+	Handled Outcome = "handled"
 	// Deferred: the message was handed back for a later retry, either
 	// republished to the retry topic (the original acked) or, with
 	// DeferNack, nacked for the broker to redeliver.
-	Deferred
+	Deferred Outcome = "deferred"
 	// DeadLettered: the message failed for good and was published to the
 	// dead-letter topic; the original is acked.
-	DeadLettered
+	DeadLettered Outcome = "dead_lettered"
 	// Nacked: the message could not be finished here and is nacked for
 	// redelivery: its context ended, a publish to the retry or dead-letter
 	// topic failed, or the handler panicked.
-	Nacked
+	Nacked Outcome = "nacked"
 )
-
-var outcomeNames = [...]string{Handled: "handled", Deferred: "deferred", DeadLettered: "dead_lettered", Nacked: "nacked"}
-
-// String returns "handled", "deferred", "dead_lettered" or "nacked".
-func (o Outcome) String() string {
-	if int(o) < len(outcomeNames) {
-		return outcomeNames[o]
-	}
-	return fmt.Sprintf("Outcome(%d)", o)
-}
 
 // Causes: why a delivery ended in its outcome ([Event.Cause]). They are
 // the reason labels of the spillway.messages.deferred and .dead_lettered

@@ -356,7 +356,7 @@ func (m *Metrics) OnAdmission(msg *message.Message, a middleware.Admission) {
 	RecordAdmission(msg, a)
 	ctx := msg.Context()
 	topic := m.topicOf(msg)
-	m.admissionWait.Record(ctx, a.Wait.Seconds(), m.attrs(shapeAdmission, topic, a.Outcome.String()).rec...)
+	m.admissionWait.Record(ctx, a.Wait.Seconds(), m.attrs(shapeAdmission, topic, string(a.Outcome)).rec...)
 	if a.Outcome == middleware.Revoked {
 		m.outcomes[outcomeReleased].Add(ctx, 1, m.attrs(shapeReason, topic, "revoked").add...)
 	}
