@@ -364,7 +364,7 @@ func (m *Metrics) OnAdmission(msg *message.Message, a middleware.Admission) {
 
 // OnShed records a message dropped by a shedding policy: it counts
 // spillway.messages.shed (spillway.messages.superseded for
-// [shedding.ReasonSuperseded]) by topic and reason and records the outcome
+// reason "superseded") by topic and reason and records the outcome
 // on the message like [Metrics.RecordOutcome]. Use it as the policy's hook
 // (shedding.WithOnShed(m.OnShed)); it is the router's shedding hook too.
 // Safe for concurrent use; it never blocks.
