@@ -88,7 +88,7 @@ type Event struct {
 	// publish error. Nil when handled or deferred on arrival.
 	Err error
 
-	// What the tests check besides: whether the delivery was a retry, its
+	// Read by the package's tests: whether the delivery was a retry, its
 	// in-process retries, the topic it was published to and its time in
 	// the gate.
 	redelivered bool
