@@ -3,7 +3,6 @@ package middleware
 import (
 	"errors"
 	"fmt"
-	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -12,33 +11,24 @@ import (
 	"github.com/spillway-go/spillway/cost"
 )
 
-// Outcome is how a message left budget admission.
-type Outcome uint8
+// Outcome is how a message left budget admission. Its value is the name
+// logs, span attributes and metric labels use.
+type Outcome string
 
 const (
 	// Admitted: the charge was granted and the handler ran.
-	Admitted Outcome = iota
+	Admitted Outcome = "admitted"
 	// Cancelled: the message context ended while waiting; the handler did
 	// not run and the message is nacked.
-	Cancelled
+	Cancelled Outcome = "cancelled"
 	// Revoked: the message's delivery was revoked while it waited (its
 	// Kafka session ended); the handler did not run and the message is
 	// acked without effect, so the partition's next owner processes it.
-	Revoked
+	Revoked Outcome = "revoked"
 	// Invalid: the charge could not be admitted at all (a negative cost
 	// from a custom estimator); the message is nacked.
-	Invalid
+	Invalid Outcome = "invalid"
 )
-
-var outcomeNames = [...]string{Admitted: "admitted", Cancelled: "cancelled", Revoked: "revoked", Invalid: "invalid"}
-
-// String returns "admitted", "cancelled", "revoked" or "invalid".
-func (o Outcome) String() string {
-	if int(o) < len(outcomeNames) {
-		return outcomeNames[o]
-	}
-	return fmt.Sprintf("Outcome(%d)", o)
-}
 
 // Admission describes one message's passage through the budget.
 type Admission struct {
@@ -96,9 +86,6 @@ func (c BudgetConfig) Validate() error {
 // one Budget may wrap any number of handlers, which then share the budget.
 type Budget struct {
 	cfg BudgetConfig
-
-	revoked   atomic.Uint64
-	cancelled atomic.Uint64
 }
 
 // NewBudget returns the middleware for cfg.
@@ -109,14 +96,6 @@ func NewBudget(cfg BudgetConfig) (*Budget, error) {
 	}
 	return &Budget{cfg: cfg}, nil
 }
-
-// Revocations returns how many waiting messages stepped aside because their
-// delivery was revoked.
-func (m *Budget) Revocations() uint64 { return m.revoked.Load() }
-
-// Cancellations returns how many waiting messages gave up because their
-// context ended (router shutdown, subscriber close).
-func (m *Budget) Cancellations() uint64 { return m.cancelled.Load() }
 
 // Middleware wraps h with budget admission.
 //
@@ -147,7 +126,6 @@ func (m *Budget) Middleware(h message.HandlerFunc) message.HandlerFunc {
 				m.observe(msg, Admission{Charge: c, Outcome: Invalid})
 				return nil, fmt.Errorf("spillway: admitting message %s: %w", msg.UUID, err)
 			default:
-				m.cancelled.Add(1)
 				m.observe(msg, Admission{Charge: c, Wait: p.wait, Outcome: Cancelled})
 				return nil, err
 			}
@@ -159,7 +137,6 @@ func (m *Budget) Middleware(h message.HandlerFunc) message.HandlerFunc {
 }
 
 func (m *Budget) stepAside(msg *message.Message, c cost.Charge, wait time.Duration) ([]*message.Message, error) {
-	m.revoked.Add(1)
 	m.observe(msg, Admission{Charge: c, Wait: wait, Outcome: Revoked})
 	return nil, nil
 }

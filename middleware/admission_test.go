@@ -236,11 +236,14 @@ func TestBudgetBoundHeldInRouter(t *testing.T) {
 }
 
 // A message whose delivery is revoked while it waits steps aside: its
-// handler never runs and it is acked, and the step is counted.
+// handler never runs and it is acked, and the hook is told so.
 func TestBudgetRevokedWhileWaiting(t *testing.T) {
 	vb := mustVertexBudget(100)
 	revoke := make(chan struct{})
-	var outcomes sync.Map
+	var (
+		outcomes sync.Map
+		tl       tally
+	)
 	mw := newBudgetMW(t, BudgetConfig{
 		Budget: vb,
 		Revoked: func(msg *message.Message) <-chan struct{} {
@@ -249,7 +252,7 @@ func TestBudgetRevokedWhileWaiting(t *testing.T) {
 			}
 			return nil
 		},
-		OnAdmission: func(msg *message.Message, a Admission) { outcomes.Store(msg.UUID, a.Outcome) },
+		OnAdmission: func(msg *message.Message, a Admission) { outcomes.Store(msg.UUID, a.Outcome); tl.observe(msg, a) },
 	})
 	release := make(chan struct{})
 	var ran sync.Map
@@ -265,7 +268,7 @@ func TestBudgetRevokedWhileWaiting(t *testing.T) {
 	h.publish(costed("waiter", 10))
 	waitFor(t, "waiter queued", func() bool { return vb.Stats().Waiting == 1 })
 	close(revoke)
-	waitFor(t, "waiter to step aside", func() bool { return mw.Revocations() == 1 })
+	waitFor(t, "waiter to step aside", func() bool { return tl.get(Revoked) == 1 })
 	if vb.Stats().Waiting != 0 {
 		t.Fatal("revoked waiter still queued")
 	}
@@ -286,11 +289,12 @@ func TestBudgetRevokedBeforeAdmission(t *testing.T) {
 	vb := mustVertexBudget(100)
 	closed := make(chan struct{})
 	close(closed)
-	mw := newBudgetMW(t, BudgetConfig{Budget: vb, Revoked: func(*message.Message) <-chan struct{} { return closed }})
+	var tl tally
+	mw := newBudgetMW(t, BudgetConfig{Budget: vb, Revoked: func(*message.Message) <-chan struct{} { return closed }, OnAdmission: tl.observe})
 	var ran atomic.Int64
 	h := newHarness(t, func(*message.Message) error { ran.Add(1); return nil }, mw.Middleware)
 	h.publish(costed("a", 1))
-	waitFor(t, "step aside", func() bool { return mw.Revocations() == 1 })
+	waitFor(t, "step aside", func() bool { return tl.get(Revoked) == 1 })
 	if ran.Load() != 0 {
 		t.Fatal("handler ran for a revoked delivery")
 	}
@@ -300,7 +304,8 @@ func TestBudgetRevokedBeforeAdmission(t *testing.T) {
 // does not run, nothing is held, and the message is nacked, not acked.
 func TestBudgetCancelledOnClose(t *testing.T) {
 	vb := mustVertexBudget(100)
-	mw := newBudgetMW(t, BudgetConfig{Budget: vb})
+	var tl tally
+	mw := newBudgetMW(t, BudgetConfig{Budget: vb, OnAdmission: tl.observe})
 	release := make(chan struct{})
 	var ran sync.Map
 	waiterErr := make(chan error, 1)
@@ -335,7 +340,7 @@ func TestBudgetCancelledOnClose(t *testing.T) {
 	go func() { h.close(); close(closed) }()
 	// GoChannel resends a nacked message until its subscriber is closed, so
 	// the waiter may be delivered (and cancelled) again during shutdown.
-	waitFor(t, "waiter to give up", func() bool { return mw.Cancellations() >= 1 })
+	waitFor(t, "waiter to give up", func() bool { return tl.get(Cancelled) >= 1 })
 	if _, ok := ran.Load("waiter"); ok {
 		t.Fatal("handler ran for a message cancelled while waiting")
 	}
@@ -344,7 +349,28 @@ func TestBudgetCancelledOnClose(t *testing.T) {
 	}
 	close(release)
 	<-closed
-	if s := vb.Stats(); s.InUse != 0 || s.Waiting != 0 || s.Cancelled < 1 {
+	if s := vb.Stats(); s.InUse != 0 || s.Waiting != 0 || vb.cancelled < 1 {
 		t.Fatalf("stats = %+v", s)
 	}
+}
+
+// tally counts admissions by outcome; its observe is an OnAdmission hook.
+type tally struct {
+	mu sync.Mutex
+	n  map[Outcome]int64
+}
+
+func (t *tally) observe(_ *message.Message, a Admission) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.n == nil {
+		t.n = map[Outcome]int64{}
+	}
+	t.n[a.Outcome]++
+}
+
+func (t *tally) get(o Outcome) int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.n[o]
 }

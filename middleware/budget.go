@@ -393,34 +393,26 @@ func (b *VertexBudget) SaturatedFor() time.Duration {
 	return d
 }
 
-// BudgetStats is a point-in-time snapshot of a [VertexBudget].
+// BudgetStats is a point-in-time snapshot of a [VertexBudget]. The
+// telemetry package exports most of it (spillway.budget.*); how long the
+// budget has been saturated is [VertexBudget.SaturatedFor], its fill ratio
+// InUse / Capacity, and waits that were abandoned are the cancelled and
+// revoked admissions ([Admission.Outcome]).
 type BudgetStats struct {
 	Capacity        int64         // vertices
 	InUse           int64         // vertices admitted now
-	MessageLimit    int64         // 0: unlimited
-	InUseMessages   int64         // messages admitted now
 	Waiting         int           // callers blocked in Acquire
 	WaitingVertices int64         // their vertices, clamped to the capacity
 	OldestWait      time.Duration // how long the head waiter has waited
 	// Saturated: the next charge cannot be admitted at once (someone is
 	// waiting, or the vertices or the message limit are used up).
-	Saturated    bool
-	SaturatedFor time.Duration // how long without a break (0: not saturated)
-	PeakInUse    int64         // highest InUse seen
-	Admitted     uint64        // permits granted, in total
-	Clamped      uint64        // of which clamped to the capacity
-	Waited       uint64        // of which had to wait
-	Cancelled    uint64        // waits abandoned (context done or revoked)
-	TotalWait    time.Duration
-	MaxWait      time.Duration // longest wait of any admitted charge
-}
-
-// FillRatio returns InUse / Capacity.
-func (s BudgetStats) FillRatio() float64 {
-	if s.Capacity <= 0 {
-		return 0
-	}
-	return float64(s.InUse) / float64(s.Capacity)
+	Saturated bool
+	PeakInUse int64         // highest InUse seen
+	Admitted  uint64        // permits granted, in total
+	Clamped   uint64        // of which clamped to the capacity
+	Waited    uint64        // of which had to wait
+	TotalWait time.Duration // summed over the admitted charges
+	MaxWait   time.Duration // longest wait of any admitted charge
 }
 
 // Stats returns a snapshot. It takes the lock once and does not allocate.
@@ -429,15 +421,12 @@ func (b *VertexBudget) Stats() BudgetStats {
 	s := BudgetStats{
 		Capacity:        b.capacity,
 		InUse:           b.inUse,
-		MessageLimit:    b.messageLimit,
-		InUseMessages:   b.inUseMsgs,
 		Waiting:         b.waiting,
 		WaitingVertices: b.waitingVerts,
 		PeakInUse:       b.peakInUse,
 		Admitted:        b.admitted,
 		Clamped:         b.clamped,
 		Waited:          b.waited,
-		Cancelled:       b.cancelled,
 		TotalWait:       b.totalWait,
 		MaxWait:         b.maxWait,
 	}
@@ -445,7 +434,6 @@ func (b *VertexBudget) Stats() BudgetStats {
 		s.OldestWait = time.Since(b.epoch) - b.head.enqueued
 	}
 	b.mu.Unlock()
-	s.SaturatedFor = b.SaturatedFor()
-	s.Saturated = s.SaturatedFor > 0
+	s.Saturated = b.SaturatedFor() > 0
 	return s
 }

@@ -102,8 +102,9 @@ func TestValidateNamesFieldAndValue(t *testing.T) {
 	if err := (Config{RetryRate: spillway.Off}).Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := New(Config{}, Options{}); !errors.Is(err, ErrNoPublisher) {
-		t.Fatalf("err = %v, want ErrNoPublisher", err)
+	var fe *spillway.FieldError
+	if _, err := New(Config{}, Options{}); !errors.As(err, &fe) || fe.Field != "Publisher" || !errors.Is(err, spillway.ErrInvalidConfig) {
+		t.Fatalf("err = %v, want a FieldError for Publisher", err)
 	}
 }
 

@@ -23,8 +23,8 @@
 //     metadata. If that publish fails the message is nacked, never dropped.
 //
 // Every delivery ends in exactly one [Outcome] (handled, deferred,
-// dead-lettered, nacked), counted by topic in [Gate.Stats] and reported to
-// [Options.OnOutcome].
+// dead-lettered, nacked), counted in [Gate.Stats] and reported to
+// [Options.OnOutcome] with its cause.
 //
 // # Wiring
 //

@@ -43,13 +43,11 @@ const maxBackoffSteps = 64
 // maxAttemptCount bounds the attempt count read from metadata.
 const maxAttemptCount = 1 << 20
 
-// ErrNoPublisher is returned by [New] when Options.Publisher is nil.
-var ErrNoPublisher = errors.New("retrygate: Options.Publisher is nil")
-
 // Options are a gate's runtime dependencies.
 type Options struct {
 	// Publisher publishes deferred messages to the retry topic and failed
-	// ones to the dead-letter topic. Required. It is called from message
+	// ones to the dead-letter topic. Required: without it [New] returns a
+	// [*spillway.FieldError] for "Publisher". It is called from message
 	// goroutines and must be safe for concurrent use.
 	Publisher message.Publisher
 
@@ -106,7 +104,7 @@ func New(cfg Config, opts Options) (*Gate, error) {
 		return nil, err
 	}
 	if opts.Publisher == nil {
-		return nil, ErrNoPublisher
+		return nil, &spillway.FieldError{Field: "Publisher", Value: "nil", Reason: "required (Options.Publisher)"}
 	}
 	if opts.IsPermanent == nil {
 		opts.IsPermanent = IsPermanent
@@ -125,8 +123,15 @@ func New(cfg Config, opts Options) (*Gate, error) {
 // Stats returns a snapshot of the gate's counters. Each counter is read
 // atomically, the set of them is not.
 func (g *Gate) Stats() Stats {
-	total, byTopic := g.counts.snapshot()
-	return Stats{Counts: total, Topics: byTopic, RetryTokens: g.budget.tokens()}
+	c := g.counts.snapshot()
+	return Stats{
+		Handled:      c.handled,
+		Deferred:     c.deferred,
+		DeadLettered: c.deadLettered,
+		Nacked:       c.nacked,
+		Retries:      c.retries,
+		RetryTokens:  g.budget.tokens(),
+	}
 }
 
 // saturated reports whether the gate currently treats the consumer as
@@ -185,7 +190,7 @@ func AttemptFromCtx(ctx context.Context) int {
 // spillway_last_error (the handler's last error). A failed
 // publish to either topic nacks the original: nothing is dropped.
 //
-// A panic in h is counted (Nacked, CausePanic) and passed on unchanged.
+// A panic in h is counted (Nacked, causePanic) and passed on unchanged.
 func (g *Gate) Middleware(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
 		d := g.arrive(msg)
@@ -194,7 +199,7 @@ func (g *Gate) Middleware(h message.HandlerFunc) message.HandlerFunc {
 				return
 			}
 			if r := recover(); r != nil {
-				d.end(Nacked, CausePanic, "", fmt.Errorf("retrygate: handler panicked: %v", r))
+				d.end(Nacked, causePanic, "", fmt.Errorf("retrygate: handler panicked: %v", r))
 				panic(r)
 			}
 		}()
@@ -270,15 +275,15 @@ func (d *delivery) run(h message.HandlerFunc) ([]*message.Message, error) {
 		g.budget.earn()
 	}
 	if err := d.holdUntilDue(); err != nil {
-		return d.nack(CauseContextDone, err)
+		return d.nack(causeContextDone, err)
 	}
 	if d.redelivered {
 		if g.saturated() {
-			return d.deferMsg(CauseSaturatedOnArrival, d.bo.NextBackOff())
+			return d.deferMsg(causeSaturatedOnArrival, d.bo.NextBackOff())
 		}
 		if !g.budget.take() {
 			g.counts.get(d.topic).budgetDenied.Add(1)
-			return d.deferMsg(CauseRetryBudget, d.bo.NextBackOff())
+			return d.deferMsg(causeRetryBudget, d.bo.NextBackOff())
 		}
 	}
 	for {
@@ -286,7 +291,7 @@ func (d *delivery) run(h message.HandlerFunc) ([]*message.Message, error) {
 		d.msg.SetContext(context.WithValue(d.ctx, attemptCtxKey{}, d.attempts))
 		out, err := h(d.msg)
 		if err == nil {
-			d.end(Handled, CauseNone, "", nil)
+			d.end(Handled, causeNone, "", nil)
 			return out, nil
 		}
 		d.lastErr = err
@@ -295,29 +300,29 @@ func (d *delivery) run(h message.HandlerFunc) ([]*message.Message, error) {
 			// The work was abandoned, not failed: the delivery is ending,
 			// or a layer below gave up its wait (budget admission during
 			// shutdown, say). Nack it for redelivery.
-			return d.nack(CauseContextDone, err)
+			return d.nack(causeContextDone, err)
 		case g.opts.IsPermanent(err):
-			return d.deadLetter(CausePermanent)
+			return d.deadLetter(causePermanent)
 		case d.attempts >= g.cfg.MaxAttempts:
-			return d.deadLetter(CauseAttemptsExhausted)
+			return d.deadLetter(causeAttemptsExhausted)
 		case g.saturated():
-			return d.deferMsg(CauseSaturated, d.bo.NextBackOff())
+			return d.deferMsg(causeSaturated, d.bo.NextBackOff())
 		}
 		wait := d.bo.NextBackOff()
 		if time.Since(d.start)+wait > g.cfg.MaxElapsedTime {
-			return d.deferMsg(CauseMaxElapsed, wait)
+			return d.deferMsg(causeMaxElapsed, wait)
 		}
 		if !g.budget.take() {
 			g.counts.get(d.topic).budgetDenied.Add(1)
-			return d.deferMsg(CauseRetryBudget, wait)
+			return d.deferMsg(causeRetryBudget, wait)
 		}
 		if err := sleep(d.ctx, wait); err != nil {
-			return d.nack(CauseContextDone, err)
+			return d.nack(causeContextDone, err)
 		}
 		if g.saturated() {
 			// Pressure rose while we waited; the token is spent, the
 			// retry is not.
-			return d.deferMsg(CauseSaturated, d.bo.NextBackOff())
+			return d.deferMsg(causeSaturated, d.bo.NextBackOff())
 		}
 		d.retries++
 		g.counts.get(d.topic).retries.Add(1)
@@ -358,7 +363,7 @@ func sleep(ctx context.Context, d time.Duration) error {
 
 // deferMsg hands the message back for a retry no earlier than delay from
 // now.
-func (d *delivery) deferMsg(cause Cause, delay time.Duration) ([]*message.Message, error) {
+func (d *delivery) deferMsg(cause string, delay time.Duration) ([]*message.Message, error) {
 	g := d.g
 	deferrals := d.deferrals + 1
 	stamp := func(m *message.Message) {
@@ -370,7 +375,7 @@ func (d *delivery) deferMsg(cause Cause, delay time.Duration) ([]*message.Messag
 			m.Metadata.Set(lastErrorKey, d.lastErr.Error())
 		}
 	}
-	if cause == CauseSaturatedOnArrival {
+	if cause == causeSaturatedOnArrival {
 		g.counts.get(d.topic).onArrival.Add(1)
 	}
 	if g.cfg.Defer == DeferNack {
@@ -389,13 +394,13 @@ func (d *delivery) deferMsg(cause Cause, delay time.Duration) ([]*message.Messag
 	dest := g.cfg.RetryTopicFor(d.origin)
 	if err := g.opts.Publisher.Publish(dest, cp); err != nil {
 		g.opts.Logger.Error("retrygate: cannot publish to retry topic; nacking", err, d.logFields(dest))
-		return d.nack(CausePublishFailed, fmt.Errorf("retrygate: publishing to retry topic %q: %w", dest, err))
+		return d.nack(causePublishFailed, fmt.Errorf("retrygate: publishing to retry topic %q: %w", dest, err))
 	}
 	d.end(Deferred, cause, dest, d.lastErr)
 	return nil, nil
 }
 
-func (d *delivery) deadLetter(cause Cause) ([]*message.Message, error) {
+func (d *delivery) deadLetter(cause string) ([]*message.Message, error) {
 	g := d.g
 	cp := d.msg.Copy()
 	delete(cp.Metadata, notBeforeKey)
@@ -405,28 +410,28 @@ func (d *delivery) deadLetter(cause Cause) ([]*message.Message, error) {
 	cp.Metadata.Set(wmw.PoisonedSubscriberKey, message.SubscriberNameFromCtx(d.ctx))
 	cp.Metadata.Set(AttemptKey, strconv.Itoa(d.attempts))
 	cp.Metadata.Set(OriginTopicKey, d.origin)
-	cp.Metadata.Set(DeadLetterCauseKey, cause.String())
+	cp.Metadata.Set(DeadLetterCauseKey, cause)
 	dest := g.cfg.DeadLetterTopicFor(d.origin)
 	if err := g.opts.Publisher.Publish(dest, cp); err != nil {
 		g.opts.Logger.Error("retrygate: cannot publish to dead-letter topic; nacking", err, d.logFields(dest))
-		return d.nack(CausePublishFailed, fmt.Errorf("retrygate: publishing to dead-letter topic %q: %w", dest, err))
+		return d.nack(causePublishFailed, fmt.Errorf("retrygate: publishing to dead-letter topic %q: %w", dest, err))
 	}
 	f := d.logFields(dest)
-	f["cause"] = cause.String()
+	f["cause"] = cause
 	g.opts.Logger.Info("retrygate: message dead-lettered: "+d.lastErr.Error(), f)
 	d.end(DeadLettered, cause, dest, d.lastErr)
 	return nil, nil
 }
 
 // nack ends the delivery with err, which the router turns into a nack.
-func (d *delivery) nack(cause Cause, err error) ([]*message.Message, error) {
+func (d *delivery) nack(cause string, err error) ([]*message.Message, error) {
 	d.end(Nacked, cause, "", err)
 	return nil, err
 }
 
 // end records the outcome, restores the message context and reports the
 // event.
-func (d *delivery) end(o Outcome, c Cause, dest string, err error) {
+func (d *delivery) end(o Outcome, c string, dest string, err error) {
 	d.done = true
 	d.msg.SetContext(d.ctx)
 	ctr := d.g.counts.get(d.topic)
@@ -444,15 +449,14 @@ func (d *delivery) end(o Outcome, c Cause, dest string, err error) {
 		f(Event{
 			Message:     d.msg,
 			Topic:       d.topic,
-			Handler:     d.handler,
 			Outcome:     o,
 			Cause:       c,
-			Redelivered: d.redelivered,
 			Attempts:    d.attempts,
-			Retries:     d.retries,
-			Destination: dest,
 			Err:         err,
-			Elapsed:     time.Since(d.start),
+			redelivered: d.redelivered,
+			retries:     d.retries,
+			destination: dest,
+			elapsed:     time.Since(d.start),
 		})
 	}
 }

@@ -81,7 +81,7 @@ func TestBackoffStopsWhenContextEnds(t *testing.T) {
 		if runs.Load() != 1 || pub.n.Load() != 0 {
 			t.Fatalf("runs = %d, publishes = %d; want 1, 0", runs.Load(), pub.n.Load())
 		}
-		if e := lastEvent(t, ev); e.Outcome != Nacked || e.Cause != CauseContextDone {
+		if e := lastEvent(t, ev); e.Outcome != Nacked || e.Cause != causeContextDone {
 			t.Fatalf("event = %v/%v, want nacked/context_done", e.Outcome, e.Cause)
 		}
 		if e := lastEvent(t, ev); e.Message != msg || ev.lastContext() != ctx {
@@ -109,21 +109,21 @@ func TestRetryBudgetExhaustedDefersThenRefills(t *testing.T) {
 		if err := call(g.Middleware, h, newMsg("a")); err != nil {
 			t.Fatal(err)
 		}
-		if e := lastEvent(t, ev); e.Outcome != Handled || e.Retries != 1 {
-			t.Fatalf("a: %v after %d retries, want handled after 1 (the one token)", e.Outcome, e.Retries)
+		if e := lastEvent(t, ev); e.Outcome != Handled || e.retries != 1 {
+			t.Fatalf("a: %v after %d retries, want handled after 1 (the one token)", e.Outcome, e.retries)
 		}
 
 		if err := call(g.Middleware, h, newMsg("b")); err != nil {
 			t.Fatal(err)
 		}
 		e := lastEvent(t, ev)
-		if e.Outcome != Deferred || e.Cause != CauseRetryBudget || e.Retries != 0 || e.Destination != "retry" {
+		if e.Outcome != Deferred || e.Cause != causeRetryBudget || e.retries != 0 || e.destination != "retry" {
 			t.Fatalf("b: %+v, want deferred for lack of a token", e)
 		}
 		if got := pub.on("retry"); len(got) != 1 || got[0].Metadata.Get(AttemptKey) != "1" {
 			t.Fatalf("retry topic = %v, want b with attempt 1", got)
 		}
-		if st := g.Stats(); st.RetryBudgetDenied != 1 || st.RetryTokens >= 1 {
+		if st := g.Stats(); g.counts.snapshot().budgetDenied != 1 || st.RetryTokens >= 1 {
 			t.Fatalf("stats = %+v, want 1 denial and an empty bucket", st)
 		}
 
@@ -131,8 +131,8 @@ func TestRetryBudgetExhaustedDefersThenRefills(t *testing.T) {
 		if err := call(g.Middleware, h, newMsg("c")); err != nil {
 			t.Fatal(err)
 		}
-		if e := lastEvent(t, ev); e.Outcome != Handled || e.Retries != 1 {
-			t.Fatalf("c: %v after %d retries, want handled after 1", e.Outcome, e.Retries)
+		if e := lastEvent(t, ev); e.Outcome != Handled || e.retries != 1 {
+			t.Fatalf("c: %v after %d retries, want handled after 1", e.Outcome, e.retries)
 		}
 		if runs.Load() != 5 {
 			t.Fatalf("runs = %d, want 5", runs.Load())
@@ -154,7 +154,7 @@ func TestRetryRatioEarnsTokens(t *testing.T) {
 		once := failFirst(1, &runs)
 
 		_ = call(g.Middleware, once, newMsg("a")) // earns 0.5, cannot retry
-		if e := lastEvent(t, ev); e.Cause != CauseRetryBudget {
+		if e := lastEvent(t, ev); e.Cause != causeRetryBudget {
 			t.Fatalf("a: %v, want deferred for the budget", e.Cause)
 		}
 		for i := range 10 { // earn 5, capped at 2
@@ -170,7 +170,7 @@ func TestRetryRatioEarnsTokens(t *testing.T) {
 			t.Fatalf("tokens = %v after a redelivery, want 1", tok)
 		}
 		_ = call(g.Middleware, once, newMsg("b")) // earns 0.5, spends 1
-		if e := lastEvent(t, ev); e.Outcome != Handled || e.Retries != 1 {
+		if e := lastEvent(t, ev); e.Outcome != Handled || e.retries != 1 {
 			t.Fatalf("b: %+v, want handled after 1 retry", e)
 		}
 		if tok := g.Stats().RetryTokens; tok != 0.5 {
@@ -212,7 +212,7 @@ func TestRedeliveredShedOnArrival(t *testing.T) {
 					t.Fatalf("%s: err = %v", m.UUID, err)
 				}
 				e := lastEvent(t, ev)
-				if e.Outcome != Deferred || e.Cause != CauseSaturatedOnArrival || !e.Redelivered {
+				if e.Outcome != Deferred || e.Cause != causeSaturatedOnArrival || !e.redelivered {
 					t.Fatalf("%s: %+v, want deferred on arrival", m.UUID, e)
 				}
 			}
@@ -225,9 +225,9 @@ func TestRedeliveredShedOnArrival(t *testing.T) {
 			if runs.Load() != 1 || lastEvent(t, ev).Outcome != Handled {
 				t.Fatal("fresh message did not run under saturation")
 			}
-			st := g.Stats()
-			if st.DeferredOnArrival != 2 || st.Deferred != 2 || st.Handled != 1 {
-				t.Fatalf("stats = %+v", st.Counts)
+			st := g.counts.snapshot()
+			if st.onArrival != 2 || st.deferred != 2 || st.handled != 1 {
+				t.Fatalf("stats = %+v", st)
 			}
 			wantPub := 2
 			if mode == DeferNack {
@@ -279,7 +279,7 @@ func TestRetryPublishFailureNacks(t *testing.T) {
 	if !errors.Is(err, errPublish) {
 		t.Fatalf("err = %v, want the publish error", err)
 	}
-	if e := lastEvent(t, ev); e.Outcome != Nacked || e.Cause != CausePublishFailed {
+	if e := lastEvent(t, ev); e.Outcome != Nacked || e.Cause != causePublishFailed {
 		t.Fatalf("event = %+v", e)
 	}
 }
@@ -332,7 +332,7 @@ func TestMaxElapsedTimeDefers(t *testing.T) {
 		// Attempt 1 fails at 0s, waits 1s; attempt 2 fails at 1s and the
 		// next wait (2s) would end at 3s > 2s.
 		e := lastEvent(t, ev)
-		if e.Outcome != Deferred || e.Cause != CauseMaxElapsed || e.Attempts != 2 || e.Elapsed != time.Second {
+		if e.Outcome != Deferred || e.Cause != causeMaxElapsed || e.Attempts != 2 || e.elapsed != time.Second {
 			t.Fatalf("event = %+v", e)
 		}
 		r := pub.on("retry")[0]
@@ -357,12 +357,12 @@ func TestSaturatedAfterThreshold(t *testing.T) {
 		var runs atomic.Int64
 		sat.Store(int64(50 * time.Millisecond))
 		_ = call(g.Middleware, failFirst(1, &runs), newMsg("short"))
-		if e := lastEvent(t, ev); e.Outcome != Handled || e.Retries != 1 {
+		if e := lastEvent(t, ev); e.Outcome != Handled || e.retries != 1 {
 			t.Fatalf("short saturation: %+v, want retried in process", e)
 		}
 		sat.Store(int64(100 * time.Millisecond))
 		_ = call(g.Middleware, failFirst(1, &runs), newMsg("long"))
-		if e := lastEvent(t, ev); e.Outcome != Deferred || e.Cause != CauseSaturated {
+		if e := lastEvent(t, ev); e.Outcome != Deferred || e.Cause != causeSaturated {
 			t.Fatalf("sustained saturation: %+v, want deferred", e)
 		}
 	})
@@ -419,11 +419,11 @@ func TestPanicCountedAndPassedOn(t *testing.T) {
 		}()
 		_ = call(g.Middleware, func(*message.Message) ([]*message.Message, error) { panic("boom") }, newMsg("p"))
 	}()
-	if e := lastEvent(t, ev); e.Outcome != Nacked || e.Cause != CausePanic {
+	if e := lastEvent(t, ev); e.Outcome != Nacked || e.Cause != causePanic {
 		t.Fatalf("event = %+v", e)
 	}
 	if st := g.Stats(); st.Nacked != 1 || st.deliveries() != 1 {
-		t.Fatalf("stats = %+v", st.Counts)
+		t.Fatalf("stats = %+v", st)
 	}
 }
 
@@ -436,7 +436,7 @@ func TestMalformedAttemptMetadata(t *testing.T) {
 		m.Metadata.Set(AttemptKey, v)
 		var runs atomic.Int64
 		_ = call(g.Middleware, failFirst(0, &runs), m)
-		if e := lastEvent(t, ev); e.Redelivered || e.Attempts != 1 {
+		if e := lastEvent(t, ev); e.redelivered || e.Attempts != 1 {
 			t.Fatalf("attempt %q: %+v, want a fresh first attempt", v, e)
 		}
 	}
@@ -499,7 +499,7 @@ func TestCanceledBelowGateNacks(t *testing.T) {
 	if !errors.Is(err, context.Canceled) || runs.Load() != 1 || pub.n.Load() != 0 {
 		t.Fatalf("err = %v, runs = %d, publishes = %d", err, runs.Load(), pub.n.Load())
 	}
-	if e := lastEvent(t, ev); e.Outcome != Nacked || e.Cause != CauseContextDone {
+	if e := lastEvent(t, ev); e.Outcome != Nacked || e.Cause != causeContextDone {
 		t.Fatalf("event = %+v", e)
 	}
 }

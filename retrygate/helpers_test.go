@@ -198,3 +198,19 @@ func (e *events) all() []Event {
 	defer e.mu.Unlock()
 	return append([]Event(nil), e.ev...)
 }
+
+// deliveries returns handled + deferred + deadLettered + nacked.
+func (c counts) deliveries() uint64 { return c.handled + c.deferred + c.deadLettered + c.nacked }
+
+// deliveries returns Handled + Deferred + DeadLettered + Nacked.
+func (s Stats) deliveries() uint64 { return s.Handled + s.Deferred + s.DeadLettered + s.Nacked }
+
+// byTopic returns every topic's counters.
+func (t *topicCounters) byTopic() map[string]counts {
+	m := make(map[string]counts)
+	t.m.Range(func(k, v any) bool {
+		m[k.(string)] = v.(*counters).snapshot()
+		return true
+	})
+	return m
+}

@@ -68,7 +68,7 @@ func TestBudgetNotHeldDuringBackoff(t *testing.T) {
 		check(3)
 		st := rg.gate.Stats()
 		if st.Handled != 1 || st.Retries != 2 || st.deliveries() != 1 {
-			t.Fatalf("stats = %+v, want 1 handled after 2 retries", st.Counts)
+			t.Fatalf("stats = %+v, want 1 handled after 2 retries", st)
 		}
 		if s := vb.Stats(); s.Admitted != 3 {
 			t.Fatalf("budget admitted %d charges, want 3 (one per attempt)", s.Admitted)
@@ -110,8 +110,8 @@ func TestSaturationDefersWhileFreshFlows(t *testing.T) {
 			t.Fatalf("deferral took %v of backoff, want none", d)
 		}
 		st := rg.gate.Stats()
-		if st.Topics["in"].Handled != 20 || st.Topics["in"].Deferred != 1 || st.Retries != 0 {
-			t.Fatalf("topic in: %+v, want 20 handled, 1 deferred, no retries", st.Topics["in"])
+		if in := rg.gate.counts.topic("in"); in.handled != 20 || in.deferred != 1 || st.Retries != 0 {
+			t.Fatalf("topic in: %+v, want 20 handled, 1 deferred, no retries", in)
 		}
 		retries := rg.pub.on("in.retry")
 		if len(retries) != 1 {
@@ -139,7 +139,7 @@ func TestSaturationDefersWhileFreshFlows(t *testing.T) {
 		time.Sleep(time.Second)
 		synctest.Wait()
 		st = rg.gate.Stats()
-		if c := st.Topics["in.retry"]; c.Deferred != 1 || c.DeferredOnArrival != 1 || c.Handled != 0 {
+		if c := rg.gate.counts.topic("in.retry"); c.deferred != 1 || c.onArrival != 1 || c.handled != 0 {
 			t.Fatalf("topic in.retry: %+v, want 1 deferred on arrival", c)
 		}
 		mu.Lock()
@@ -162,7 +162,7 @@ func TestSaturationDefersWhileFreshFlows(t *testing.T) {
 		mu.Unlock()
 		st = rg.gate.Stats()
 		if st.Handled != 21 || st.Deferred != 2 || st.DeadLettered != 0 || st.Nacked != 0 {
-			t.Fatalf("stats = %+v, want 21 handled, 2 deferred", st.Counts)
+			t.Fatalf("stats = %+v, want 21 handled, 2 deferred", st)
 		}
 	})
 }
@@ -220,7 +220,7 @@ func TestPermanentErrorDeadLettersAtOnce(t *testing.T) {
 				}
 				st := rg.gate.Stats()
 				if st.DeadLettered != 1 || st.deliveries() != 1 || st.Retries != 0 {
-					t.Fatalf("stats = %+v", st.Counts)
+					t.Fatalf("stats = %+v", st)
 				}
 			})
 		})
@@ -263,10 +263,10 @@ func TestTransientErrorDeadLettersAfterMaxAttempts(t *testing.T) {
 		}
 		st := rg.gate.Stats()
 		if st.DeadLettered != 1 || st.Retries != 2 || st.deliveries() != 1 {
-			t.Fatalf("stats = %+v", st.Counts)
+			t.Fatalf("stats = %+v", st)
 		}
 		// Waits of 1s and 2s, no jitter.
-		if e := ev.all(); len(e) != 1 || e[0].Elapsed != 3*time.Second || e[0].Retries != 2 || e[0].Attempts != 3 {
+		if e := ev.all(); len(e) != 1 || e[0].elapsed != 3*time.Second || e[0].retries != 2 || e[0].Attempts != 3 {
 			t.Fatalf("events = %+v, want one after 3s, 2 retries, 3 attempts", e)
 		}
 	})
@@ -312,9 +312,8 @@ func TestAttemptsCountAcrossDeferrals(t *testing.T) {
 			m.Get(wmw.PoisonedHandlerKey) != "h_retry" || m.Get(OriginTopicKey) != "in" {
 			t.Fatalf("dead letter metadata = %v", m)
 		}
-		st := rg.gate.Stats()
-		if st.Topics["in"].Deferred != 1 || st.Topics["in.retry"].DeadLettered != 1 || st.Topics["in.retry"].Retries != 1 {
-			t.Fatalf("stats = %+v", st.Topics)
+		if in, retry := rg.gate.counts.topic("in"), rg.gate.counts.topic("in.retry"); in.deferred != 1 || retry.deadLettered != 1 || retry.retries != 1 {
+			t.Fatalf("stats = %+v", rg.gate.counts.byTopic())
 		}
 	})
 }
@@ -337,16 +336,16 @@ func TestDeadLetterPublishFailureNacks(t *testing.T) {
 
 		st := rg.gate.Stats()
 		if st.Nacked != 2 || st.DeadLettered != 1 || calls.Load() != 3 {
-			t.Fatalf("stats = %+v after %d calls, want 2 nacked then dead-lettered", st.Counts, calls.Load())
+			t.Fatalf("stats = %+v after %d calls, want 2 nacked then dead-lettered", st, calls.Load())
 		}
 		if n := len(rg.pub.on("dlq")); n != 1 {
 			t.Fatalf("%d dead letters, want 1", n)
 		}
-		var causes []Cause
+		var causes []string
 		for _, e := range ev.all() {
 			causes = append(causes, e.Cause)
 		}
-		want := []Cause{CausePublishFailed, CausePublishFailed, CausePermanent}
+		want := []string{causePublishFailed, causePublishFailed, causePermanent}
 		if len(causes) != 3 || causes[0] != want[0] || causes[1] != want[1] || causes[2] != want[2] {
 			t.Fatalf("causes = %v, want %v", causes, want)
 		}

@@ -1,7 +1,6 @@
 package retrygate
 
 import (
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -10,90 +9,60 @@ import (
 )
 
 // Outcome is how one delivery of a message left the gate. Every delivery
-// ends in exactly one outcome.
-type Outcome uint8
+// ends in exactly one outcome. Its value is the snake-case name, the one
+// logs and metric labels use.
+type Outcome string
 
 const (
 	// Handled: the handler chain returned nil, on the first attempt or a
 	// retry, and the router acks (unless publishing the handler's produced
 	// messages fails, which the router turns into a nack). A delivery that
 	// budget admission stepped aside for (revoked) is handled too.
-	Handled Outcome = iota
+	Handled Outcome = "handled"
 	// Deferred: the message was handed back for a later retry, either
 	// republished to the retry topic (the original acked) or, with
 	// DeferNack, nacked for the broker to redeliver.
-	Deferred
+	Deferred Outcome = "deferred"
 	// DeadLettered: the message failed for good and was published to the
 	// dead-letter topic; the original is acked.
-	DeadLettered
+	DeadLettered Outcome = "dead_lettered"
 	// Nacked: the message could not be finished here and is nacked for
 	// redelivery: its context ended, a publish to the retry or dead-letter
 	// topic failed, or the handler panicked.
-	Nacked
+	Nacked Outcome = "nacked"
 )
 
-var outcomeNames = [...]string{Handled: "handled", Deferred: "deferred", DeadLettered: "dead_lettered", Nacked: "nacked"}
-
-// String returns "handled", "deferred", "dead_lettered" or "nacked".
-func (o Outcome) String() string {
-	if int(o) < len(outcomeNames) {
-		return outcomeNames[o]
-	}
-	return fmt.Sprintf("Outcome(%d)", o)
-}
-
-// Cause is why a delivery ended in its outcome.
-type Cause uint8
-
+// Causes: why a delivery ended in its outcome ([Event.Cause]). They are
+// the reason labels of the spillway.messages.deferred and .dead_lettered
+// metrics, and a dead-letter copy's [DeadLetterCauseKey] is one of them.
 const (
-	// CauseNone: the message was handled.
-	CauseNone Cause = iota
-	// CauseSaturated: the handler failed while the consumer was saturated,
+	// causeNone: the message was handled.
+	causeNone = ""
+	// causeSaturated: the handler failed while the consumer was saturated,
 	// so the message was deferred rather than retried in process.
-	CauseSaturated
-	// CauseSaturatedOnArrival: a redelivered message arrived while the
+	causeSaturated = "saturated"
+	// causeSaturatedOnArrival: a redelivered message arrived while the
 	// consumer was saturated and was deferred without running the handler.
-	CauseSaturatedOnArrival
-	// CauseRetryBudget: the retry budget had no token for the retry.
-	CauseRetryBudget
-	// CauseMaxElapsed: the next backoff wait would have ended past
+	causeSaturatedOnArrival = "saturated_on_arrival"
+	// causeRetryBudget: the retry budget had no token for the retry.
+	causeRetryBudget = "retry_budget"
+	// causeMaxElapsed: the next backoff wait would have ended past
 	// Config.MaxElapsedTime.
-	CauseMaxElapsed
-	// CausePermanent: the error was classified permanent.
-	CausePermanent
-	// CauseAttemptsExhausted: the message failed Config.MaxAttempts times.
-	CauseAttemptsExhausted
-	// CauseContextDone: the message context ended (router or subscriber
+	causeMaxElapsed = "max_elapsed"
+	// causePermanent: the error was classified permanent.
+	causePermanent = "permanent"
+	// causeAttemptsExhausted: the message failed Config.MaxAttempts times.
+	causeAttemptsExhausted = "attempts_exhausted"
+	// causeContextDone: the message context ended (router or subscriber
 	// shutting down) during an attempt or a wait, or the handler chain
 	// returned context.Canceled.
-	CauseContextDone
-	// CausePublishFailed: publishing to the retry or dead-letter topic
+	causeContextDone = "context_done"
+	// causePublishFailed: publishing to the retry or dead-letter topic
 	// failed.
-	CausePublishFailed
-	// CausePanic: the handler panicked; the panic is passed on unchanged.
-	CausePanic
+	causePublishFailed = "publish_failed"
+	// causePanic: the handler panicked; the panic is passed on unchanged.
+	causePanic = "panic"
 )
-
-var causeNames = [...]string{
-	CauseNone:               "none",
-	CauseSaturated:          "saturated",
-	CauseSaturatedOnArrival: "saturated_on_arrival",
-	CauseRetryBudget:        "retry_budget",
-	CauseMaxElapsed:         "max_elapsed",
-	CausePermanent:          "permanent",
-	CauseAttemptsExhausted:  "attempts_exhausted",
-	CauseContextDone:        "context_done",
-	CausePublishFailed:      "publish_failed",
-	CausePanic:              "panic",
-}
-
-// String returns the cause in snake case, e.g. "retry_budget".
-func (c Cause) String() string {
-	if int(c) < len(causeNames) {
-		return causeNames[c]
-	}
-	return fmt.Sprintf("Cause(%d)", c)
-}
 
 // Event describes one delivery's passage through the gate.
 type Event struct {
@@ -102,35 +71,37 @@ type Event struct {
 	// reports the event: do not keep it, and do not ack or nack it.
 	Message *message.Message
 
-	Topic   string // the topic it was consumed from
-	Handler string // the Watermill handler name
+	Topic string // the topic it was consumed from
 
 	Outcome Outcome
-	Cause   Cause
+	// Cause is why the delivery ended in its outcome, in snake case: empty
+	// when handled; "saturated", "saturated_on_arrival", "retry_budget" or
+	// "max_elapsed" when deferred; "permanent" or "attempts_exhausted" when
+	// dead-lettered; "context_done", "publish_failed" or "panic" when
+	// nacked (a failed publish nacks whatever the cause was going to be).
+	Cause string
 
-	// Redelivered: the delivery was a retry (attempt count in metadata or
-	// Options.IsRedelivery).
-	Redelivered bool
 	// Attempts is the message's attempt count when the delivery ended:
 	// handler runs over its whole life so far.
 	Attempts int
-	// Retries is the number of in-process retries in this delivery.
-	Retries int
-	// Destination is the topic the message was published to: the retry
-	// topic (Deferred with DeferRepublish) or the dead-letter topic
-	// (DeadLettered). Empty otherwise, also when the publish failed.
-	Destination string
-	// Err is the handler's last error; for CausePublishFailed, the publish
-	// error. Nil when handled or deferred on arrival.
+	// Err is the handler's last error; for the "publish_failed" cause, the
+	// publish error. Nil when handled or deferred on arrival.
 	Err error
-	// Elapsed is the time the delivery spent in the gate.
-	Elapsed time.Duration
+
+	// Read by the package's tests: whether the delivery was a retry, its
+	// in-process retries, the topic it was published to and its time in
+	// the gate.
+	redelivered bool
+	retries     int
+	destination string
+	elapsed     time.Duration
 }
 
-// Counts are counters of deliveries by outcome, plus retry activity.
-// Handled + Deferred + DeadLettered + Nacked is the number of deliveries
-// that have left the gate.
-type Counts struct {
+// Stats is a snapshot of a gate's counters over all topics. Handled +
+// Deferred + DeadLettered + Nacked is the number of deliveries that have
+// left the gate. The spillway.messages.deferred and .dead_lettered metrics
+// break the deferrals and dead-letters down by topic and cause.
+type Stats struct {
 	Handled      uint64
 	Deferred     uint64
 	DeadLettered uint64
@@ -139,25 +110,18 @@ type Counts struct {
 	// Retries counts in-process retries: handler runs after the first in
 	// one delivery.
 	Retries uint64
-	// DeferredOnArrival counts the Deferred deliveries that were
-	// redelivered work shed on arrival without running the handler.
-	DeferredOnArrival uint64
-	// RetryBudgetDenied counts retries refused for lack of a token; each
-	// ended in a deferral.
-	RetryBudgetDenied uint64
-}
-
-// deliveries returns Handled + Deferred + DeadLettered + Nacked.
-func (c Counts) deliveries() uint64 { return c.Handled + c.Deferred + c.DeadLettered + c.Nacked }
-
-// Stats is a snapshot of a gate's counters.
-type Stats struct {
-	Counts                   // over all topics
-	Topics map[string]Counts // by consumed topic
 
 	// RetryTokens is the number of retries the budget would grant now
 	// (+Inf when it is unlimited).
 	RetryTokens float64
+}
+
+// counts are the counters of one topic, or of all of them summed. The
+// by-topic and by-cause breakdown is left to the metrics; the package's
+// tests read it here.
+type counts struct {
+	handled, deferred, deadLettered, nacked uint64
+	retries, onArrival, budgetDenied        uint64
 }
 
 type counters struct {
@@ -165,15 +129,15 @@ type counters struct {
 	retries, onArrival, budgetDenied        atomic.Uint64
 }
 
-func (c *counters) snapshot() Counts {
-	return Counts{
-		Handled:           c.handled.Load(),
-		Deferred:          c.deferred.Load(),
-		DeadLettered:      c.deadLettered.Load(),
-		Nacked:            c.nacked.Load(),
-		Retries:           c.retries.Load(),
-		DeferredOnArrival: c.onArrival.Load(),
-		RetryBudgetDenied: c.budgetDenied.Load(),
+func (c *counters) snapshot() counts {
+	return counts{
+		handled:      c.handled.Load(),
+		deferred:     c.deferred.Load(),
+		deadLettered: c.deadLettered.Load(),
+		nacked:       c.nacked.Load(),
+		retries:      c.retries.Load(),
+		onArrival:    c.onArrival.Load(),
+		budgetDenied: c.budgetDenied.Load(),
 	}
 }
 
@@ -190,20 +154,27 @@ func (t *topicCounters) get(topic string) *counters {
 	return c.(*counters)
 }
 
-func (t *topicCounters) snapshot() (Counts, map[string]Counts) {
-	var total Counts
-	byTopic := make(map[string]Counts)
-	t.m.Range(func(k, v any) bool {
+// snapshot returns the counters summed over all topics.
+func (t *topicCounters) snapshot() counts {
+	var total counts
+	t.m.Range(func(_, v any) bool {
 		c := v.(*counters).snapshot()
-		byTopic[k.(string)] = c
-		total.Handled += c.Handled
-		total.Deferred += c.Deferred
-		total.DeadLettered += c.DeadLettered
-		total.Nacked += c.Nacked
-		total.Retries += c.Retries
-		total.DeferredOnArrival += c.DeferredOnArrival
-		total.RetryBudgetDenied += c.RetryBudgetDenied
+		total.handled += c.handled
+		total.deferred += c.deferred
+		total.deadLettered += c.deadLettered
+		total.nacked += c.nacked
+		total.retries += c.retries
+		total.onArrival += c.onArrival
+		total.budgetDenied += c.budgetDenied
 		return true
 	})
-	return total, byTopic
+	return total
+}
+
+// topic returns one topic's counters (zero if it has none).
+func (t *topicCounters) topic(name string) counts {
+	if c, ok := t.m.Load(name); ok {
+		return c.(*counters).snapshot()
+	}
+	return counts{}
 }

@@ -7,21 +7,8 @@ import (
 
 	"github.com/spillway-go/spillway/middleware"
 	"github.com/spillway-go/spillway/retrygate"
-	"github.com/spillway-go/spillway/shedding"
 	"github.com/spillway-go/spillway/sizing"
 )
-
-// Hook is a value passed to [WithHooks]. It implements one or more of
-// [AdmissionHook], [ShedHook], [RetryOutcomeHook] and [ResizeHook]; the
-// router calls it for the events whose interface it implements and for
-// no other. *telemetry.Metrics is one: the router's own metrics are
-// registered as the first hook, before those of WithHooks.
-//
-// Every hook method is called synchronously on the path of the event, so
-// it must be fast, must not block and must be safe for concurrent use
-// (events of different messages arrive from different goroutines). Each
-// interface says which goroutine calls it.
-type Hook any
 
 // AdmissionHook is told how the vertex budget admitted each message
 // (see [middleware.BudgetConfig.OnAdmission]): once per delivery attempt
@@ -36,7 +23,7 @@ type AdmissionHook interface {
 // copy is published and before it is acked. topic is the message's origin
 // topic.
 type ShedHook interface {
-	OnShed(msg *message.Message, topic string, reason shedding.Reason)
+	OnShed(msg *message.Message, topic, reason string)
 }
 
 // RetryOutcomeHook is told how each delivery left the retry gate (see
@@ -56,13 +43,21 @@ type ResizeHook interface {
 	OnResize(from, to int64, b sizing.AutoBounds)
 }
 
-// WithHooks adds hooks that the router calls on its events (see [Hook]).
-// A hook may implement any subset of the hook interfaces; an event calls
-// every hook that implements its interface, in the order given (and in
-// the order of the WithHooks options). Nil hooks are skipped; a hook that
-// implements none of the interfaces makes [New] fail.
-func WithHooks(hooks ...Hook) Option {
-	hooks = append([]Hook(nil), hooks...)
+// WithHooks adds hooks that the router calls on its events. A hook
+// implements one or more of [AdmissionHook], [ShedHook], [RetryOutcomeHook]
+// and [ResizeHook]; the router calls it for the events whose interface it
+// implements and for no other. *telemetry.Metrics is one: the router's own
+// metrics are registered as the first hook, before those of WithHooks.
+// An event calls every hook that implements its interface, in the order
+// given (and in the order of the WithHooks options). Nil hooks are
+// skipped; a hook that implements none of the interfaces makes [New] fail.
+//
+// Every hook method is called synchronously on the path of the event, so
+// it must be fast, must not block and must be safe for concurrent use
+// (events of different messages arrive from different goroutines). Each
+// interface says which goroutine calls it.
+func WithHooks(hooks ...any) Option {
+	hooks = append([]any(nil), hooks...)
 	return func(o *options) { o.hooks = append(o.hooks, hooks...) }
 }
 
@@ -70,7 +65,7 @@ func WithHooks(hooks ...Hook) Option {
 // implement its interface, in order. A nil func means no hook listens.
 type hookSet struct {
 	onAdmission    func(*message.Message, middleware.Admission)
-	onShed         func(*message.Message, string, shedding.Reason)
+	onShed         func(*message.Message, string, string)
 	onRetryOutcome func(retrygate.Event)
 	onResize       func(from, to int64, b sizing.AutoBounds)
 }
@@ -78,7 +73,7 @@ type hookSet struct {
 // newHookSet sorts hooks by the interfaces they implement. It fails on a
 // hook that implements none, most likely a method name or signature that
 // does not match.
-func newHookSet(hooks []Hook) (hookSet, error) {
+func newHookSet(hooks []any) (hookSet, error) {
 	var (
 		adm    []AdmissionHook
 		shed   []ShedHook
@@ -123,7 +118,7 @@ func newHookSet(hooks []Hook) (hookSet, error) {
 	case 1:
 		s.onShed = shed[0].OnShed
 	default:
-		s.onShed = func(msg *message.Message, topic string, r shedding.Reason) {
+		s.onShed = func(msg *message.Message, topic, r string) {
 			for _, h := range shed {
 				h.OnShed(msg, topic, r)
 			}

@@ -60,7 +60,7 @@ type shedRetryHook struct {
 	log  *hookLog
 }
 
-func (h shedRetryHook) OnShed(msg *message.Message, topic string, r shedding.Reason) {
+func (h shedRetryHook) OnShed(msg *message.Message, topic, r string) {
 	h.log.add("%s shed %s %s %s", h.name, msg.UUID, topic, r)
 }
 
@@ -168,7 +168,7 @@ func TestHookImplementingNothing(t *testing.T) {
 	var bad struct {
 		OnAdmision func(*message.Message, middleware.Admission)
 	}
-	for _, h := range []Hook{bad, 42} {
+	for _, h := range []any{bad, 42} {
 		if r, err := New(Config{}, nil, WithHooks(h)); err == nil {
 			_ = r.Close()
 			t.Errorf("New accepted hook %T", h)

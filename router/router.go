@@ -39,7 +39,7 @@ import (
 type Option func(*options)
 
 type options struct {
-	hooks          []Hook // WithHooks
+	hooks          []any // WithHooks
 	estimator      cost.ChargeEstimator
 	tracer         kafka.SaramaTracer
 	isPermanent    func(error) bool
@@ -177,6 +177,8 @@ type Router struct {
 	entered  atomic.Int64 // messages past the shutdown gate
 	running  atomic.Int64 // messages admitted and in their handler
 	settling settling     // messages not yet acked or nacked
+
+	revocations, cancellations atomic.Uint64 // admissions that ended so (Stats)
 }
 
 // New builds a router for cfg: the broker's publisher and subscriber
@@ -268,7 +270,7 @@ func newRouter(cfg Config, logger watermill.LoggerAdapter, o options, ctl contro
 	// before the hooks of WithHooks.
 	hooks := o.hooks
 	if r.metrics != nil {
-		hooks = append([]Hook{r.metrics}, hooks...)
+		hooks = append([]any{r.metrics}, hooks...)
 	}
 	hs, err := newHookSet(hooks)
 	if err != nil {
@@ -314,7 +316,7 @@ func newRouter(cfg Config, logger watermill.LoggerAdapter, o options, ctl contro
 	}
 
 	if !ctl.noBudget {
-		bc := middleware.BudgetConfig{Budget: r.budget, Estimator: est, OnAdmission: hs.onAdmission}
+		bc := middleware.BudgetConfig{Budget: r.budget, Estimator: est, OnAdmission: r.countAdmission(hs.onAdmission)}
 		if cfg.Broker == BrokerKafka && !ctl.noRevocation {
 			bc.Revoked = r.revoked
 		}
@@ -680,7 +682,6 @@ func (r *Router) close() error {
 // Stats is a snapshot of the router's admission state.
 type Stats struct {
 	Budget        middleware.BudgetStats
-	Running       int64  // messages admitted and in their handler
 	Revocations   uint64 // waiting messages that stepped aside (Kafka rebalance, or superseded)
 	Cancellations uint64 // waiting messages that gave up (shutdown)
 	LateMarks     uint64 // acks committed after their session ended (Kafka)
@@ -697,13 +698,27 @@ type Stats struct {
 	LagThrottle *producer.LagThrottleStats // nil unless producer.lag_throttle.threshold is set
 }
 
+// countAdmission returns the budget's admission hook: it counts the
+// revoked and cancelled admissions for [Router.Stats], then calls next
+// (the hooks' dispatch; nil when no hook listens).
+func (r *Router) countAdmission(next func(*message.Message, middleware.Admission)) func(*message.Message, middleware.Admission) {
+	return func(msg *message.Message, a middleware.Admission) {
+		switch a.Outcome {
+		case middleware.Revoked:
+			r.revocations.Add(1)
+		case middleware.Cancelled:
+			r.cancellations.Add(1)
+		}
+		if next != nil {
+			next(msg, a)
+		}
+	}
+}
+
 // Stats returns a snapshot.
 func (r *Router) Stats() Stats {
-	s := Stats{Budget: r.budget.Stats(), Running: r.running.Load(), DeadLettered: r.deadLettered()}
-	if r.budgetMW != nil {
-		s.Revocations = r.budgetMW.Revocations()
-		s.Cancellations = r.budgetMW.Cancellations()
-	}
+	s := Stats{Budget: r.budget.Stats(), DeadLettered: r.deadLettered()}
+	s.Revocations, s.Cancellations = r.revocations.Load(), r.cancellations.Load()
 	if r.policy != nil {
 		st := r.policy.Stats()
 		s.Shedding = &st

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/signal"
 	"reflect"
@@ -177,9 +178,9 @@ func TestStackOrderProbe(t *testing.T) {
 	if p.attempt != 1 || p.inUse != 40 || p.handler != "probe" {
 		t.Errorf("inside the handler: %+v, want attempt 1, 40 vertices held, handler probe", p)
 	}
-	waitFor(t, "the gate to count the delivery", func() bool { return r.Stats().Retry.Counts.Handled == 1 })
+	waitFor(t, "the gate to count the delivery", func() bool { return r.Stats().Retry.Handled == 1 })
 	closeRouter(t, r, errc)
-	if st := r.Stats(); st.Budget.InUse != 0 || st.Retry.Topics["jobs"].Handled != 1 {
+	if st := r.Stats(); st.Budget.InUse != 0 || st.Retry.Handled != 1 {
 		t.Errorf("after close: %+v", st)
 	}
 }
@@ -238,7 +239,8 @@ func TestSheddingThroughRouter(t *testing.T) {
 			Priority:   shedding.PriorityConfig{Window: 5 * time.Second},
 		}
 		cfg.Retry.Enabled = true
-		r, err := New(cfg, nil)
+		sheds := &shedTally{}
+		r, err := New(cfg, nil, WithHooks(sheds))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -263,7 +265,7 @@ func TestSheddingThroughRouter(t *testing.T) {
 		pub := func(topic, uuid string, priority int) {
 			publishCosted(t, r, topic, uuid, 100, "region_priority", strconv.Itoa(priority))
 		}
-		shed := func() uint64 { return r.Stats().Shedding.Topics["positions"].ShedPriority }
+		shed := func() int { return sheds.topic("positions")["shed_priority"] }
 
 		// t=0: a low-priority position is admitted at once and runs for
 		// 1s; eight parcels, then two more low positions, queue behind it.
@@ -324,12 +326,11 @@ func TestSheddingThroughRouter(t *testing.T) {
 			t.Errorf("positions.retry handled: %v", got)
 		}
 		mu.Unlock()
-		st := r.Stats().Shedding
-		if ts := st.Topics["positions"]; ts.ShedPriority != 6 || ts.ShedPriority+ts.StaleVersion+ts.Superseded != 6 {
-			t.Errorf("positions: %+v, want 6 shed by priority", ts)
+		if ts := sheds.topic("positions"); ts["shed_priority"] != 6 || len(ts) != 1 {
+			t.Errorf("positions: %v, want 6 shed by priority", ts)
 		}
-		if _, ok := st.Topics["parcels"]; ok || len(st.Topics) != 1 {
-			t.Errorf("non-sheddable topic in the shedding stats: %+v", st.Topics)
+		if ts := sheds.topic("parcels"); len(ts) != 0 {
+			t.Errorf("non-sheddable topic shed: %v", ts)
 		}
 
 		// Every drop went to the audit topic first.
@@ -381,7 +382,8 @@ func runRetry(t *testing.T, bc brokerCase) {
 	if bc.partitioned {
 		cfg.Shedding.Config = shedding.Config{Topics: []string{"positions"}, AuditTopic: "positions.shed"}
 	}
-	r, err := New(cfg, nil)
+	tally := &retryTally{}
+	r, err := New(cfg, nil, WithHooks(tally))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -518,15 +520,66 @@ func runRetry(t *testing.T, bc brokerCase) {
 	if successBy != retryHandlerName("jobs") || successTry != 2 {
 		t.Errorf("flaky handled by %q at attempt %d, want jobs.retry at attempt 2", successBy, successTry)
 	}
-	st := r.Stats().Retry
-	jobs, retries := st.Topics["jobs"], st.Topics[cfg.Retry.RetryTopicFor("jobs")]
-	if jobs.Deferred != 1 || jobs.DeadLettered != 1 || jobs.Handled != 1 || jobs.Nacked != 0 {
-		t.Errorf("jobs: %+v, want 1 deferred (flaky), 1 dead-lettered (poison), 1 handled (filler)", jobs)
+	jobs, retries := tally.topic("jobs"), tally.topic(cfg.Retry.RetryTopicFor("jobs"))
+	if jobs[retrygate.Deferred] != 1 || jobs[retrygate.DeadLettered] != 1 || jobs[retrygate.Handled] != 1 || jobs[retrygate.Nacked] != 0 {
+		t.Errorf("jobs: %v, want 1 deferred (flaky), 1 dead-lettered (poison), 1 handled (filler)", jobs)
 	}
-	if retries.Handled != 1 || retries.DeadLettered != 0 || retries.Nacked != 0 {
-		t.Errorf("retry topic: %+v, want flaky handled once", retries)
+	if retries[retrygate.Handled] != 1 || retries[retrygate.DeadLettered] != 0 || retries[retrygate.Nacked] != 0 {
+		t.Errorf("retry topic: %v, want flaky handled once", retries)
 	}
-	t.Logf("%s: jobs %+v; retry topic %+v", bc.name, jobs, retries)
+	t.Logf("%s: jobs %v; retry topic %v", bc.name, jobs, retries)
+}
+
+// shedTally is a ShedHook that counts the drops by origin topic and
+// reason.
+type shedTally struct {
+	mu sync.Mutex
+	by map[string]map[string]int
+}
+
+func (t *shedTally) OnShed(_ *message.Message, topic, reason string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.by == nil {
+		t.by = map[string]map[string]int{}
+	}
+	if t.by[topic] == nil {
+		t.by[topic] = map[string]int{}
+	}
+	t.by[topic][reason]++
+}
+
+// topic returns a copy of topic's counts by reason.
+func (t *shedTally) topic(topic string) map[string]int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return maps.Clone(t.by[topic])
+}
+
+// retryTally is a RetryOutcomeHook that counts the gate's outcomes by
+// consumed topic.
+type retryTally struct {
+	mu sync.Mutex
+	by map[string]map[retrygate.Outcome]int
+}
+
+func (t *retryTally) OnRetryOutcome(e retrygate.Event) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.by == nil {
+		t.by = map[string]map[retrygate.Outcome]int{}
+	}
+	if t.by[e.Topic] == nil {
+		t.by[e.Topic] = map[retrygate.Outcome]int{}
+	}
+	t.by[e.Topic][e.Outcome]++
+}
+
+// topic returns a copy of topic's counts.
+func (t *retryTally) topic(topic string) map[retrygate.Outcome]int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return maps.Clone(t.by[topic])
 }
 
 // TestCloseCutsRetryBackoff: a message backing off in the retry gate holds
@@ -566,7 +619,7 @@ func TestCloseCutsRetryBackoff(t *testing.T) {
 		// GoChannel may hand the nacked message back once more before
 		// its subscriber closes; the shutdown gate nacks that delivery
 		// without running it.
-		if c := r.Stats().Retry.Counts; calls.Load() != 1 || c.Nacked == 0 || c.Handled+c.Deferred+c.DeadLettered != 0 {
+		if c := r.Stats().Retry; calls.Load() != 1 || c.Nacked == 0 || c.Handled+c.Deferred+c.DeadLettered != 0 {
 			t.Errorf("calls %d, counts %+v: want only nacks", calls.Load(), c)
 		}
 	})

@@ -24,7 +24,7 @@
 //     the newest proceeds; an older waiter is dropped as superseded the
 //     moment a newer one arrives. Admitted work is never interrupted.
 //
-// A dropped message is acked, counted by topic and [Reason], reported to an
+// A dropped message is acked, counted by topic and reason, reported to an
 // optional hook, and, if an audit topic is configured, published there
 // first with its reason in metadata; if that publish fails the message is
 // nacked instead, so nothing disappears silently.

@@ -77,12 +77,12 @@ func ExamplePolicy() {
 	send("parcels", "parcel-1", "0")
 
 	_ = router.Close()
-	fmt.Println("shed:", pol.Stats().Topics["vehicle.positions"].ShedPriority)
+	fmt.Println("shedding:", pol.Stats().Shedding)
 	// Output:
 	// audit pos-1: shed_priority from vehicle.positions
 	// handled pos-2
 	// handled parcel-1
-	// shed: 1
+	// shedding: true
 }
 
 // The policy is loaded as a section of a YAML configuration; Validate

@@ -95,7 +95,7 @@ func FuzzMetadata(f *testing.F) {
 			}
 			m.Ack()
 		}
-		st := pol.Stats().Topics["t"]
+		st := Topics(pol)["t"]
 		if dropped := st.ShedPriority + st.StaleVersion + st.Superseded; uint64(ran)+dropped != 2 {
 			t.Fatalf("2 in, %d handled + %d dropped out", ran, dropped)
 		}
@@ -111,7 +111,7 @@ func FuzzMetadata(f *testing.F) {
 		if wantBad := pf == fieldMalformed; (st.MalformedPriority == 2) != wantBad {
 			t.Fatalf("MalformedPriority %d for %q", st.MalformedPriority, priority)
 		}
-		if pol.Stats().InFlight != 0 {
+		if InFlight(pol) != 0 {
 			t.Fatal("registration leaked")
 		}
 	})

@@ -8,6 +8,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/spillway-go/spillway/middleware"
 	"github.com/spillway-go/spillway/shedding"
 )
 
@@ -15,9 +16,9 @@ import (
 func dropped(s shedding.TopicStats) uint64 { return s.ShedPriority + s.StaleVersion + s.Superseded }
 
 // droppedAll returns the drops of every topic for every reason.
-func droppedAll(s shedding.Stats) uint64 {
+func droppedAll(p *shedding.Policy) uint64 {
 	var n uint64
-	for _, t := range s.Topics {
+	for _, t := range shedding.Topics(p) {
 		n += dropped(t)
 	}
 	return n
@@ -126,4 +127,14 @@ func sameSet(a, b []string) bool {
 		}
 	}
 	return true
+}
+
+// countRevoked returns an admission hook that counts the admissions that
+// stepped aside.
+func countRevoked(n *atomic.Uint64) func(*message.Message, middleware.Admission) {
+	return func(_ *message.Message, a middleware.Admission) {
+		if a.Outcome == middleware.Revoked {
+			n.Add(1)
+		}
+	}
 }

@@ -2,7 +2,6 @@ package shedding
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"sync/atomic"
@@ -15,8 +14,8 @@ import (
 
 // Metadata keys set on audit copies of dropped messages.
 const (
-	// MetadataReason holds the [Reason] the message was dropped for, as
-	// its String form (shed_priority, stale_version, superseded).
+	// MetadataReason holds the reason the message was dropped for:
+	// shed_priority, stale_version or superseded (see [WithOnShed]).
 	MetadataReason = "spillway_shed_reason"
 	// MetadataTopic holds the topic the message was consumed from.
 	MetadataTopic = "spillway_shed_topic"
@@ -24,42 +23,35 @@ const (
 	MetadataAt = "spillway_shed_at"
 )
 
-// ErrNoPressure is returned by [New] when priority shedding is configured
-// but no pressure signal is given.
-var ErrNoPressure = errors.New("shedding: priority shedding needs a pressure signal")
-
-// ErrNoAuditPublisher is returned by [New] when Config.AuditTopic is set
-// but no publisher is given with [WithAuditPublisher].
-var ErrNoAuditPublisher = errors.New("shedding: audit_topic is set but no audit publisher was given")
-
-// Reason says why a message was dropped.
-type Reason uint8
+// reason says why a message was dropped. Outside the package it is its
+// String form: the hook's reason, the audit copy's [MetadataReason] and the
+// reason label of the metrics.
+type reason uint8
 
 const (
-	// ReasonPriority: its priority was below the threshold while pressure
+	// reasonPriority: its priority was below the threshold while pressure
 	// had lasted longer than the window.
-	ReasonPriority Reason = iota + 1
-	// ReasonStale: its version was not newer than the last version handled
+	reasonPriority reason = iota + 1
+	// reasonStale: its version was not newer than the last version handled
 	// for its entity.
-	ReasonStale
-	// ReasonSuperseded: a newer message for its entity arrived while it
+	reasonStale
+	// reasonSuperseded: a newer message for its entity arrived while it
 	// waited for budget (or was already in flight when it arrived).
-	ReasonSuperseded
+	reasonSuperseded
 )
 
 var reasonNames = [...]string{
-	ReasonPriority:   "shed_priority",
-	ReasonStale:      "stale_version",
-	ReasonSuperseded: "superseded",
+	reasonPriority:   "shed_priority",
+	reasonStale:      "stale_version",
+	reasonSuperseded: "superseded",
 }
 
-// String returns shed_priority, stale_version or superseded. These are the
-// values of [MetadataReason] and suitable as metric labels.
-func (r Reason) String() string {
+// String returns shed_priority, stale_version or superseded.
+func (r reason) String() string {
 	if r > 0 && int(r) < len(reasonNames) {
 		return reasonNames[r]
 	}
-	return "Reason(" + strconv.Itoa(int(r)) + ")"
+	return "reason(" + strconv.Itoa(int(r)) + ")"
 }
 
 // Option configures a [Policy].
@@ -74,9 +66,13 @@ func WithAuditPublisher(pub message.Publisher) Option {
 
 // WithOnShed sets a hook called once for every message the policy drops,
 // after its audit copy (if any) has been published and before it is acked:
-// attach metrics here. It is called from the message's goroutine, must be
+// attach metrics here. reason is "shed_priority" (priority below the
+// threshold while pressure had lasted longer than the window),
+// "stale_version" (version not newer than the last one handled for its
+// entity) or "superseded" (a newer message for its entity arrived while it
+// waited for budget, or was already in flight when it arrived). It is called from the message's goroutine, must be
 // fast, must not block and must be safe for concurrent use.
-func WithOnShed(f func(msg *message.Message, topic string, reason Reason)) Option {
+func WithOnShed(f func(msg *message.Message, topic, reason string)) Option {
 	return func(p *Policy) { p.onShed = f }
 }
 
@@ -118,7 +114,7 @@ type Policy struct {
 	cfg      Config
 	pressure spillway.Pressure
 	audit    message.Publisher
-	onShed   func(*message.Message, string, Reason)
+	onShed   func(*message.Message, string, string)
 	topicOf  func(*message.Message) string
 
 	topics map[string]*topicCounters // the allow-list; read-only after New
@@ -139,7 +135,9 @@ type topicCounters struct {
 }
 
 // New returns the policy for cfg. pressure may be nil only if there are no
-// sheddable topics or priority shedding is disabled.
+// sheddable topics or priority shedding is disabled; otherwise New returns
+// a [*spillway.FieldError] for priority.disabled. With Config.AuditTopic
+// set and no [WithAuditPublisher], it returns one for audit_topic.
 func New(cfg Config, pressure spillway.Pressure, opts ...Option) (*Policy, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -157,12 +155,12 @@ func New(cfg Config, pressure spillway.Pressure, opts ...Option) (*Policy, error
 		}
 	}
 	if len(cfg.Topics) > 0 && !cfg.Priority.Disabled && pressure == nil {
-		return nil, ErrNoPressure
+		return nil, &spillway.FieldError{Field: "priority.disabled", Value: "false", Reason: "priority shedding is on but New was given no pressure signal"}
 	}
 	if cfg.AuditTopic == "" {
 		p.audit = nil
 	} else if p.audit == nil {
-		return nil, ErrNoAuditPublisher
+		return nil, &spillway.FieldError{Field: "audit_topic", Value: cfg.AuditTopic, Reason: "set, but no audit publisher was given (WithAuditPublisher)"}
 	}
 	for _, t := range cfg.Topics {
 		p.topics[t] = new(topicCounters)
@@ -241,12 +239,12 @@ func (p *Policy) inspect(msg *message.Message, topic string, tc *topicCounters) 
 
 // verdict decides whether a message must be dropped now, before or after
 // waiting for budget. A stale version is reported before a low priority.
-func (p *Policy) verdict(ps *passage) (Reason, bool) {
+func (p *Policy) verdict(ps *passage) (reason, bool) {
 	if p.guard != nil && ps.hasVersion && p.guard.stale(ps.key(), ps.version) {
-		return ReasonStale, true
+		return reasonStale, true
 	}
 	if ps.priority < p.cfg.Priority.ShedBelow && p.shedding() {
-		return ReasonPriority, true
+		return reasonPriority, true
 	}
 	return 0, false
 }
@@ -275,7 +273,7 @@ func (p *Policy) Middleware(h message.HandlerFunc) message.HandlerFunc {
 		if p.coal != nil && ps.entity != "" {
 			t, a := p.coal.register(ps.key(), msg.UUID, ps.version, ps.hasVersion, p.admittedHook.Load())
 			if a == arrivedOlder {
-				return p.drop(msg, ps, ReasonSuperseded)
+				return p.drop(msg, ps, reasonSuperseded)
 			}
 			if t != nil {
 				ps.ticket = t
@@ -286,7 +284,7 @@ func (p *Policy) Middleware(h message.HandlerFunc) message.HandlerFunc {
 		out, err := h(msg)
 		if ps.ticket != nil && !ps.admitted && !ps.dropped && err == nil && p.coal.wasSuperseded(ps.ticket) {
 			// Admission stepped aside because a newer message arrived.
-			return p.drop(msg, ps, ReasonSuperseded)
+			return p.drop(msg, ps, reasonSuperseded)
 		}
 		return out, err
 	}
@@ -313,7 +311,7 @@ func (p *Policy) Admitted(h message.HandlerFunc) message.HandlerFunc {
 		}
 		if ps.ticket != nil && !p.coal.admit(ps.ticket) {
 			ps.dropped = true
-			return p.drop(msg, ps, ReasonSuperseded)
+			return p.drop(msg, ps, reasonSuperseded)
 		}
 		if r, drop := p.verdict(ps); drop {
 			ps.dropped = true
@@ -386,7 +384,7 @@ func (p *Policy) Revoked(also func(msg *message.Message) <-chan struct{}) func(m
 // drop counts msg as dropped for reason, publishes its audit copy and
 // acks it; if the audit copy cannot be published it returns the error so
 // the message is nacked.
-func (p *Policy) drop(msg *message.Message, ps *passage, r Reason) ([]*message.Message, error) {
+func (p *Policy) drop(msg *message.Message, ps *passage, r reason) ([]*message.Message, error) {
 	if p.audit != nil {
 		a := msg.Copy()
 		a.Metadata.Set(MetadataReason, r.String())
@@ -403,64 +401,45 @@ func (p *Policy) drop(msg *message.Message, ps *passage, r Reason) ([]*message.M
 	}
 	ps.tc.dropped[r].Add(1)
 	if p.onShed != nil {
-		p.onShed(msg, ps.topic, r)
+		p.onShed(msg, ps.topic, r.String())
 	}
 	return nil, nil
 }
 
-// TopicStats counts what the policy did to one sheddable topic.
-type TopicStats struct {
-	ShedPriority uint64 // dropped for low priority under sustained pressure
-	StaleVersion uint64 // dropped as stale versions
-	Superseded   uint64 // dropped as superseded by a newer message of their entity
-
+// Stats is a point-in-time snapshot of a [Policy]: what the metrics do not
+// show. The drops themselves are counted by topic and reason by the
+// spillway.messages.shed and .superseded metrics (telemetry.Metrics.OnShed
+// as the [WithOnShed] hook).
+type Stats struct {
+	// Shedding is whether priority shedding is in force now.
+	Shedding bool
 	// AuditFailed counts drops whose audit copy could not be published;
-	// those messages were nacked instead, and are not in the counts above.
+	// those messages were nacked instead.
 	AuditFailed uint64
 	// MalformedPriority counts messages whose priority metadata was
-	// present but not an integer (they were given Priority.Missing).
+	// present but not an integer (they were given priority.missing).
 	MalformedPriority uint64
 	// MalformedVersion counts messages whose version metadata was present
 	// but not an unsigned integer (the version guard skipped them).
 	MalformedVersion uint64
-}
-
-// Stats is a point-in-time snapshot of a [Policy].
-type Stats struct {
-	// Topics has an entry for every sheddable topic, zero or not.
-	Topics map[string]TopicStats
-	// Shedding is whether priority shedding is in force now.
-	Shedding bool
 	// Entities is how many entities the version guard remembers, at most
-	// MaxEntities; Evictions how many it has forgotten to stay within it.
-	Entities    int
-	MaxEntities int
-	Evictions   uint64
-	// InFlight is how many entities have a message registered for
-	// coalescing: waiting for budget or being handled.
-	InFlight int
+	// version_guard.max_entities; Evictions how many it has forgotten to
+	// stay within it.
+	Entities  int
+	Evictions uint64
 }
 
 // Stats returns a snapshot. Counters are read one by one, so a snapshot
 // taken while messages flow may be off by the messages in flight.
 func (p *Policy) Stats() Stats {
-	s := Stats{Topics: make(map[string]TopicStats, len(p.topics)), Shedding: p.shedding()}
-	for name, tc := range p.topics {
-		s.Topics[name] = TopicStats{
-			ShedPriority:      tc.dropped[ReasonPriority].Load(),
-			StaleVersion:      tc.dropped[ReasonStale].Load(),
-			Superseded:        tc.dropped[ReasonSuperseded].Load(),
-			AuditFailed:       tc.auditFailed.Load(),
-			MalformedPriority: tc.malformedPriority.Load(),
-			MalformedVersion:  tc.malformedVersion.Load(),
-		}
+	s := Stats{Shedding: p.shedding()}
+	for _, tc := range p.topics {
+		s.AuditFailed += tc.auditFailed.Load()
+		s.MalformedPriority += tc.malformedPriority.Load()
+		s.MalformedVersion += tc.malformedVersion.Load()
 	}
 	if p.guard != nil {
 		s.Entities, s.Evictions = p.guard.stats()
-		s.MaxEntities = p.cfg.VersionGuard.MaxEntities
-	}
-	if p.coal != nil {
-		s.InFlight = p.coal.len()
 	}
 	return s
 }

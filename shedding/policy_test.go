@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -37,8 +38,8 @@ func newUnit(t *testing.T, cfg shedding.Config, p spillway.Pressure, admission m
 	pol, err := shedding.New(cfg, p,
 		shedding.WithTopicFunc(topicOf),
 		shedding.WithAuditPublisher(u.audit),
-		shedding.WithOnShed(func(m *message.Message, topic string, r shedding.Reason) {
-			u.shed = append(u.shed, topic+"/"+r.String()+"/"+m.UUID)
+		shedding.WithOnShed(func(m *message.Message, topic, r string) {
+			u.shed = append(u.shed, topic+"/"+r+"/"+m.UUID)
 		}))
 	if err != nil {
 		t.Fatal(err)
@@ -94,10 +95,10 @@ func TestNonSheddableTopicIsNeverDropped(t *testing.T) {
 		t.Fatalf("handled %d of %d", u.seen.len(), len(in))
 	}
 	st := u.pol.Stats()
-	if _, ok := st.Topics["parcels"]; ok || len(u.audit.snapshot()) != 0 || len(u.shed) != 0 {
+	if _, ok := shedding.Topics(u.pol)["parcels"]; ok || len(u.audit.snapshot()) != 0 || len(u.shed) != 0 {
 		t.Fatalf("non-sheddable topic touched: %+v", st)
 	}
-	if _, vehicles := st.Topics["vehicles"]; !st.Shedding || !vehicles {
+	if _, vehicles := shedding.Topics(u.pol)["vehicles"]; !st.Shedding || !vehicles {
 		t.Fatalf("Shedding %v", st.Shedding)
 	}
 }
@@ -115,7 +116,7 @@ func TestPriorityShedding(t *testing.T) {
 	for _, pressure := range []time.Duration{0, 29 * time.Second, 30 * time.Second, 0} {
 		p.set(pressure)
 		before := u.seen.len()
-		dropped := u.pol.Stats().Topics["vehicles"].ShedPriority
+		dropped := shedding.Topics(u.pol)["vehicles"].ShedPriority
 		wantShed := 0
 		for i, c := range cases {
 			m := msg(fmt.Sprintf("%v-%d", pressure, i), "topic", "vehicles")
@@ -129,7 +130,7 @@ func TestPriorityShedding(t *testing.T) {
 				wantShed++
 			}
 		}
-		st := u.pol.Stats().Topics["vehicles"]
+		st := shedding.Topics(u.pol)["vehicles"]
 		if got := st.ShedPriority - dropped; got != uint64(wantShed) {
 			t.Errorf("pressure %v: shed %d, want %d", pressure, got, wantShed)
 		}
@@ -137,7 +138,7 @@ func TestPriorityShedding(t *testing.T) {
 			t.Errorf("pressure %v: handled %d, want %d", pressure, got, len(cases)-wantShed)
 		}
 	}
-	st := u.pol.Stats().Topics["vehicles"]
+	st := shedding.Topics(u.pol)["vehicles"]
 	if st.MalformedPriority != 8 { // "high" and "1.5", four rounds
 		t.Errorf("MalformedPriority = %d", st.MalformedPriority)
 	}
@@ -169,7 +170,7 @@ func TestPriorityOptions(t *testing.T) {
 		}
 		_ = u.deliver(t, m)
 	}
-	if got := u.pol.Stats().Topics["vehicles"].ShedPriority; got != 3 { // "", "x" (as 2) and "4" are below 5
+	if got := shedding.Topics(u.pol)["vehicles"].ShedPriority; got != 3 { // "", "x" (as 2) and "4" are below 5
 		t.Errorf("shed %d, want 3", got)
 	}
 	// Disabled: never shed by priority, and no pressure signal needed.
@@ -183,24 +184,20 @@ func TestPriorityOptions(t *testing.T) {
 }
 
 func TestNewErrors(t *testing.T) {
-	if _, err := shedding.New(shedding.Config{Topics: []string{"v"}}, nil); !errors.Is(err, shedding.ErrNoPressure) {
+	var fe *spillway.FieldError
+	if _, err := shedding.New(shedding.Config{Topics: []string{"v"}}, nil); !errors.As(err, &fe) || fe.Field != "priority.disabled" || !errors.Is(err, spillway.ErrInvalidConfig) {
 		t.Errorf("no pressure: %v", err)
 	}
-	if _, err := shedding.New(shedding.Config{Topics: []string{"v"}, AuditTopic: "a"}, &fakePressure{}); !errors.Is(err, shedding.ErrNoAuditPublisher) {
+	if _, err := shedding.New(shedding.Config{Topics: []string{"v"}, AuditTopic: "a"}, &fakePressure{}); !errors.As(err, &fe) || fe.Field != "audit_topic" || fe.Value != "a" {
 		t.Errorf("no audit publisher: %v", err)
 	}
-	var fe *spillway.FieldError
 	if _, err := shedding.New(shedding.Config{Topics: []string{""}}, &fakePressure{}); !errors.As(err, &fe) || fe.Field != "topics[0]" {
 		t.Errorf("invalid config: %v", err)
 	}
 	// No topics: inert, no pressure needed; a publisher without topic is unused.
 	pol, err := shedding.New(shedding.Config{}, nil, shedding.WithAuditPublisher(&auditLog{}))
-	if err != nil || pol.Stats().Shedding || len(pol.Stats().Topics) != 0 {
+	if err != nil || pol.Stats().Shedding || len(shedding.Topics(pol)) != 0 {
 		t.Fatalf("inert policy: %v", err)
-	}
-	if shedding.Reason(0).String() != "Reason(0)" || shedding.ReasonStale.String() != "stale_version" ||
-		shedding.ReasonSuperseded.String() != "superseded" {
-		t.Error("Reason strings")
 	}
 }
 
@@ -217,7 +214,7 @@ func TestAuditFailureNacks(t *testing.T) {
 	if !errors.Is(err, errAuditDown) || !strings.Contains(err.Error(), "m1") {
 		t.Fatalf("err = %v", err)
 	}
-	st := u.pol.Stats().Topics["vehicles"]
+	st := shedding.Topics(u.pol)["vehicles"]
 	if st.AuditFailed != 1 || dropped(st) != 0 || len(u.shed) != 0 || u.seen.len() != 0 {
 		t.Fatalf("stats %+v, hook %v, handled %d", st, u.shed, u.seen.len())
 	}
@@ -225,7 +222,7 @@ func TestAuditFailureNacks(t *testing.T) {
 	if err := u.deliver(t, msg("m1", "topic", "vehicles", "region_priority", "0")); err != nil {
 		t.Fatal(err)
 	}
-	st = u.pol.Stats().Topics["vehicles"]
+	st = shedding.Topics(u.pol)["vehicles"]
 	if st.ShedPriority != 1 || len(u.audit.snapshot()) != 1 {
 		t.Fatalf("after recovery: %+v", st)
 	}
@@ -274,8 +271,8 @@ func TestVersionGuard(t *testing.T) {
 		t.Fatalf("handled %v, want %v", got, want)
 	}
 	st := u.pol.Stats()
-	vs := st.Topics["vehicles"]
-	if vs.StaleVersion != 3 || vs.MalformedVersion != 1 || dropped(vs) != 3 || st.Entities != 2 || st.MaxEntities != 100_000 {
+	vs := shedding.Topics(u.pol)["vehicles"]
+	if vs.StaleVersion != 3 || vs.MalformedVersion != 1 || st.MalformedVersion != 1 || dropped(vs) != 3 || st.Entities != 2 {
 		t.Fatalf("stats %+v", st)
 	}
 	for _, a := range u.audit.snapshot() {
@@ -326,7 +323,7 @@ func TestVersionGuardRecordsOnlyAckedSuccess(t *testing.T) {
 	if _, err := run(v5()); err != nil || calls != 3 {
 		t.Fatalf("acked version not counted: calls %d", calls)
 	}
-	if got := pol.Stats().Topics["vehicles"].StaleVersion; got != 1 {
+	if got := shedding.Topics(pol)["vehicles"].StaleVersion; got != 1 {
 		t.Fatalf("stale %d", got)
 	}
 }
@@ -367,10 +364,10 @@ func TestCoalescingInertWithoutAdmittedStage(t *testing.T) {
 		}
 		close(release)
 		synctest.Wait()
-		if seen.len() != 2 || pol.Stats().Topics["vehicles"].Superseded != 1 {
-			t.Fatalf("handled %v, stats %+v", seen.uuids(), pol.Stats().Topics["vehicles"])
+		if seen.len() != 2 || shedding.Topics(pol)["vehicles"].Superseded != 1 {
+			t.Fatalf("handled %v, stats %+v", seen.uuids(), shedding.Topics(pol)["vehicles"])
 		}
-		if pol.Stats().InFlight != 0 {
+		if shedding.InFlight(pol) != 0 {
 			t.Fatal("registrations leaked")
 		}
 	})
@@ -418,8 +415,10 @@ func TestRevokedComposition(t *testing.T) {
 		}
 		session := make(chan struct{}) // a Kafka session's Done channel
 		vb := mustVertexBudget(1)
+		var revoked atomic.Uint64
 		adm, err := middleware.NewBudget(middleware.BudgetConfig{
-			Budget: vb,
+			Budget:      vb,
+			OnAdmission: countRevoked(&revoked),
 			Revoked: pol.Revoked(func(m *message.Message) <-chan struct{} {
 				if m.Metadata.Get("kafka") != "" {
 					return session
@@ -450,8 +449,8 @@ func TestRevokedComposition(t *testing.T) {
 		}
 		close(session) // the rebalance: both Kafka deliveries step aside
 		synctest.Wait()
-		if vb.Stats().Waiting != 1 || adm.Revocations() != 2 {
-			t.Fatalf("waiting %d, revocations %d", vb.Stats().Waiting, adm.Revocations())
+		if vb.Stats().Waiting != 1 || revoked.Load() != 2 {
+			t.Fatalf("waiting %d, revocations %d", vb.Stats().Waiting, revoked.Load())
 		}
 		hold.Release()
 		for range 3 {
@@ -462,7 +461,7 @@ func TestRevokedComposition(t *testing.T) {
 		if got := seen.uuids(); len(got) != 1 || got[0] != "v" {
 			t.Fatalf("handled %v", got)
 		}
-		if st := pol.Stats(); dropped(st.Topics["vehicles"]) != 0 || st.InFlight != 0 {
+		if st := shedding.Topics(pol); dropped(st["vehicles"]) != 0 || shedding.InFlight(pol) != 0 {
 			t.Fatalf("revocation counted as a drop: %+v", st)
 		}
 	})
@@ -512,7 +511,7 @@ func TestSupersededAfterGrantIsDroppedBeforeHandler(t *testing.T) {
 		if got := seen.uuids(); len(got) != 1 || got[0] != "v2" {
 			t.Fatalf("handled %v", got)
 		}
-		if st := pol.Stats().Topics["vehicles"]; st.Superseded != 1 {
+		if st := shedding.Topics(pol)["vehicles"]; st.Superseded != 1 {
 			t.Fatalf("stats %+v", st)
 		}
 	})
@@ -554,7 +553,7 @@ func TestSupersededAuditFailureNacks(t *testing.T) {
 		if err := <-newer; err != nil {
 			t.Fatal(err)
 		}
-		if st := pol.Stats().Topics["vehicles"]; st.Superseded != 0 || st.AuditFailed != 1 {
+		if st := shedding.Topics(pol)["vehicles"]; st.Superseded != 0 || st.AuditFailed != 1 {
 			t.Fatalf("stats %+v", st)
 		}
 	})

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -28,6 +29,7 @@ type rig struct {
 	router    *message.Router
 	budget    *middleware.VertexBudget
 	admission *middleware.Budget
+	revoked   atomic.Uint64 // admissions that stepped aside
 	pol       *shedding.Policy
 	audit     *auditLog
 	seen      map[string]*handled // by topic
@@ -50,7 +52,7 @@ func newRig(t *testing.T, cfg shedding.Config, sub message.Subscriber, topics ..
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.admission, err = middleware.NewBudget(middleware.BudgetConfig{Budget: r.budget, Revoked: r.pol.Revoked(nil)})
+	r.admission, err = middleware.NewBudget(middleware.BudgetConfig{Budget: r.budget, Revoked: r.pol.Revoked(nil), OnAdmission: countRevoked(&r.revoked)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +107,7 @@ func (r *rig) hold() middleware.Permit {
 	return p
 }
 
-func (r *rig) stats(topic string) shedding.TopicStats { return r.pol.Stats().Topics[topic] }
+func (r *rig) stats(topic string) shedding.TopicStats { return shedding.Topics(r.pol)[topic] }
 
 // batch makes n messages named prefix-i with the given metadata.
 func batch(prefix string, n int, kv ...string) []*message.Message {
@@ -145,8 +147,8 @@ func TestRouterNonSheddableLosesNothing(t *testing.T) {
 		if got := r.seen["parcels"].uuids(); !sameSet(got, in) {
 			t.Fatalf("handled %d messages, published %d", len(got), len(in))
 		}
-		if st := r.pol.Stats(); droppedAll(st) != 0 ||
-			len(r.audit.snapshot()) != 0 || r.admission.Revocations() != 0 {
+		if st := shedding.Topics(r.pol); droppedAll(r.pol) != 0 ||
+			len(r.audit.snapshot()) != 0 || r.revoked.Load() != 0 {
 			t.Fatalf("something was dropped: %+v", st)
 		}
 	})
@@ -314,12 +316,12 @@ func TestRouterCoalescing(t *testing.T) {
 		if got := len(r.seen["vehicles"].uuids()) + len(audit); got != len(all) {
 			t.Fatalf("in %d, out %d", len(all), got)
 		}
-		if st := r.pol.Stats(); st.InFlight != 0 || dropped(st.Topics["vehicles"]) != vehicles*(updates-1) {
+		if st := shedding.Topics(r.pol); shedding.InFlight(r.pol) != 0 || dropped(st["vehicles"]) != vehicles*(updates-1) {
 			t.Fatalf("stats %+v", st)
 		}
 		// Some of them waited and stepped aside; the budget calls that a
 		// revocation.
-		if rv := r.admission.Revocations(); rv == 0 || rv > vehicles*(updates-1) {
+		if rv := r.revoked.Load(); rv == 0 || rv > vehicles*(updates-1) {
 			t.Fatalf("revocations %d", rv)
 		}
 	})

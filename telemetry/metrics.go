@@ -13,7 +13,6 @@ import (
 
 	"github.com/spillway-go/spillway/middleware"
 	"github.com/spillway-go/spillway/retrygate"
-	"github.com/spillway-go/spillway/shedding"
 )
 
 // Metric names. docs/operations.md lists them with their Prometheus names
@@ -74,7 +73,7 @@ var (
 // Create it with [NewMetrics]. Per-message measurements come from
 // [Metrics.Middleware], the hooks [Metrics.OnAdmission], [Metrics.OnShed]
 // and [Metrics.OnRetryOutcome] (the router passes its Metrics to its hook
-// dispatch, router.Hook), and [Metrics.RecordOutcome];
+// dispatch, router.WithHooks), and [Metrics.RecordOutcome];
 // state (budgets, lag) is read by observable instruments in the SDK's
 // collection callback, never per message ([Metrics.ObserveBudget],
 // [Metrics.ObserveBounds], [Metrics.ObserveLag]).
@@ -357,7 +356,7 @@ func (m *Metrics) OnAdmission(msg *message.Message, a middleware.Admission) {
 	RecordAdmission(msg, a)
 	ctx := msg.Context()
 	topic := m.topicOf(msg)
-	m.admissionWait.Record(ctx, a.Wait.Seconds(), m.attrs(shapeAdmission, topic, a.Outcome.String()).rec...)
+	m.admissionWait.Record(ctx, a.Wait.Seconds(), m.attrs(shapeAdmission, topic, string(a.Outcome)).rec...)
 	if a.Outcome == middleware.Revoked {
 		m.outcomes[outcomeReleased].Add(ctx, 1, m.attrs(shapeReason, topic, "revoked").add...)
 	}
@@ -365,16 +364,16 @@ func (m *Metrics) OnAdmission(msg *message.Message, a middleware.Admission) {
 
 // OnShed records a message dropped by a shedding policy: it counts
 // spillway.messages.shed (spillway.messages.superseded for
-// [shedding.ReasonSuperseded]) by topic and reason and records the outcome
+// reason "superseded") by topic and reason and records the outcome
 // on the message like [Metrics.RecordOutcome]. Use it as the policy's hook
 // (shedding.WithOnShed(m.OnShed)); it is the router's shedding hook too.
 // Safe for concurrent use; it never blocks.
-func (m *Metrics) OnShed(msg *message.Message, topic string, reason shedding.Reason) {
+func (m *Metrics) OnShed(msg *message.Message, topic, reason string) {
 	o := OutcomeShed
-	if reason == shedding.ReasonSuperseded {
+	if reason == "superseded" {
 		o = OutcomeSuperseded
 	}
-	m.RecordOutcome(msg, o, topic, reason.String())
+	m.RecordOutcome(msg, o, topic, reason)
 }
 
 // OnRetryOutcome counts a delivery that the retry gate deferred
@@ -397,7 +396,7 @@ func (m *Metrics) OnRetryOutcome(e retrygate.Event) {
 	if e.Message != nil {
 		ctx = e.Message.Context()
 	}
-	m.count(ctx, o, e.Topic, e.Cause.String(), 1)
+	m.count(ctx, o, e.Topic, e.Cause, 1)
 }
 
 // count adds n to the counter of outcome (spillway.messages.shed,
@@ -446,7 +445,8 @@ func (m *Metrics) topicOf(msg *message.Message) string {
 // ObserveBudget exports b's state under the label budget=name:
 // spillway.budget.capacity, .in_use, .fill_ratio, .waiting,
 // .waiting_vertices, .saturated (seconds), .admitted and .clamped. The
-// values are read with one b.Stats() per collection, never per message.
+// values are read with one b.Stats() (and b.SaturatedFor()) per collection,
+// never per message.
 // Names must be unique per Metrics. Call unregister to stop exporting.
 func (m *Metrics) ObserveBudget(name string, b *middleware.VertexBudget) (unregister func() error, err error) {
 	if b == nil {
@@ -455,12 +455,16 @@ func (m *Metrics) ObserveBudget(name string, b *middleware.VertexBudget) (unregi
 	opt := metric.WithAttributeSet(attribute.NewSet(attrBudget.String(name)))
 	reg, err := m.meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		s := b.Stats()
+		fill := 0.0
+		if s.Capacity > 0 {
+			fill = float64(s.InUse) / float64(s.Capacity)
+		}
 		o.ObserveInt64(m.budgetCapacity, s.Capacity, opt)
 		o.ObserveInt64(m.budgetInUse, s.InUse, opt)
-		o.ObserveFloat64(m.budgetFill, s.FillRatio(), opt)
+		o.ObserveFloat64(m.budgetFill, fill, opt)
 		o.ObserveInt64(m.budgetWaiting, int64(s.Waiting), opt)
 		o.ObserveInt64(m.budgetWaitingVerts, s.WaitingVertices, opt)
-		o.ObserveFloat64(m.budgetSaturated, s.SaturatedFor.Seconds(), opt)
+		o.ObserveFloat64(m.budgetSaturated, b.SaturatedFor().Seconds(), opt)
 		o.ObserveInt64(m.budgetAdmitted, int64(s.Admitted), opt)
 		o.ObserveInt64(m.budgetClamped, int64(s.Clamped), opt)
 		return nil

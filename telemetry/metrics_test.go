@@ -12,7 +12,6 @@ import (
 
 	"github.com/spillway-go/spillway/middleware"
 	"github.com/spillway-go/spillway/retrygate"
-	"github.com/spillway-go/spillway/shedding"
 	"github.com/spillway-go/spillway/telemetry"
 )
 
@@ -117,14 +116,14 @@ func TestMetricsShedAndRetryHooks(t *testing.T) {
 		})
 		_, _ = h(message.NewMessage("x", []byte("payload")))
 	}
-	run(func(msg *message.Message) { m.OnShed(msg, "t", shedding.ReasonStale) })
-	run(func(msg *message.Message) { m.OnShed(msg, "t", shedding.ReasonSuperseded) })
+	run(func(msg *message.Message) { m.OnShed(msg, "t", "stale_version") })
+	run(func(msg *message.Message) { m.OnShed(msg, "t", "superseded") })
 	for _, o := range []retrygate.Outcome{retrygate.Handled, retrygate.Deferred, retrygate.DeadLettered, retrygate.Nacked} {
 		run(func(msg *message.Message) {
-			m.OnRetryOutcome(retrygate.Event{Message: msg, Topic: "t", Outcome: o, Cause: retrygate.CausePermanent})
+			m.OnRetryOutcome(retrygate.Event{Message: msg, Topic: "t", Outcome: o, Cause: "permanent"})
 		})
 	}
-	m.OnRetryOutcome(retrygate.Event{Topic: "u", Outcome: retrygate.Deferred, Cause: retrygate.CauseSaturated}) // no message
+	m.OnRetryOutcome(retrygate.Event{Topic: "u", Outcome: retrygate.Deferred, Cause: "saturated"}) // no message
 
 	rm := collect(t, reader)
 	for _, c := range []struct {

@@ -243,7 +243,7 @@ func annotateAdmission(span trace.Span, a middleware.Admission, o Outcome) {
 	}
 	attrs = append(attrs,
 		keyCostSource.String(a.Charge.Source.String()),
-		keyAdmission.String(a.Outcome.String()),
+		keyAdmission.String(string(a.Outcome)),
 		keyAdmissionWait.Float64(a.Wait.Seconds()),
 	)
 	if a.Outcome == middleware.Admitted {

@@ -438,7 +438,7 @@ func (d *demo) progress(ctx context.Context, start time.Time) {
 			cancel()
 			fmt.Printf("%5.1fs  messages %5d/%d  %8.0f vertices/s  budget %7d/%d (%3.0f%%)  waiters %2d  longest wait %6s  lag %s\n",
 				now.Sub(start).Seconds(), d.processed.Load(), d.total, rate,
-				st.Budget.InUse, st.Budget.Capacity, 100*st.Budget.FillRatio(), st.Budget.Waiting,
+				st.Budget.InUse, st.Budget.Capacity, 100*float64(st.Budget.InUse)/float64(st.Budget.Capacity), st.Budget.Waiting,
 				st.Budget.OldestWait.Round(time.Millisecond), lag)
 		}
 	}

@@ -19,7 +19,6 @@ import (
 	"github.com/spillway-go/spillway/internal/refwork"
 	"github.com/spillway-go/spillway/retrygate"
 	"github.com/spillway-go/spillway/router"
-	"github.com/spillway-go/spillway/shedding"
 	"github.com/spillway-go/spillway/sizing"
 )
 
@@ -462,7 +461,7 @@ func (gr *groupRun) handle(msg *message.Message) error {
 	return nil
 }
 
-func (gr *groupRun) onShed(msg *message.Message, _ string, reason shedding.Reason) {
+func (gr *groupRun) onShed(msg *message.Message, _, reason string) {
 	gr.shed.Add(1)
 	gr.mu.Lock()
 	defer gr.mu.Unlock()
@@ -473,7 +472,7 @@ func (gr *groupRun) onShed(msg *message.Message, _ string, reason shedding.Reaso
 	if gr.rec.ShedByReason == nil {
 		gr.rec.ShedByReason = map[string]int{}
 	}
-	gr.rec.ShedByReason[reason.String()]++
+	gr.rec.ShedByReason[reason]++
 	gr.accountLocked(msg.UUID)
 }
 
@@ -499,7 +498,7 @@ type memberHooks struct {
 	m  *member
 }
 
-func (h memberHooks) OnShed(msg *message.Message, topic string, reason shedding.Reason) {
+func (h memberHooks) OnShed(msg *message.Message, topic, reason string) {
 	h.gr.onShed(msg, topic, reason)
 }
 
