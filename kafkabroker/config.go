@@ -130,30 +130,14 @@ type Config struct {
 	// redelivering a nacked message. Default 100ms.
 	NackResendSleep time.Duration `yaml:"nack_resend_sleep" env:"NACK_RESEND_SLEEP"`
 
-	// TLS configures transport encryption.
-	TLS TLSConfig `yaml:"tls" envPrefix:"TLS_"`
+	// TLS configures transport encryption to the brokers. It is off
+	// unless Enabled is true, which it must be when a file is set. The
+	// client key is KeyFile or KeyPEM, not both. Without CAFile the system
+	// roots are used; without a client certificate none is sent.
+	TLS spillway.TLSConfig `yaml:"tls" envPrefix:"TLS_"`
 
 	// SASL configures authentication.
 	SASL SASLConfig `yaml:"sasl" envPrefix:"SASL_"`
-}
-
-// TLSConfig configures TLS to the Kafka brokers.
-type TLSConfig struct {
-	// Enabled turns TLS on. The files below are optional: without CAFile
-	// the system roots are used; without a client certificate none is sent.
-	Enabled bool `yaml:"enabled" env:"ENABLED"`
-	// CAFile is a PEM bundle of trusted CAs.
-	CAFile string `yaml:"ca_file" env:"CA_FILE"`
-	// CertFile is the PEM client certificate (mutual TLS).
-	CertFile string `yaml:"cert_file" env:"CERT_FILE"`
-	// KeyFile is the PEM private key of CertFile.
-	KeyFile string `yaml:"key_file" env:"KEY_FILE"`
-	// KeyPEM is the client private key inline, instead of KeyFile. Secret.
-	KeyPEM spillway.Secret `yaml:"key_pem" env:"KEY_PEM"`
-	// ServerName overrides the name checked against the broker certificate.
-	ServerName string `yaml:"server_name" env:"SERVER_NAME"`
-	// InsecureSkipVerify disables certificate verification. Tests only.
-	InsecureSkipVerify bool `yaml:"insecure_skip_verify" env:"INSECURE_SKIP_VERIFY"`
 }
 
 // SASLConfig configures SASL authentication to the Kafka brokers.
