@@ -78,7 +78,7 @@ type Cluster struct {
 type groupTopic struct{ group, topic string }
 
 // Open validates cfg (after defaults), starts the embedded broker when
-// Brokers is [Embedded], and creates cfg.Topics when it must (embedded
+// Brokers is [spillway.Embedded], and creates cfg.Topics when it must (embedded
 // broker, or CreateTopics). A nil logger logs nothing. Configuration
 // problems are [*spillway.FieldError]s.
 func Open(cfg Config, logger watermill.LoggerAdapter, opts ...Option) (*Cluster, error) {

@@ -33,7 +33,7 @@ const (
 	// which brokers count against a topic's max.message.bytes.
 	batchHeadroom = 1 << 10
 	// embeddedVersion is the default, and the newest version allowed,
-	// with brokers [Embedded]: Sarama cannot decode the in-process
+	// with brokers [spillway.Embedded]: Sarama cannot decode the in-process
 	// broker's newer responses.
 	embeddedVersion = "2.3.0"
 )
@@ -48,7 +48,7 @@ const (
 // [spillway.Secret]s, which never print.
 type Config struct {
 	// Brokers lists bootstrap brokers as host:port. The single entry
-	// [Embedded] starts an in-process broker on loopback; it needs the
+	// [spillway.Embedded] starts an in-process broker on loopback; it needs the
 	// program to import github.com/spillway-go/spillway/embedded. Required.
 	Brokers []string `yaml:"brokers" env:"BROKERS"`
 
@@ -81,7 +81,7 @@ type Config struct {
 
 	// Version is the Kafka protocol version Sarama speaks: at least 0.10.1
 	// (the first with a rebalance timeout). Default 3.6.0 (the newest
-	// Sarama 1.43.3 knows), or 2.3.0 with brokers [Embedded] (also the
+	// Sarama 1.43.3 knows), or 2.3.0 with brokers [spillway.Embedded] (also the
 	// most the embedded broker accepts). The default is chosen when defaults are
 	// applied, so set Brokers first.
 	Version string `yaml:"version" env:"VERSION"`
@@ -160,7 +160,7 @@ func (c Config) batchLimit() int32 {
 
 // embedded reports whether c asks for the in-process broker.
 func (c Config) embedded() bool {
-	return len(c.Brokers) == 1 && c.Brokers[0] == Embedded
+	return len(c.Brokers) == 1 && c.Brokers[0] == spillway.Embedded
 }
 
 // HandlerGroup returns the consumer group of the handler named handler:
@@ -232,11 +232,11 @@ func (c Config) Validate() error {
 	}
 	for i, b := range k.Brokers {
 		switch {
-		case b == Embedded && len(k.Brokers) > 1:
+		case b == spillway.Embedded && len(k.Brokers) > 1:
 			bad(fmt.Sprintf("brokers[%d]", i), b, "embedded must be the only entry")
-		case b == Embedded:
+		case b == spillway.Embedded:
 			if !embeddedLinked() {
-				bad(fmt.Sprintf("brokers[%d]", i), b, ErrEmbeddedNotLinked.Error())
+				bad(fmt.Sprintf("brokers[%d]", i), b, spillway.ErrEmbeddedNotLinked.Error())
 			}
 		default:
 			if host, port, err := net.SplitHostPort(b); err != nil || host == "" || port == "" {

@@ -23,7 +23,7 @@ func TestDefaultVersion(t *testing.T) {
 	if err != nil || v != sarama.MaxVersion {
 		t.Errorf("default version %v is not the newest Sarama knows (%v): %v", v, sarama.MaxVersion, err)
 	}
-	emb := kafkabroker.Config{Brokers: []string{kafkabroker.Embedded}}.WithDefaults()
+	emb := kafkabroker.Config{Brokers: []string{spillway.Embedded}}.WithDefaults()
 	if emb.Version != kafkabroker.EmbeddedVersion {
 		t.Errorf("embedded default version %q, want %q", emb.Version, kafkabroker.EmbeddedVersion)
 	}

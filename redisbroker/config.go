@@ -19,14 +19,6 @@ import (
 // ErrClosed is returned when a closed Publisher or Subscriber is used.
 var ErrClosed = errors.New("redisbroker: closed")
 
-// EmbeddedAddr is the [Config.Addr] that runs an in-process miniredis
-// instead of connecting to a server, once package
-// github.com/spillway-go/spillway/embedded is imported (without it, this
-// address is a validation error). It is meant for demos: miniredis does
-// not implement idle times, delivery counts or consumer-group lag the way
-// Redis does, so claims, keep-alive and lag are only approximate there.
-const EmbeddedAddr = "embedded"
-
 // Defaults. See docs/redis.md for the reasoning behind each.
 const (
 	// defaultConsumers is how many consumers (upstream subscriptions) a
@@ -89,8 +81,13 @@ type KeepAliveConfig struct {
 // Config holds a password as a [spillway.Secret]: it is never logged, and
 // String and GoString redact it too.
 type Config struct {
-	// Addr is the server's host:port, or [EmbeddedAddr] for an in-process
-	// miniredis (demos only).
+	// Addr is the server's host:port, or [spillway.Embedded] ("embedded")
+	// for an in-process miniredis, once package
+	// github.com/spillway-go/spillway/embedded is imported (without it,
+	// this address is a validation error). It is meant for demos:
+	// miniredis does not implement idle times, delivery counts or
+	// consumer-group lag the way Redis does, so claims, keep-alive and lag
+	// are only approximate there.
 	Addr string `yaml:"addr" env:"ADDR"`
 	// Username and Password authenticate (AUTH / HELLO). Username may be
 	// empty for the default user. Password is a Secret: convert a string
@@ -231,7 +228,7 @@ func (c Config) validateDial() error {
 	if c.Addr == "" {
 		return invalid("Addr", "", "required (host:port or \"embedded\")")
 	}
-	if c.Addr != EmbeddedAddr {
+	if c.Addr != spillway.Embedded {
 		host, port, err := net.SplitHostPort(c.Addr)
 		if err != nil || host == "" {
 			return invalid("Addr", c.Addr, "want host:port or \"embedded\"")
@@ -249,11 +246,11 @@ func (c Config) validateDial() error {
 	if hasKey := c.TLS.KeyFile != "" || c.TLS.KeyPEM != ""; (c.TLS.CertFile == "") == hasKey {
 		return invalid("TLS.CertFile/KeyFile", c.TLS.CertFile+"/"+c.TLS.KeyFile, "set both or neither")
 	}
-	if tlsEnabled(c.TLS) && c.Addr == EmbeddedAddr {
+	if tlsEnabled(c.TLS) && c.Addr == spillway.Embedded {
 		return invalid("TLS", "enabled", "not supported with the embedded server")
 	}
-	if c.Addr == EmbeddedAddr && !EmbeddedLinked() {
-		return fmt.Errorf("%w: %w", invalid("Addr", c.Addr, "needs the embedded server linked in"), ErrEmbeddedNotLinked)
+	if c.Addr == spillway.Embedded && !embeddedLinked() {
+		return fmt.Errorf("%w: %w", invalid("Addr", c.Addr, "needs the embedded server linked in"), spillway.ErrEmbeddedNotLinked)
 	}
 	return nil
 }

@@ -72,7 +72,7 @@ func TestConfigValidateNamesFieldAndValue(t *testing.T) {
 		{func(c *redisbroker.Config) { c.TLS.CertFile = "c.pem" }, "TLS.CertFile/KeyFile", "c.pem/"},
 		{func(c *redisbroker.Config) { c.TLS.KeyPEM = "k" }, "TLS.CertFile/KeyFile", "/"},
 		{func(c *redisbroker.Config) { c.TLS.CertFile, c.TLS.KeyFile, c.TLS.KeyPEM = "c.pem", "k.pem", "k" }, "TLS.KeyPEM", spillway.Secret("k").String()},
-		{func(c *redisbroker.Config) { c.Addr = redisbroker.EmbeddedAddr; c.TLS.Enabled = true }, "TLS", "enabled"},
+		{func(c *redisbroker.Config) { c.Addr = spillway.Embedded; c.TLS.Enabled = true }, "TLS", "enabled"},
 	}
 	for _, tc := range cases {
 		c := base

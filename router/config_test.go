@@ -15,6 +15,7 @@ import (
 	"github.com/caarlos0/env/v11"
 
 	"github.com/spillway-go/spillway"
+	"github.com/spillway-go/spillway/internal/embedreg"
 	"github.com/spillway-go/spillway/kafkabroker"
 	"github.com/spillway-go/spillway/redisbroker"
 	"github.com/spillway-go/spillway/retrygate"
@@ -607,8 +608,8 @@ telemetry:
 	if err := emb.Validate(); err == nil || !strings.Contains(err.Error(), `import _ "github.com/spillway-go/spillway/embedded"`) {
 		t.Errorf("redis.addr embedded with nothing registered: %v, want an error naming the import", err)
 	}
-	redisbroker.RegisterEmbedded(func() (string, func(), error) { return "", nil, errors.New("not started in this test") })
-	defer redisbroker.RegisterEmbedded(nil)
+	embedreg.RegisterRedis(func() (string, func(), error) { return "", nil, errors.New("not started in this test") })
+	defer embedreg.RegisterRedis(nil)
 	if err := emb.Validate(); err != nil {
 		t.Errorf("redis.addr embedded rejected once registered: %v", err)
 	}

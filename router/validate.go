@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/spillway-go/spillway"
-	"github.com/spillway-go/spillway/redisbroker"
+	"github.com/spillway-go/spillway/internal/embedreg"
 	"github.com/spillway-go/spillway/retrygate"
 	"github.com/spillway-go/spillway/sizing"
 	"github.com/spillway-go/spillway/telemetry"
@@ -355,9 +355,9 @@ func validateRedis(r RedisConfig) []error {
 	switch r.Addr {
 	case "":
 		bad("addr", "", "must be set with broker redis (host:port, or embedded for an in-process miniredis)")
-	case redisbroker.EmbeddedAddr:
-		if !redisbroker.EmbeddedLinked() {
-			bad("addr", r.Addr, redisbroker.ErrEmbeddedNotLinked.Error())
+	case spillway.Embedded:
+		if embedreg.Redis() == nil {
+			bad("addr", r.Addr, spillway.ErrEmbeddedNotLinked.Error())
 		}
 	default:
 		host, port, err := net.SplitHostPort(r.Addr)
@@ -371,7 +371,7 @@ func validateRedis(r RedisConfig) []error {
 	if (r.TLS.CertFile == "") != (r.TLS.KeyFile == "") {
 		bad("tls.cert_file", r.TLS.CertFile, "set redis.tls.cert_file and redis.tls.key_file together")
 	}
-	if r.Addr == redisbroker.EmbeddedAddr && (r.TLS.Enabled || r.TLS.CAFile != "" || r.TLS.CertFile != "") {
+	if r.Addr == spillway.Embedded && (r.TLS.Enabled || r.TLS.CAFile != "" || r.TLS.CertFile != "") {
 		bad("tls.enabled", "true", "must be false with the embedded server")
 	}
 	if strings.TrimSpace(r.ConsumerGroup) == "" {

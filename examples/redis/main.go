@@ -65,7 +65,7 @@ func run(data string, budgetVertices int64, passes, consumers, rate, pings int, 
 
 	addr := os.Getenv("REDIS_ADDR")
 	if addr == "" {
-		addr = redisbroker.EmbeddedAddr
+		addr = spillway.Embedded
 	}
 	suffix := strconv.FormatInt(time.Now().UnixNano(), 36) // a fresh stream per run on a shared server
 	topic := "spillway.demo.geometry." + suffix
@@ -154,7 +154,7 @@ func run(data string, budgetVertices int64, passes, consumers, rate, pings int, 
 		totalVertices += int64(f.Vertices + pings)
 	}
 	where := addr
-	if addr == redisbroker.EmbeddedAddr {
+	if addr == spillway.Embedded {
 		where = "embedded miniredis (set REDIS_ADDR for a real server; miniredis reports no lag)"
 	}
 	fmt.Printf("Redis: %s, stream %s, group %s, %d consumers\n", where, topic, cfg.ConsumerGroup, consumers)
@@ -186,7 +186,7 @@ func run(data string, budgetVertices int64, passes, consumers, rate, pings int, 
 		if info, err := sub.Lag(ctx, topic); err == nil {
 			pending = strconv.FormatInt(info.Pending, 10)
 			// miniredis reports the stream length as the lag: not shown.
-			if info.Lag >= 0 && addr != redisbroker.EmbeddedAddr {
+			if info.Lag >= 0 && addr != spillway.Embedded {
 				lag = strconv.FormatInt(info.Lag, 10)
 			}
 		}
