@@ -135,9 +135,6 @@ func Open(cfg Config, logger watermill.LoggerAdapter, opts ...Option) (*Cluster,
 	return c, nil
 }
 
-// Config returns the configuration the cluster runs with (defaults filled).
-func (c *Cluster) Config() Config { return c.cfg }
-
 // Brokers returns the bootstrap addresses the cluster's clients use: the
 // configured ones, or the embedded broker's loopback address.
 func (c *Cluster) Brokers() []string { return append([]string(nil), c.brokers...) }
@@ -181,7 +178,7 @@ func (c *Cluster) NewSubscriber(group string) (*kafka.Subscriber, *SessionTracke
 		ConsumerGroup:         group,
 		NackResendSleep:       c.cfg.NackResendSleep,
 		ReconnectRetrySleep:   time.Second,
-		Tracer:                tr,
+		Tracer:                tr.tracer(),
 	}, c.logger)
 	if err != nil {
 		return nil, nil, fmt.Errorf("kafkabroker: subscriber for group %s: %w", group, err)
