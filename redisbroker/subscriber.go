@@ -32,7 +32,8 @@ const recoverPageSize = 500
 //
 // On top of upstream the Subscriber adds:
 //   - entry identity: every message carries its stream, entry ID, group and
-//     consumer in metadata (see [EntryOf]), which is what the keep-alive needs;
+//     consumer in metadata (keys a producer cannot forge), which is what the
+//     keep-alive and the dead-letter middleware need;
 //   - poison safety: an entry that cannot be unmarshalled becomes a message
 //     flagged malformed ([IsMalformed]) instead of ending the subscription; route
 //     it with [DeadLetter];
@@ -151,11 +152,25 @@ func (s *Subscriber) Config() Config { return s.cfg }
 // consumers returns the consumer names this subscriber reads as.
 func (s *Subscriber) consumers() []string { return append([]string(nil), s.names...) }
 
-// Lag reads the group's lag on topic now (one XINFO GROUPS). It never
+// Lag reads the group's backlog on topic now, with one XINFO GROUPS
+// (Redis 7 or later): the entries not yet delivered to the group plus
+// those delivered but not yet acknowledged (in flight, waiting for budget,
+// or left by a dead consumer). Undelivered entries count as 0 when Redis
+// cannot tell (after XDEL of entries the group has not read). It never
 // caches: sample it from one goroutine (telemetry/redistel with a
-// telemetry.LagSampler), not per message.
-func (s *Subscriber) Lag(ctx context.Context, topic string) (LagInfo, error) {
-	return Lag(ctx, s.control, topic, s.cfg.ConsumerGroup)
+// telemetry.LagSampler), not per message. An error wraps [ErrNoStream] or
+// [ErrNoGroup] when the stream or the group is missing.
+func (s *Subscriber) Lag(ctx context.Context, topic string) (int64, error) {
+	info, err := s.lagInfo(ctx, topic)
+	if err != nil {
+		return 0, err
+	}
+	return info.backlog(), nil
+}
+
+// lagInfo reads the group's position in topic's stream.
+func (s *Subscriber) lagInfo(ctx context.Context, topic string) (lagInfo, error) {
+	return readLag(ctx, s.control, topic, s.cfg.ConsumerGroup)
 }
 
 // Topics returns the topics subscribed to so far, sorted.
@@ -170,17 +185,39 @@ func (s *Subscriber) Topics() []string {
 	return topics
 }
 
-// SubscriberStats counts what a subscriber did.
+// SubscriberStats counts what a subscriber and its keep-alive did.
 type SubscriberStats struct {
 	// Malformed counts entries that could not be unmarshalled and were
-	// delivered flagged malformed (a redelivery counts again).
+	// delivered flagged malformed (a redelivery counts again). Each is
+	// dead-lettered by the [DeadLetter] middleware.
 	Malformed uint64
-	KeepAlive KeepAliveStats
+	// Tracked is the number of entries held by this subscriber right now:
+	// delivered to one of its consumers and not yet acked.
+	Tracked int
+	// Refreshed counts keep-alive refreshes (one per entry per tick).
+	Refreshed uint64
+	// Lost counts entries found owned by another consumer at refresh: a
+	// peer claimed them while this subscriber still held them.
+	Lost uint64
+	// Expired counts entries the keep-alive let go because their consumer
+	// acked nothing for KeepAlive.MaxInFlight, left to be claimed by a peer.
+	Expired uint64
+	// RefreshErrors counts keep-alive refresh calls that failed (Redis
+	// unreachable…).
+	RefreshErrors uint64
 }
 
 // Stats returns counters since the subscriber was created.
 func (s *Subscriber) Stats() SubscriberStats {
-	return SubscriberStats{Malformed: s.malformed.Load(), KeepAlive: s.keepAlive.stats()}
+	ka := s.keepAlive.stats()
+	return SubscriberStats{
+		Malformed:     s.malformed.Load(),
+		Tracked:       ka.Tracked,
+		Refreshed:     ka.Refreshed,
+		Lost:          ka.Lost,
+		Expired:       ka.Expired,
+		RefreshErrors: ka.Errors,
+	}
 }
 
 // SubscribeInitialize creates topic's stream and the consumer group if they

@@ -220,7 +220,7 @@ func TestEmbedded(t *testing.T) {
 	want := ids("e", 4)
 	publish(t, newPublisher(t, cfg), topic, want...)
 	waitFor(t, "messages through the embedded server", 30*time.Second, func() bool { return len(c.missing(want)) == 0 })
-	if s := sub.Stats().KeepAlive; s.Refreshed == 0 || s.Errors != 0 {
+	if s := sub.Stats(); s.Refreshed == 0 || s.RefreshErrors != 0 {
 		t.Fatalf("keep-alive on the embedded server: %+v", s)
 	}
 	if n := started.Load(); n != 1 {

@@ -10,7 +10,7 @@ import (
 
 // LagSource reads a redisbroker.Subscriber's consumer-group lag on every
 // topic it has subscribed to so far: one sample per stream, Partition -1,
-// Lag = redisbroker.LagInfo.Backlog (entries not yet delivered plus
+// Lag = redisbroker.Subscriber.Lag (entries not yet delivered plus
 // entries pending, the counterpart of Kafka's high-water mark minus the
 // committed offset, which also counts in-flight messages).
 //
@@ -38,11 +38,11 @@ func (s *LagSource) Lag(ctx context.Context) ([]telemetry.LagSample, error) {
 	group := s.sub.Config().ConsumerGroup
 	out := make([]telemetry.LagSample, 0, len(topics))
 	for _, t := range topics {
-		info, err := s.sub.Lag(ctx, t)
+		backlog, err := s.sub.Lag(ctx, t)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, telemetry.LagSample{Topic: t, Group: group, Partition: -1, Lag: info.Backlog()})
+		out = append(out, telemetry.LagSample{Topic: t, Group: group, Partition: -1, Lag: backlog})
 	}
 	return out, nil
 }
