@@ -72,7 +72,7 @@ type Cluster struct {
 	closed     bool
 	client     sarama.Client // lazily, for topic creation and lag
 	admin      sarama.ClusterAdmin
-	lagSources map[groupTopic]*kafkatel.LagSource
+	lagSources map[groupTopic]telemetry.LagSource
 }
 
 type groupTopic struct{ group, topic string }
@@ -89,7 +89,7 @@ func Open(cfg Config, logger watermill.LoggerAdapter, opts ...Option) (*Cluster,
 	if logger == nil {
 		logger = watermill.NopLogger{}
 	}
-	c := &Cluster{cfg: cfg, logger: logger, brokers: cfg.Brokers, lagSources: make(map[groupTopic]*kafkatel.LagSource)}
+	c := &Cluster{cfg: cfg, logger: logger, brokers: cfg.Brokers, lagSources: make(map[groupTopic]telemetry.LagSource)}
 	for _, o := range opts {
 		if o != nil {
 			o(&c.opts)
@@ -243,7 +243,7 @@ func (c *Cluster) EnsureTopic(topic string) error {
 }
 
 // LagSource returns the source of group's lag on topic (per partition, the
-// high-water mark minus the committed offset; see kafkatel.LagSource),
+// high-water mark minus the committed offset; see kafkatel.NewLagSource),
 // over the cluster's shared client. Sources are built once per group and
 // topic and live until Close.
 func (c *Cluster) LagSource(group, topic string) (telemetry.LagSource, error) {

@@ -99,6 +99,6 @@ func (b *kafkaBackend) lag(ctx context.Context, groups []groupTopic) ([]telemetr
 
 func (b *kafkaBackend) deadLetter() message.HandlerMiddleware { return nil }
 
-func (b *kafkaBackend) system() string { return telemetry.SystemKafka }
+func (b *kafkaBackend) system() string { return "kafka" }
 
 func (b *kafkaBackend) close() error { return b.cluster.Close() }

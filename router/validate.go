@@ -15,7 +15,6 @@ import (
 	"github.com/spillway-go/spillway/internal/embedreg"
 	"github.com/spillway-go/spillway/retrygate"
 	"github.com/spillway-go/spillway/sizing"
-	"github.com/spillway-go/spillway/telemetry"
 )
 
 func (c *Config) setDefaults() {
@@ -62,7 +61,7 @@ func (c *Config) setDefaults() {
 		t.Name = defaultTelemetryName
 	}
 	if t.LagInterval == 0 {
-		t.LagInterval = telemetry.DefaultLagInterval
+		t.LagInterval = 10 * time.Second // the lag sampler's own default
 	}
 	c.Producer.setDefaults()
 }

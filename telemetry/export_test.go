@@ -9,8 +9,9 @@ import (
 
 // Internals for the external tests.
 var (
-	ScopeVersion  = scopeVersion
-	ModuleVersion = moduleVersion
+	ScopeVersion   = scopeVersion
+	ModuleVersion  = moduleVersion
+	WithLagTimeout = withLagTimeout
 )
 
 // NewMetadataCarrier returns the carrier the tracing middlewares use.

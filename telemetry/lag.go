@@ -11,8 +11,8 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 )
 
-// DefaultLagInterval is how often a [LagSampler] samples by default.
-const DefaultLagInterval = 10 * time.Second
+// defaultLagInterval is how often a [LagSampler] samples by default.
+const defaultLagInterval = 10 * time.Second
 
 // LagSample is a consumer group's lag on one Kafka partition or one Redis
 // stream, as a [LagSource] reports it.
@@ -55,8 +55,8 @@ func (f LagSourceFunc) Lag(ctx context.Context) ([]LagSample, error) { return f(
 // LagOption configures a [LagSampler].
 type LagOption func(*LagSampler)
 
-// WithLagInterval sets how often the sampler samples. Default
-// [DefaultLagInterval]; non-positive values are ignored.
+// WithLagInterval sets how often the sampler samples. Default 10s;
+// non-positive values are ignored.
 func WithLagInterval(d time.Duration) LagOption {
 	return func(s *LagSampler) {
 		if d > 0 {
@@ -65,8 +65,9 @@ func WithLagInterval(d time.Duration) LagOption {
 	}
 }
 
-// WithLagTimeout bounds each call to the source. Default: the interval.
-func WithLagTimeout(d time.Duration) LagOption {
+// withLagTimeout bounds each call to the source. Default: the interval.
+// The tests set it.
+func withLagTimeout(d time.Duration) LagOption {
 	return func(s *LagSampler) {
 		if d > 0 {
 			s.timeout = d
@@ -142,7 +143,7 @@ func NewLagSampler(src LagSource, opts ...LagOption) *LagSampler {
 	if src == nil {
 		panic("telemetry: NewLagSampler: nil source")
 	}
-	s := &LagSampler{src: src, interval: DefaultLagInterval, epoch: time.Now(), done: make(chan struct{})}
+	s := &LagSampler{src: src, interval: defaultLagInterval, epoch: time.Now(), done: make(chan struct{})}
 	for _, o := range opts {
 		if o != nil {
 			o(s)

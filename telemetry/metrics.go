@@ -305,7 +305,7 @@ func (m *Metrics) attrs(shape uint8, topic, value string) *measureOpts {
 // not recovered). The vertex count comes from the admission recorded by
 // [Metrics.OnAdmission], else from the vertex_count metadata.
 //
-// Place it right inside [Tracing.Middleware] (or outermost without
+// Place it right inside [NewTracing] (or outermost without
 // tracing) so the duration covers the whole stack. It never returns an
 // error of its own and never alters the chain's result.
 func (m *Metrics) Middleware(h message.HandlerFunc) message.HandlerFunc {
