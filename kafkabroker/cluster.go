@@ -12,12 +12,13 @@ import (
 	"github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/spillway-go/spillway"
 	"github.com/spillway-go/spillway/telemetry"
 	"github.com/spillway-go/spillway/telemetry/kafkatel"
 )
 
-// ErrClosed is returned by a closed [Cluster].
-var ErrClosed = errors.New("kafkabroker: closed")
+// errClosed is returned by a closed [Cluster].
+var errClosed = fmt.Errorf("kafkabroker: %w", spillway.ErrClosed)
 
 // Option customises a [Cluster] beyond its Config.
 type Option func(*options)
@@ -192,7 +193,7 @@ func (c *Cluster) adminClient() (sarama.Client, sarama.ClusterAdmin, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
-		return nil, nil, ErrClosed
+		return nil, nil, errClosed
 	}
 	if c.admin != nil {
 		return c.client, c.admin, nil

@@ -163,10 +163,6 @@ func (c Config) embedded() bool {
 	return len(c.Brokers) == 1 && c.Brokers[0] == spillway.Embedded
 }
 
-// HandlerGroup returns the consumer group of the handler named handler:
-// "<ConsumerGroup>.<handler>".
-func (c Config) HandlerGroup(handler string) string { return c.ConsumerGroup + "." + handler }
-
 func (c *Config) setDefaults() {
 	if c.ConsumerGroup == "" {
 		c.ConsumerGroup = defaultConsumerGroup

@@ -3,7 +3,6 @@ package redisbroker
 import (
 	"crypto/tls"
 	"crypto/x509"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -16,8 +15,8 @@ import (
 	"github.com/spillway-go/spillway"
 )
 
-// ErrClosed is returned when a closed Publisher or Subscriber is used.
-var ErrClosed = errors.New("redisbroker: closed")
+// errClosed is returned when a closed Publisher or Subscriber is used.
+var errClosed = fmt.Errorf("redisbroker: %w", spillway.ErrClosed)
 
 // Defaults. See docs/redis.md for the reasoning behind each.
 const (

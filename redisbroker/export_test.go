@@ -37,8 +37,10 @@ type (
 )
 
 var (
-	EntryOf = entryOf
-	Lag     = readLag
+	EntryOf     = entryOf
+	Lag         = readLag
+	ErrNoStream = errNoStream
+	ErrNoGroup  = errNoGroup
 )
 
 func (l LagInfo) Backlog() int64 { return l.backlog() }

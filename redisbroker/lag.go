@@ -10,10 +10,10 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Errors returned by [Subscriber.Lag].
+// Errors of [Subscriber.Lag] on a stream or group that does not exist.
 var (
-	ErrNoStream = errors.New("redisbroker: no such stream")
-	ErrNoGroup  = errors.New("redisbroker: no such consumer group")
+	errNoStream = errors.New("redisbroker: no such stream")
+	errNoGroup  = errors.New("redisbroker: no such consumer group")
 )
 
 // lagInfo is a consumer group's position in one stream, from XINFO GROUPS
@@ -42,12 +42,12 @@ type lagInfo struct {
 func (l lagInfo) backlog() int64 { return max(l.Lag, 0) + l.Pending }
 
 // readLag reads the position of group in stream with one XINFO GROUPS. It
-// returns an error wrapping ErrNoStream or ErrNoGroup when either is missing.
+// returns an error wrapping errNoStream or errNoGroup when either is missing.
 func readLag(ctx context.Context, client redis.UniversalClient, stream, group string) (lagInfo, error) {
 	groups, err := client.XInfoGroups(ctx, stream).Result()
 	if err != nil {
 		if strings.Contains(err.Error(), "no such key") {
-			return lagInfo{}, fmt.Errorf("%w: %q", ErrNoStream, stream)
+			return lagInfo{}, fmt.Errorf("%w: %q", errNoStream, stream)
 		}
 		return lagInfo{}, fmt.Errorf("redisbroker: XINFO GROUPS %q: %w", stream, err)
 	}
@@ -65,5 +65,5 @@ func readLag(ctx context.Context, client redis.UniversalClient, stream, group st
 			}, nil
 		}
 	}
-	return lagInfo{}, fmt.Errorf("%w: %q on stream %q", ErrNoGroup, group, stream)
+	return lagInfo{}, fmt.Errorf("%w: %q on stream %q", errNoGroup, group, stream)
 }

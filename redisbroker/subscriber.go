@@ -158,8 +158,9 @@ func (s *Subscriber) consumers() []string { return append([]string(nil), s.names
 // or left by a dead consumer). Undelivered entries count as 0 when Redis
 // cannot tell (after XDEL of entries the group has not read). It never
 // caches: sample it from one goroutine (telemetry/redistel with a
-// telemetry.LagSampler), not per message. An error wraps [ErrNoStream] or
-// [ErrNoGroup] when the stream or the group is missing.
+// telemetry.LagSampler), not per message. It fails when the stream or
+// the group does not exist (yet): Subscribe and SubscribeInitialize create
+// both.
 func (s *Subscriber) Lag(ctx context.Context, topic string) (int64, error) {
 	info, err := s.lagInfo(ctx, topic)
 	if err != nil {
@@ -245,7 +246,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return nil, ErrClosed
+		return nil, errClosed
 	}
 	if !s.topics[topic] {
 		if err := s.createGroup(ctx, topic); err != nil {

@@ -128,7 +128,7 @@ func TestNackedMessageContextEndsOnClose(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the redelivered message's context did not end with the subscriber")
 	}
-	if _, err := sub.Subscribe(context.Background(), topic); !errors.Is(err, redisbroker.ErrClosed) {
+	if _, err := sub.Subscribe(context.Background(), topic); !errors.Is(err, spillway.ErrClosed) {
 		t.Fatalf("Subscribe after Close: %v", err)
 	}
 	if err := sub.Close(); err != nil {

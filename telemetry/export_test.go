@@ -12,6 +12,7 @@ var (
 	ScopeVersion   = scopeVersion
 	ModuleVersion  = moduleVersion
 	WithLagTimeout = withLagTimeout
+	WithLagMaxAge  = withLagMaxAge
 )
 
 // NewMetadataCarrier returns the carrier the tracing middlewares use.

@@ -86,13 +86,10 @@ func WithLagThreshold(n int64) LagOption {
 	}
 }
 
-// WithLagMaxAge sets how old the latest successful sample may get before
-// the sampler forgets it: after that TotalLag and SaturatedFor return 0 and
-// no lag series is exported until a sample succeeds again. A lag that
-// cannot be measured therefore never throttles producers or sheds work for
-// ever; the spillway.consumer.lag.sample_age and .errors metrics show the failure.
-// Default: three intervals.
-func WithLagMaxAge(d time.Duration) LagOption {
+// withLagMaxAge sets how old the latest successful sample may get before
+// the sampler forgets it (see [LagSampler]). Default: three intervals. The
+// tests set it.
+func withLagMaxAge(d time.Duration) LagOption {
 	return func(s *LagSampler) {
 		if d > 0 {
 			s.maxAge = d
@@ -109,6 +106,12 @@ func WithLagMaxAge(d time.Duration) LagOption {
 //
 // Run it with [LagSampler.Start] and [LagSampler.Close]. Every method is
 // safe for concurrent use. TotalLag and SaturatedFor are lock-free.
+//
+// When the latest successful sample is older than three intervals, the
+// sampler forgets it: TotalLag and SaturatedFor return 0 and no lag series
+// is exported until a sample succeeds again. A lag that cannot be measured
+// therefore never throttles producers or sheds work for ever; the
+// spillway.consumer.lag.sample_age and .errors metrics show the failure.
 type LagSampler struct {
 	src          LagSource
 	interval     time.Duration

@@ -541,8 +541,8 @@ func (m *Metrics) ObserveBounds(name string, f func() Bounds) (unregister func()
 // partitions), and, under the label source=name,
 // spillway.consumer.lag.saturated (seconds), .sample_age (seconds) and
 // .errors. It reads the sampler's cache; it never queries the broker. A
-// sampler whose samples have gone stale (see [WithLagMaxAge]) exports no
-// lag series until it samples again.
+// sampler whose samples have gone stale (see [LagSampler]) exports no lag
+// series until it samples again.
 func (m *Metrics) ObserveLag(name string, s *LagSampler) (unregister func() error, err error) {
 	if s == nil {
 		return nil, errors.New("telemetry: ObserveLag: nil sampler")

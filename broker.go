@@ -13,3 +13,8 @@ const Embedded = "embedded"
 // [Embedded] broker but the program does not import the package that
 // provides it.
 var ErrEmbeddedNotLinked = errors.New(`the "embedded" broker needs the embedded package: add import _ "github.com/spillway-go/spillway/embedded"`)
+
+// ErrClosed is returned when a closed broker client is used: a
+// kafkabroker Cluster, a redisbroker Publisher or Subscriber. Match it with
+// errors.Is; the error names the package that returned it.
+var ErrClosed = errors.New("closed")
