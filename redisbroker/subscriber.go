@@ -415,7 +415,8 @@ func (s *Subscriber) recreateGroups() {
 
 // Close ends every subscription (unacked messages stay pending), stops the
 // keep-alive, and closes all clients (not a client given with
-// [WithClient]). It is idempotent.
+// [WithClient]). It is idempotent. Subscribe then fails with an error
+// matching [spillway.ErrClosed].
 func (s *Subscriber) Close() error {
 	s.mu.Lock()
 	if s.closed {
