@@ -267,8 +267,8 @@ func (c *Cluster) LagSource(group, topic string) (telemetry.LagSource, error) {
 }
 
 // Close closes the shared client and stops the embedded broker. Close
-// the publishers and subscribers first. Later calls return nil; the
-// cluster's other methods then fail with an error matching
+// the publishers and subscribers first. Later calls return nil;
+// EnsureTopic and LagSource then fail with an error matching
 // [spillway.ErrClosed].
 func (c *Cluster) Close() error {
 	var errs []error
