@@ -208,8 +208,8 @@ func run(data string, budgetVertices int64, passes, consumers, rate, pings int, 
 		elapsed.Round(time.Millisecond), float64(vertices.Load())/elapsed.Seconds())
 	fmt.Printf("budget: peak %d of %d vertices, %d admissions waited (longest %s), %d clamped\n",
 		s.PeakInUse, s.Capacity, s.Waited, s.MaxWait.Round(time.Millisecond), s.Clamped)
-	fmt.Printf("redis: %d keep-alive refreshes, %d entries lost to peers, %d expired, %d malformed (dead-lettered); redelivery deadline %s\n",
-		st.Refreshed, st.Lost, st.Expired, st.Malformed, cfg.RedeliveryDeadline())
+	fmt.Printf("redis: %d keep-alive refreshes, %d entries lost to peers, %d expired, %d malformed (%d dead-lettered); redelivery deadline %s\n",
+		st.Refreshed, st.Lost, st.Expired, st.Malformed, dead.Count(), cfg.RedeliveryDeadline())
 	return nil
 }
 
