@@ -189,8 +189,8 @@ func (s *Subscriber) Topics() []string {
 // SubscriberStats counts what a subscriber and its keep-alive did.
 type SubscriberStats struct {
 	// Malformed counts entries that could not be unmarshalled and were
-	// delivered flagged malformed (a redelivery counts again). Each is
-	// dead-lettered by the [DeadLetter] middleware.
+	// delivered flagged malformed (a redelivery counts again), for the
+	// [DeadLetter] middleware to move to the dead-letter topic.
 	Malformed uint64
 	// Tracked is the number of entries held by this subscriber right now:
 	// delivered to one of its consumers and not yet acked.
