@@ -367,8 +367,11 @@ func validateRedis(r RedisConfig) []error {
 	if r.DB < 0 {
 		bad("db", strconv.Itoa(r.DB), "must be zero or positive")
 	}
-	if (r.TLS.CertFile == "") != (r.TLS.KeyFile == "") {
-		bad("tls.cert_file", r.TLS.CertFile, "set redis.tls.cert_file and redis.tls.key_file together")
+	if r.TLS.KeyFile != "" && r.TLS.KeyPEM != "" {
+		bad("tls.key_pem", r.TLS.KeyPEM.String(), "set either redis.tls.key_file or redis.tls.key_pem, not both")
+	}
+	if hasKey := r.TLS.KeyFile != "" || r.TLS.KeyPEM != ""; (r.TLS.CertFile == "") == hasKey {
+		bad("tls.cert_file", r.TLS.CertFile, "set redis.tls.cert_file and redis.tls.key_file (or key_pem) together")
 	}
 	if r.Addr == spillway.Embedded && (r.TLS.Enabled || r.TLS.CAFile != "" || r.TLS.CertFile != "") {
 		bad("tls.enabled", "true", "must be false with the embedded server")
