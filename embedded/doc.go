@@ -7,8 +7,9 @@
 //
 //	import _ "github.com/spillway-go/spillway/embedded"
 //
-// It registers itself with package kafkabroker (for kafka.brokers
-// "embedded") and package redisbroker (for redis.addr "embedded"). The
+// It registers itself as the broker behind the address "embedded"
+// (spillway.Embedded) of package kafkabroker (kafka.brokers) and package
+// redisbroker (redis.addr). The
 // Spillway library never imports it, so a program that does not ask for
 // an embedded broker links neither fake broker. It lives in a module of its
 // own, github.com/spillway-go/spillway/embedded, so its dependencies stay

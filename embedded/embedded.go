@@ -6,13 +6,12 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/twmb/franz-go/pkg/kfake"
 
-	"github.com/spillway-go/spillway/kafkabroker"
-	"github.com/spillway-go/spillway/redisbroker"
+	"github.com/spillway-go/spillway/internal/embedreg"
 )
 
 func init() {
-	kafkabroker.RegisterEmbedded(startKafka)
-	redisbroker.RegisterEmbedded(startRedis)
+	embedreg.RegisterKafka(startKafka)
+	embedreg.RegisterRedis(startRedis)
 }
 
 // Kafka is a running in-process Kafka broker.

@@ -10,16 +10,17 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/spillway-go/spillway"
+	"github.com/spillway-go/spillway/internal/embedreg"
 	"github.com/spillway-go/spillway/kafkabroker"
-	"github.com/spillway-go/spillway/redisbroker"
 	"github.com/spillway-go/spillway/router"
 )
 
 func TestRegistered(t *testing.T) {
 	// Brokers [embedded] is valid only once a broker is registered.
-	kafkaErr := kafkabroker.Config{Brokers: []string{kafkabroker.Embedded}}.WithDefaults().Validate()
-	if kafkaErr != nil || !redisbroker.EmbeddedLinked() {
-		t.Fatalf("importing embedded registers nothing: kafka %v, redis %v", kafkaErr, redisbroker.EmbeddedLinked())
+	kafkaErr := kafkabroker.Config{Brokers: []string{spillway.Embedded}}.WithDefaults().Validate()
+	if kafkaErr != nil || embedreg.Redis() == nil {
+		t.Fatalf("importing embedded registers nothing: kafka %v, redis %v", kafkaErr, embedreg.Redis() != nil)
 	}
 }
 
@@ -33,7 +34,7 @@ func TestRouterOnEmbeddedBrokers(t *testing.T) {
 			cfg.Budget.Vertices = 1000
 			cfg.Kafka.Brokers = []string{router.Embedded}
 			cfg.Kafka.Partitions = 2
-			cfg.Redis.Addr = redisbroker.EmbeddedAddr
+			cfg.Redis.Addr = spillway.Embedded
 			cfg.Telemetry.Disabled = true
 			r, err := router.New(cfg, watermill.NopLogger{})
 			if err != nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/spillway-go/spillway"
 	"github.com/spillway-go/spillway/cost"
 	_ "github.com/spillway-go/spillway/embedded" // registers the embedded server for Addr "embedded"
 	"github.com/spillway-go/spillway/middleware"
@@ -22,7 +23,7 @@ import (
 // nothing installed; in production it is the server's host:port.
 func Example_redis() {
 	logger := watermill.NopLogger{}
-	cfg := redisbroker.Config{Addr: redisbroker.EmbeddedAddr, ConsumerGroup: "tiler", Consumers: 4}
+	cfg := redisbroker.Config{Addr: spillway.Embedded, ConsumerGroup: "tiler", Consumers: 4}
 	pub, err := redisbroker.NewPublisher(cfg, logger)
 	if err != nil {
 		panic(err)

@@ -12,12 +12,13 @@ import (
 	"github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/spillway-go/spillway"
 	"github.com/spillway-go/spillway/telemetry"
 	"github.com/spillway-go/spillway/telemetry/kafkatel"
 )
 
-// ErrClosed is returned by a closed [Cluster].
-var ErrClosed = errors.New("kafkabroker: closed")
+// errClosed is returned by a closed [Cluster].
+var errClosed = fmt.Errorf("kafkabroker: %w", spillway.ErrClosed)
 
 // Option customises a [Cluster] beyond its Config.
 type Option func(*options)
@@ -72,13 +73,13 @@ type Cluster struct {
 	closed     bool
 	client     sarama.Client // lazily, for topic creation and lag
 	admin      sarama.ClusterAdmin
-	lagSources map[groupTopic]*kafkatel.LagSource
+	lagSources map[groupTopic]telemetry.LagSource
 }
 
 type groupTopic struct{ group, topic string }
 
 // Open validates cfg (after defaults), starts the embedded broker when
-// Brokers is [Embedded], and creates cfg.Topics when it must (embedded
+// Brokers is [spillway.Embedded], and creates cfg.Topics when it must (embedded
 // broker, or CreateTopics). A nil logger logs nothing. Configuration
 // problems are [*spillway.FieldError]s.
 func Open(cfg Config, logger watermill.LoggerAdapter, opts ...Option) (*Cluster, error) {
@@ -89,7 +90,7 @@ func Open(cfg Config, logger watermill.LoggerAdapter, opts ...Option) (*Cluster,
 	if logger == nil {
 		logger = watermill.NopLogger{}
 	}
-	c := &Cluster{cfg: cfg, logger: logger, brokers: cfg.Brokers, lagSources: make(map[groupTopic]*kafkatel.LagSource)}
+	c := &Cluster{cfg: cfg, logger: logger, brokers: cfg.Brokers, lagSources: make(map[groupTopic]telemetry.LagSource)}
 	for _, o := range opts {
 		if o != nil {
 			o(&c.opts)
@@ -135,9 +136,6 @@ func Open(cfg Config, logger watermill.LoggerAdapter, opts ...Option) (*Cluster,
 	return c, nil
 }
 
-// Config returns the configuration the cluster runs with (defaults filled).
-func (c *Cluster) Config() Config { return c.cfg }
-
 // Brokers returns the bootstrap addresses the cluster's clients use: the
 // configured ones, or the embedded broker's loopback address.
 func (c *Cluster) Brokers() []string { return append([]string(nil), c.brokers...) }
@@ -181,7 +179,7 @@ func (c *Cluster) NewSubscriber(group string) (*kafka.Subscriber, *SessionTracke
 		ConsumerGroup:         group,
 		NackResendSleep:       c.cfg.NackResendSleep,
 		ReconnectRetrySleep:   time.Second,
-		Tracer:                tr,
+		Tracer:                tr.tracer(),
 	}, c.logger)
 	if err != nil {
 		return nil, nil, fmt.Errorf("kafkabroker: subscriber for group %s: %w", group, err)
@@ -195,7 +193,7 @@ func (c *Cluster) adminClient() (sarama.Client, sarama.ClusterAdmin, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
-		return nil, nil, ErrClosed
+		return nil, nil, errClosed
 	}
 	if c.admin != nil {
 		return c.client, c.admin, nil
@@ -246,7 +244,7 @@ func (c *Cluster) EnsureTopic(topic string) error {
 }
 
 // LagSource returns the source of group's lag on topic (per partition, the
-// high-water mark minus the committed offset; see kafkatel.LagSource),
+// high-water mark minus the committed offset; see kafkatel.NewLagSource),
 // over the cluster's shared client. Sources are built once per group and
 // topic and live until Close.
 func (c *Cluster) LagSource(group, topic string) (telemetry.LagSource, error) {
@@ -269,7 +267,9 @@ func (c *Cluster) LagSource(group, topic string) (telemetry.LagSource, error) {
 }
 
 // Close closes the shared client and stops the embedded broker. Close
-// the publishers and subscribers first. Later calls return nil.
+// the publishers and subscribers first. Later calls return nil;
+// EnsureTopic and LagSource then fail with an error matching
+// [spillway.ErrClosed].
 func (c *Cluster) Close() error {
 	var errs []error
 	c.mu.Lock()

@@ -33,7 +33,7 @@ const (
 	// which brokers count against a topic's max.message.bytes.
 	batchHeadroom = 1 << 10
 	// embeddedVersion is the default, and the newest version allowed,
-	// with brokers [Embedded]: Sarama cannot decode the in-process
+	// with brokers [spillway.Embedded]: Sarama cannot decode the in-process
 	// broker's newer responses.
 	embeddedVersion = "2.3.0"
 )
@@ -48,7 +48,7 @@ const (
 // [spillway.Secret]s, which never print.
 type Config struct {
 	// Brokers lists bootstrap brokers as host:port. The single entry
-	// [Embedded] starts an in-process broker on loopback; it needs the
+	// [spillway.Embedded] starts an in-process broker on loopback; it needs the
 	// program to import github.com/spillway-go/spillway/embedded. Required.
 	Brokers []string `yaml:"brokers" env:"BROKERS"`
 
@@ -81,7 +81,7 @@ type Config struct {
 
 	// Version is the Kafka protocol version Sarama speaks: at least 0.10.1
 	// (the first with a rebalance timeout). Default 3.6.0 (the newest
-	// Sarama 1.43.3 knows), or 2.3.0 with brokers [Embedded] (also the
+	// Sarama 1.43.3 knows), or 2.3.0 with brokers [spillway.Embedded] (also the
 	// most the embedded broker accepts). The default is chosen when defaults are
 	// applied, so set Brokers first.
 	Version string `yaml:"version" env:"VERSION"`
@@ -130,30 +130,14 @@ type Config struct {
 	// redelivering a nacked message. Default 100ms.
 	NackResendSleep time.Duration `yaml:"nack_resend_sleep" env:"NACK_RESEND_SLEEP"`
 
-	// TLS configures transport encryption.
-	TLS TLSConfig `yaml:"tls" envPrefix:"TLS_"`
+	// TLS configures transport encryption to the brokers. It is off
+	// unless Enabled is true, which it must be when a file is set. The
+	// client key is KeyFile or KeyPEM, not both. Without CAFile the system
+	// roots are used; without a client certificate none is sent.
+	TLS spillway.TLSConfig `yaml:"tls" envPrefix:"TLS_"`
 
 	// SASL configures authentication.
 	SASL SASLConfig `yaml:"sasl" envPrefix:"SASL_"`
-}
-
-// TLSConfig configures TLS to the Kafka brokers.
-type TLSConfig struct {
-	// Enabled turns TLS on. The files below are optional: without CAFile
-	// the system roots are used; without a client certificate none is sent.
-	Enabled bool `yaml:"enabled" env:"ENABLED"`
-	// CAFile is a PEM bundle of trusted CAs.
-	CAFile string `yaml:"ca_file" env:"CA_FILE"`
-	// CertFile is the PEM client certificate (mutual TLS).
-	CertFile string `yaml:"cert_file" env:"CERT_FILE"`
-	// KeyFile is the PEM private key of CertFile.
-	KeyFile string `yaml:"key_file" env:"KEY_FILE"`
-	// KeyPEM is the client private key inline, instead of KeyFile. Secret.
-	KeyPEM spillway.Secret `yaml:"key_pem" env:"KEY_PEM"`
-	// ServerName overrides the name checked against the broker certificate.
-	ServerName string `yaml:"server_name" env:"SERVER_NAME"`
-	// InsecureSkipVerify disables certificate verification. Tests only.
-	InsecureSkipVerify bool `yaml:"insecure_skip_verify" env:"INSECURE_SKIP_VERIFY"`
 }
 
 // SASLConfig configures SASL authentication to the Kafka brokers.
@@ -176,12 +160,8 @@ func (c Config) batchLimit() int32 {
 
 // embedded reports whether c asks for the in-process broker.
 func (c Config) embedded() bool {
-	return len(c.Brokers) == 1 && c.Brokers[0] == Embedded
+	return len(c.Brokers) == 1 && c.Brokers[0] == spillway.Embedded
 }
-
-// HandlerGroup returns the consumer group of the handler named handler:
-// "<ConsumerGroup>.<handler>".
-func (c Config) HandlerGroup(handler string) string { return c.ConsumerGroup + "." + handler }
 
 func (c *Config) setDefaults() {
 	if c.ConsumerGroup == "" {
@@ -248,11 +228,11 @@ func (c Config) Validate() error {
 	}
 	for i, b := range k.Brokers {
 		switch {
-		case b == Embedded && len(k.Brokers) > 1:
+		case b == spillway.Embedded && len(k.Brokers) > 1:
 			bad(fmt.Sprintf("brokers[%d]", i), b, "embedded must be the only entry")
-		case b == Embedded:
+		case b == spillway.Embedded:
 			if !embeddedLinked() {
-				bad(fmt.Sprintf("brokers[%d]", i), b, ErrEmbeddedNotLinked.Error())
+				bad(fmt.Sprintf("brokers[%d]", i), b, spillway.ErrEmbeddedNotLinked.Error())
 			}
 		default:
 			if host, port, err := net.SplitHostPort(b); err != nil || host == "" || port == "" {

@@ -23,7 +23,7 @@ func TestDefaultVersion(t *testing.T) {
 	if err != nil || v != sarama.MaxVersion {
 		t.Errorf("default version %v is not the newest Sarama knows (%v): %v", v, sarama.MaxVersion, err)
 	}
-	emb := kafkabroker.Config{Brokers: []string{kafkabroker.Embedded}}.WithDefaults()
+	emb := kafkabroker.Config{Brokers: []string{spillway.Embedded}}.WithDefaults()
 	if emb.Version != kafkabroker.EmbeddedVersion {
 		t.Errorf("embedded default version %q, want %q", emb.Version, kafkabroker.EmbeddedVersion)
 	}
@@ -54,7 +54,7 @@ func TestValidateFields(t *testing.T) {
 		{with(func(c *kafkabroker.Config) { c.HeartbeatInterval = 20 * time.Second }), "heartbeat_interval", "20s"},
 		{with(func(c *kafkabroker.Config) { c.InitialOffset = "earliest" }), "initial_offset", "earliest"},
 		{with(func(c *kafkabroker.Config) {
-			c.TLS = kafkabroker.TLSConfig{Enabled: true, CertFile: "c.pem", KeyFile: "k.pem", KeyPEM: "-----BEGIN PRIVATE KEY-----"}
+			c.TLS = spillway.TLSConfig{Enabled: true, CertFile: "c.pem", KeyFile: "k.pem", KeyPEM: "-----BEGIN PRIVATE KEY-----"}
 		}), "tls.key_pem", "[redacted]"},
 		{with(func(c *kafkabroker.Config) { c.SASL.Mechanism = "GSSAPI" }), "sasl.mechanism", "GSSAPI"},
 	}
@@ -107,7 +107,7 @@ func TestSaramaConfigs(t *testing.T) {
 	if pc.ClientID != kafkabroker.DefaultClientID || !pc.Producer.Return.Successes {
 		t.Errorf("publisher config: client id %q, return successes %v", pc.ClientID, pc.Producer.Return.Successes)
 	}
-	c.TLS = kafkabroker.TLSConfig{Enabled: true, CAFile: filepath.Join(t.TempDir(), "missing.pem")}
+	c.TLS = spillway.TLSConfig{Enabled: true, CAFile: filepath.Join(t.TempDir(), "missing.pem")}
 	_, err = c.SaramaSubscriberConfig()
 	var fe *spillway.FieldError
 	if !errors.As(err, &fe) || fe.Field != "tls.ca_file" || !errors.Is(err, spillway.ErrInvalidConfig) {

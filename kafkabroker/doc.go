@@ -22,10 +22,10 @@
 //
 // # Embedded broker
 //
-// Brokers [Embedded] asks for an in-process broker, linked in on request
-// ([RegisterEmbedded]) so the library itself never links a fake broker: a
-// program or test that wants it imports github.com/spillway-go/spillway/embedded
-// for its side effects; without that import, "embedded" is a configuration
-// error that names the import. The embedded broker speaks Kafka protocol
+// Brokers [spillway.Embedded] asks for an in-process broker, linked in on
+// request so the library itself never links a fake broker: a program that
+// wants it imports github.com/spillway-go/spillway/embedded for its side
+// effects; without that import, "embedded" is a configuration error that
+// names the import ([spillway.ErrEmbeddedNotLinked]). The embedded broker speaks Kafka protocol
 // 2.3.0 at most (2.3.0 is the default there); clusters get 3.6.0.
 package kafkabroker

@@ -31,7 +31,7 @@ func (k Config) common(c *sarama.Config) error {
 	}
 	c.Metadata.Retry.Backoff = 250 * time.Millisecond
 	if k.TLS.Enabled {
-		tc, err := k.TLS.build()
+		tc, err := buildTLS(k.TLS)
 		if err != nil {
 			return err
 		}
@@ -54,7 +54,8 @@ func (k Config) common(c *sarama.Config) error {
 	return nil
 }
 
-func (t TLSConfig) build() (*tls.Config, error) {
+// buildTLS builds the client TLS configuration of t.
+func buildTLS(t spillway.TLSConfig) (*tls.Config, error) {
 	tc := &tls.Config{
 		MinVersion:         tls.VersionTLS12,
 		ServerName:         t.ServerName,

@@ -11,9 +11,9 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 )
 
-// SessionTracker makes budget admission on Kafka revocation-aware. It is a
-// watermill-kafka [kafka.SaramaTracer] (the only hook into Sarama's
-// consumer-group sessions) plus a [kafka.Unmarshaler] wrapper;
+// SessionTracker makes budget admission on Kafka revocation-aware. It
+// hooks into watermill-kafka as its tracer (the only hook into Sarama's
+// consumer-group sessions) and as a wrapper of its unmarshaler;
 // [Cluster.NewSubscriber] builds one per subscriber, and the router one per
 // Kafka handler.
 //
@@ -61,7 +61,6 @@ type SessionTracker struct {
 	mu     sync.Mutex
 	claims map[topicPartition]*claimState
 
-	sessions    atomic.Uint64 // sessions set up
 	ended       atomic.Uint64 // sessions whose context ended
 	marked      atomic.Uint64 // acks marked after their session ended
 	lastMember  atomic.Value  // string
@@ -103,8 +102,16 @@ func newSessionTracker(inner kafka.SaramaTracer) *SessionTracker {
 	return &SessionTracker{inner: inner, claims: make(map[topicPartition]*claimState)}
 }
 
+// sessionTracer is the watermill-kafka tracer of a SessionTracker: the
+// hook into Sarama's consumer-group sessions, kept off the tracker's own
+// method set.
+type sessionTracer struct{ *SessionTracker }
+
+// tracer returns t as the tracer watermill-kafka calls.
+func (t *SessionTracker) tracer() kafka.SaramaTracer { return sessionTracer{t} }
+
 // WrapConsumer delegates to the inner tracer.
-func (t *SessionTracker) WrapConsumer(c sarama.Consumer) sarama.Consumer {
+func (t sessionTracer) WrapConsumer(c sarama.Consumer) sarama.Consumer {
 	if t.inner != nil {
 		return t.inner.WrapConsumer(c)
 	}
@@ -112,7 +119,7 @@ func (t *SessionTracker) WrapConsumer(c sarama.Consumer) sarama.Consumer {
 }
 
 // WrapPartitionConsumer delegates to the inner tracer.
-func (t *SessionTracker) WrapPartitionConsumer(pc sarama.PartitionConsumer) sarama.PartitionConsumer {
+func (t sessionTracer) WrapPartitionConsumer(pc sarama.PartitionConsumer) sarama.PartitionConsumer {
 	if t.inner != nil {
 		return t.inner.WrapPartitionConsumer(pc)
 	}
@@ -120,7 +127,7 @@ func (t *SessionTracker) WrapPartitionConsumer(pc sarama.PartitionConsumer) sara
 }
 
 // WrapSyncProducer delegates to the inner tracer.
-func (t *SessionTracker) WrapSyncProducer(cfg *sarama.Config, p sarama.SyncProducer) sarama.SyncProducer {
+func (t sessionTracer) WrapSyncProducer(cfg *sarama.Config, p sarama.SyncProducer) sarama.SyncProducer {
 	if t.inner != nil {
 		return t.inner.WrapSyncProducer(cfg, p)
 	}
@@ -129,8 +136,8 @@ func (t *SessionTracker) WrapSyncProducer(cfg *sarama.Config, p sarama.SyncProdu
 
 // WrapConsumerGroupHandler wraps h so that the tracker sees every session
 // and claim. The inner tracer, if any, wraps the result.
-func (t *SessionTracker) WrapConsumerGroupHandler(h sarama.ConsumerGroupHandler) sarama.ConsumerGroupHandler {
-	var out sarama.ConsumerGroupHandler = &trackedHandler{t: t, next: h}
+func (t sessionTracer) WrapConsumerGroupHandler(h sarama.ConsumerGroupHandler) sarama.ConsumerGroupHandler {
+	var out sarama.ConsumerGroupHandler = &trackedHandler{t: t.SessionTracker, next: h}
 	if t.inner != nil {
 		out = t.inner.WrapConsumerGroupHandler(out)
 	}
@@ -236,9 +243,6 @@ func (t *SessionTracker) lookupByOffset(partition int32, offset int64) (*claimSt
 	return found, found != nil
 }
 
-// Sessions returns how many sessions were set up.
-func (t *SessionTracker) Sessions() uint64 { return t.sessions.Load() }
-
 // LateMarks returns how many acks were marked after their session had
 // ended: admitted work that finished during a rebalance and was committed
 // instead of being redelivered.
@@ -249,7 +253,8 @@ func (t *SessionTracker) LateMarks() uint64 { return t.marked.Load() }
 // missed session timeout).
 func (t *SessionTracker) Evictions() uint64 { return t.memberSwaps.Load() }
 
-// Events returns a copy of the sessions seen so far, oldest first.
+// Events returns a copy of the sessions seen so far, oldest first: one
+// per session set up.
 func (t *SessionTracker) Events() []SessionEvent {
 	t.evMu.Lock()
 	defer t.evMu.Unlock()
@@ -277,7 +282,6 @@ type trackedHandler struct {
 
 func (h *trackedHandler) Setup(s sarama.ConsumerGroupSession) error {
 	t := h.t
-	t.sessions.Add(1)
 	member := s.MemberID()
 	if prev, ok := t.lastMember.Load().(string); ok && prev != member {
 		t.memberSwaps.Add(1)
@@ -395,5 +399,4 @@ func (u trackedUnmarshaler) Unmarshal(m *sarama.ConsumerMessage) (*message.Messa
 	return u.next.Unmarshal(m)
 }
 
-// SessionTracker is the tracer watermill-kafka calls.
-var _ kafka.SaramaTracer = (*SessionTracker)(nil)
+var _ kafka.SaramaTracer = sessionTracer{}

@@ -6,6 +6,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
+
+	"github.com/spillway-go/spillway"
 )
 
 // newClient opens a client for cfg (defaults applied). name is sent as the
@@ -18,7 +20,7 @@ func newClient(cfg Config, name string) (redis.UniversalClient, error) {
 		return nil, err
 	}
 	addr, release := cfg.Addr, func() {}
-	if cfg.Addr == EmbeddedAddr {
+	if cfg.Addr == spillway.Embedded {
 		addr, release, err = acquireEmbedded()
 		if err != nil {
 			return nil, err

@@ -3,7 +3,6 @@ package redisbroker
 import (
 	"crypto/tls"
 	"crypto/x509"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -16,16 +15,8 @@ import (
 	"github.com/spillway-go/spillway"
 )
 
-// ErrClosed is returned when a closed Publisher or Subscriber is used.
-var ErrClosed = errors.New("redisbroker: closed")
-
-// EmbeddedAddr is the [Config.Addr] that runs an in-process miniredis
-// instead of connecting to a server, once package
-// github.com/spillway-go/spillway/embedded is imported (without it, this
-// address is a validation error). It is meant for demos: miniredis does
-// not implement idle times, delivery counts or consumer-group lag the way
-// Redis does, so claims, keep-alive and lag are only approximate there.
-const EmbeddedAddr = "embedded"
+// errClosed is returned when a closed Publisher or Subscriber is used.
+var errClosed = fmt.Errorf("redisbroker: %w", spillway.ErrClosed)
 
 // Defaults. See docs/redis.md for the reasoning behind each.
 const (
@@ -55,28 +46,9 @@ const (
 	defaultDeadLetterTopic = "spillway.deadletter"
 )
 
-// TLSConfig configures TLS to the server. TLS is used when Enabled is true
-// or when CAFile or CertFile is set.
-type TLSConfig struct {
-	// Enabled turns TLS on, verifying the server with the system roots
-	// unless CAFile is set.
-	Enabled bool `yaml:"enabled" env:"ENABLED"`
-	// CAFile is a PEM bundle of the CAs trusted to sign the server's
-	// certificate (replaces the system roots).
-	CAFile string `yaml:"ca_file" env:"CA_FILE"`
-	// CertFile and KeyFile are the client certificate and key, for servers
-	// that require one (tls-auth-clients yes). Set both or neither.
-	CertFile string `yaml:"cert_file" env:"CERT_FILE"`
-	KeyFile  string `yaml:"key_file" env:"KEY_FILE"`
-	// ServerName overrides the name verified in the server certificate
-	// (default: the host part of Addr).
-	ServerName string `yaml:"server_name" env:"SERVER_NAME"`
-	// InsecureSkipVerify disables server certificate verification. For
-	// tests only.
-	InsecureSkipVerify bool `yaml:"insecure_skip_verify" env:"INSECURE_SKIP_VERIFY"`
-}
-
-func (t TLSConfig) enabled() bool { return t.Enabled || t.CAFile != "" || t.CertFile != "" }
+// tlsEnabled reports whether t turns TLS on: Enabled, or a CA or client
+// certificate file set.
+func tlsEnabled(t spillway.TLSConfig) bool { return t.Enabled || t.CAFile != "" || t.CertFile != "" }
 
 // KeepAliveConfig configures the keep-alive of held entries (see the
 // package documentation and docs/redis.md).
@@ -108,8 +80,13 @@ type KeepAliveConfig struct {
 // Config holds a password as a [spillway.Secret]: it is never logged, and
 // String and GoString redact it too.
 type Config struct {
-	// Addr is the server's host:port, or [EmbeddedAddr] for an in-process
-	// miniredis (demos only).
+	// Addr is the server's host:port, or [spillway.Embedded] ("embedded")
+	// for an in-process miniredis, once package
+	// github.com/spillway-go/spillway/embedded is imported (without it,
+	// this address is a validation error). It is meant for demos:
+	// miniredis does not implement idle times, delivery counts or
+	// consumer-group lag the way Redis does, so claims, keep-alive and lag
+	// are only approximate there.
 	Addr string `yaml:"addr" env:"ADDR"`
 	// Username and Password authenticate (AUTH / HELLO). Username may be
 	// empty for the default user. Password is a Secret: convert a string
@@ -118,8 +95,11 @@ type Config struct {
 	Password spillway.Secret `yaml:"password" env:"PASSWORD"`
 	// DB is the database number (SELECT). Default 0.
 	DB int `yaml:"db" env:"DB"`
-	// TLS configures transport security.
-	TLS TLSConfig `yaml:"tls" envPrefix:"TLS_"`
+	// TLS configures transport security. It is on when TLS.Enabled is
+	// true or when CAFile or CertFile is set; a client certificate needs
+	// its key (KeyFile or KeyPEM, not both). ServerName defaults to the
+	// host part of Addr.
+	TLS spillway.TLSConfig `yaml:"tls" envPrefix:"TLS_"`
 
 	// ConsumerGroup is the Redis consumer group the subscriber joins; every
 	// process of one service uses the same group, so each entry is handled
@@ -247,7 +227,7 @@ func (c Config) validateDial() error {
 	if c.Addr == "" {
 		return invalid("Addr", "", "required (host:port or \"embedded\")")
 	}
-	if c.Addr != EmbeddedAddr {
+	if c.Addr != spillway.Embedded {
 		host, port, err := net.SplitHostPort(c.Addr)
 		if err != nil || host == "" {
 			return invalid("Addr", c.Addr, "want host:port or \"embedded\"")
@@ -259,14 +239,17 @@ func (c Config) validateDial() error {
 	if c.DB < 0 {
 		return invalid("DB", c.DB, "must be >= 0")
 	}
-	if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {
+	if c.TLS.KeyFile != "" && c.TLS.KeyPEM != "" {
+		return invalid("TLS.KeyPEM", c.TLS.KeyPEM, "set either KeyFile or KeyPEM, not both")
+	}
+	if hasKey := c.TLS.KeyFile != "" || c.TLS.KeyPEM != ""; (c.TLS.CertFile == "") == hasKey {
 		return invalid("TLS.CertFile/KeyFile", c.TLS.CertFile+"/"+c.TLS.KeyFile, "set both or neither")
 	}
-	if c.TLS.enabled() && c.Addr == EmbeddedAddr {
+	if tlsEnabled(c.TLS) && c.Addr == spillway.Embedded {
 		return invalid("TLS", "enabled", "not supported with the embedded server")
 	}
-	if c.Addr == EmbeddedAddr && !EmbeddedLinked() {
-		return fmt.Errorf("%w: %w", invalid("Addr", c.Addr, "needs the embedded server linked in"), ErrEmbeddedNotLinked)
+	if c.Addr == spillway.Embedded && !embeddedLinked() {
+		return fmt.Errorf("%w: %w", invalid("Addr", c.Addr, "needs the embedded server linked in"), spillway.ErrEmbeddedNotLinked)
 	}
 	return nil
 }
@@ -371,7 +354,7 @@ func (c Config) String() string {
 	return fmt.Sprintf("redisbroker.Config{Addr:%q Username:%q Password:%q DB:%d TLS:%t ConsumerGroup:%q Consumer:%q Consumers:%d "+
 		"BlockTime:%s ClaimInterval:%s MaxIdleTime:%s NackResendSleep:%s KeepAlive:{Interval:%s MaxInFlight:%s} "+
 		"DefaultMaxLen:%d MaxLen:%v DeadLetterTopic:%q}",
-		c.Addr, c.Username, pw, c.DB, c.TLS.enabled(), c.ConsumerGroup, c.Consumer, c.Consumers,
+		c.Addr, c.Username, pw, c.DB, tlsEnabled(c.TLS), c.ConsumerGroup, c.Consumer, c.Consumers,
 		c.BlockTime, c.ClaimInterval, c.MaxIdleTime, c.NackResendSleep, c.KeepAlive.Interval, c.KeepAlive.MaxInFlight,
 		c.DefaultMaxLen, c.MaxLen, c.DeadLetterTopic)
 }
@@ -381,7 +364,7 @@ func (c Config) GoString() string { return c.String() }
 
 // tlsConfig builds the client TLS configuration, or nil when TLS is off.
 func (c Config) tlsConfig() (*tls.Config, error) {
-	if !c.TLS.enabled() {
+	if !tlsEnabled(c.TLS) {
 		return nil, nil
 	}
 	host, _, _ := net.SplitHostPort(c.Addr)
@@ -404,10 +387,22 @@ func (c Config) tlsConfig() (*tls.Config, error) {
 		}
 		tc.RootCAs = pool
 	}
-	if c.TLS.CertFile != "" {
+	switch {
+	case c.TLS.CertFile != "" && c.TLS.KeyFile != "":
 		cert, err := tls.LoadX509KeyPair(c.TLS.CertFile, c.TLS.KeyFile)
 		if err != nil {
 			return nil, fmt.Errorf("redisbroker: TLS.CertFile/KeyFile: %w", err)
+		}
+		tc.Certificates = []tls.Certificate{cert}
+	case c.TLS.CertFile != "":
+		certPEM, err := os.ReadFile(c.TLS.CertFile)
+		if err != nil {
+			return nil, fmt.Errorf("redisbroker: TLS.CertFile: %w", err)
+		}
+		cert, err := tls.X509KeyPair(certPEM, []byte(c.TLS.KeyPEM))
+		if err != nil {
+			// Never quote the key: this error may be logged.
+			return nil, invalid("TLS.KeyPEM", c.TLS.KeyPEM, "is not a valid key for TLS.CertFile")
 		}
 		tc.Certificates = []tls.Certificate{cert}
 	}

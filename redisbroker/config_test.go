@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -69,7 +70,9 @@ func TestConfigValidateNamesFieldAndValue(t *testing.T) {
 		{func(c *redisbroker.Config) { c.DefaultMaxLen = -5 }, "DefaultMaxLen", "-5"},
 		{func(c *redisbroker.Config) { c.MaxLen = map[string]int64{"ok": 1, "bad": -1} }, `MaxLen["bad"]`, "-1"},
 		{func(c *redisbroker.Config) { c.TLS.CertFile = "c.pem" }, "TLS.CertFile/KeyFile", "c.pem/"},
-		{func(c *redisbroker.Config) { c.Addr = redisbroker.EmbeddedAddr; c.TLS.Enabled = true }, "TLS", "enabled"},
+		{func(c *redisbroker.Config) { c.TLS.KeyPEM = "k" }, "TLS.CertFile/KeyFile", "/"},
+		{func(c *redisbroker.Config) { c.TLS.CertFile, c.TLS.KeyFile, c.TLS.KeyPEM = "c.pem", "k.pem", "k" }, "TLS.KeyPEM", spillway.Secret("k").String()},
+		{func(c *redisbroker.Config) { c.Addr = spillway.Embedded; c.TLS.Enabled = true }, "TLS", "enabled"},
 	}
 	for _, tc := range cases {
 		c := base
@@ -144,8 +147,16 @@ func TestTLS(t *testing.T) {
 	files.ClientAuth = true
 	srv := redistest.Start(t, redistest.WithTLS(files))
 	cfg := testConfig(srv)
-	cfg.TLS = redisbroker.TLSConfig{CAFile: files.CA, CertFile: files.ClientCert, KeyFile: files.ClientKey}
+	cfg.TLS = spillway.TLSConfig{CAFile: files.CA, CertFile: files.ClientCert, KeyFile: files.ClientKey}
 	roundTrip(t, cfg)
+
+	inline := cfg // the key inline instead of in a file
+	key, err := os.ReadFile(files.ClientKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inline.TLS.KeyFile, inline.TLS.KeyPEM = "", spillway.Secret(key)
+	roundTrip(t, inline)
 
 	noCert := cfg
 	noCert.TLS.CertFile, noCert.TLS.KeyFile = "", ""

@@ -86,7 +86,7 @@ func (d *DeadLetter) Middleware(h message.HandlerFunc) message.HandlerFunc {
 		for k, v := range msg.Metadata {
 			dl.Metadata.Set(k, v)
 		}
-		entry, _ := EntryOf(msg)
+		entry, _ := entryOf(msg)
 		for _, k := range reservedMetadata {
 			delete(dl.Metadata, k)
 		}

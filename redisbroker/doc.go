@@ -11,7 +11,7 @@
 //     channel. Each consumer hands over one message at a time and waits for
 //     its ack, so the number of consumers is the concurrency the vertex
 //     budget governs.
-//   - the keep-alive ([KeepAliveConfig], [KeepAliveStats]): keeps the
+//   - the keep-alive ([KeepAliveConfig], [Subscriber.Stats]): keeps the
 //     pending entries a subscriber holds (in a handler, waiting for budget,
 //     or read ahead by upstream) from going idle, so a peer does not claim
 //     and re-run slow but healthy work; after KeepAlive.MaxInFlight it
@@ -20,10 +20,11 @@
 //   - [DeadLetter]: a handler middleware that moves entries that could not
 //     be unmarshalled to a dead-letter stream instead of ending the
 //     subscription, as upstream does.
-//   - [Lag]: a consumer group's lag and pending count per stream (XINFO
-//     GROUPS, Redis 7), read on demand; telemetry/redistel turns a
-//     subscriber's lag into a source for the shared telemetry.LagSampler,
-//     which samples it in the background.
+//   - [Subscriber.Lag]: the consumer group's backlog per stream (entries
+//     not yet delivered plus pending ones, from XINFO GROUPS, Redis 7),
+//     read on demand; telemetry/redistel turns a subscriber's lag into a
+//     source for the shared telemetry.LagSampler, which samples it in the
+//     background.
 //
 // # Wiring
 //

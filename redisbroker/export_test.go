@@ -1,5 +1,7 @@
 package redisbroker
 
+import "context"
+
 // RefreshScript exposes the keep-alive's refresh script to the tests.
 var RefreshScript = refreshScript
 
@@ -26,3 +28,24 @@ var DefaultConsumerName = defaultConsumerName
 func (c Config) ConsumerNames() []string  { return c.consumerNames() }
 func (s *Subscriber) Consumers() []string { return s.consumers() }
 func (d *DeadLetter) Topic() string       { return d.cfg.Topic }
+
+// Unexported types and functions the external tests use.
+type (
+	Entry          = entry
+	MalformedEntry = malformedEntry
+	LagInfo        = lagInfo
+)
+
+var (
+	EntryOf     = entryOf
+	Lag         = readLag
+	ErrNoStream = errNoStream
+	ErrNoGroup  = errNoGroup
+)
+
+func (l LagInfo) Backlog() int64 { return l.backlog() }
+
+// LagInfo is the full position behind Lag.
+func (s *Subscriber) LagInfo(ctx context.Context, topic string) (LagInfo, error) {
+	return s.lagInfo(ctx, topic)
+}

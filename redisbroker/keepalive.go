@@ -38,23 +38,6 @@ return {taken, gone}
 // never holds the server for long.
 const refreshBatch = 256
 
-// KeepAliveStats counts what the keep-alive did.
-type KeepAliveStats struct {
-	// Tracked is the number of entries held by this subscriber right now:
-	// delivered to one of its consumers and not yet acked.
-	Tracked int
-	// Refreshed counts entry refreshes (one per entry per tick).
-	Refreshed uint64
-	// Lost counts entries found owned by another consumer at refresh: a
-	// peer claimed them while this subscriber still held them.
-	Lost uint64
-	// Expired counts entries let go because their consumer acked nothing
-	// for KeepAlive.MaxInFlight, left to be claimed by a peer.
-	Expired uint64
-	// Errors counts refresh calls that failed (Redis unreachable…).
-	Errors uint64
-}
-
 type kaKey struct{ stream, id, consumer string }
 
 // subscription identifies one Subscribe call. Upstream passes a context
@@ -264,12 +247,18 @@ func (k *keepAlive) stuck(consumer string) bool {
 	return false
 }
 
+// keepAliveStats counts what the keep-alive did (see [SubscriberStats]).
+type keepAliveStats struct {
+	Tracked                          int
+	Refreshed, Lost, Expired, Errors uint64
+}
+
 // stats returns counters since the subscriber was created.
-func (k *keepAlive) stats() KeepAliveStats {
+func (k *keepAlive) stats() keepAliveStats {
 	k.mu.Lock()
 	n := len(k.entries)
 	k.mu.Unlock()
-	return KeepAliveStats{
+	return keepAliveStats{
 		Tracked:   n,
 		Refreshed: k.refreshed.Load(),
 		Lost:      k.lost.Load(),

@@ -142,7 +142,7 @@ func TestIdleClaimWithAndWithoutKeepAlive(t *testing.T) {
 		// then past another MaxIdleTime + claim interval: no duplicate may
 		// appear.
 		waitFor(t, "all entries acked", 60*time.Second, func() bool {
-			return peers[0].Stats().KeepAlive.Tracked+peers[1].Stats().KeepAlive.Tracked == 0
+			return peers[0].Stats().Tracked+peers[1].Stats().Tracked == 0
 		})
 		time.Sleep(3 * time.Second)
 		if got := c.total(); got != len(want) {
@@ -150,7 +150,7 @@ func TestIdleClaimWithAndWithoutKeepAlive(t *testing.T) {
 		}
 		var refreshed uint64
 		for _, p := range peers {
-			refreshed += p.Stats().KeepAlive.Refreshed
+			refreshed += p.Stats().Refreshed
 		}
 		if refreshed == 0 {
 			t.Fatal("no entry was ever refreshed")
@@ -216,7 +216,7 @@ func TestKeepAliveLetsGoOfStuckWork(t *testing.T) {
 		t.Fatal("no peer took over the stuck entry")
 	}
 	// Presumed stuck, the consumer does not claim the entry back itself.
-	if s := stuck.Stats().KeepAlive; s.Expired != 1 || s.Refreshed == 0 {
+	if s := stuck.Stats(); s.Expired != 1 || s.Refreshed == 0 {
 		t.Fatalf("stuck subscriber's keep-alive: %+v, want 1 expiry after some refreshes", s)
 	}
 }
@@ -252,7 +252,7 @@ func TestKeepAliveReportsEntriesClaimedAway(t *testing.T) {
 	if err := c.XClaimJustID(context.Background(), &redis.XClaimArgs{Stream: topic, Group: cfg.ConsumerGroup, Consumer: "thief", MinIdle: 0, Messages: []string{e.ID}}).Err(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the keep-alive to notice", 30*time.Second, func() bool { return sub.Stats().KeepAlive.Lost == 1 })
+	waitFor(t, "the keep-alive to notice", 30*time.Second, func() bool { return sub.Stats().Lost == 1 })
 	time.Sleep(500 * time.Millisecond) // a few more ticks
 	if p, _ := pendingOf(t, c, topic, cfg.ConsumerGroup, e.ID); p.Consumer != "thief" {
 		t.Fatalf("owner = %q, want thief: the keep-alive took the entry back", p.Consumer)

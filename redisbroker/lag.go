@@ -10,15 +10,15 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Errors returned by [Lag].
+// Errors of [Subscriber.Lag] on a stream or group that does not exist.
 var (
-	ErrNoStream = errors.New("redisbroker: no such stream")
-	ErrNoGroup  = errors.New("redisbroker: no such consumer group")
+	errNoStream = errors.New("redisbroker: no such stream")
+	errNoGroup  = errors.New("redisbroker: no such consumer group")
 )
 
-// LagInfo is a consumer group's position in one stream, from XINFO GROUPS
+// lagInfo is a consumer group's position in one stream, from XINFO GROUPS
 // (Redis 7 or later for Lag and EntriesRead).
-type LagInfo struct {
+type lagInfo struct {
 	Stream, Group string
 	// Lag is the number of entries not yet delivered to the group, or -1
 	// when Redis cannot tell (after XDEL of entries the group has not read,
@@ -39,21 +39,21 @@ type LagInfo struct {
 
 // Backlog returns the work the group still has on this stream: undelivered
 // entries (Lag, taken as 0 when unknown) plus pending ones.
-func (l LagInfo) Backlog() int64 { return max(l.Lag, 0) + l.Pending }
+func (l lagInfo) backlog() int64 { return max(l.Lag, 0) + l.Pending }
 
-// Lag reads the position of group in stream with one XINFO GROUPS. It
-// returns an error wrapping ErrNoStream or ErrNoGroup when either is missing.
-func Lag(ctx context.Context, client redis.UniversalClient, stream, group string) (LagInfo, error) {
+// readLag reads the position of group in stream with one XINFO GROUPS. It
+// returns an error wrapping errNoStream or errNoGroup when either is missing.
+func readLag(ctx context.Context, client redis.UniversalClient, stream, group string) (lagInfo, error) {
 	groups, err := client.XInfoGroups(ctx, stream).Result()
 	if err != nil {
 		if strings.Contains(err.Error(), "no such key") {
-			return LagInfo{}, fmt.Errorf("%w: %q", ErrNoStream, stream)
+			return lagInfo{}, fmt.Errorf("%w: %q", errNoStream, stream)
 		}
-		return LagInfo{}, fmt.Errorf("redisbroker: XINFO GROUPS %q: %w", stream, err)
+		return lagInfo{}, fmt.Errorf("redisbroker: XINFO GROUPS %q: %w", stream, err)
 	}
 	for _, g := range groups {
 		if g.Name == group {
-			return LagInfo{
+			return lagInfo{
 				Stream:          stream,
 				Group:           group,
 				Lag:             g.Lag,
@@ -65,5 +65,5 @@ func Lag(ctx context.Context, client redis.UniversalClient, stream, group string
 			}, nil
 		}
 	}
-	return LagInfo{}, fmt.Errorf("%w: %q on stream %q", ErrNoGroup, group, stream)
+	return lagInfo{}, fmt.Errorf("%w: %q on stream %q", errNoGroup, group, stream)
 }

@@ -43,7 +43,7 @@ func TestLagAndPending(t *testing.T) {
 	}
 	var info redisbroker.LagInfo
 	waitFor(t, "the read-ahead to settle", 30*time.Second, func() bool {
-		info, err = sub.Lag(testCtx(t), topic)
+		info, err = sub.LagInfo(testCtx(t), topic)
 		return err == nil && info.Pending == 3 && info.EntriesRead == 5
 	})
 	if info.Lag != 5 || info.Backlog() != 8 || info.Consumers != 1 || info.Group != cfg.ConsumerGroup || info.Stream != topic {
@@ -62,7 +62,7 @@ func TestLagAndPending(t *testing.T) {
 		}
 	}
 	waitFor(t, "the group to catch up", 30*time.Second, func() bool {
-		info, err = sub.Lag(testCtx(t), topic)
+		info, err = sub.LagInfo(testCtx(t), topic)
 		return err == nil && info.Backlog() == 0
 	})
 }

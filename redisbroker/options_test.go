@@ -68,7 +68,7 @@ func TestWithClient(t *testing.T) {
 	if err := client.Ping(ctx).Err(); err != nil {
 		t.Fatalf("the caller's client was closed: %v", err)
 	}
-	if err := pub.Publish(topic); !errors.Is(err, redisbroker.ErrClosed) {
+	if err := pub.Publish(topic); !errors.Is(err, spillway.ErrClosed) {
 		t.Fatalf("Publish after Close: %v", err)
 	}
 }

@@ -60,13 +60,13 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	if p.closed {
-		return ErrClosed
+		return errClosed
 	}
 	return p.up.Publish(topic, msgs...)
 }
 
 // Close waits for Publish calls in progress, then closes the publisher and
-// its client (not a client given with [WithClient]). Later calls to Publish return ErrClosed. It is idempotent.
+// its client (not a client given with [WithClient]). Later calls to Publish return an error matching [spillway.ErrClosed]. It is idempotent.
 func (p *Publisher) Close() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()

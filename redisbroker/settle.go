@@ -36,7 +36,7 @@ type ackState struct {
 
 // handed records msg as the message now out with the subscriber's user.
 func (t *ackTable) handed(msg *message.Message) {
-	e, ok := EntryOf(msg)
+	e, ok := entryOf(msg)
 	if !ok {
 		return
 	}

@@ -32,7 +32,8 @@ const recoverPageSize = 500
 //
 // On top of upstream the Subscriber adds:
 //   - entry identity: every message carries its stream, entry ID, group and
-//     consumer in metadata (see [EntryOf]), which is what the keep-alive needs;
+//     consumer in metadata (keys a producer cannot forge), which is what the
+//     keep-alive and the dead-letter middleware need;
 //   - poison safety: an entry that cannot be unmarshalled becomes a message
 //     flagged malformed ([IsMalformed]) instead of ending the subscription; route
 //     it with [DeadLetter];
@@ -152,11 +153,26 @@ func (s *Subscriber) Config() Config { return s.cfg }
 // consumers returns the consumer names this subscriber reads as.
 func (s *Subscriber) consumers() []string { return append([]string(nil), s.names...) }
 
-// Lag reads the group's lag on topic now (one XINFO GROUPS). It never
+// Lag reads the group's backlog on topic now, with one XINFO GROUPS
+// (Redis 7 or later): the entries not yet delivered to the group plus
+// those delivered but not yet acknowledged (in flight, waiting for budget,
+// or left by a dead consumer). Undelivered entries count as 0 when Redis
+// cannot tell (after XDEL of entries the group has not read). It never
 // caches: sample it from one goroutine (telemetry/redistel with a
-// telemetry.LagSampler), not per message.
-func (s *Subscriber) Lag(ctx context.Context, topic string) (LagInfo, error) {
-	return Lag(ctx, s.control, topic, s.cfg.ConsumerGroup)
+// telemetry.LagSampler), not per message. It fails when the stream or
+// the group does not exist (yet): Subscribe and SubscribeInitialize create
+// both.
+func (s *Subscriber) Lag(ctx context.Context, topic string) (int64, error) {
+	info, err := s.lagInfo(ctx, topic)
+	if err != nil {
+		return 0, err
+	}
+	return info.backlog(), nil
+}
+
+// lagInfo reads the group's position in topic's stream.
+func (s *Subscriber) lagInfo(ctx context.Context, topic string) (lagInfo, error) {
+	return readLag(ctx, s.control, topic, s.cfg.ConsumerGroup)
 }
 
 // Topics returns the topics subscribed to so far, sorted.
@@ -171,17 +187,39 @@ func (s *Subscriber) Topics() []string {
 	return topics
 }
 
-// SubscriberStats counts what a subscriber did.
+// SubscriberStats counts what a subscriber and its keep-alive did.
 type SubscriberStats struct {
 	// Malformed counts entries that could not be unmarshalled and were
-	// delivered flagged malformed (a redelivery counts again).
+	// delivered flagged malformed (a redelivery counts again), for the
+	// [DeadLetter] middleware to move to the dead-letter topic.
 	Malformed uint64
-	KeepAlive KeepAliveStats
+	// Tracked is the number of entries held by this subscriber right now:
+	// delivered to one of its consumers and not yet acked.
+	Tracked int
+	// Refreshed counts keep-alive refreshes (one per entry per tick).
+	Refreshed uint64
+	// Lost counts entries found owned by another consumer at refresh: a
+	// peer claimed them while this subscriber still held them.
+	Lost uint64
+	// Expired counts entries the keep-alive let go because their consumer
+	// acked nothing for KeepAlive.MaxInFlight, left to be claimed by a peer.
+	Expired uint64
+	// RefreshErrors counts keep-alive refresh calls that failed (Redis
+	// unreachable…).
+	RefreshErrors uint64
 }
 
 // Stats returns counters since the subscriber was created.
 func (s *Subscriber) Stats() SubscriberStats {
-	return SubscriberStats{Malformed: s.malformed.Load(), KeepAlive: s.keepAlive.stats()}
+	ka := s.keepAlive.stats()
+	return SubscriberStats{
+		Malformed:     s.malformed.Load(),
+		Tracked:       ka.Tracked,
+		Refreshed:     ka.Refreshed,
+		Lost:          ka.Lost,
+		Expired:       ka.Expired,
+		RefreshErrors: ka.Errors,
+	}
 }
 
 // SubscribeInitialize creates topic's stream and the consumer group if they
@@ -209,7 +247,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return nil, ErrClosed
+		return nil, errClosed
 	}
 	if !s.topics[topic] {
 		if err := s.createGroup(ctx, topic); err != nil {
@@ -382,7 +420,8 @@ func (s *Subscriber) recreateGroups() {
 
 // Close ends every subscription (unacked messages stay pending), stops the
 // keep-alive, and closes all clients (not a client given with
-// [WithClient]). It is idempotent. Every message acked before Close is
+// [WithClient]). It is idempotent. Subscribe then fails with an error
+// matching [spillway.ErrClosed]. Every message acked before Close is
 // acknowledged in Redis (XACK) before Close returns, even when the
 // subscription's context ended first.
 func (s *Subscriber) Close() error {

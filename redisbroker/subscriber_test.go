@@ -10,6 +10,8 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/spillway-go/spillway"
+	"github.com/spillway-go/spillway/internal/embedreg"
 	"github.com/spillway-go/spillway/internal/redistest"
 	"github.com/spillway-go/spillway/redisbroker"
 )
@@ -126,7 +128,7 @@ func TestNackedMessageContextEndsOnClose(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the redelivered message's context did not end with the subscriber")
 	}
-	if _, err := sub.Subscribe(context.Background(), topic); !errors.Is(err, redisbroker.ErrClosed) {
+	if _, err := sub.Subscribe(context.Background(), topic); !errors.Is(err, spillway.ErrClosed) {
 		t.Fatalf("Subscribe after Close: %v", err)
 	}
 	if err := sub.Close(); err != nil {
@@ -185,7 +187,7 @@ func TestMaxLenTrimsOldest(t *testing.T) {
 // real redis-server stands in for the registered server.
 func TestEmbedded(t *testing.T) {
 	cfg := redisbroker.Config{
-		Addr:          redisbroker.EmbeddedAddr,
+		Addr:          spillway.Embedded,
 		ConsumerGroup: "g",
 		Consumer:      "demo",
 		Consumers:     2,
@@ -193,19 +195,19 @@ func TestEmbedded(t *testing.T) {
 		MaxIdleTime:   time.Second,
 		KeepAlive:     redisbroker.KeepAliveConfig{Interval: 100 * time.Millisecond},
 	}
-	if err := cfg.Validate(); !errors.Is(err, redisbroker.ErrEmbeddedNotLinked) || !strings.Contains(err.Error(), "spillway/embedded") {
+	if err := cfg.Validate(); !errors.Is(err, spillway.ErrEmbeddedNotLinked) || !strings.Contains(err.Error(), "spillway/embedded") {
 		t.Fatalf("Validate with nothing registered: %v, want ErrEmbeddedNotLinked naming the import", err)
 	}
-	if _, err := redisbroker.NewPublisher(cfg, nil); !errors.Is(err, redisbroker.ErrEmbeddedNotLinked) {
+	if _, err := redisbroker.NewPublisher(cfg, nil); !errors.Is(err, spillway.ErrEmbeddedNotLinked) {
 		t.Fatalf("NewPublisher with nothing registered: %v, want ErrEmbeddedNotLinked", err)
 	}
 	srv := redistest.Start(t)
 	var started atomic.Int32
-	redisbroker.RegisterEmbedded(func() (string, func(), error) {
+	embedreg.RegisterRedis(func() (string, func(), error) {
 		started.Add(1)
 		return srv.Addr(), func() {}, nil
 	})
-	t.Cleanup(func() { redisbroker.RegisterEmbedded(nil) })
+	t.Cleanup(func() { embedreg.RegisterRedis(nil) })
 
 	topic := "embedded"
 	sub := newSubscriber(t, cfg)
@@ -218,7 +220,7 @@ func TestEmbedded(t *testing.T) {
 	want := ids("e", 4)
 	publish(t, newPublisher(t, cfg), topic, want...)
 	waitFor(t, "messages through the embedded server", 30*time.Second, func() bool { return len(c.missing(want)) == 0 })
-	if s := sub.Stats().KeepAlive; s.Refreshed == 0 || s.Errors != 0 {
+	if s := sub.Stats(); s.Refreshed == 0 || s.RefreshErrors != 0 {
 		t.Fatalf("keep-alive on the embedded server: %+v", s)
 	}
 	if n := started.Load(); n != 1 {

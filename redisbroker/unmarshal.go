@@ -26,7 +26,7 @@ const (
 	metadataGroup = "_spillway_redis_group"
 
 	// metadataMalformed is "1" on a message standing for an entry that
-	// could not be unmarshalled. Its payload is a JSON [MalformedEntry].
+	// could not be unmarshalled. Its payload is a JSON [malformedEntry].
 	metadataMalformed = "spillway_malformed"
 	// metadataMalformedReason holds the unmarshal error of a malformed entry.
 	metadataMalformedReason = "spillway_malformed_reason"
@@ -34,15 +34,15 @@ const (
 
 var reservedMetadata = [...]string{metadataStream, metadataEntryID, metadataConsumer, metadataGroup, metadataMalformed, metadataMalformedReason}
 
-// Entry identifies the Redis stream entry a message was delivered from.
-type Entry struct {
+// entry identifies the Redis stream entry a message was delivered from.
+type entry struct {
 	Stream, ID, Group, Consumer string
 }
 
-// EntryOf returns the entry msg was delivered from, and false for a message
+// entryOf returns the entry msg was delivered from, and false for a message
 // that did not come from a redisbroker Subscriber.
-func EntryOf(msg *message.Message) (Entry, bool) {
-	e := Entry{
+func entryOf(msg *message.Message) (entry, bool) {
+	e := entry{
 		Stream:   msg.Metadata.Get(metadataStream),
 		ID:       msg.Metadata.Get(metadataEntryID),
 		Group:    msg.Metadata.Get(metadataGroup),
@@ -56,11 +56,11 @@ func EntryOf(msg *message.Message) (Entry, bool) {
 // [DeadLetter] middleware.
 func IsMalformed(msg *message.Message) bool { return msg.Metadata.Get(metadataMalformed) == "1" }
 
-// MalformedEntry is the payload of a malformed message: everything the
-// entry held, so nothing is lost on the way to the dead-letter stream.
-// Field values that are valid UTF-8 are in Fields; others, base64-encoded,
-// in FieldsBase64.
-type MalformedEntry struct {
+// malformedEntry is the payload of a malformed message, a JSON object:
+// everything the entry held, so nothing is lost on the way to the
+// dead-letter stream. Field values that are valid UTF-8 are in "fields";
+// others, base64-encoded, in "fields_base64". docs/redis.md documents it.
+type malformedEntry struct {
 	Stream       string            `json:"stream"`
 	ID           string            `json:"id"`
 	Error        string            `json:"error"`
@@ -116,7 +116,7 @@ func (u safeUnmarshaller) unmarshalInner(values map[string]any) (msg *message.Me
 }
 
 func malformedMessage(ref entryRef, values map[string]any, cause error) *message.Message {
-	me := MalformedEntry{Stream: ref.stream, ID: ref.id, Error: cause.Error()}
+	me := malformedEntry{Stream: ref.stream, ID: ref.id, Error: cause.Error()}
 	for k, v := range values {
 		var s string
 		switch v := v.(type) {

@@ -36,10 +36,10 @@ func TestSafeUnmarshallerNeverFails(t *testing.T) {
 			if !IsMalformed(msg) || n.Load() != 1 || msg.Metadata.Get(metadataMalformedReason) == "" {
 				t.Fatalf("metadata = %v, count %d", msg.Metadata, n.Load())
 			}
-			if e, ok := EntryOf(msg); !ok || e != (Entry{Stream: "s", ID: "1-0", Group: "g", Consumer: "c"}) {
+			if e, ok := entryOf(msg); !ok || e != (entry{Stream: "s", ID: "1-0", Group: "g", Consumer: "c"}) {
 				t.Fatalf("entry = %+v", e)
 			}
-			var me MalformedEntry
+			var me malformedEntry
 			if err := json.Unmarshal(msg.Payload, &me); err != nil {
 				t.Fatal(err)
 			}

@@ -73,7 +73,7 @@ func (b *memoryBackend) lag(context.Context, []groupTopic) ([]telemetry.LagSampl
 
 func (b *memoryBackend) deadLetter() message.HandlerMiddleware { return nil }
 
-func (b *memoryBackend) system() string { return telemetry.SystemGoChannel }
+func (b *memoryBackend) system() string { return "gochannel" }
 
 // close has nothing left to do: the router closed the GoChannel when it
 // closed the publisher.

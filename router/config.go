@@ -5,6 +5,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/spillway-go/spillway"
 	"github.com/spillway-go/spillway/kafkabroker"
 	"github.com/spillway-go/spillway/redisbroker"
 	"github.com/spillway-go/spillway/retrygate"
@@ -16,8 +17,8 @@ import (
 const envVarPrefix = "SPILLWAY_"
 
 // Embedded is the Kafka broker list entry that starts an in-process broker
-// on loopback instead of connecting to a cluster; see [kafkabroker.Embedded].
-const Embedded = kafkabroker.Embedded
+// on loopback instead of connecting to a cluster; see [spillway.Embedded].
+const Embedded = spillway.Embedded
 
 // Broker names the message broker a [Router] runs on.
 type Broker string

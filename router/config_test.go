@@ -15,6 +15,7 @@ import (
 	"github.com/caarlos0/env/v11"
 
 	"github.com/spillway-go/spillway"
+	"github.com/spillway-go/spillway/internal/embedreg"
 	"github.com/spillway-go/spillway/kafkabroker"
 	"github.com/spillway-go/spillway/redisbroker"
 	"github.com/spillway-go/spillway/retrygate"
@@ -132,12 +133,12 @@ func TestValidateNamesFieldAndValue(t *testing.T) {
 		{"heartbeat vs session", kafka(func(k *KafkaConfig) { k.HeartbeatInterval = 20 * time.Second }), "kafka.heartbeat_interval", "20s"},
 		{"initial offset", kafka(func(k *KafkaConfig) { k.InitialOffset = "earliest" }), "kafka.initial_offset", "earliest"},
 		{"nack sleep", kafka(func(k *KafkaConfig) { k.NackResendSleep = -time.Second }), "kafka.nack_resend_sleep", "-1s"},
-		{"tls cert without key", kafka(func(k *KafkaConfig) { k.TLS = kafkabroker.TLSConfig{Enabled: true, CertFile: "c.pem"} }), "kafka.tls.cert_file", "c.pem"},
-		{"tls key without cert", kafka(func(k *KafkaConfig) { k.TLS = kafkabroker.TLSConfig{Enabled: true, KeyFile: "k.pem"} }), "kafka.tls.key_file", "k.pem"},
+		{"tls cert without key", kafka(func(k *KafkaConfig) { k.TLS = spillway.TLSConfig{Enabled: true, CertFile: "c.pem"} }), "kafka.tls.cert_file", "c.pem"},
+		{"tls key without cert", kafka(func(k *KafkaConfig) { k.TLS = spillway.TLSConfig{Enabled: true, KeyFile: "k.pem"} }), "kafka.tls.key_file", "k.pem"},
 		{"tls two keys", kafka(func(k *KafkaConfig) {
-			k.TLS = kafkabroker.TLSConfig{Enabled: true, CertFile: "c.pem", KeyFile: "k.pem", KeyPEM: "-----BEGIN PRIVATE KEY-----"}
+			k.TLS = spillway.TLSConfig{Enabled: true, CertFile: "c.pem", KeyFile: "k.pem", KeyPEM: "-----BEGIN PRIVATE KEY-----"}
 		}), "kafka.tls.key_pem", "[redacted]"},
-		{"tls disabled", kafka(func(k *KafkaConfig) { k.TLS = kafkabroker.TLSConfig{CAFile: "ca.pem"} }), "kafka.tls.enabled", "false"},
+		{"tls disabled", kafka(func(k *KafkaConfig) { k.TLS = spillway.TLSConfig{CAFile: "ca.pem"} }), "kafka.tls.enabled", "false"},
 		{"sasl mechanism", kafka(func(k *KafkaConfig) { k.SASL = kafkabroker.SASLConfig{Mechanism: "GSSAPI", User: "u", Password: "p"} }), "kafka.sasl.mechanism", "GSSAPI"},
 		{"sasl user", kafka(func(k *KafkaConfig) { k.SASL = kafkabroker.SASLConfig{Mechanism: "PLAIN", Password: "hunter2"} }), "kafka.sasl.user", ""},
 		{"sasl password", kafka(func(k *KafkaConfig) { k.SASL = kafkabroker.SASLConfig{Mechanism: "SCRAM-SHA-512", User: "u"} }), "kafka.sasl.password", ""},
@@ -486,7 +487,7 @@ func TestLoadConfigErrors(t *testing.T) {
 func TestSecretsRedacted(t *testing.T) {
 	c := Config{Broker: BrokerKafka}
 	c.Kafka.SASL = kafkabroker.SASLConfig{Mechanism: "PLAIN", User: "svc", Password: "hunter2"}
-	c.Kafka.TLS = kafkabroker.TLSConfig{Enabled: true, CertFile: "c.pem", KeyPEM: "-----BEGIN PRIVATE KEY-----xyz"}
+	c.Kafka.TLS = spillway.TLSConfig{Enabled: true, CertFile: "c.pem", KeyPEM: "-----BEGIN PRIVATE KEY-----xyz"}
 	c.Redis.Password = "redis-pass"
 	for _, s := range []string{c.String(), fmt.Sprint(c), fmt.Sprintf("%+v", c), fmt.Sprintf("%#v", c),
 		fmt.Sprintf("%v", c.Kafka), fmt.Sprintf("%+v", c.Kafka.SASL), fmt.Sprintf("%#v", c.Kafka.TLS)} {
@@ -539,7 +540,7 @@ func TestNewRejects(t *testing.T) {
 	}
 	c := Config{Broker: BrokerKafka}
 	c.Kafka.Brokers = []string{"127.0.0.1:1"}
-	c.Kafka.TLS = kafkabroker.TLSConfig{Enabled: true, CAFile: filepath.Join(t.TempDir(), "missing.pem")}
+	c.Kafka.TLS = spillway.TLSConfig{Enabled: true, CAFile: filepath.Join(t.TempDir(), "missing.pem")}
 	_, err := New(c, nil)
 	var ce *spillway.FieldError
 	if !errors.As(err, &ce) || ce.Field != "kafka.tls.ca_file" {
@@ -607,8 +608,8 @@ telemetry:
 	if err := emb.Validate(); err == nil || !strings.Contains(err.Error(), `import _ "github.com/spillway-go/spillway/embedded"`) {
 		t.Errorf("redis.addr embedded with nothing registered: %v, want an error naming the import", err)
 	}
-	redisbroker.RegisterEmbedded(func() (string, func(), error) { return "", nil, errors.New("not started in this test") })
-	defer redisbroker.RegisterEmbedded(nil)
+	embedreg.RegisterRedis(func() (string, func(), error) { return "", nil, errors.New("not started in this test") })
+	defer embedreg.RegisterRedis(nil)
 	if err := emb.Validate(); err != nil {
 		t.Errorf("redis.addr embedded rejected once registered: %v", err)
 	}

@@ -58,12 +58,12 @@ func (r *Router) Brokers() []string {
 	return nil
 }
 
-func (b *kafkaBackend) group(handler string) string { return b.cfg.HandlerGroup(handler) }
+func (b *kafkaBackend) group(handler string) string { return b.cfg.ConsumerGroup + "." + handler }
 
 func (b *kafkaBackend) publisher() message.Publisher { return b.pub }
 
 func (b *kafkaBackend) subscriber(handler, _ string) (message.Subscriber, *kafkabroker.SessionTracker, error) {
-	sub, tr, err := b.cluster.NewSubscriber(b.cfg.HandlerGroup(handler))
+	sub, tr, err := b.cluster.NewSubscriber(b.group(handler))
 	if err != nil {
 		return nil, nil, kafkaError(err)
 	}
@@ -84,7 +84,7 @@ func (b *kafkaBackend) ensureTopic(topic string) error {
 func (b *kafkaBackend) lag(ctx context.Context, groups []groupTopic) ([]telemetry.LagSample, error) {
 	var out []telemetry.LagSample
 	for _, g := range groups {
-		src, err := b.cluster.LagSource(b.cfg.HandlerGroup(g.handler), g.topic)
+		src, err := b.cluster.LagSource(b.group(g.handler), g.topic)
 		if err != nil {
 			return nil, kafkaError(err)
 		}
@@ -99,6 +99,6 @@ func (b *kafkaBackend) lag(ctx context.Context, groups []groupTopic) ([]telemetr
 
 func (b *kafkaBackend) deadLetter() message.HandlerMiddleware { return nil }
 
-func (b *kafkaBackend) system() string { return telemetry.SystemKafka }
+func (b *kafkaBackend) system() string { return "kafka" }
 
 func (b *kafkaBackend) close() error { return b.cluster.Close() }

@@ -156,7 +156,7 @@ func (b *redisBackend) lag(ctx context.Context, groups []groupTopic) ([]telemetr
 
 func (b *redisBackend) deadLetter() message.HandlerMiddleware { return b.dl.Middleware }
 
-func (b *redisBackend) system() string { return telemetry.SystemRedis }
+func (b *redisBackend) system() string { return "redis" }
 
 // close has nothing left: the router closed the publisher and the
 // subscribers (each releases its clients, and the embedded server with

@@ -148,10 +148,10 @@ type Router struct {
 	retry    *retrygate.Gate   // nil: retry.enabled is false
 	sizer    *sizing.AutoSizer // nil: budget.autosize.enabled is false
 
-	tracing    *telemetry.Tracing    // nil: telemetry.disabled
-	metrics    *telemetry.Metrics    // nil: telemetry.disabled
-	lagSampler *telemetry.LagSampler // nil: telemetry.disabled, or memory
-	unregister []func() error        // metric callbacks, undone by Close
+	tracing    message.HandlerMiddleware // nil: telemetry.disabled
+	metrics    *telemetry.Metrics        // nil: telemetry.disabled
+	lagSampler *telemetry.LagSampler     // nil: telemetry.disabled, or memory
+	unregister []func() error            // metric callbacks, undone by Close
 	deadLetter message.HandlerMiddleware
 
 	// producerPub is what Publisher returns: pub, or pub behind the

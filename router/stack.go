@@ -10,7 +10,7 @@ import (
 // outermost first. The order is fixed here and nowhere else; docs/router.md
 // explains it. A nil slot is absent.
 //
-//  1. Tracing ([telemetry.Tracing.Middleware]; unless
+//  1. Tracing ([telemetry.NewTracing]; unless
 //     telemetry.disabled): outermost, so the consumer span, a child of the
 //     producer's span, covers everything below it, including time spent
 //     waiting for budget.
@@ -129,7 +129,7 @@ func (s middlewareStack) budgetLayers() []string {
 func (r *Router) stack() middlewareStack {
 	s := middlewareStack{settle: r.settling.layer, deadLetter: r.deadLetter}
 	if r.tracing != nil {
-		s.tracing = r.tracing.Middleware
+		s.tracing = r.tracing
 	}
 	if r.metrics != nil {
 		s.metrics = r.metrics.Middleware

@@ -12,10 +12,9 @@ import (
 	"time"
 
 	"github.com/spillway-go/spillway"
-	"github.com/spillway-go/spillway/redisbroker"
+	"github.com/spillway-go/spillway/internal/embedreg"
 	"github.com/spillway-go/spillway/retrygate"
 	"github.com/spillway-go/spillway/sizing"
-	"github.com/spillway-go/spillway/telemetry"
 )
 
 func (c *Config) setDefaults() {
@@ -62,7 +61,7 @@ func (c *Config) setDefaults() {
 		t.Name = defaultTelemetryName
 	}
 	if t.LagInterval == 0 {
-		t.LagInterval = telemetry.DefaultLagInterval
+		t.LagInterval = 10 * time.Second // the lag sampler's own default
 	}
 	c.Producer.setDefaults()
 }
@@ -355,9 +354,9 @@ func validateRedis(r RedisConfig) []error {
 	switch r.Addr {
 	case "":
 		bad("addr", "", "must be set with broker redis (host:port, or embedded for an in-process miniredis)")
-	case redisbroker.EmbeddedAddr:
-		if !redisbroker.EmbeddedLinked() {
-			bad("addr", r.Addr, redisbroker.ErrEmbeddedNotLinked.Error())
+	case spillway.Embedded:
+		if embedreg.Redis() == nil {
+			bad("addr", r.Addr, spillway.ErrEmbeddedNotLinked.Error())
 		}
 	default:
 		host, port, err := net.SplitHostPort(r.Addr)
@@ -368,10 +367,13 @@ func validateRedis(r RedisConfig) []error {
 	if r.DB < 0 {
 		bad("db", strconv.Itoa(r.DB), "must be zero or positive")
 	}
-	if (r.TLS.CertFile == "") != (r.TLS.KeyFile == "") {
-		bad("tls.cert_file", r.TLS.CertFile, "set redis.tls.cert_file and redis.tls.key_file together")
+	if r.TLS.KeyFile != "" && r.TLS.KeyPEM != "" {
+		bad("tls.key_pem", r.TLS.KeyPEM.String(), "set either redis.tls.key_file or redis.tls.key_pem, not both")
 	}
-	if r.Addr == redisbroker.EmbeddedAddr && (r.TLS.Enabled || r.TLS.CAFile != "" || r.TLS.CertFile != "") {
+	if hasKey := r.TLS.KeyFile != "" || r.TLS.KeyPEM != ""; (r.TLS.CertFile == "") == hasKey {
+		bad("tls.cert_file", r.TLS.CertFile, "set redis.tls.cert_file and redis.tls.key_file (or key_pem) together")
+	}
+	if r.Addr == spillway.Embedded && (r.TLS.Enabled || r.TLS.CAFile != "" || r.TLS.CertFile != "") {
 		bad("tls.enabled", "true", "must be false with the embedded server")
 	}
 	if strings.TrimSpace(r.ConsumerGroup) == "" {

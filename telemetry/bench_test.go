@@ -88,13 +88,13 @@ func runStack(b *testing.B, s benchStack, decode bool) {
 	if s.telemetry {
 		opts := []telemetry.Option{
 			telemetry.WithTracerProvider(s.tp()), telemetry.WithMeterProvider(s.mp()),
-			telemetry.WithPropagator(propagation.TraceContext{}), telemetry.WithMessagingSystem(telemetry.SystemGoChannel),
+			telemetry.WithPropagator(propagation.TraceContext{}), telemetry.WithMessagingSystem("gochannel"),
 		}
 		metrics, err := telemetry.NewMetrics(opts...)
 		if err != nil {
 			b.Fatal(err)
 		}
-		router.AddMiddleware(telemetry.NewTracing(opts...).Middleware, metrics.Middleware)
+		router.AddMiddleware(telemetry.NewTracing(opts...), metrics.Middleware)
 		onAdmission = metrics.OnAdmission
 		pub = telemetry.NewTracingPublisher(pubSub, opts...)
 	}
@@ -187,7 +187,7 @@ func BenchmarkMiddlewareChain(b *testing.B) {
 					b.Fatal(err)
 				}
 				cfg.OnAdmission = metrics.OnAdmission
-				wrap = append(wrap, telemetry.NewTracing(opts...).Middleware, metrics.Middleware)
+				wrap = append(wrap, telemetry.NewTracing(opts...), metrics.Middleware)
 			}
 			admission, err := middleware.NewBudget(cfg)
 			if err != nil {

@@ -5,10 +5,10 @@
 //
 // # Tracing
 //
-// [TracingPublisher] wraps a Watermill publisher: it starts a producer span
+// [NewTracingPublisher] wraps a Watermill publisher: it starts a producer span
 // per message and writes the span's context into the message metadata with
 // the configured propagator (W3C traceparent and tracestate with
-// propagation.TraceContext). [Tracing.Middleware], the outermost middleware
+// propagation.TraceContext). [NewTracing], the outermost middleware
 // of the consumer's stack, reads it back and starts the consumer span as
 // its child, so one trace shows the send, the wait for budget and the
 // processing. The span sits in the message's context, where the Spillway
@@ -51,10 +51,10 @@
 //
 // Consumer stack, outermost first:
 //
-//	router.AddMiddleware(tracing.Middleware, metrics.Middleware, /* shedding, retry gate, */ budget.Middleware)
+//	router.AddMiddleware(tracing, metrics.Middleware, /* shedding, retry gate, */ budget.Middleware)
 //
 // with middleware.BudgetConfig{OnAdmission: metrics.OnAdmission}.
-// Producer chain, outermost first: a [TracingPublisher] over a
+// Producer chain, outermost first: the publisher of [NewTracingPublisher] over a
 // cost.NewStampingPublisher over a producer.LagThrottled (reading the
 // sampler) over a producer.RateLimited over the broker's publisher.
 package telemetry

@@ -28,7 +28,7 @@ func Example() {
 	opts := []telemetry.Option{
 		telemetry.WithTracerProvider(tp),
 		telemetry.WithPropagator(propagation.TraceContext{}),
-		telemetry.WithMessagingSystem(telemetry.SystemGoChannel),
+		telemetry.WithMessagingSystem("gochannel"),
 	}
 
 	logger := watermill.NopLogger{}
@@ -43,7 +43,7 @@ func Example() {
 		OnAdmission: telemetry.RecordAdmission,
 	})
 	// Tracing is the outermost middleware.
-	router.AddMiddleware(telemetry.NewTracing(opts...).Middleware, admission.Middleware)
+	router.AddMiddleware(telemetry.NewTracing(opts...), admission.Middleware)
 	done := make(chan struct{})
 	router.AddConsumerHandler("parcels", "parcels", pubSub, func(msg *message.Message) error {
 		close(done)

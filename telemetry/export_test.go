@@ -9,8 +9,10 @@ import (
 
 // Internals for the external tests.
 var (
-	ScopeVersion  = scopeVersion
-	ModuleVersion = moduleVersion
+	ScopeVersion   = scopeVersion
+	ModuleVersion  = moduleVersion
+	WithLagTimeout = withLagTimeout
+	WithLagMaxAge  = withLagMaxAge
 )
 
 // NewMetadataCarrier returns the carrier the tracing middlewares use.

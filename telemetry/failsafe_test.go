@@ -66,7 +66,7 @@ func TestTelemetryNeverFailsAMessage(t *testing.T) {
 				}
 				wg.Done()
 				return nil
-			}, telemetry.NewTracing(opts...).Middleware, metrics.Middleware, admission.Middleware)
+			}, telemetry.NewTracing(opts...), metrics.Middleware, admission.Middleware)
 			pub := telemetry.NewTracingPublisher(r.pubSub, opts...)
 			for i := range n {
 				m := message.NewMessage(strconv.Itoa(i), []byte("x"))

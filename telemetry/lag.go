@@ -11,8 +11,8 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 )
 
-// DefaultLagInterval is how often a [LagSampler] samples by default.
-const DefaultLagInterval = 10 * time.Second
+// defaultLagInterval is how often a [LagSampler] samples by default.
+const defaultLagInterval = 10 * time.Second
 
 // LagSample is a consumer group's lag on one Kafka partition or one Redis
 // stream, as a [LagSource] reports it.
@@ -55,8 +55,8 @@ func (f LagSourceFunc) Lag(ctx context.Context) ([]LagSample, error) { return f(
 // LagOption configures a [LagSampler].
 type LagOption func(*LagSampler)
 
-// WithLagInterval sets how often the sampler samples. Default
-// [DefaultLagInterval]; non-positive values are ignored.
+// WithLagInterval sets how often the sampler samples. Default 10s;
+// non-positive values are ignored.
 func WithLagInterval(d time.Duration) LagOption {
 	return func(s *LagSampler) {
 		if d > 0 {
@@ -65,8 +65,9 @@ func WithLagInterval(d time.Duration) LagOption {
 	}
 }
 
-// WithLagTimeout bounds each call to the source. Default: the interval.
-func WithLagTimeout(d time.Duration) LagOption {
+// withLagTimeout bounds each call to the source. Default: the interval.
+// The tests set it.
+func withLagTimeout(d time.Duration) LagOption {
 	return func(s *LagSampler) {
 		if d > 0 {
 			s.timeout = d
@@ -85,13 +86,10 @@ func WithLagThreshold(n int64) LagOption {
 	}
 }
 
-// WithLagMaxAge sets how old the latest successful sample may get before
-// the sampler forgets it: after that TotalLag and SaturatedFor return 0 and
-// no lag series is exported until a sample succeeds again. A lag that
-// cannot be measured therefore never throttles producers or sheds work for
-// ever; the spillway.consumer.lag.sample_age and .errors metrics show the failure.
-// Default: three intervals.
-func WithLagMaxAge(d time.Duration) LagOption {
+// withLagMaxAge sets how old the latest successful sample may get before
+// the sampler forgets it (see [LagSampler]). Default: three intervals. The
+// tests set it.
+func withLagMaxAge(d time.Duration) LagOption {
 	return func(s *LagSampler) {
 		if d > 0 {
 			s.maxAge = d
@@ -108,6 +106,12 @@ func WithLagMaxAge(d time.Duration) LagOption {
 //
 // Run it with [LagSampler.Start] and [LagSampler.Close]. Every method is
 // safe for concurrent use. TotalLag and SaturatedFor are lock-free.
+//
+// When the latest successful sample is older than three intervals, the
+// sampler forgets it: TotalLag and SaturatedFor return 0 and no lag series
+// is exported until a sample succeeds again. A lag that cannot be measured
+// therefore never throttles producers or sheds work for ever; the
+// spillway.consumer.lag.sample_age and .errors metrics show the failure.
 type LagSampler struct {
 	src          LagSource
 	interval     time.Duration
@@ -142,7 +146,7 @@ func NewLagSampler(src LagSource, opts ...LagOption) *LagSampler {
 	if src == nil {
 		panic("telemetry: NewLagSampler: nil source")
 	}
-	s := &LagSampler{src: src, interval: DefaultLagInterval, epoch: time.Now(), done: make(chan struct{})}
+	s := &LagSampler{src: src, interval: defaultLagInterval, epoch: time.Now(), done: make(chan struct{})}
 	for _, o := range opts {
 		if o != nil {
 			o(s)

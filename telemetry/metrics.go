@@ -304,7 +304,7 @@ func (m *Metrics) attrs(shape uint8, topic, value string) *measureOpts {
 // not recovered). The vertex count comes from the admission recorded by
 // [Metrics.OnAdmission], else from the vertex_count metadata.
 //
-// Place it right inside [Tracing.Middleware] (or outermost without
+// Place it right inside [NewTracing] (or outermost without
 // tracing) so the duration covers the whole stack. It never returns an
 // error of its own and never alters the chain's result.
 func (m *Metrics) Middleware(h message.HandlerFunc) message.HandlerFunc {
@@ -545,8 +545,8 @@ func (m *Metrics) ObserveBounds(name string, f func() Bounds) (unregister func()
 // partitions), and, under the label source=name,
 // spillway.consumer.lag.saturated (seconds), .sample_age (seconds) and
 // .errors. It reads the sampler's cache; it never queries the broker. A
-// sampler whose samples have gone stale (see [WithLagMaxAge]) exports no
-// lag series until it samples again.
+// sampler whose samples have gone stale (see [LagSampler]) exports no lag
+// series until it samples again.
 func (m *Metrics) ObserveLag(name string, s *LagSampler) (unregister func() error, err error) {
 	if s == nil {
 		return nil, errors.New("telemetry: ObserveLag: nil sampler")

@@ -15,18 +15,9 @@ import (
 // the schema URL of the semantic conventions the attributes follow.
 const ScopeName = "github.com/spillway-go/spillway/telemetry"
 
-// Values for [WithMessagingSystem]. Kafka's is the one OpenTelemetry's
-// semantic conventions define; the conventions have no value for Redis
-// Streams or for Watermill's in-memory GoChannel, so these are Spillway's.
-const (
-	SystemKafka     = "kafka"
-	SystemRedis     = "redis"
-	SystemGoChannel = "gochannel"
-)
-
-// defaultAttemptKey is the metadata key the retry attempt is read from by
-// default: the key Spillway's retry gate writes.
-const defaultAttemptKey = "spillway_attempt"
+// attemptKey is the metadata key the retry attempt is read from: the key
+// Spillway's retry gate writes (a base-10 integer).
+const attemptKey = "spillway_attempt"
 
 // Option configures [NewTracing], [NewTracingPublisher] and [NewMetrics].
 // Options that do not apply to a constructor are ignored by it.
@@ -40,14 +31,12 @@ type config struct {
 	consumerGroup  string
 	attributes     func(*message.Message) []attribute.KeyValue
 	topic          func(*message.Message) string
-	attemptKey     string
 	producerSpans  bool
 }
 
 func newConfig(opts []Option) config {
 	c := config{
 		system:        "watermill",
-		attemptKey:    defaultAttemptKey,
 		producerSpans: true,
 	}
 	for _, o := range opts {
@@ -92,8 +81,11 @@ func WithPropagator(p propagation.TextMapPropagator) Option {
 	return func(c *config) { c.propagator = p }
 }
 
-// WithMessagingSystem sets the messaging.system attribute of spans, such as
-// [SystemKafka], [SystemRedis] or [SystemGoChannel]. Default "watermill".
+// WithMessagingSystem sets the messaging.system attribute of spans:
+// "kafka" (the value OpenTelemetry's semantic conventions define), or the
+// values Spillway uses where the conventions define none, "redis" for
+// Redis Streams and "gochannel" for Watermill's in-memory GoChannel.
+// Default "watermill".
 func WithMessagingSystem(system string) Option {
 	return func(c *config) {
 		if system != "" {
@@ -121,14 +113,6 @@ func WithAttributes(f func(msg *message.Message) []attribute.KeyValue) Option {
 // message.SubscribeTopicFromCtx, which Watermill's router fills in.
 func WithTopicFunc(f func(msg *message.Message) string) Option {
 	return func(c *config) { c.topic = f }
-}
-
-// WithAttemptKey sets the metadata key holding the message's retry attempt
-// count (a base-10 integer), recorded as spillway.retry.attempt. Default
-// "spillway_attempt", the key Spillway's retry gate writes. An empty key
-// disables the attribute.
-func WithAttemptKey(key string) Option {
-	return func(c *config) { c.attemptKey = key }
 }
 
 // WithProducerSpans sets whether [NewTracingPublisher] starts a producer span

@@ -38,7 +38,7 @@ const (
 	// dead-lettered.
 	keyReason = attribute.Key("spillway.outcome.reason")
 	// keyAttempt is the retry attempt count read from message metadata
-	// (see [WithAttemptKey]).
+	// (spillway_attempt, written by Spillway's retry gate).
 	keyAttempt = attribute.Key("spillway.retry.attempt")
 )
 
@@ -84,7 +84,7 @@ const (
 )
 
 // record is what the telemetry middlewares learn about one message while it
-// is in the stack. It is created by the outermost of [Tracing.Middleware]
+// is in the stack. It is created by the outermost of [NewTracing]
 // and [Metrics.Middleware] and found through the message context. Hooks may
 // run on another goroutine (a coalescing policy supersedes a waiting
 // message from the goroutine of the newer one), hence the lock.
@@ -156,7 +156,7 @@ func (r *record) final(err error) (Outcome, string, middleware.Admission, bool) 
 }
 
 // Annotate adds attributes to the span of the message being processed: the
-// consumer span [Tracing.Middleware] put into msg's context, or whatever
+// consumer span [NewTracing] put into msg's context, or whatever
 // span that context carries. It does nothing when the span is not recording
 // (no tracing, or not sampled) and costs one context lookup then. Safe to
 // call from any goroutine.

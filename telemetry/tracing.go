@@ -13,34 +13,57 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// Tracing is the consumer side of Spillway's tracing: a Watermill
-// middleware that continues the producer's trace and wraps each message in
-// a consumer span. Create it with [NewTracing]. It is immutable and safe for
-// concurrent use; one Tracing may wrap any number of handlers.
-type Tracing struct {
+// tracing is the consumer side of Spillway's tracing: the middleware
+// [NewTracing] returns. It is immutable.
+type tracing struct {
 	cfg    config
 	tracer trace.Tracer
 	fields []string // the metadata keys the propagator reads
 	starts startCache
 }
 
-// NewTracing returns the tracing middleware. Relevant options:
-// [WithTracerProvider], [WithPropagator], [WithMessagingSystem],
-// [WithConsumerGroup], [WithAttributes], [WithTopicFunc], [WithAttemptKey].
-func NewTracing(opts ...Option) *Tracing {
+// NewTracing returns the consumer side of Spillway's tracing: a Watermill
+// middleware that continues the producer's trace and wraps each message in
+// a consumer span. Relevant options: [WithTracerProvider],
+// [WithPropagator], [WithMessagingSystem], [WithConsumerGroup],
+// [WithAttributes], [WithTopicFunc]. The middleware is safe for concurrent
+// use and may wrap any number of handlers.
+//
+// It must be the outermost Spillway middleware, so the span covers the
+// whole stack, including time spent waiting for budget. For each message it
+// extracts the trace context from the metadata with the propagator, starts
+// a span named "process <topic>" of kind Consumer as a child of the
+// extracted context (so the producer's span is its parent), and stores the
+// span in the message's context (msg.SetContext) where inner stages and the
+// handler find it: trace.SpanFromContext, [Annotate], [RecordAdmission],
+// [RecordOutcome]. Messages the handler produces with that context become
+// children of the consumer span when published through a publisher of
+// [NewTracingPublisher].
+//
+// The span carries messaging.system, messaging.operation.type "process",
+// messaging.operation.name, messaging.destination.name,
+// messaging.message.id, messaging.message.body.size,
+// messaging.consumer.group.name (when set), spillway.retry.attempt (when
+// the metadata has one), the attributes of [WithAttributes], and what the
+// Spillway stages record. An error from the chain is recorded on the span
+// and sets its status to Error; a panic does too and is then re-raised
+// unchanged. The middleware never returns an error of its own and never
+// alters the chain's result.
+func NewTracing(opts ...Option) message.HandlerMiddleware {
 	cfg := newConfig(opts)
-	return &Tracing{
+	t := &tracing{
 		cfg:    cfg,
 		tracer: tracer(cfg.tracerProvider),
 		fields: cfg.propagator.Fields(),
 	}
+	return t.middleware
 }
 
 // carriesContext reports whether msg has any of the propagator's fields:
 // without one there is nothing to extract, and the propagator is skipped.
 // A propagator that names no fields (such as the global one before the
 // application sets it) is always asked.
-func (t *Tracing) carriesContext(msg *message.Message) bool {
+func (t *tracing) carriesContext(msg *message.Message) bool {
 	if len(t.fields) == 0 {
 		return true
 	}
@@ -55,29 +78,8 @@ func (t *Tracing) carriesContext(msg *message.Message) bool {
 	return false
 }
 
-// Middleware wraps h in a consumer span.
-//
-// It must be the outermost Spillway middleware, so the span covers the
-// whole stack, including time spent waiting for budget. For each message it
-// extracts the trace context from the metadata with the propagator, starts
-// a span named "process <topic>" of kind Consumer as a child of the
-// extracted context (so the producer's span is its parent), and stores the
-// span in the message's context (msg.SetContext) where inner stages and the
-// handler find it: trace.SpanFromContext, [Annotate], [RecordAdmission],
-// [RecordOutcome]. Messages the handler produces with that context become
-// children of the consumer span when published through a
-// [TracingPublisher].
-//
-// The span carries messaging.system, messaging.operation.type "process",
-// messaging.operation.name, messaging.destination.name,
-// messaging.message.id, messaging.message.body.size,
-// messaging.consumer.group.name (when set), spillway.retry.attempt (when
-// the metadata has one), the attributes of [WithAttributes], and what the
-// Spillway stages record. An error from the chain is recorded on the span
-// and sets its status to Error; a panic does too and is then re-raised
-// unchanged. Tracing never returns an error of its own and never alters the
-// chain's result.
-func (t *Tracing) Middleware(h message.HandlerFunc) message.HandlerFunc {
+// middleware wraps h in a consumer span.
+func (t *tracing) middleware(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) (out []*message.Message, err error) {
 		topic := t.cfg.topicOf(msg)
 		st := t.starts.get(topic, t.newStart)
@@ -133,7 +135,7 @@ type spanStart struct {
 	opts []trace.SpanStartOption
 }
 
-func (t *Tracing) newStart(topic string) *spanStart {
+func (t *tracing) newStart(topic string) *spanStart {
 	attrs := []attribute.KeyValue{
 		semconv.MessagingSystemKey.String(t.cfg.system),
 		semconv.MessagingOperationTypeProcess,
@@ -151,17 +153,15 @@ func (t *Tracing) newStart(topic string) *spanStart {
 
 // messageAttributes are the per-message attributes, added only to spans
 // that record.
-func (t *Tracing) messageAttributes(msg *message.Message) []attribute.KeyValue {
+func (t *tracing) messageAttributes(msg *message.Message) []attribute.KeyValue {
 	attrs := make([]attribute.KeyValue, 0, 4)
 	attrs = append(attrs,
 		semconv.MessagingMessageID(msg.UUID),
 		semconv.MessagingMessageBodySize(len(msg.Payload)),
 	)
-	if t.cfg.attemptKey != "" {
-		if v := msg.Metadata.Get(t.cfg.attemptKey); v != "" {
-			if n, err := strconv.ParseInt(v, 10, 64); err == nil {
-				attrs = append(attrs, keyAttempt.Int64(n))
-			}
+	if v := msg.Metadata.Get(attemptKey); v != "" {
+		if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+			attrs = append(attrs, keyAttempt.Int64(n))
 		}
 	}
 	if t.cfg.attributes != nil {
@@ -208,45 +208,45 @@ func (c *startCache) insert(topic string, build func(string) *spanStart) *spanSt
 	return s
 }
 
-// TracingPublisher is the producer side of Spillway's tracing: a
-// message.Publisher decorator that writes each message's trace context into
-// its metadata, so the consumer span continues the trace across the broker.
-// Create it with [NewTracingPublisher].
-//
-// A TracingPublisher is immutable and safe for concurrent use if the wrapped
-// publisher is. Publish writes to the metadata of the messages it is given,
-// so a message must not be published from two goroutines at once (Watermill
-// requires that anyway).
-type TracingPublisher struct {
+// tracingPublisher is the publisher [NewTracingPublisher] returns. It is
+// immutable.
+type tracingPublisher struct {
 	pub    message.Publisher
 	cfg    config
 	tracer trace.Tracer
 	starts startCache
 }
 
-var _ message.Publisher = (*TracingPublisher)(nil)
-
-// NewTracingPublisher wraps pub. Relevant options: [WithTracerProvider],
-// [WithPropagator], [WithMessagingSystem], [WithAttributes],
-// [WithProducerSpans]. It panics if pub is nil.
-func NewTracingPublisher(pub message.Publisher, opts ...Option) *TracingPublisher {
+// NewTracingPublisher returns the producer side of Spillway's tracing: pub
+// decorated so that it writes each message's trace context into its
+// metadata, and the consumer span continues the trace across the broker.
+// Relevant options: [WithTracerProvider], [WithPropagator],
+// [WithMessagingSystem], [WithAttributes], [WithProducerSpans]. It panics
+// if pub is nil.
+//
+// Publish starts a producer span "send <topic>" per message, as a child of
+// the span in msg.Context(), injects the span's context into the message's
+// metadata, and publishes all messages with one call to pub. Each span ends
+// when that call returns, with the publish error (if any) as its status,
+// and carries the message's vertex count when the metadata has one by then
+// (so a stamping publisher may sit inside this one). With
+// WithProducerSpans(false) it only injects the context already in
+// msg.Context(). Tracing never causes Publish to fail: the error is pub's.
+// Close closes pub.
+//
+// The publisher is safe for concurrent use if pub is. Publish writes to the
+// metadata of the messages it is given, so a message must not be published
+// from two goroutines at once (Watermill requires that anyway).
+func NewTracingPublisher(pub message.Publisher, opts ...Option) message.Publisher {
 	if pub == nil {
 		panic("telemetry: NewTracingPublisher: nil publisher")
 	}
 	cfg := newConfig(opts)
-	return &TracingPublisher{pub: pub, cfg: cfg, tracer: tracer(cfg.tracerProvider)}
+	return &tracingPublisher{pub: pub, cfg: cfg, tracer: tracer(cfg.tracerProvider)}
 }
 
-// Publish starts a producer span "send <topic>" per message, as a child of
-// the span in msg.Context(), injects the span's context into the message's
-// metadata, and publishes all messages with one call to the wrapped
-// publisher. Each span ends when that call returns, with the publish error
-// (if any) as its status, and carries the message's vertex count when the
-// metadata has one by then (so a stamping publisher may sit inside this
-// one). With WithProducerSpans(false) it only injects the context already
-// in msg.Context(). Tracing never causes Publish to fail: the error is the
-// wrapped publisher's.
-func (p *TracingPublisher) Publish(topic string, messages ...*message.Message) error {
+// Publish traces and publishes messages; see [NewTracingPublisher].
+func (p *tracingPublisher) Publish(topic string, messages ...*message.Message) error {
 	if !p.cfg.producerSpans {
 		for _, msg := range messages {
 			if msg != nil {
@@ -296,7 +296,7 @@ func (p *TracingPublisher) Publish(topic string, messages ...*message.Message) e
 	return err
 }
 
-func (p *TracingPublisher) newStart(topic string) *spanStart {
+func (p *tracingPublisher) newStart(topic string) *spanStart {
 	return &spanStart{
 		name: "send " + topic,
 		opts: []trace.SpanStartOption{
@@ -311,7 +311,7 @@ func (p *TracingPublisher) newStart(topic string) *spanStart {
 	}
 }
 
-func (p *TracingPublisher) messageAttributes(msg *message.Message, batch int) []attribute.KeyValue {
+func (p *tracingPublisher) messageAttributes(msg *message.Message, batch int) []attribute.KeyValue {
 	attrs := make([]attribute.KeyValue, 0, 4)
 	attrs = append(attrs,
 		semconv.MessagingMessageID(msg.UUID),
@@ -327,4 +327,4 @@ func (p *TracingPublisher) messageAttributes(msg *message.Message, batch int) []
 }
 
 // Close closes the wrapped publisher.
-func (p *TracingPublisher) Close() error { return p.pub.Close() }
+func (p *tracingPublisher) Close() error { return p.pub.Close() }

@@ -69,15 +69,15 @@ func newFullStack(t *testing.T, capacity int64, handler message.NoPublishHandler
 		t.Fatal(err)
 	}
 	tracing := telemetry.NewTracing(telemetry.WithTracerProvider(tp), telemetry.WithPropagator(prop),
-		telemetry.WithMessagingSystem(telemetry.SystemGoChannel), telemetry.WithConsumerGroup("workers"))
+		telemetry.WithMessagingSystem("gochannel"), telemetry.WithConsumerGroup("workers"))
 	budget := mustVertexBudget(capacity)
 	admission, err := middleware.NewBudget(middleware.BudgetConfig{Budget: budget, OnAdmission: metrics.OnAdmission})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := startMemoryRouter(t, "parcels", handler, tracing.Middleware, metrics.Middleware, fate(metrics), admission.Middleware)
+	r := startMemoryRouter(t, "parcels", handler, tracing, metrics.Middleware, fate(metrics), admission.Middleware)
 	pub := telemetry.NewTracingPublisher(cost.NewStampingPublisher(r.pubSub),
-		telemetry.WithTracerProvider(tp), telemetry.WithPropagator(prop), telemetry.WithMessagingSystem(telemetry.SystemGoChannel))
+		telemetry.WithTracerProvider(tp), telemetry.WithPropagator(prop), telemetry.WithMessagingSystem("gochannel"))
 	return &fullStack{tp: tp, spans: sr.Ended, metrics: metrics, reader: reader, budget: budget, pub: pub, router: r}
 }
 

@@ -67,7 +67,7 @@ type instruments struct {
 // instrument creates the metrics for the demo's budget and consumer group
 // on mp and starts sampling sub's lag every interval.
 func instrument(mp metric.MeterProvider, budget *middleware.VertexBudget, sub *redisbroker.Subscriber, interval time.Duration) (*instruments, error) {
-	m, err := telemetry.NewMetrics(telemetry.WithMeterProvider(mp), telemetry.WithMessagingSystem(telemetry.SystemRedis))
+	m, err := telemetry.NewMetrics(telemetry.WithMeterProvider(mp), telemetry.WithMessagingSystem("redis"))
 	if err != nil {
 		return nil, err
 	}

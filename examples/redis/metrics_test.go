@@ -10,6 +10,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/spillway-go/spillway"
 	_ "github.com/spillway-go/spillway/embedded" // Addr "embedded"
 	"github.com/spillway-go/spillway/middleware"
 	"github.com/spillway-go/spillway/redisbroker"
@@ -23,7 +24,7 @@ func TestMetricsEndpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ms.Close()
-	cfg := redisbroker.Config{Addr: redisbroker.EmbeddedAddr, ConsumerGroup: "metrics-test", Consumers: 1, BlockTime: 50 * time.Millisecond}
+	cfg := redisbroker.Config{Addr: spillway.Embedded, ConsumerGroup: "metrics-test", Consumers: 1, BlockTime: 50 * time.Millisecond}
 	pub, err := redisbroker.NewPublisher(cfg, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -99,7 +99,7 @@ func Start(t testing.TB, partitions int32, topics ...string) *Broker {
 var ErrUnavailable = errors.New("kafkatest: the embedded broker cannot be built here (it needs the repository's go.work)")
 
 // Launch is [Start] without a test: the caller must call Kill. It fits
-// kafkabroker.RegisterEmbedded through [Embedded].
+// embedreg.RegisterKafka through [Embedded].
 func Launch(partitions int32, topics ...string) (*Broker, error) {
 	path, err := binary()
 	if err != nil {
@@ -164,10 +164,10 @@ func (b *Broker) Kill() {
 }
 
 // Embedded starts a broker process; it has the shape of
-// kafkabroker.EmbeddedCluster, so a test package can register it for
+// embedreg.KafkaFunc, so a test package can register it for
 // kafka.brokers "embedded":
 //
-//	func init() { kafkabroker.RegisterEmbedded(kafkatest.Embedded) }
+//	func init() { embedreg.RegisterKafka(kafkatest.Embedded) }
 func Embedded(partitions int32, topics []string) ([]string, func(), error) {
 	b, err := Launch(partitions, topics...)
 	if err != nil {

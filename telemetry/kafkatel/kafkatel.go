@@ -20,7 +20,7 @@ import (
 // messaging.kafka.offset and messaging.kafka.message.key (when the message
 // has a key), read from the message context. It returns nothing for
 // messages from other subscribers. Pass it to telemetry.WithAttributes
-// together with telemetry.WithMessagingSystem(telemetry.SystemKafka).
+// together with telemetry.WithMessagingSystem("kafka").
 func Attributes(msg *message.Message) []attribute.KeyValue {
 	ctx := msg.Context()
 	p, ok := kafka.MessagePartitionFromCtx(ctx)
@@ -38,32 +38,31 @@ func Attributes(msg *message.Message) []attribute.KeyValue {
 	return attrs
 }
 
-// LagSource reads a consumer group's lag on a set of topics: for every
-// partition, the high-water mark minus the group's committed offset. A
-// partition where the group has committed nothing yet counts everything
-// still retained (high-water mark minus the oldest offset) as lag.
-//
-// Each call costs one OffsetFetch to the group's coordinator and one
-// ListOffsets per partition (two for partitions without a commit); run it
-// from a telemetry.LagSampler, never per message. Sarama calls cannot be
-// cancelled: the context is checked between requests, and each request is
-// bounded by the client's Net timeouts.
-//
-// A LagSource is safe for concurrent use. It does not close the client.
-type LagSource struct {
+// lagSource is the source [NewLagSource] returns.
+type lagSource struct {
 	client sarama.Client
 	admin  sarama.ClusterAdmin
 	group  string
 	topics []string
 }
 
-var _ telemetry.LagSource = (*LagSource)(nil)
-
 // NewLagSource returns a source of group's lag on topics, using client
 // (whose Config.Version must be at least 0.10.1, for OffsetFetch v2 and
-// ListOffsets v1). It fails if no topic is given or the cluster controller
-// cannot be reached.
-func NewLagSource(client sarama.Client, group string, topics ...string) (*LagSource, error) {
+// ListOffsets v1): for every partition, the high-water mark minus the
+// group's committed offset. A partition where the group has committed
+// nothing yet counts everything still retained (high-water mark minus the
+// oldest offset) as lag.
+//
+// Each Lag call costs one OffsetFetch to the group's coordinator and one
+// ListOffsets per partition (two for partitions without a commit); run it
+// from a telemetry.LagSampler, never per message. Sarama calls cannot be
+// cancelled: the context is checked between requests, and each request is
+// bounded by the client's Net timeouts. The source is safe for concurrent
+// use and does not close the client.
+//
+// NewLagSource fails if no topic is given or the cluster controller cannot
+// be reached.
+func NewLagSource(client sarama.Client, group string, topics ...string) (telemetry.LagSource, error) {
 	if client == nil {
 		return nil, errors.New("kafkatel: nil client")
 	}
@@ -76,11 +75,11 @@ func NewLagSource(client sarama.Client, group string, topics ...string) (*LagSou
 	if err != nil {
 		return nil, fmt.Errorf("kafkatel: cluster admin: %w", err)
 	}
-	return &LagSource{client: client, admin: admin, group: group, topics: append([]string(nil), topics...)}, nil
+	return &lagSource{client: client, admin: admin, group: group, topics: append([]string(nil), topics...)}, nil
 }
 
 // Lag returns one sample per partition of every topic.
-func (s *LagSource) Lag(ctx context.Context) ([]telemetry.LagSample, error) {
+func (s *lagSource) Lag(ctx context.Context) ([]telemetry.LagSample, error) {
 	parts := make(map[string][]int32, len(s.topics))
 	n := 0
 	for _, topic := range s.topics {
@@ -131,7 +130,7 @@ type topicPartition struct {
 
 // fetchCommitted returns the committed offset of every partition that has
 // one. A coordinator that moved is looked up again once.
-func (s *LagSource) fetchCommitted(parts map[string][]int32) (map[topicPartition]int64, error) {
+func (s *lagSource) fetchCommitted(parts map[string][]int32) (map[topicPartition]int64, error) {
 	resp, err := s.admin.ListConsumerGroupOffsets(s.group, parts)
 	if err == nil && (resp.Err == sarama.ErrNotCoordinatorForConsumer || resp.Err == sarama.ErrConsumerCoordinatorNotAvailable) {
 		err = resp.Err

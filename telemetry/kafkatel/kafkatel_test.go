@@ -238,7 +238,7 @@ func TestTracingOverEmbeddedKafka(t *testing.T) {
 	opts := []telemetry.Option{
 		telemetry.WithTracerProvider(tp),
 		telemetry.WithPropagator(propagation.TraceContext{}),
-		telemetry.WithMessagingSystem(telemetry.SystemKafka),
+		telemetry.WithMessagingSystem("kafka"),
 		telemetry.WithConsumerGroup("workers"),
 		telemetry.WithAttributes(kafkatel.Attributes),
 		telemetry.WithTopicFunc(func(*message.Message) string { return "parcels" }),
@@ -276,7 +276,7 @@ func TestTracingOverEmbeddedKafka(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	handle := telemetry.NewTracing(opts...).Middleware(func(*message.Message) ([]*message.Message, error) { return nil, nil })
+	handle := telemetry.NewTracing(opts...)(func(*message.Message) ([]*message.Message, error) { return nil, nil })
 	select {
 	case got := <-msgs:
 		if _, err := handle(got); err != nil {

@@ -14,7 +14,6 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/spillway-go/spillway/redisbroker"
 	"github.com/spillway-go/spillway/retrygate"
 	"github.com/spillway-go/spillway/router"
 )
@@ -122,11 +121,15 @@ func (e *redisEnv) lag(group string) (int64, error) {
 			streams[retrygate.Config{}.WithDefaults().RetryTopicFor(t)] = group + "." + t + ".retry"
 		}
 		for stream, g := range streams {
-			l, err := redisbroker.Lag(ctx, e.client, stream, g)
+			groups, err := e.client.XInfoGroups(ctx, stream).Result()
 			if err != nil {
 				continue // not created yet
 			}
-			total += max(0, l.Backlog())
+			for _, gi := range groups {
+				if gi.Name == g { // undelivered (-1: unknown) plus pending
+					total += max(gi.Lag, 0) + gi.Pending
+				}
+			}
 		}
 	}
 	return total, nil
