@@ -63,6 +63,7 @@ type Options struct {
 	PerVertex time.Duration // handler time per vertex of the message
 	FailOn    string        // the handler fails messages whose payload contains it
 	Output    string        // a topic the handler publishes one message to per message
+	Decode    bool          // the handler decodes payloads and fails those it cannot
 	Env       []string      // extra environment (SPILLWAY_* overrides)
 }
 
@@ -96,6 +97,9 @@ func Start(t testing.TB, opts Options) *Consumer {
 		"-per-vertex", opts.PerVertex.String()}
 	if opts.FailOn != "" {
 		args = append(args, "-fail-on", opts.FailOn)
+	}
+	if opts.Decode {
+		args = append(args, "-decode")
 	}
 	if opts.Output != "" {
 		args = append(args, "-output", opts.Output)

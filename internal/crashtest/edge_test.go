@@ -78,17 +78,17 @@ func account(t *testing.T, ids []string, timeout time.Duration, mayRepeat []*cra
 				done[id] += k
 			}
 		}
-		missing := 0
+		var missing []string
 		for _, id := range ids {
 			if done[id] == 0 {
-				missing++
+				missing = append(missing, id)
 			}
 		}
-		if missing == 0 {
+		if len(missing) == 0 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d messages never processed after %s", missing, len(ids), timeout)
+			t.Fatalf("%d of %d messages never processed after %s: %v", len(missing), len(ids), timeout, missing[:min(len(missing), 10)])
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

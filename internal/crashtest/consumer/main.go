@@ -22,6 +22,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/spillway-go/spillway/cost"
 	"github.com/spillway-go/spillway/router"
 )
 
@@ -39,6 +40,7 @@ func run() error {
 	perVertex := flag.Duration("per-vertex", 0, "handler time per vertex")
 	failOn := flag.String("fail-on", "", "the handler fails every message whose payload contains this")
 	output := flag.String("output", "", "a topic the handler publishes one message to per message it finishes (Watermill publishes it after the handler returns)")
+	decode := flag.Bool("decode", false, "the handler decodes the payload as geometry and fails when it cannot")
 	verbose := flag.Bool("v", false, "log the router at debug level to standard error")
 	flag.Parse()
 	if *config == "" || *journal == "" {
@@ -73,6 +75,12 @@ func run() error {
 		if *failOn != "" && strings.Contains(string(msg.Payload), *failOn) {
 			write(fmt.Sprintf("F %s\n", msg.UUID))
 			return nil, fmt.Errorf("poison payload")
+		}
+		if *decode {
+			if _, err := cost.Decode(msg.Payload); err != nil {
+				write(fmt.Sprintf("F %s\n", msg.UUID))
+				return nil, fmt.Errorf("decoding the payload: %w", err)
+			}
 		}
 		// The work runs to its end whatever happens to the message's
 		// context, as a real handler's CPU-bound work would.
