@@ -5,7 +5,7 @@ FUZZTIME ?= 15s
 BENCH    ?= .
 COUNT    ?= 6
 
-.PHONY: all test test-short demo demo-memory bench bench-report lint fuzz deps tidy
+.PHONY: all test test-short soak demo demo-memory bench bench-report lint fuzz deps tidy
 
 # The repository's modules, tied together by go.work: the library at the
 # root (what a user's go get brings in), the embedded brokers (kfake,
@@ -29,6 +29,15 @@ test: deps
 
 test-short:
 	$(GO) test -short -timeout $(TIMEOUT) $(PKGS)
+
+# The soak (not part of make test): embedded Kafka and a real redis-server,
+# real geometry at twice the consumers' measured capacity with poison and
+# duplicates mixed in, a consumer process killed and restarted every minute;
+# it prints the accounting and fails on any unexplained message
+# (docs/benchmarks.md). SOAK sets its length; both brokers run at once.
+SOAK ?= 10m
+soak: deps
+	SPILLWAY_SOAK=$(SOAK) $(GO) test -run '^TestSoak$$' -count=1 -v -timeout 3h ./internal/crashtest/ | grep -v '^\s*\[watermill\]'
 
 # The headline demo: the same stream of real geometry on an embedded Kafka,
 # consumed by a message-count consumer and then by a Spillway consumer, with a

@@ -81,7 +81,8 @@ func notConfig(name string) bool {
 	case envVarPrefix + "CONFIG", // the examples' configuration file
 		envVarPrefix + "TESTDATA",          // internal/geodata: the sample data directory
 		envVarPrefix + "REBALANCE_OBSERVE", // router's rebalance test
-		envVarPrefix + "REDIS_DEBUG":       // redisbroker's tests
+		envVarPrefix + "REDIS_DEBUG",       // redisbroker's tests
+		envVarPrefix + "SOAK":              // internal/crashtest's soak (make soak)
 		return true
 	}
 	return strings.HasPrefix(name, envVarPrefix+"REQUIRE_") // the test harness: SPILLWAY_REQUIRE_REDIS, ...

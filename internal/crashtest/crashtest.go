@@ -184,6 +184,7 @@ type Journal struct {
 	Done     map[string]int // id → times finished
 	Failed   map[string]int // id → times failed on purpose
 	Vertices map[string]int64
+	PeakHeap uint64 // the largest live heap sampled, bytes
 }
 
 // ReadJournal parses a journal file; a missing file is an empty journal.
@@ -208,6 +209,10 @@ func ReadJournal(path string) (Journal, error) {
 			j.Done[f[1]]++
 		case len(f) == 2 && f[0] == "F":
 			j.Failed[f[1]]++
+		case len(f) == 2 && f[0] == "H":
+			if n, err := strconv.ParseUint(f[1], 10, 64); err == nil && n > j.PeakHeap {
+				j.PeakHeap = n
+			}
 		}
 	}
 	return j, nil

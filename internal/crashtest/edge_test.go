@@ -2,20 +2,16 @@ package crashtest_test
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/spillway-go/spillway/internal/crashtest"
 	"github.com/spillway-go/spillway/internal/kafkatest"
 	"github.com/spillway-go/spillway/internal/redistest"
-	"github.com/spillway-go/spillway/router"
 )
 
 const topic = "parcels"
@@ -36,19 +32,7 @@ func square(n int) string {
 // rest 5-vertex ones. It returns the message ids.
 func burst(t *testing.T, cfg string, n int) []string {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "publisher.yaml")
-	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	c, err := router.LoadConfig(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := router.New(c, watermill.NopLogger{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	pub := stampingPublisher(t, cfg)
 	ids := make([]string, n)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("m%05d", i)
@@ -56,7 +40,7 @@ func burst(t *testing.T, cfg string, n int) []string {
 		if i%5 == 0 {
 			v = 200
 		}
-		if err := r.Publisher().Publish(topic, message.NewMessage(ids[i], []byte(square(v)))); err != nil {
+		if err := pub.Publish(topic, message.NewMessage(ids[i], []byte(square(v)))); err != nil {
 			t.Fatal(err)
 		}
 	}

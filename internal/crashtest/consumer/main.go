@@ -7,7 +7,8 @@
 // finishes ("D id"), one write per line to a file opened for appending, so a
 // line written before the process dies survives it. Work is a sleep
 // proportional to the message's vertex_count. It prints "ready" on standard
-// output once the router runs, and exits 0 after a graceful shutdown.
+// output once the router runs, and exits 0 after a graceful shutdown. Every
+// 100 ms it samples the heap and journals a new peak as "H bytes".
 package main
 
 import (
@@ -15,6 +16,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -30,6 +32,20 @@ func main() {
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "consumer:", err)
 		os.Exit(1)
+	}
+}
+
+// sampleHeap journals the peak of the live heap ("H bytes") whenever it
+// rises, sampled every 100 ms.
+func sampleHeap(write func(string)) {
+	var peak uint64
+	var ms runtime.MemStats
+	for range time.Tick(100 * time.Millisecond) {
+		runtime.ReadMemStats(&ms)
+		if ms.HeapAlloc > peak {
+			peak = ms.HeapAlloc
+			write(fmt.Sprintf("H %d\n", peak))
+		}
 	}
 }
 
@@ -108,5 +124,6 @@ func run() error {
 		<-r.Running()
 		fmt.Println("ready")
 	}()
+	go sampleHeap(write)
 	return r.Run(context.Background())
 }
