@@ -9,6 +9,9 @@
 // message finished by two processes, or twice by one, is a duplicate; the
 // tests check that duplicates only come from messages a killed process had
 // started, and that nothing published goes unaccounted.
+//
+// A consumer's standard error (Watermill's info and error logs) is shown,
+// its tail, when a test fails; CRASHTEST_DEBUG=1 adds its debug logs.
 package crashtest
 
 import (
@@ -104,7 +107,7 @@ func Start(t testing.TB, opts Options) *Consumer {
 	if opts.Output != "" {
 		args = append(args, "-output", opts.Output)
 	}
-	if testing.Verbose() {
+	if os.Getenv("CRASHTEST_DEBUG") == "1" {
 		args = append(args, "-v")
 	}
 	cmd := exec.Command(path, args...)

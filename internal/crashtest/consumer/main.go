@@ -77,10 +77,9 @@ func run() error {
 		}
 	}
 
-	var logger watermill.LoggerAdapter = watermill.NopLogger{}
-	if *verbose {
-		logger = watermill.NewStdLoggerWithOut(os.Stderr, true, false)
-	}
+	// Errors and info go to standard error (the harness shows its tail
+	// when a test fails); -v adds debug.
+	logger := watermill.NewStdLoggerWithOut(os.Stderr, *verbose, false)
 	r, err := router.New(cfg, logger, router.WithSignals())
 	if err != nil {
 		return err
