@@ -72,6 +72,7 @@ type Cluster struct {
 	stopEmbedded func() // stops the embedded broker, nil for an external cluster
 	brokers      []string
 	marshaler    kafka.MarshalerUnmarshaler
+	seen         *offsetMemory // offsets received, for SessionTracker.Redelivered
 
 	mu         sync.Mutex
 	closed     bool
@@ -96,7 +97,7 @@ func Open(cfg Config, logger watermill.LoggerAdapter, opts ...Option) (*Cluster,
 	if logger == nil {
 		logger = watermill.NopLogger{}
 	}
-	c := &Cluster{cfg: cfg, logger: logger, brokers: cfg.Brokers, lagSources: make(map[groupTopic]telemetry.LagSource)}
+	c := &Cluster{cfg: cfg, logger: logger, brokers: cfg.Brokers, seen: newOffsetMemory(), lagSources: make(map[groupTopic]telemetry.LagSource)}
 	for _, o := range opts {
 		if o != nil {
 			o(&c.opts)
@@ -176,7 +177,7 @@ func (c *Cluster) NewSubscriber(group string) (*kafka.Subscriber, *SessionTracke
 	if err != nil {
 		return nil, nil, err
 	}
-	tr := newSessionTracker(c.opts.tracer)
+	tr := newSessionTracker(c.opts.tracer, group, c.seen)
 	tr.observeOnly = c.opts.observeOnly
 	sub, err := kafka.NewSubscriber(kafka.SubscriberConfig{
 		Brokers:               c.brokers,

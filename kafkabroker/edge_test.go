@@ -155,3 +155,85 @@ func TestEdgeKafkaReplicationFactorOneWarns(t *testing.T) {
 		_ = cl.Close()
 	}
 }
+
+// TestEdgeKafkaRedeliveryMarked: a message that an earlier session of the
+// same cluster and consumer group had already received is a redelivery; a
+// message first received now is not, and neither is the same offset in
+// another group.
+func TestEdgeKafkaRedeliveryMarked(t *testing.T) {
+	broker := kafkatest.Start(t, 1, "positions")
+	cl, err := kafkabroker.Open(kafkabroker.Config{
+		Brokers: broker.Brokers(), Version: "2.3.0", Partitions: 1,
+		HeartbeatInterval: 100 * time.Millisecond, NackResendSleep: time.Millisecond,
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	pub, err := cl.NewPublisher()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	for i := range 4 {
+		if err := pub.Publish("positions", message.NewMessage(string(rune('a'+i)), []byte("x"))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	type got struct {
+		uuid        string
+		redelivered bool
+	}
+	// receive takes n messages from a new subscriber of group; it acks all
+	// but the last unless ackLast, then closes the subscriber.
+	receive := func(group string, n int, ackLast bool) []got {
+		sub, tr, err := cl.NewSubscriber(group)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sub.Close()
+		msgs, err := sub.Subscribe(ctx, "positions")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []got
+		for i := range n {
+			select {
+			case m := <-msgs:
+				out = append(out, got{m.UUID, tr.Redelivered(m)})
+				if i < n-1 || ackLast {
+					m.Ack()
+				}
+			case <-ctx.Done():
+				t.Fatalf("group %s: got %d of %d messages", group, i, n)
+			}
+		}
+		return out
+	}
+	first := receive("g", 2, false) // a acked, b received and left unacked
+	if want := []got{{"a", false}, {"b", false}}; !equalGot(first, want) {
+		t.Errorf("first session: %v, want %v", first, want)
+	}
+	second := receive("g", 3, true) // b again, then c and d
+	if want := []got{{"b", true}, {"c", false}, {"d", false}}; !equalGot(second, want) {
+		t.Errorf("second session: %v, want %v", second, want)
+	}
+	other := receive("other", 1, true)
+	if want := []got{{"a", false}}; !equalGot(other, want) {
+		t.Errorf("another group: %v, want %v", other, want)
+	}
+}
+
+func equalGot[T comparable](a, b []T) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
