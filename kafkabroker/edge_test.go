@@ -2,6 +2,7 @@ package kafkabroker_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -213,27 +214,15 @@ func TestEdgeKafkaRedeliveryMarked(t *testing.T) {
 		return out
 	}
 	first := receive("g", 2, false) // a acked, b received and left unacked
-	if want := []got{{"a", false}, {"b", false}}; !equalGot(first, want) {
+	if want := []got{{"a", false}, {"b", false}}; !slices.Equal(first, want) {
 		t.Errorf("first session: %v, want %v", first, want)
 	}
 	second := receive("g", 3, true) // b again, then c and d
-	if want := []got{{"b", true}, {"c", false}, {"d", false}}; !equalGot(second, want) {
+	if want := []got{{"b", true}, {"c", false}, {"d", false}}; !slices.Equal(second, want) {
 		t.Errorf("second session: %v, want %v", second, want)
 	}
 	other := receive("other", 1, true)
-	if want := []got{{"a", false}}; !equalGot(other, want) {
+	if want := []got{{"a", false}}; !slices.Equal(other, want) {
 		t.Errorf("another group: %v, want %v", other, want)
 	}
-}
-
-func equalGot[T comparable](a, b []T) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
