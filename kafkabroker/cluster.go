@@ -20,6 +20,10 @@ import (
 // errClosed is returned by a closed [Cluster].
 var errClosed = fmt.Errorf("kafkabroker: %w", spillway.ErrClosed)
 
+// errReplicationFactorOne is logged with the warning about a topic that has
+// a single replica.
+var errReplicationFactorOne = errors.New("kafkabroker: topic has replication factor 1")
+
 // Option customises a [Cluster] beyond its Config.
 type Option func(*options)
 
@@ -68,12 +72,15 @@ type Cluster struct {
 	stopEmbedded func() // stops the embedded broker, nil for an external cluster
 	brokers      []string
 	marshaler    kafka.MarshalerUnmarshaler
+	seen         *offsetMemory // offsets received, for SessionTracker.Redelivered
 
 	mu         sync.Mutex
 	closed     bool
 	client     sarama.Client // lazily, for topic creation and lag
 	admin      sarama.ClusterAdmin
 	lagSources map[groupTopic]telemetry.LagSource
+
+	replChecked map[string]bool // topics whose replication factor was read
 }
 
 type groupTopic struct{ group, topic string }
@@ -90,7 +97,7 @@ func Open(cfg Config, logger watermill.LoggerAdapter, opts ...Option) (*Cluster,
 	if logger == nil {
 		logger = watermill.NopLogger{}
 	}
-	c := &Cluster{cfg: cfg, logger: logger, brokers: cfg.Brokers, lagSources: make(map[groupTopic]telemetry.LagSource)}
+	c := &Cluster{cfg: cfg, logger: logger, brokers: cfg.Brokers, seen: newOffsetMemory(), lagSources: make(map[groupTopic]telemetry.LagSource)}
 	for _, o := range opts {
 		if o != nil {
 			o(&c.opts)
@@ -170,7 +177,7 @@ func (c *Cluster) NewSubscriber(group string) (*kafka.Subscriber, *SessionTracke
 	if err != nil {
 		return nil, nil, err
 	}
-	tr := newSessionTracker(c.opts.tracer)
+	tr := newSessionTracker(c.opts.tracer, group, c.seen)
 	tr.observeOnly = c.opts.observeOnly
 	sub, err := kafka.NewSubscriber(kafka.SubscriberConfig{
 		Brokers:               c.brokers,
@@ -218,10 +225,17 @@ func (c *Cluster) adminClient() (sarama.Client, sarama.ClusterAdmin, error) {
 // EnsureTopic creates topic with Config.Partitions partitions,
 // Config.ReplicationFactor replicas and, with Config.MaxMessageBytes, a
 // max.message.bytes that admits such a message, if it is missing, on the
-// embedded broker or with Config.CreateTopics; otherwise it does nothing.
-// An existing topic is left as it is.
+// embedded broker or with Config.CreateTopics; otherwise it creates
+// nothing. An existing topic is left as it is.
+//
+// On an external cluster it then reads the topic's replication factor,
+// once per topic, and logs a warning if it is 1: a copy published there
+// (retry, dead-letter, audit) lives on one broker only, so losing that
+// broker loses it even though the original was committed after it.
+// Failing to read it is logged too, never returned.
 func (c *Cluster) EnsureTopic(topic string) error {
 	if !c.cfg.embedded() && !c.cfg.CreateTopics {
+		c.checkReplication(topic)
 		return nil
 	}
 	_, admin, err := c.adminClient()
@@ -240,7 +254,59 @@ func (c *Cluster) EnsureTopic(topic string) error {
 	if err != nil && !errors.Is(err, sarama.ErrTopicAlreadyExists) {
 		return fmt.Errorf("kafkabroker: creating topic %s: %w", topic, err)
 	}
+	if !c.cfg.embedded() {
+		c.checkReplication(topic)
+	}
 	return nil
+}
+
+// checkReplication warns, once per topic, when topic has a single replica
+// on an external cluster. Before Kafka 0.11 a metadata request may create
+// the topic it names, so the check is skipped there.
+func (c *Cluster) checkReplication(topic string) {
+	if v, err := sarama.ParseKafkaVersion(c.cfg.Version); err != nil || !v.IsAtLeast(sarama.V0_11_0_0) {
+		return
+	}
+	c.mu.Lock()
+	if c.replChecked == nil {
+		c.replChecked = make(map[string]bool)
+	}
+	done := c.replChecked[topic]
+	c.replChecked[topic] = true
+	c.mu.Unlock()
+	if done {
+		return
+	}
+	fields := watermill.LogFields{"topic": topic}
+	_, admin, err := c.adminClient()
+	if err != nil {
+		c.mu.Lock()
+		delete(c.replChecked, topic) // try again next time
+		c.mu.Unlock()
+		c.logger.Info("Cannot read the replication factor of a Kafka topic", fields.Add(watermill.LogFields{"err": err.Error()}))
+		return
+	}
+	md, err := admin.DescribeTopics([]string{topic})
+	if err != nil || len(md) != 1 || md[0].Err != sarama.ErrNoError {
+		if err == nil && len(md) == 1 {
+			err = md[0].Err
+		}
+		c.mu.Lock()
+		delete(c.replChecked, topic) // try again next time
+		c.mu.Unlock()
+		c.logger.Info("Cannot read the replication factor of a Kafka topic", fields.Add(watermill.LogFields{"err": fmt.Sprint(err)}))
+		return
+	}
+	replicas := 0
+	for _, p := range md[0].Partitions {
+		if replicas == 0 || len(p.Replicas) < replicas {
+			replicas = len(p.Replicas)
+		}
+	}
+	if replicas == 1 {
+		c.logger.Error("Kafka topic has replication factor 1: copies published to it (retry, dead-letter, audit) are lost with its broker; use replication factor 3 and min.insync.replicas 2",
+			errReplicationFactorOne, fields)
+	}
 }
 
 // LagSource returns the source of group's lag on topic (per partition, the

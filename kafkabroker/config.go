@@ -66,7 +66,9 @@ type Config struct {
 	// Default 12.
 	Partitions int32 `yaml:"partitions" env:"PARTITIONS"`
 
-	// ReplicationFactor of topics Spillway creates. Default 1.
+	// ReplicationFactor of topics Spillway creates. Default 1; on an
+	// external cluster a topic with a single replica is logged as a
+	// warning (copies published there are lost with its broker).
 	ReplicationFactor int16 `yaml:"replication_factor" env:"REPLICATION_FACTOR"`
 
 	// CreateTopics creates missing topics on an external cluster (the

@@ -17,8 +17,12 @@
 //     Sarama configuration it builds.
 //   - [SessionTracker]: makes budget admission revocation-aware. A message
 //     waiting for budget steps aside when its consumer-group session ends;
-//     admitted work that finishes during a rebalance is still committed.
-//     docs/kafka.md explains the mechanism.
+//     admitted work that finishes during a rebalance is still committed,
+//     and [SessionTracker.Redelivered] tells broker redeliveries from
+//     fresh messages. docs/kafka.md explains the mechanism.
+//   - Durability: the publisher waits for all in-sync replicas and is
+//     idempotent (Kafka 0.11 and later), and [Cluster.EnsureTopic] warns
+//     about a single-replica topic on an external cluster.
 //
 // # Embedded broker
 //

@@ -149,7 +149,26 @@ func (k Config) publisherSarama(hook func(*sarama.Config) error) (*sarama.Config
 	if k.MaxMessageBytes > 0 {
 		c.Producer.MaxMessageBytes = int(k.MaxMessageBytes)
 	}
+	durable(c)
 	return finish(c, hook, "producer")
+}
+
+// durable makes every publish wait until all in-sync replicas have the
+// message: retry, dead-letter and audit copies are published before the
+// original is acked, so a copy acknowledged by the leader alone could be
+// lost with it while the original is already committed. From Kafka 0.11 the
+// producer is also idempotent, so Sarama's own retries of a send whose
+// acknowledgement was lost do not write the message twice; idempotence
+// needs one request in flight per broker connection and at least one retry.
+func durable(c *sarama.Config) {
+	c.Producer.RequiredAcks = sarama.WaitForAll
+	if c.Producer.Retry.Max < 1 {
+		c.Producer.Retry.Max = 1
+	}
+	if c.Version.IsAtLeast(sarama.V0_11_0_0) {
+		c.Producer.Idempotent = true
+		c.Net.MaxOpenRequests = 1
+	}
 }
 
 func (k Config) adminSarama(hook func(*sarama.Config) error) (*sarama.Config, error) {

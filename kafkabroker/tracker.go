@@ -43,6 +43,14 @@ import (
 //     member rejoins. Without this the message would be processed a second
 //     time by the next owner. Marking is only done for messages whose
 //     handler ran to success in this delivery attempt.
+//   - [SessionTracker.Redelivered] tells broker redeliveries from fresh
+//     messages: a message at or below the highest offset that an earlier
+//     session of the same [Cluster] had already received for its group and
+//     partition (an uncommitted message handed out again after a
+//     rebalance, a restart of the subscriber or a nack that outlived its
+//     session). The router passes it to the retry gate and to coalescing,
+//     so a saturated consumer sheds that work before fresh work and it
+//     never supersedes a newer message.
 //
 // An inner tracer (e.g. kafka.NewOTELSaramaTracer()) is composed, not
 // replaced: it wraps the consumer group handler around ours, and every
@@ -52,6 +60,8 @@ import (
 // own.
 type SessionTracker struct {
 	inner kafka.SaramaTracer
+	group string
+	seen  *offsetMemory
 
 	// observeOnly records sessions but neither revokes waiting messages
 	// nor keeps a session live for late acks: stock watermill-kafka
@@ -91,15 +101,60 @@ type topicPartition struct {
 type claimState struct {
 	sess context.Context
 
+	// seenBefore is the highest offset of the partition that an earlier
+	// session had received when this claim started, -1 none: a message at
+	// or below it is a redelivery.
+	seenBefore int64
+
 	mu        sync.Mutex
 	current   int64 // offset watermill-kafka is delivering, -1 before the first
 	completed int64 // offset whose handler succeeded in the current attempt, -1 none
 }
 
-// newSessionTracker returns a tracker that composes inner, which may be
-// nil.
-func newSessionTracker(inner kafka.SaramaTracer) *SessionTracker {
-	return &SessionTracker{inner: inner, claims: make(map[topicPartition]*claimState)}
+// newSessionTracker returns a tracker for consumer group group that
+// composes inner, which may be nil, and remembers the offsets it receives
+// in seen (a fresh memory if nil).
+func newSessionTracker(inner kafka.SaramaTracer, group string, seen *offsetMemory) *SessionTracker {
+	if seen == nil {
+		seen = newOffsetMemory()
+	}
+	return &SessionTracker{inner: inner, group: group, seen: seen, claims: make(map[topicPartition]*claimState)}
+}
+
+// offsetMemory is, per consumer group and partition, the highest offset
+// received by any session of a [Cluster]'s subscribers. Its size is bounded
+// by the partitions consumed.
+type offsetMemory struct {
+	mu   sync.Mutex
+	high map[groupPartition]int64
+}
+
+type groupPartition struct {
+	group string
+	topicPartition
+}
+
+func newOffsetMemory() *offsetMemory {
+	return &offsetMemory{high: make(map[groupPartition]int64)}
+}
+
+// highest returns the highest offset received for k, -1 none.
+func (m *offsetMemory) highest(k groupPartition) int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if v, ok := m.high[k]; ok {
+		return v
+	}
+	return -1
+}
+
+// receive records that offset of k was received.
+func (m *offsetMemory) receive(k groupPartition, offset int64) {
+	m.mu.Lock()
+	if v, ok := m.high[k]; !ok || offset > v {
+		m.high[k] = offset
+	}
+	m.mu.Unlock()
 }
 
 // sessionTracer is the watermill-kafka tracer of a SessionTracker: the
@@ -187,6 +242,17 @@ func (t *SessionTracker) Completed(msg *message.Message) {
 		}
 		c.mu.Unlock()
 	}
+}
+
+// Redelivered reports whether msg is a broker redelivery: an earlier
+// session of a subscriber of the same [Cluster] and consumer group had
+// already received its partition up to msg's offset or beyond. A message
+// the tracker does not know (not a delivery it is making now) is not.
+// Use it as retrygate.Options.IsRedelivery; the router does.
+func (t *SessionTracker) Redelivered(msg *message.Message) bool {
+	off, _ := kafka.MessagePartitionOffsetFromCtx(msg.Context())
+	c, ok := t.lookup(msg)
+	return ok && off <= c.seenBefore
 }
 
 // lookup finds the claim msg was delivered from, provided it is the
@@ -323,8 +389,9 @@ func (h *trackedHandler) Cleanup(s sarama.ConsumerGroupSession) error {
 
 func (h *trackedHandler) ConsumeClaim(s sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
 	key := topicPartition{claim.Topic(), claim.Partition()}
-	c := &claimState{sess: s.Context(), current: -1, completed: -1}
 	t := h.t
+	c := &claimState{sess: s.Context(), current: -1, completed: -1,
+		seenBefore: t.seen.highest(groupPartition{t.group, key})}
 	t.mu.Lock()
 	t.claims[key] = c
 	t.mu.Unlock()
@@ -385,6 +452,7 @@ type trackedUnmarshaler struct {
 }
 
 func (u trackedUnmarshaler) Unmarshal(m *sarama.ConsumerMessage) (*message.Message, error) {
+	u.t.seen.receive(groupPartition{u.t.group, topicPartition{m.Topic, m.Partition}}, m.Offset)
 	u.t.mu.Lock()
 	c := u.t.claims[topicPartition{m.Topic, m.Partition}]
 	u.t.mu.Unlock()

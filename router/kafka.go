@@ -58,6 +58,19 @@ func (r *Router) Brokers() []string {
 	return nil
 }
 
+// isRedelivery reports whether msg is a broker redelivery: on Kafka, a
+// message at or below the offset an earlier session of this router had
+// already received for its partition
+// ([kafkabroker.SessionTracker.Redelivered]). The retry gate sheds such
+// work before fresh work while the consumer is saturated, and coalescing
+// never lets it supersede. False for deliveries no session tracker knows.
+func (r *Router) isRedelivery(msg *message.Message) bool {
+	if t := r.tracker(message.HandlerNameFromCtx(msg.Context())); t != nil {
+		return t.Redelivered(msg)
+	}
+	return false
+}
+
 func (b *kafkaBackend) group(handler string) string { return b.cfg.ConsumerGroup + "." + handler }
 
 func (b *kafkaBackend) publisher() message.Publisher { return b.pub }

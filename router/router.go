@@ -301,7 +301,8 @@ func newRouter(cfg Config, logger watermill.LoggerAdapter, o options, ctl contro
 	}
 
 	if len(cfg.Shedding.Topics) > 0 {
-		sopts := []shedding.Option{shedding.WithAuditPublisher(nopClosePublisher{r.pub}), shedding.WithOnShed(hs.onShed)}
+		sopts := []shedding.Option{shedding.WithAuditPublisher(nopClosePublisher{r.pub}), shedding.WithOnShed(hs.onShed),
+			shedding.WithRedelivery(r.redelivered)}
 		if cfg.Retry.Enabled {
 			sopts = append(sopts, shedding.WithTopicFunc(r.originTopic))
 		}
@@ -332,11 +333,12 @@ func newRouter(cfg Config, logger watermill.LoggerAdapter, o options, ctl contro
 
 	if cfg.Retry.Enabled {
 		r.retry, err = retrygate.New(cfg.Retry.Config, retrygate.Options{
-			Publisher:   nopClosePublisher{r.pub},
-			Pressure:    r.budget,
-			IsPermanent: o.isPermanent,
-			OnOutcome:   hs.onRetryOutcome,
-			Logger:      logger,
+			Publisher:    nopClosePublisher{r.pub},
+			Pressure:     r.budget,
+			IsPermanent:  o.isPermanent,
+			IsRedelivery: r.isRedelivery,
+			OnOutcome:    hs.onRetryOutcome,
+			Logger:       logger,
 		})
 		if err != nil {
 			return fail(err)
@@ -509,6 +511,17 @@ func (r *Router) originTopic(msg *message.Message) string {
 		return origin
 	}
 	return topic
+}
+
+// redelivered reports, for coalescing, whether msg was delivered before:
+// a retry copy consumed from a retry topic, or a broker redelivery
+// ([Router.isRedelivery]). Such a message never supersedes a message of its
+// entity in flight.
+func (r *Router) redelivered(msg *message.Message) bool {
+	if r.originTopic(msg) != message.SubscribeTopicFromCtx(msg.Context()) {
+		return true
+	}
+	return r.isRedelivery(msg)
 }
 
 func (r *Router) subscriber(name, topic string) (message.Subscriber, error) {

@@ -50,11 +50,14 @@ const (
 )
 
 // register records a newcomer for key. With versions on both sides the
-// higher version wins; otherwise the later arrival does. supersede says
-// whether an older waiter may be made to step aside: only when the
-// admission hook is installed, so that its outcome can be told apart from a
-// handled message.
-func (c *coalescer) register(key entityKey, uuid string, version uint64, hasVersion, supersede bool) (*ticket, arrival) {
+// higher version wins; otherwise the later arrival does, unless the
+// newcomer is a redelivery (a broker redelivery or a retry copy): it was
+// first delivered before the message in flight may have been, so without
+// versions it cannot be ordered after it and proceeds untracked instead of
+// superseding it. supersede says whether an older waiter may be made to
+// step aside: only when the admission hook is installed, so that its
+// outcome can be told apart from a handled message.
+func (c *coalescer) register(key entityKey, uuid string, version uint64, hasVersion, redelivery, supersede bool) (*ticket, arrival) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	cur := c.latest[key]
@@ -65,6 +68,8 @@ func (c *coalescer) register(key entityKey, uuid string, version uint64, hasVers
 		case hasVersion && cur.hasVersion && version < cur.version:
 			return nil, arrivedOlder
 		case hasVersion && cur.hasVersion && version == cur.version:
+			return nil, arrivedUntracked
+		case redelivery && !(hasVersion && cur.hasVersion):
 			return nil, arrivedUntracked
 		}
 		if supersede && !cur.admitted && !cur.superseded {

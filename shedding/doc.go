@@ -23,6 +23,9 @@
 //   - Keyed coalescing: while messages of one entity wait for budget, only
 //     the newest proceeds; an older waiter is dropped as superseded the
 //     moment a newer one arrives. Admitted work is never interrupted.
+//     "Newer" is the higher version when both carry one; otherwise it is
+//     arrival order only, and a redelivery or retry copy
+//     ([WithRedelivery]) never supersedes.
 //
 // A dropped message is acked, counted by topic and reason, reported to an
 // optional hook, and, if an audit topic is configured, published there

@@ -76,6 +76,19 @@ func WithOnShed(f func(msg *message.Message, topic, reason string)) Option {
 	return func(p *Policy) { p.onShed = f }
 }
 
+// WithRedelivery sets how redelivered messages are recognised: f reports
+// whether msg was delivered before (a broker redelivery, a retry copy).
+// Coalescing without versions on both messages goes by arrival order, and
+// a redelivery's arrival says nothing about its age, so a redelivery
+// never supersedes a message of its entity that is in flight: it is handled
+// alongside it, uncoalesced. A later fresh message still supersedes a
+// waiting redelivery, and with versions on both the higher version wins
+// as always. Without this option every message counts as fresh. f is
+// called from message goroutines and must be safe for concurrent use.
+func WithRedelivery(f func(msg *message.Message) bool) Option {
+	return func(p *Policy) { p.isRedelivery = f }
+}
+
 // WithTopicFunc sets how a message's topic is found. The default reads the
 // topic the router subscribed to, message.SubscribeTopicFromCtx. Use it when
 // a handler consumes a fan-in of several streams and the original topic is
@@ -116,6 +129,8 @@ type Policy struct {
 	audit    message.Publisher
 	onShed   func(*message.Message, string, string)
 	topicOf  func(*message.Message) string
+
+	isRedelivery func(*message.Message) bool // nil: every message is fresh
 
 	topics map[string]*topicCounters // the allow-list; read-only after New
 	guard  *versionGuard             // nil: version guard off
@@ -271,7 +286,8 @@ func (p *Policy) Middleware(h message.HandlerFunc) message.HandlerFunc {
 			return p.drop(msg, ps, r)
 		}
 		if p.coal != nil && ps.entity != "" {
-			t, a := p.coal.register(ps.key(), msg.UUID, ps.version, ps.hasVersion, p.admittedHook.Load())
+			redelivery := p.isRedelivery != nil && p.isRedelivery(msg)
+			t, a := p.coal.register(ps.key(), msg.UUID, ps.version, ps.hasVersion, redelivery, p.admittedHook.Load())
 			if a == arrivedOlder {
 				return p.drop(msg, ps, reasonSuperseded)
 			}

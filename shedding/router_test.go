@@ -40,6 +40,12 @@ type rig struct {
 // (nil: the GoChannel, which also publishes).
 func newRig(t *testing.T, cfg shedding.Config, sub message.Subscriber, topics ...string) *rig {
 	t.Helper()
+	return newRigWith(t, cfg, sub, nil, topics...)
+}
+
+// newRigWith is newRig with extra policy options.
+func newRigWith(t *testing.T, cfg shedding.Config, sub message.Subscriber, opts []shedding.Option, topics ...string) *rig {
+	t.Helper()
 	logger := watermill.NopLogger{}
 	ps := gochannel.NewGoChannel(gochannel.Config{Persistent: true}, logger)
 	if sub == nil {
@@ -48,7 +54,7 @@ func newRig(t *testing.T, cfg shedding.Config, sub message.Subscriber, topics ..
 	r := &rig{t: t, pubsub: ps, audit: &auditLog{}, seen: map[string]*handled{}, done: make(chan struct{})}
 	r.budget = mustVertexBudget(1)
 	var err error
-	r.pol, err = shedding.New(cfg, r.budget, shedding.WithAuditPublisher(r.audit))
+	r.pol, err = shedding.New(cfg, r.budget, append([]shedding.Option{shedding.WithAuditPublisher(r.audit)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
