@@ -191,3 +191,50 @@ func TestEdgeCopiesContinueTrace(t *testing.T) {
 		t.Errorf("dead letter in trace %s, want the original's %s", got, want)
 	}
 }
+
+// telemetry.link_producer: the consumer span starts its own trace and
+// links to the producer's span (issue 13, item 13).
+func TestEdgeLinkProducerConfig(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	b := newRecBroker()
+	cfg := Config{CloseTimeout: 10 * time.Second}
+	cfg.Telemetry.LinkProducer = true
+	r, err := New(cfg, nil, WithBroker(b.custom()), WithTracerProvider(tp), WithPropagator(propagation.TraceContext{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	if _, err := r.AddConsumerHandler("h", "in", func(*message.Message) error {
+		close(done)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	errc := runRouter(t, r)
+	publishCosted(t, r, "in", "m", 5)
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("not consumed")
+	}
+	closeRouter(t, r, errc)
+	var send, process sdktrace.ReadOnlySpan
+	for _, s := range rec.Ended() {
+		switch s.Name() {
+		case "send in":
+			send = s
+		case "process in":
+			process = s
+		}
+	}
+	if send == nil || process == nil {
+		t.Fatalf("spans: send %v, process %v", send, process)
+	}
+	if process.Parent().IsValid() || process.SpanContext().TraceID() == send.SpanContext().TraceID() {
+		t.Errorf("consumer span's parent %v: want a new trace", process.Parent())
+	}
+	if l := process.Links(); len(l) != 1 || l[0].SpanContext.SpanID() != send.SpanContext().SpanID() {
+		t.Errorf("consumer span's links %v, want the producer span", l)
+	}
+}

@@ -259,6 +259,7 @@ func newRouter(cfg Config, logger watermill.LoggerAdapter, o options, ctl contro
 			telemetry.WithMeterProvider(o.meterProvider),
 			telemetry.WithPropagator(o.propagator),
 			telemetry.WithMessagingSystem(r.back.system()),
+			telemetry.WithLinkToProducer(cfg.Telemetry.LinkProducer),
 		}
 		if cfg.Broker == BrokerKafka {
 			topts = append(topts, telemetry.WithAttributes(kafkatel.Attributes))
