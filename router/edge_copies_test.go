@@ -11,10 +11,12 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
+	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
+	"go.uber.org/goleak"
 
 	"github.com/spillway-go/spillway/cost"
 	"github.com/spillway-go/spillway/retrygate"
@@ -236,5 +238,80 @@ func TestEdgeLinkProducerConfig(t *testing.T) {
 	}
 	if l := process.Links(); len(l) != 1 || l[0].SpanContext.SpanID() != send.SpanContext().SpanID() {
 		t.Errorf("consumer span's links %v, want the producer span", l)
+	}
+}
+
+// A Redis entry that cannot be unmarshalled is dead-lettered through the
+// tracing publisher: its send span is a child of the delivery's consumer
+// span (issue 13, item 13).
+func TestEdgeRedisDeadLetterTraced(t *testing.T) {
+	defer goleak.VerifyNone(t, leakOptions...)
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	cfg := redisConfig(t)
+	cfg.Redis.DeadLetterTopic = "shapes.malformed"
+	r, err := New(cfg, nil, WithTracerProvider(tp), WithPropagator(propagation.TraceContext{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if _, err := r.AddConsumerHandler("sink", "shapes", func(*message.Message) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	errc := runRouter(t, r)
+	rc := redis.NewClient(&redis.Options{Addr: cfg.Redis.Addr})
+	defer rc.Close()
+	if err := rc.XAdd(t.Context(), &redis.XAddArgs{Stream: "shapes", Values: []any{"payload", "not a watermill entry"}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for r.Stats().DeadLettered < 1 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	closeRouter(t, r, errc)
+	var send, process sdktrace.ReadOnlySpan
+	for _, s := range rec.Ended() {
+		switch s.Name() {
+		case "send shapes.malformed":
+			send = s
+		case "process shapes":
+			process = s
+		}
+	}
+	if process == nil || send == nil {
+		t.Fatalf("spans: process %v, send to the dead-letter stream %v; want both", process != nil, send != nil)
+	}
+	if send.Parent().SpanID() != process.SpanContext().SpanID() {
+		t.Errorf("dead letter's send span parent %v, want the consumer span %v", send.Parent().SpanID(), process.SpanContext().SpanID())
+	}
+}
+
+// A handler that returns a copy of its input passes on none of the
+// input's spillway_* keys (issue 13, item 1).
+func TestEdgeOutputsStripped(t *testing.T) {
+	b := newRecBroker()
+	r, err := New(Config{CloseTimeout: 10 * time.Second}, nil, WithBroker(b.custom()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.AddHandler("h", "in", "out", func(msg *message.Message) ([]*message.Message, error) {
+		return []*message.Message{msg.Copy()}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	errc := runRouter(t, r)
+	publishCosted(t, r, "in", "input", 5, retrygate.OriginTopicKey, "payments", retrygate.AttemptKey, "3")
+	out := b.waitFor("out", 1, 10*time.Second)
+	closeRouter(t, r, errc)
+	if len(out) != 1 {
+		t.Fatalf("%d outputs, want 1", len(out))
+	}
+	for k := range out[0].Metadata {
+		if strings.HasPrefix(k, "spillway_") {
+			t.Errorf("output carries %s", k)
+		}
+	}
+	if out[0].Metadata.Get(cost.MetadataKey) != "5" {
+		t.Errorf("output vertex_count %q, want the copied 5", out[0].Metadata.Get(cost.MetadataKey))
 	}
 }
