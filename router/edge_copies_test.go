@@ -20,6 +20,7 @@ import (
 
 	"github.com/spillway-go/spillway/cost"
 	"github.com/spillway-go/spillway/retrygate"
+	"github.com/spillway-go/spillway/shedding"
 )
 
 // recBroker is a persistent GoChannel whose publisher records a copy of
@@ -313,5 +314,42 @@ func TestEdgeOutputsStripped(t *testing.T) {
 	}
 	if out[0].Metadata.Get(cost.MetadataKey) != "5" {
 		t.Errorf("output vertex_count %q, want the copied 5", out[0].Metadata.Get(cost.MetadataKey))
+	}
+}
+
+// A shedding audit copy of a payload that cannot be counted reaches the
+// audit topic, unstamped like its original (issue 13, item 3).
+func TestEdgeUncountableAuditCopy(t *testing.T) {
+	b := newRecBroker()
+	cfg := Config{CloseTimeout: 10 * time.Second}
+	cfg.Shedding.Config = shedding.Config{Topics: []string{"pos"}, AuditTopic: "pos.shed",
+		VersionGuard: shedding.VersionGuardConfig{Enabled: true}}
+	r, err := New(cfg, nil, WithBroker(b.custom()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	handled := make(chan string, 4)
+	if _, err := r.AddConsumerHandler("h", "pos", func(m *message.Message) error {
+		handled <- m.UUID
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	errc := runRouter(t, r)
+	publishCosted(t, r, "pos", "v2", 5, "entity_id", "e", "entity_version", "2")
+	<-handled
+	stale := message.NewMessage("v1", []byte("garbage"))
+	stale.Metadata.Set("entity_id", "e")
+	stale.Metadata.Set("entity_version", "1")
+	if err := b.ch.Publish("pos", stale); err != nil {
+		t.Fatal(err)
+	}
+	audit := b.waitFor("pos.shed", 1, 10*time.Second)
+	closeRouter(t, r, errc)
+	if len(audit) != 1 || audit[0].UUID != "v1" {
+		t.Fatalf("audit topic holds %v, want v1", audit)
+	}
+	if v, ok := audit[0].Metadata[cost.MetadataKey]; ok {
+		t.Errorf("audit copy stamped %q, want no count", v)
 	}
 }
