@@ -81,6 +81,7 @@ type options struct {
 	computeMissing  bool   // NewEstimator
 	messagesPerCall int64  // NewEstimator
 	overwrite       bool   // NewStampingPublisher
+	skipUncountable bool   // NewStampingPublisher
 }
 
 // Option configures [NewEstimator] or [NewStampingPublisher]. Each option

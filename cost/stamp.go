@@ -26,6 +26,18 @@ func WithOverwrite() Option {
 	return func(o *options) { o.overwrite = true }
 }
 
+// WithSkipUncountable makes the stamping publisher publish a message whose
+// payload it cannot count as it is, unstamped (or with the count it
+// already carries), instead of refusing the whole call with
+// [ErrUnstampable]. Use it where refusing is worse than an unknown cost:
+// for the output of a consumer's handler, which would otherwise be
+// redelivered and fail again forever. Downstream, such a message is charged
+// as one with a missing count ([NewEstimator]'s default). For
+// [NewStampingPublisher].
+func WithSkipUncountable() Option {
+	return func(o *options) { o.skipUncountable = true }
+}
+
 // NewStampingPublisher wraps pub in a [message.Publisher] decorator that
 // stamps each message's vertex count into its metadata at ingest, so
 // consumers can be charged without parsing geometry. By default a message
@@ -36,7 +48,8 @@ func WithOverwrite() Option {
 // Publish is all-or-nothing with respect to stamping: it counts every message
 // of the call before touching any of them, and if one payload cannot be
 // counted it returns an error wrapping [ErrUnstampable], leaves every
-// message's metadata as it was and publishes nothing. Once all counts are
+// message's metadata as it was and publishes nothing (with
+// [WithSkipUncountable], that message is published unstamped instead). Once all counts are
 // known it stamps the messages and hands them to the wrapped publisher in one
 // call; if that call fails, the messages stay stamped.
 //
@@ -74,6 +87,9 @@ func (p *stampingPublisher) Publish(topic string, messages ...*message.Message) 
 			}
 		}
 		n, err := payloadCharge(msg.Payload)
+		if err != nil && p.skipUncountable {
+			continue
+		}
 		if err != nil {
 			return fmt.Errorf("%w: message %d of %d (uuid %q): %w", ErrUnstampable, i, len(messages), msg.UUID, err)
 		}

@@ -285,3 +285,24 @@ func TestStampingPublisherGoChannel(t *testing.T) {
 		t.Fatal("no message received")
 	}
 }
+
+// With WithSkipUncountable a payload that cannot be counted is published
+// as it is, and the rest of the call is stamped as usual.
+func TestStampingPublisherSkipUncountable(t *testing.T) {
+	rec := &recorder{}
+	p := cost.NewStampingPublisher(rec, cost.WithSkipUncountable())
+	good := message.NewMessage("good", message.Payload(squareGeoJSON))
+	bad := message.NewMessage("bad", message.Payload(`{"orderId":1}`))
+	if err := p.Publish("topic", good, bad); err != nil {
+		t.Fatal(err)
+	}
+	if len(rec.calls) != 1 || len(rec.calls[0]) != 2 {
+		t.Fatalf("calls = %v, want both messages in one call", rec.calls)
+	}
+	if good.Metadata.Get(cost.MetadataKey) != "5" {
+		t.Errorf("good stamped %q, want 5", good.Metadata.Get(cost.MetadataKey))
+	}
+	if _, ok := bad.Metadata[cost.MetadataKey]; ok {
+		t.Errorf("uncountable message stamped %q, want no count", bad.Metadata.Get(cost.MetadataKey))
+	}
+}

@@ -114,7 +114,10 @@ type Config struct {
 	// RetryTopic receives deferred messages (Defer: republish). "{topic}"
 	// is replaced by the message's origin topic, giving one retry topic
 	// per consumed topic; the router must consume each with the same
-	// middleware stack as its origin. Default "{topic}.retry".
+	// middleware stack as its origin. Default "{topic}.retry". The origin
+	// a message names in its metadata is believed only on the retry topic
+	// it maps to, so without "{topic}" (one retry topic for all) any
+	// message on that shared topic may name its origin.
 	RetryTopic string `yaml:"retry_topic" env:"RETRY_TOPIC"`
 
 	// DeadLetterTopic receives messages that failed for good, with

@@ -2,10 +2,11 @@ package retrygate
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -172,10 +173,12 @@ func AttemptFromCtx(ctx context.Context) int {
 //     deferred if the consumer is saturated, the next backoff wait would
 //     run past MaxElapsedTime, or the retry budget is empty; otherwise the
 //     gate waits the backoff interval and runs h again. Every wait ends at
-//     once when the message context does, and the message is nacked. An
-//     error wrapping context.Canceled, or any error once the message
-//     context has ended, is not a failure but abandoned work: the message
-//     is nacked without retry or dead-letter.
+//     once when the message context does, and the message is nacked. Any
+//     error once the message context has ended is not a failure but
+//     abandoned work: the message is nacked without retry or dead-letter.
+//     Only the message's own context counts: an error that wraps
+//     context.Canceled while that context is alive (a client the handler
+//     called gave up, say) is an ordinary failure, counted as an attempt.
 //
 // Before each run the message's context is reset to the one it arrived
 // with (plus the attempt number, see [AttemptFromCtx]), so a context that
@@ -187,8 +190,16 @@ func AttemptFromCtx(ctx context.Context) int {
 // OriginTopicKey and DeadLetterCauseKey. The retry copy keeps the UUID too,
 // so it can be traced and deduplicated, and carries AttemptKey,
 // spillway_deferrals, spillway_not_before (its due time), OriginTopicKey and
-// spillway_last_error (the handler's last error). A failed
-// publish to either topic nacks the original: nothing is dropped.
+// spillway_last_error (the handler's last error). Error text in metadata
+// is cut to 1 KiB. A failed publish to either topic nacks the original:
+// nothing is dropped.
+//
+// Both copies are published with the delivery's context, so a tracing
+// publisher makes their producer spans children of the delivery's consumer
+// span. The origin topic, which names both destinations, is the topic the
+// message was consumed from, or the OriginTopicKey of a message consumed
+// from that origin's retry topic; OriginTopicKey on any other message is
+// ignored.
 //
 // A panic in h is counted (Nacked, causePanic) and passed on unchanged.
 func (g *Gate) Middleware(h message.HandlerFunc) message.HandlerFunc {
@@ -236,13 +247,44 @@ func (g *Gate) arrive(msg *message.Message) *delivery {
 		attempts: readCount(msg, AttemptKey),
 	}
 	d.deferrals = readCount(msg, deferralsKey)
-	d.origin = msg.Metadata.Get(OriginTopicKey)
-	if d.origin == "" {
-		d.origin = d.topic
-	}
+	d.origin = g.originOf(msg, d.topic)
 	d.redelivered = d.attempts > 0 || (g.opts.IsRedelivery != nil && g.opts.IsRedelivery(msg))
 	d.bo = g.newBackOff(d.attempts + d.deferrals)
 	return d
+}
+
+// originOf returns the topic msg originates from: the one OriginTopicKey
+// names when msg was consumed from that topic's retry topic, and otherwise
+// topic itself. The key is trusted nowhere else: a handler or producer that
+// copied it onto another message must not send that message's retries and
+// dead letters to a topic it was never consumed from.
+func (g *Gate) originOf(msg *message.Message, topic string) string {
+	if o := msg.Metadata.Get(OriginTopicKey); o != "" && o != topic &&
+		g.cfg.Defer == DeferRepublish && g.cfg.RetryTopicFor(o) == topic {
+		return o
+	}
+	return topic
+}
+
+// maxErrorText bounds the handler error text copied into a retry or
+// dead-letter copy's metadata (spillway_last_error, reason_poisoned), so a
+// copy never grows past the broker's message size nor carries a payload an
+// error message quoted.
+const maxErrorText = 1024
+
+// errorText returns err's text, cut to at most maxErrorText bytes on a
+// UTF-8 boundary and marked as cut.
+func errorText(err error) string {
+	s := err.Error()
+	if len(s) <= maxErrorText {
+		return s
+	}
+	const mark = "… (truncated)"
+	cut := maxErrorText - len(mark)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return strings.ToValidUTF8(s[:cut], "") + mark
 }
 
 func readCount(msg *message.Message, key string) int {
@@ -296,10 +338,13 @@ func (d *delivery) run(h message.HandlerFunc) ([]*message.Message, error) {
 		}
 		d.lastErr = err
 		switch {
-		case d.ctx.Err() != nil, errors.Is(err, context.Canceled):
-			// The work was abandoned, not failed: the delivery is ending,
-			// or a layer below gave up its wait (budget admission during
-			// shutdown, say). Nack it for redelivery.
+		case d.ctx.Err() != nil:
+			// The work was abandoned, not failed: the delivery is ending
+			// (a layer below gave up its wait on it: budget admission
+			// during shutdown, say). Nack it for redelivery. An error that
+			// merely wraps context.Canceled while the delivery lives on is
+			// an ordinary failure: exempting it would redeliver the
+			// message forever without counting an attempt.
 			return d.nack(causeContextDone, err)
 		case g.opts.IsPermanent(err):
 			return d.deadLetter(causePermanent)
@@ -372,7 +417,7 @@ func (d *delivery) deferMsg(cause string, delay time.Duration) ([]*message.Messa
 		m.Metadata.Set(notBeforeKey, time.Now().Add(delay).UTC().Format(time.RFC3339Nano))
 		m.Metadata.Set(OriginTopicKey, d.origin)
 		if d.lastErr != nil {
-			m.Metadata.Set(lastErrorKey, d.lastErr.Error())
+			m.Metadata.Set(lastErrorKey, errorText(d.lastErr))
 		}
 	}
 	if cause == causeSaturatedOnArrival {
@@ -389,7 +434,7 @@ func (d *delivery) deferMsg(cause string, delay time.Duration) ([]*message.Messa
 		}
 		return nil, fmt.Errorf("%w (%s)", ErrDeferred, cause)
 	}
-	cp := d.msg.Copy()
+	cp := d.copy()
 	stamp(cp)
 	dest := g.cfg.RetryTopicFor(d.origin)
 	if err := g.opts.Publisher.Publish(dest, cp); err != nil {
@@ -402,9 +447,9 @@ func (d *delivery) deferMsg(cause string, delay time.Duration) ([]*message.Messa
 
 func (d *delivery) deadLetter(cause string) ([]*message.Message, error) {
 	g := d.g
-	cp := d.msg.Copy()
+	cp := d.copy()
 	delete(cp.Metadata, notBeforeKey)
-	cp.Metadata.Set(wmw.ReasonForPoisonedKey, d.lastErr.Error())
+	cp.Metadata.Set(wmw.ReasonForPoisonedKey, errorText(d.lastErr))
 	cp.Metadata.Set(wmw.PoisonedTopicKey, d.topic)
 	cp.Metadata.Set(wmw.PoisonedHandlerKey, d.handler)
 	cp.Metadata.Set(wmw.PoisonedSubscriberKey, message.SubscriberNameFromCtx(d.ctx))
@@ -418,9 +463,22 @@ func (d *delivery) deadLetter(cause string) ([]*message.Message, error) {
 	}
 	f := d.logFields(dest)
 	f["cause"] = cause
-	g.opts.Logger.Info("retrygate: message dead-lettered: "+d.lastErr.Error(), f)
+	g.opts.Logger.Info("retrygate: message dead-lettered: "+errorText(d.lastErr), f)
 	d.end(DeadLettered, cause, dest, d.lastErr)
 	return nil, nil
+}
+
+// copy returns the copy of the message that goes to the retry or
+// dead-letter topic: UUID, payload and metadata as delivered (so it keeps
+// the charge it was stamped with, if any, and is published as it is, never
+// counted again), and the delivery's context without its cancellation, so
+// a tracing publisher continues the delivery's trace (the copy's producer
+// span is a child of the consumer span) and a publisher that reads the
+// context is not stopped by the delivery ending.
+func (d *delivery) copy() *message.Message {
+	cp := d.msg.Copy()
+	cp.SetContext(context.WithoutCancel(d.ctx))
+	return cp
 }
 
 // nack ends the delivery with err, which the router turns into a nack.

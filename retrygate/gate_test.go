@@ -485,17 +485,23 @@ func TestCustomIsPermanent(t *testing.T) {
 	}
 }
 
-// context.Canceled from below the gate is abandoned work, not a failure:
-// the message is nacked at once, neither retried nor dead-lettered.
+// context.Canceled from below the gate, once the message context has been
+// cancelled, is abandoned work, not a failure: the message is nacked at
+// once, neither retried nor dead-lettered. (With the message context alive
+// it is a failure: TestEdgeWrappedCanceledIsAFailure.)
 func TestCanceledBelowGateNacks(t *testing.T) {
 	pub := newRecPub(nil)
 	ev := &events{}
 	g := mustNew(t, noJitter(), Options{Publisher: pub, OnOutcome: ev.add})
 	var runs atomic.Int64
+	ctx, cancel := context.WithCancel(context.Background())
+	msg := newMsg("c")
+	msg.SetContext(ctx)
 	err := call(g.Middleware, func(*message.Message) ([]*message.Message, error) {
 		runs.Add(1)
+		cancel() // shutdown: the delivery ends while the handler waits
 		return nil, fmt.Errorf("waiting for budget: %w", context.Canceled)
-	}, newMsg("c"))
+	}, msg)
 	if !errors.Is(err, context.Canceled) || runs.Load() != 1 || pub.n.Load() != 0 {
 		t.Fatalf("err = %v, runs = %d, publishes = %d", err, runs.Load(), pub.n.Load())
 	}

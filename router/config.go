@@ -107,6 +107,14 @@ type TelemetryConfig struct {
 	// pressure (spillway.consumer.lag.saturated). Default 0: no threshold,
 	// never saturated; -1 is the same.
 	LagThreshold int64 `yaml:"lag_threshold" env:"LAG_THRESHOLD"`
+
+	// LinkProducer makes each consumer span start a trace of its own,
+	// with a span link to the trace context the message carries, instead
+	// of continuing the producer's trace as its child. Set it when
+	// producers are outside your trust boundary: their traceparent then
+	// cannot join your traces, steer a parent-based sampler, or pass
+	// baggage to your handlers. Default false.
+	LinkProducer bool `yaml:"link_producer" env:"LINK_PRODUCER"`
 }
 
 // BudgetConfig sizes the router's [middleware.VertexBudget].

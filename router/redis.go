@@ -80,6 +80,7 @@ type redisBackend struct {
 	opts   []redisbroker.Option // WithClient, if WithRedisClient gave one
 	pub    *redisbroker.Publisher
 	dl     *redisbroker.DeadLetter
+	dlPub  *latePublisher // dl's publisher: the router's copies publisher once built
 
 	mu   sync.Mutex
 	subs map[string]*redisbroker.Subscriber // by handler name
@@ -94,12 +95,14 @@ func newRedisBackend(cfg RedisConfig, logger watermill.LoggerAdapter, client red
 	if err != nil {
 		return nil, fmt.Errorf("router: redis: publisher: %w", err)
 	}
-	dl, err := redisbroker.NewDeadLetter(redisbroker.DeadLetterConfig{Publisher: pub, Topic: cfg.DeadLetterTopic, Logger: logger})
+	dlPub := &latePublisher{}
+	dlPub.set(pub)
+	dl, err := redisbroker.NewDeadLetter(redisbroker.DeadLetterConfig{Publisher: dlPub, Topic: cfg.DeadLetterTopic, Logger: logger})
 	if err != nil {
 		_ = pub.Close()
 		return nil, fmt.Errorf("router: redis: dead letter: %w", err)
 	}
-	return &redisBackend{cfg: cfg, logger: logger, opts: opts, pub: pub, dl: dl, subs: make(map[string]*redisbroker.Subscriber)}, nil
+	return &redisBackend{cfg: cfg, logger: logger, opts: opts, pub: pub, dl: dl, dlPub: dlPub, subs: make(map[string]*redisbroker.Subscriber)}, nil
 }
 
 func (b *redisBackend) publisher() message.Publisher { return b.pub }

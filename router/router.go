@@ -141,7 +141,9 @@ type Router struct {
 
 	wm       *message.Router
 	back     backend
-	pub      message.Publisher // stamping, over back.publisher()
+	pub      message.Publisher // stamping, over back.publisher() (router/publish.go)
+	copies   message.Publisher // retry, dead-letter and audit copies: never re-stamped
+	outputs  message.Publisher // handler outputs: spillway_* stripped, stamped where countable
 	budget   *middleware.VertexBudget
 	budgetMW *middleware.Budget
 	policy   *shedding.Policy  // nil: no sheddable topics
@@ -257,6 +259,7 @@ func newRouter(cfg Config, logger watermill.LoggerAdapter, o options, ctl contro
 			telemetry.WithMeterProvider(o.meterProvider),
 			telemetry.WithPropagator(o.propagator),
 			telemetry.WithMessagingSystem(r.back.system()),
+			telemetry.WithLinkToProducer(cfg.Telemetry.LinkProducer),
 		}
 		if cfg.Broker == BrokerKafka {
 			topts = append(topts, telemetry.WithAttributes(kafkatel.Attributes))
@@ -276,10 +279,7 @@ func newRouter(cfg Config, logger watermill.LoggerAdapter, o options, ctl contro
 	if err != nil {
 		return fail(err)
 	}
-	r.pub = cost.NewStampingPublisher(r.back.publisher())
-	if r.tracing != nil {
-		r.pub = telemetry.NewTracingPublisher(r.pub, topts...)
-	}
+	r.buildPublishers(topts)
 	if dl := r.back.deadLetter(); dl != nil {
 		r.deadLetter = r.deadLettering(dl)
 	}
@@ -301,7 +301,7 @@ func newRouter(cfg Config, logger watermill.LoggerAdapter, o options, ctl contro
 	}
 
 	if len(cfg.Shedding.Topics) > 0 {
-		sopts := []shedding.Option{shedding.WithAuditPublisher(nopClosePublisher{r.pub}), shedding.WithOnShed(hs.onShed),
+		sopts := []shedding.Option{shedding.WithAuditPublisher(nopClosePublisher{r.copies}), shedding.WithOnShed(hs.onShed),
 			shedding.WithRedelivery(r.redelivered)}
 		if cfg.Retry.Enabled {
 			sopts = append(sopts, shedding.WithTopicFunc(r.originTopic))
@@ -333,7 +333,7 @@ func newRouter(cfg Config, logger watermill.LoggerAdapter, o options, ctl contro
 
 	if cfg.Retry.Enabled {
 		r.retry, err = retrygate.New(cfg.Retry.Config, retrygate.Options{
-			Publisher:    nopClosePublisher{r.pub},
+			Publisher:    nopClosePublisher{r.copies},
 			Pressure:     r.budget,
 			IsPermanent:  o.isPermanent,
 			IsRedelivery: r.isRedelivery,
@@ -427,8 +427,12 @@ func (r *Router) RetryHandler(name string) *message.Handler {
 func retryHandlerName(name string) string { return name + ".retry" }
 
 // AddHandler adds a handler named name that consumes subscribeTopic and
-// publishes what it returns to publishTopic, through the stamping
-// publisher. On Kafka the topic is created if missing (embedded broker, or
+// publishes what it returns to publishTopic: every spillway_* metadata key
+// of an output is removed (they are the retry gate's and shedding's
+// bookkeeping, and must not travel from input to output), and each output
+// is stamped with its vertex_count, or published without one when its
+// payload cannot be counted (never refused: that would nack the input
+// forever). On Kafka the topic is created if missing (embedded broker, or
 // kafka.create_topics) and the handler consumes in its own consumer group,
 // "<kafka.consumer_group>.<name>". It may be called before or after Run.
 //
@@ -444,7 +448,7 @@ func (r *Router) AddHandler(name, subscribeTopic, publishTopic string, h message
 		return nil, err
 	}
 	return r.add(name, subscribeTopic, func(name, topic string, sub message.Subscriber) *message.Handler {
-		return r.wm.AddHandler(name, topic, sub, publishTopic, nopClosePublisher{r.pub}, h)
+		return r.wm.AddHandler(name, topic, sub, publishTopic, nopClosePublisher{r.outputs}, h)
 	})
 }
 

@@ -224,11 +224,16 @@ func (r *Router) gate(h message.HandlerFunc) message.HandlerFunc {
 		r.entered.Add(1)
 		defer r.entered.Add(-1)
 		ctx, cancel := context.WithCancel(context.WithValue(orig, handlerCtxKey{}, handlerCtx))
-		stop := context.AfterFunc(r.closingCtx, cancel)
-		defer func() {
-			stop()
-			cancel()
-		}()
+		defer cancel()
+		if life == orig {
+			// Without the retry gate's scope, Close must end the wait
+			// here. With it, orig already ends when Close starts, and
+			// ctx with it, never before: the gate sees its own context
+			// ended whenever a wait below gave up for shutdown, and so
+			// nacks the message instead of counting a failed attempt.
+			stop := context.AfterFunc(r.closingCtx, cancel)
+			defer stop()
+		}
 		msg.SetContext(ctx)
 		return h(msg)
 	}

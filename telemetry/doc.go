@@ -11,7 +11,8 @@
 // propagation.TraceContext). [NewTracing], the outermost middleware
 // of the consumer's stack, reads it back and starts the consumer span as
 // its child, so one trace shows the send, the wait for budget and the
-// processing. The span sits in the message's context, where the Spillway
+// processing ([WithLinkToProducer] links it to the producer's span in a
+// trace of its own instead, for producers you do not trust). The span sits in the message's context, where the Spillway
 // stages annotate it through hooks: [RecordAdmission] (or
 // [Metrics.OnAdmission]) as middleware.BudgetConfig.OnAdmission,
 // [Metrics.OnShed] as shedding's hook, [Metrics.OnRetryOutcome] as the

@@ -32,6 +32,7 @@ type config struct {
 	attributes     func(*message.Message) []attribute.KeyValue
 	topic          func(*message.Message) string
 	producerSpans  bool
+	linkProducer   bool
 }
 
 func newConfig(opts []Option) config {
@@ -121,6 +122,18 @@ func WithTopicFunc(f func(msg *message.Message) string) Option {
 // active when the message was created.
 func WithProducerSpans(enabled bool) Option {
 	return func(c *config) { c.producerSpans = enabled }
+}
+
+// WithLinkToProducer sets whether [NewTracing] links the consumer span to
+// the trace context a message carries instead of continuing that trace
+// (default false: the producer's span is the consumer span's parent). With
+// it, each delivery starts a trace of its own, and the producer's span is
+// reachable through a span link: use it for producers outside your trust
+// boundary, whose traceparent would otherwise join their traces to yours,
+// and with a parent-based sampler decide what you sample. Baggage from the
+// message is ignored too.
+func WithLinkToProducer(enabled bool) Option {
+	return func(c *config) { c.linkProducer = enabled }
 }
 
 func (c *config) topicOf(msg *message.Message) string {

@@ -2,6 +2,7 @@ package telemetry
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -25,7 +26,7 @@ type tracing struct {
 // NewTracing returns the consumer side of Spillway's tracing: a Watermill
 // middleware that continues the producer's trace and wraps each message in
 // a consumer span. Relevant options: [WithTracerProvider],
-// [WithPropagator], [WithMessagingSystem], [WithConsumerGroup],
+// [WithPropagator], [WithLinkToProducer], [WithMessagingSystem], [WithConsumerGroup],
 // [WithAttributes], [WithTopicFunc]. The middleware is safe for concurrent
 // use and may wrap any number of handlers.
 //
@@ -33,7 +34,8 @@ type tracing struct {
 // whole stack, including time spent waiting for budget. For each message it
 // extracts the trace context from the metadata with the propagator, starts
 // a span named "process <topic>" of kind Consumer as a child of the
-// extracted context (so the producer's span is its parent), and stores the
+// extracted context (so the producer's span is its parent; with
+// [WithLinkToProducer], a new trace linked to it instead), and stores the
 // span in the message's context (msg.SetContext) where inner stages and the
 // handler find it: trace.SpanFromContext, [Annotate], [RecordAdmission],
 // [RecordOutcome]. Messages the handler produces with that context become
@@ -83,11 +85,16 @@ func (t *tracing) middleware(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) (out []*message.Message, err error) {
 		topic := t.cfg.topicOf(msg)
 		st := t.starts.get(topic, t.newStart)
-		parent := msg.Context()
+		parent, opts := msg.Context(), st.opts
 		if t.carriesContext(msg) {
-			parent = t.cfg.propagator.Extract(parent, metadataCarrier{msg})
+			remote := t.cfg.propagator.Extract(parent, metadataCarrier{msg})
+			if !t.cfg.linkProducer {
+				parent = remote
+			} else if sc := trace.SpanContextFromContext(remote); sc.IsValid() {
+				opts = append(slices.Clip(opts), trace.WithLinks(trace.Link{SpanContext: sc}))
+			}
 		}
-		ctx, span := t.tracer.Start(parent, st.name, st.opts...)
+		ctx, span := t.tracer.Start(parent, st.name, opts...)
 		if span.IsRecording() {
 			span.SetAttributes(t.messageAttributes(msg)...)
 		}

@@ -6,8 +6,8 @@ import "testing"
 // when it was last lowered (docs/api.md); lower it when a change removes
 // identifiers, never raise it without a reason written there.
 const (
-	ceilingTotal  = 614
-	ceilingRouter = 117
+	ceilingTotal  = 617
+	ceilingRouter = 118
 )
 
 func TestSurfaceDoesNotGrow(t *testing.T) {
