@@ -9,6 +9,7 @@ import (
 
 	"github.com/spillway-go/spillway"
 	"github.com/spillway-go/spillway/cost"
+	"github.com/spillway-go/spillway/internal/granted"
 )
 
 // Outcome is how a message left budget admission. Its value is the name
@@ -132,6 +133,10 @@ func (m *Budget) Middleware(h message.HandlerFunc) message.HandlerFunc {
 		}
 		defer m.cfg.Budget.release(p)
 		m.observe(msg, Admission{Charge: c, Granted: p.vertices, Clamped: p.clamped, Wait: p.wait, Outcome: Admitted})
+		// The layers inside (the auto-sizer) read the granted charge
+		// instead of pricing the message again.
+		prev, had := granted.Set(msg, granted.Charge{Requested: c.Vertices, Vertices: p.vertices, Clamped: p.clamped, Source: c.Source})
+		defer granted.Restore(msg, prev, had)
 		return h(msg)
 	}
 }
