@@ -132,6 +132,32 @@ type BudgetConfig struct {
 	// DefaultCost. It costs a full parse per unstamped message.
 	ComputeMissing bool `yaml:"compute_missing" env:"COMPUTE_MISSING"`
 
+	// MaxPayloadBytes refuses a message whose payload is larger, before it
+	// is priced or decoded: decoding takes memory in proportion to the
+	// bytes, whatever vertex_count says. A refused message is not clamped
+	// and run alone: it goes to OversizeTopic, or is dead-lettered (see
+	// OversizeTopic). Default 16 MiB; -1 ([spillway.Off]) for no cap; at
+	// most cost.MaxPayloadBytes (256 MiB), which nothing can decode beyond.
+	MaxPayloadBytes int64 `yaml:"max_payload_bytes" env:"MAX_PAYLOAD_BYTES"`
+
+	// MaxMessageVertices refuses a message whose counted charge is above
+	// it, like MaxPayloadBytes: the largest message that finishes alone
+	// on one core within the redelivery deadline's headroom
+	// (sizing.Recommendation.SoloLimit, which spillway size prints). A
+	// bigger message would hold a rebalance or a claim however big the
+	// budget is. Default 0: no limit, a charge above the budget is clamped
+	// and runs alone.
+	MaxMessageVertices int64 `yaml:"max_message_vertices" env:"MAX_MESSAGE_VERTICES"`
+
+	// OversizeTopic receives the messages MaxPayloadBytes and
+	// MaxMessageVertices refuse, so that a consumer with a longer deadline
+	// can process them; the original is acked. Default "": they are
+	// dead-lettered instead, by the retry gate (a permanent failure, on
+	// retry.dead_letter_topic) when retry.enabled, else by the router
+	// itself on the same topic, with spillway_dead_letter_cause
+	// "oversize".
+	OversizeTopic string `yaml:"oversize_topic" env:"OVERSIZE_TOPIC"`
+
 	// AutoSize resizes the budget online from the handlers' measured
 	// throughput (docs/sizing.md). Vertices is then only the starting
 	// capacity.
@@ -254,6 +280,12 @@ const (
 	defaultAutoSizeMinWindows = 3
 	defaultAutoSizeHysteresis = 0.1
 )
+
+// defaultMaxPayloadBytes is budget.max_payload_bytes' default: the
+// largest real boundaries are a few MiB of GeoJSON, and a payload that
+// decodes to far more memory than its bytes (thousands of empty members)
+// stays within a few hundred MiB at this size.
+const defaultMaxPayloadBytes = 16 << 20
 
 // String renders c as YAML with every secret redacted. It is safe to log.
 func (c Config) String() string {

@@ -12,7 +12,9 @@ import (
 	"time"
 
 	"github.com/spillway-go/spillway"
+	"github.com/spillway-go/spillway/cost"
 	"github.com/spillway-go/spillway/internal/embedreg"
+	"github.com/spillway-go/spillway/middleware"
 	"github.com/spillway-go/spillway/retrygate"
 	"github.com/spillway-go/spillway/sizing"
 )
@@ -26,6 +28,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Budget.Vertices == 0 {
 		c.Budget.Vertices = defaultBudgetVertices
+	}
+	if c.Budget.MaxPayloadBytes == 0 {
+		c.Budget.MaxPayloadBytes = defaultMaxPayloadBytes
 	}
 	a := &c.Budget.AutoSize
 	if a.Headroom == 0 {
@@ -114,6 +119,18 @@ func (c Config) Validate() error {
 	}
 	if c.Budget.MessageLimit < 0 {
 		bad("budget.message_limit", strconv.FormatInt(c.Budget.MessageLimit, 10), "must be zero (no limit) or positive")
+	}
+	if c.Budget.Vertices > middleware.MaxCapacity {
+		bad("budget.vertices", strconv.FormatInt(c.Budget.Vertices, 10), "must be at most "+strconv.FormatInt(middleware.MaxCapacity, 10))
+	}
+	if b := c.Budget.MaxPayloadBytes; b < spillway.Off || b > cost.MaxPayloadBytes {
+		bad("budget.max_payload_bytes", strconv.FormatInt(b, 10), fmt.Sprintf("must be -1 (no cap) or positive, at most %d", cost.MaxPayloadBytes))
+	}
+	if c.Budget.MaxMessageVertices < 0 {
+		bad("budget.max_message_vertices", strconv.FormatInt(c.Budget.MaxMessageVertices, 10), "must be zero (no limit) or positive")
+	}
+	if t := c.Budget.OversizeTopic; t != "" && strings.TrimSpace(t) == "" {
+		bad("budget.oversize_topic", t, "must not be blank")
 	}
 	if c.Budget.DefaultCost < 0 {
 		bad("budget.default_cost", strconv.FormatInt(c.Budget.DefaultCost, 10), "must be zero (the whole budget) or positive")

@@ -129,11 +129,9 @@ type Recommendation struct {
 	// one core it holds its delivery past that share of the deadline. Send
 	// bigger ones elsewhere (the router's budget.max_message_vertices).
 	SoloLimit int64 `json:"solo_limit"`
-	// LargestMessage is Inputs.LargestMessage: the sample's largest
-	// message, in vertices (0: not known).
-	LargestMessage int64 `json:"largest_message"`
-	// Warning is empty unless the sample holds a message above SoloLimit;
-	// then it says so, and what to do.
+	// Warning is empty unless the sample's largest message
+	// (Inputs.LargestMessage) is above SoloLimit; then it says so, and
+	// what to do.
 	Warning string `json:"warning,omitempty"`
 
 	// spread is Inputs.Spread, for Advice.
@@ -276,11 +274,10 @@ func Recommend(in Inputs) (Recommendation, error) {
 	// One message runs on one core: the deadline bound of a single core.
 	core := in.VerticesPerSecond / float64(max(in.Parallelism, 1))
 	r.SoloLimit = DeadlineBound(core, in.Deadline, in.Headroom)
-	r.LargestMessage = in.LargestMessage
-	if r.LargestMessage > r.SoloLimit {
+	if in.LargestMessage > r.SoloLimit {
 		r.Warning = fmt.Sprintf("the sample's largest message (%d vertices) is above the solo limit (%d): alone on one core it takes %v, more than %v × %.2f; "+
 			"route messages above the limit elsewhere (budget.max_message_vertices), or make the handler faster on them",
-			r.LargestMessage, r.SoloLimit, drainTime(r.LargestMessage, core).Round(time.Millisecond),
+			in.LargestMessage, r.SoloLimit, drainTime(in.LargestMessage, core).Round(time.Millisecond),
 			in.Deadline, in.Headroom)
 	}
 	switch {
