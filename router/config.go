@@ -136,8 +136,12 @@ type BudgetConfig struct {
 	// is priced or decoded: decoding takes memory in proportion to the
 	// bytes, whatever vertex_count says. A refused message is not clamped
 	// and run alone: it goes to OversizeTopic, or is dead-lettered (see
-	// OversizeTopic). Default 16 MiB; -1 ([spillway.Off]) for no cap; at
-	// most cost.MaxPayloadBytes (256 MiB), which nothing can decode beyond.
+	// OversizeTopic). Default 16 MiB, or, with budget.autosize.memory_bytes,
+	// the memory one process has for geometry (memory_bytes / processes −
+	// prefetch_bytes) over 64 if that is less: the worst payloads decode to
+	// about 64 times their bytes. -1 ([spillway.Off]) for no cap; at most
+	// cost.MaxPayloadBytes (256 MiB), which nothing can decode beyond, and
+	// at most that geometry memory.
 	MaxPayloadBytes int64 `yaml:"max_payload_bytes" env:"MAX_PAYLOAD_BYTES"`
 
 	// MaxMessageVertices refuses a message whose counted charge is above
@@ -286,6 +290,13 @@ const (
 // decodes to far more memory than its bytes (thousands of empty members)
 // stays within a few hundred MiB at this size.
 const defaultMaxPayloadBytes = 16 << 20
+
+// decodeBlowup is about the most memory a payload decodes to, per byte: a
+// GeoJSON MultiPolygon of empty polygons measured 72. With
+// budget.autosize.memory_bytes given, max_payload_bytes defaults to the
+// geometry memory of one process over it, so even such a payload decodes
+// within it.
+const decodeBlowup = 64
 
 // String renders c as YAML with every secret redacted. It is safe to log.
 func (c Config) String() string {

@@ -3,6 +3,8 @@ package router
 import (
 	"bytes"
 	"context"
+	"errors"
+	"math"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/spillway-go/spillway"
 	"github.com/spillway-go/spillway/cost"
 	"github.com/spillway-go/spillway/retrygate"
 )
@@ -98,5 +101,47 @@ func TestEdgeRouterOversizeRouted(t *testing.T) {
 				t.Errorf("handler ran %d times, want 2 (the oversize messages never reach it)", n)
 			}
 		})
+	}
+}
+
+// Issue 13, items 8 and 9: the payload cap defaults to what the memory
+// bound can decode, and the new limits (and a budget near math.MaxInt64)
+// are validated.
+func TestEdgeRouterSizeLimitsValidated(t *testing.T) {
+	c := Config{}
+	c.Budget.AutoSize.MemoryBytes, c.Budget.AutoSize.Processes, c.Budget.AutoSize.BytesPerVertex = 256<<20, 2, 100
+	c.setDefaults()
+	if want := int64(128<<20) / 64; c.Budget.MaxPayloadBytes != want {
+		t.Errorf("max_payload_bytes default with 128 MiB of geometry per process = %d, want %d", c.Budget.MaxPayloadBytes, want)
+	}
+	for _, tc := range []struct {
+		name, field string
+		set         func(*Config)
+	}{
+		{"budget near MaxInt64", "budget.vertices", func(c *Config) { c.Budget.Vertices = math.MaxInt64 }},
+		{"payload cap above what can be decoded", "budget.max_payload_bytes", func(c *Config) { c.Budget.MaxPayloadBytes = cost.MaxPayloadBytes + 1 }},
+		{"payload cap below -1", "budget.max_payload_bytes", func(c *Config) { c.Budget.MaxPayloadBytes = -2 }},
+		{"payload cap above the geometry memory", "budget.max_payload_bytes", func(c *Config) {
+			c.Budget.MaxPayloadBytes = 64 << 20
+			c.Budget.AutoSize.MemoryBytes, c.Budget.AutoSize.BytesPerVertex = 32<<20, 100
+		}},
+		{"negative solo limit", "budget.max_message_vertices", func(c *Config) { c.Budget.MaxMessageVertices = -1 }},
+		{"blank oversize topic", "budget.oversize_topic", func(c *Config) { c.Budget.OversizeTopic = " " }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var c Config
+			tc.set(&c)
+			err := c.Validate()
+			var fe *spillway.FieldError
+			if !errors.As(err, &fe) || fe.Field != tc.field {
+				t.Errorf("Validate() = %v, want a field error for %s", err, tc.field)
+			}
+		})
+	}
+	var ok Config
+	ok.Budget.MaxPayloadBytes = spillway.Off
+	ok.Budget.Vertices = 1 << 40
+	if err := ok.Validate(); err != nil {
+		t.Errorf("no payload cap, the largest budget: %v", err)
 	}
 }
