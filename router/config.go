@@ -156,9 +156,8 @@ type BudgetConfig struct {
 	// OversizeTopic receives the messages MaxPayloadBytes and
 	// MaxMessageVertices refuse, so that a consumer with a longer deadline
 	// can process them; the original is acked. Default "": they are
-	// dead-lettered instead, by the retry gate (a permanent failure, on
-	// retry.dead_letter_topic) when retry.enabled, else by the router
-	// itself on the same topic, with spillway_dead_letter_cause
+	// dead-lettered instead, on retry.dead_letter_topic ("{topic}.dead_letter"),
+	// whether the retry gate is on or not, with spillway_dead_letter_cause
 	// "oversize".
 	OversizeTopic string `yaml:"oversize_topic" env:"OVERSIZE_TOPIC"`
 

@@ -15,17 +15,17 @@ import (
 const oversizeCause = "oversize"
 
 // limitSize sets the budget's size limits and where refused messages go:
-// budget.oversize_topic; else the retry gate's dead-letter topic, through
-// the gate (the refusal is a permanent failure) when it is on, else
-// published there by the router.
+// budget.oversize_topic, else the dead-letter topic of retry.dead_letter_topic,
+// published by the router itself whether the retry gate is on or not. Not
+// through the gate: its copies go through the stamping publisher, which
+// would count (or refuse) the very payload that was too big, and a custom
+// IsPermanent need not treat the refusal as permanent.
 func (r *Router) limitSize(bc *middleware.BudgetConfig) {
 	if n := r.cfg.Budget.MaxPayloadBytes; n > 0 {
 		bc.MaxPayloadBytes = int(n)
 	}
 	bc.MaxVertices = r.cfg.Budget.MaxMessageVertices
-	if r.cfg.Budget.OversizeTopic != "" || !r.cfg.Retry.Enabled {
-		bc.OnOversize = r.routeOversize
-	}
+	bc.OnOversize = r.routeOversize
 }
 
 // routeOversize publishes a copy of a refused message to

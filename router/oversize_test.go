@@ -20,9 +20,8 @@ import (
 // Issue 13, items 8 and 15: a payload above budget.max_payload_bytes, or a
 // charge above budget.max_message_vertices (a message too big to finish
 // alone inside the deadline), was clamped and run alone. It now takes the
-// oversize path: budget.oversize_topic, else the dead-letter topic (through
-// the retry gate when it is on, by the router when it is off), and the good
-// messages keep flowing.
+// oversize path: budget.oversize_topic, else the dead-letter topic, and the
+// good messages keep flowing.
 func TestEdgeRouterOversizeRouted(t *testing.T) {
 	for _, tt := range []struct {
 		name      string
@@ -32,7 +31,7 @@ func TestEdgeRouterOversizeRouted(t *testing.T) {
 		wantCause string
 	}{
 		{"dead letter by the router", false, "", "shapes.dead_letter", "oversize"},
-		{"dead letter by the retry gate", true, "", "shapes.dead_letter", "permanent"},
+		{"dead letter with the retry gate on", true, "", "shapes.dead_letter", "oversize"},
 		{"oversize topic", true, "shapes.oversize", "shapes.oversize", ""},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
