@@ -133,7 +133,12 @@ func WithMessageCost(n int64) Option {
 // NewEstimator returns an estimator that turns a message into a [Charge]
 // without parsing its geometry in the common case: it reads the count
 // stamped under [MetadataKey], and charges defaultCost vertices for a
-// message whose count is missing or malformed. It is immutable and safe for
+// message whose count is missing or malformed. Whatever the count, a
+// message is charged at least one vertex per 64 bytes of payload: decoding
+// takes memory in proportion to the bytes, so a payload far bigger than its
+// count says (a forged vertex_count, a geometry of empty members, huge
+// properties) is charged for its size. Real geometry takes fewer bytes per
+// vertex than that and is charged its count. It is immutable and safe for
 // concurrent use. The default should be high:
 // pass [FullBudget] (or the budget's capacity) so an unstamped message is
 // treated as the most expensive one, never the cheapest. A non-positive
@@ -158,6 +163,9 @@ func (e *estimator) Estimate(msg *message.Message) Charge {
 	if src != SourceHeader && src != SourceComputed {
 		n = e.defaultCost
 	}
+	// Decoding takes memory in proportion to the payload's bytes, whatever
+	// the count says: never charge less than the size floor.
+	n = max(n, sizeFloor(len(msg.Payload)))
 	return Charge{Vertices: n, Messages: e.messagesPerCall, Source: src}
 }
 

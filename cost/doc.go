@@ -11,7 +11,11 @@
 // The estimator of [NewEstimator] reads that key. A missing or malformed value is never
 // treated as cheap: it is charged a high default (by convention the budget's
 // whole capacity, [FullBudget]) and the returned [Charge] records where the
-// number came from, so the cases can be counted and alerted on.
+// number came from, so the cases can be counted and alerted on. Whatever
+// the count, a message is charged at least one vertex per 64 bytes of
+// payload, since decoding takes memory in proportion to the bytes; and a
+// GeoJSON geometry is stamped at least its number of coordinate arrays, so
+// one of empty polygons is charged for the polygons it builds.
 //
 // [Decode], [Vertices] and [CountPayload] read GeoJSON (Geometry, Feature,
 // FeatureCollection), WKB, EWKB and hex-encoded WKB/EWKB payloads with

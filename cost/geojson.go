@@ -63,6 +63,7 @@ func isJSONNull(b []byte) bool { return len(b) == 0 || string(b) == "null" }
 // countCoordinates (which mirrors go-geom's rules) scans them when counting.
 type geoJSONWalk struct {
 	build bool
+	parts *int // when counting and not nil: adds the geometries' parts
 }
 
 // decodeGeoJSON decodes a GeoJSON Geometry, Feature or FeatureCollection.
@@ -76,6 +77,13 @@ func decodeGeoJSON(b []byte) (geom.T, error) {
 func countGeoJSON(b []byte) (int, error) {
 	_, n, err := geoJSONWalk{}.document(b)
 	return n, err
+}
+
+// countGeoJSONParts is countGeoJSON that also returns the number of
+// coordinate arrays above the positions (see countCoordinates).
+func countGeoJSONParts(b []byte) (vertices, parts int, err error) {
+	_, vertices, err = geoJSONWalk{parts: &parts}.document(b)
+	return vertices, parts, err
 }
 
 // document walks a whole GeoJSON payload. When building, it returns the
@@ -219,9 +227,15 @@ func (w geoJSONWalk) geometry(o *geoJSONObject, depth int) (geom.T, int, error) 
 		}
 		n, members = Vertices(g), numMembers(g)
 	} else if !isJSONNull(o.Coordinates) { // a null or missing array is an empty geometry
-		var err error
-		if n, members, err = countCoordinates(o.Coordinates, levels, o.Type == "MultiPoint"); err != nil {
+		var (
+			parts int
+			err   error
+		)
+		if n, members, parts, err = countCoordinates(o.Coordinates, levels, o.Type == "MultiPoint"); err != nil {
 			return nil, 0, fmt.Errorf("%w: geojson: %s coordinates: %w", ErrMalformed, o.Type, err)
+		}
+		if w.parts != nil {
+			*w.parts += parts
 		}
 	}
 	// Members of multi-geometries count as nested, as they do in WKB.

@@ -25,21 +25,26 @@ import (
 //   - a Point's array may be empty (an empty point) but not of length one;
 //   - a MultiPoint may hold null positions (empty points, no vertex), except
 //     in first place, where a position is needed for the layout.
-func countCoordinates(raw []byte, levels int, multiPoint bool) (vertices, members int, err error) {
+//
+// parts is the number of arrays of positions, or of such arrays, that the
+// geometry holds (a MultiPolygon's polygons and their rings, say): what
+// decoding allocates an object for, whether or not it has vertices.
+func countCoordinates(raw []byte, levels int, multiPoint bool) (vertices, members, parts int, err error) {
 	s := coordScanner{b: raw, nullIsEmptyPoint: multiPoint}
 	if levels == 1 {
 		dims, err := s.position()
 		switch {
 		case err != nil:
-			return 0, 0, err
+			return 0, 0, 0, err
 		case dims == 0:
-			return 0, 0, nil
+			return 0, 0, 0, nil
 		case dims == 1:
-			return 0, 0, errDimensions(dims)
+			return 0, 0, 0, errDimensions(dims)
 		}
-		return 1, 0, nil
+		return 1, 0, 0, nil
 	}
-	return s.array(levels)
+	vertices, members, err = s.array(levels)
+	return vertices, members, s.parts, err
 }
 
 // coordScanner is a cursor over a valid JSON value.
@@ -48,6 +53,7 @@ type coordScanner struct {
 	i                int
 	stride           int  // ordinates per position; 0 until the layout is known
 	nullIsEmptyPoint bool // a null position is an empty point (MultiPoint)
+	parts            int  // arrays scanned above the positions
 }
 
 func errDimensions(n int) error {
@@ -169,6 +175,7 @@ func (s *coordScanner) array(levels int) (vertices, length int, err error) {
 	if !isArray {
 		return 0, 0, s.unexpected("array")
 	}
+	s.parts++
 	if length == 0 {
 		s.decideEmpty()
 	}

@@ -57,7 +57,11 @@ func WithSkipUncountable() Option {
 // payload is stamped "0" and a non-empty payload whose geometry has no
 // vertices (an empty collection, a Feature with a null geometry) is stamped
 // "1": [ParseCount] distrusts a zero count for a non-empty payload, so
-// stamping 0 would make the message cost the full budget downstream.
+// stamping 0 would make the message cost the full budget downstream. A
+// GeoJSON geometry is stamped at least the number of its coordinate arrays
+// (polygons, rings, lines): a MultiPolygon of a million empty polygons has
+// no vertex, but decoding it builds a million polygons. Real geometry has
+// more vertices than arrays and is stamped its count.
 //
 // The publisher is immutable after construction and safe for concurrent
 // use if the wrapped publisher is. Publish writes to the metadata of the
@@ -115,18 +119,4 @@ func (p *stampingPublisher) Publish(topic string, messages ...*message.Message) 
 // Close closes the wrapped publisher.
 func (p *stampingPublisher) Close() error {
 	return p.pub.Close()
-}
-
-// payloadCharge is the vertex count stamped for, or computed from, a payload:
-// 0 for an empty payload, otherwise CountPayload raised to at least 1 so that
-// ParseCount accepts it for a non-empty payload.
-func payloadCharge(payload []byte) (int64, error) {
-	if len(payload) == 0 {
-		return 0, nil
-	}
-	n, err := CountPayload(payload)
-	if err != nil {
-		return 0, err
-	}
-	return max(int64(n), 1), nil
 }

@@ -32,7 +32,7 @@ func TestRouterOnEmbeddedBrokers(t *testing.T) {
 		t.Run(string(broker), func(t *testing.T) {
 			cfg := router.Config{Broker: broker, CloseTimeout: 10 * time.Second}
 			cfg.Budget.Vertices = 1000
-			cfg.Kafka.Brokers = []string{router.Embedded}
+			cfg.Kafka.Brokers = []string{spillway.Embedded}
 			cfg.Kafka.Partitions = 2
 			cfg.Redis.Addr = spillway.Embedded
 			cfg.Telemetry.Disabled = true

@@ -3,12 +3,14 @@ package middleware
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/spillway-go/spillway"
 	"github.com/spillway-go/spillway/cost"
+	"github.com/spillway-go/spillway/internal/granted"
 )
 
 // Outcome is how a message left budget admission. Its value is the name
@@ -28,7 +30,19 @@ const (
 	// Invalid: the charge could not be admitted at all (a negative cost
 	// from a custom estimator); the message is nacked.
 	Invalid Outcome = "invalid"
+	// Oversize: the payload is above [BudgetConfig.MaxPayloadBytes] or the
+	// charge above [BudgetConfig.MaxVertices]; the handler did not run and
+	// the message went to [BudgetConfig.OnOversize], or failed with
+	// [ErrOversize].
+	Oversize Outcome = "oversize"
 )
+
+// ErrOversize is wrapped by the error the middleware returns for a message
+// it refuses as too large ([Oversize]) when no [BudgetConfig.OnOversize]
+// takes it. It wraps [cost.ErrTooLarge], so the retry gate's default
+// classifier (retrygate.IsPermanent) dead-letters the message at once
+// instead of retrying it.
+var ErrOversize = fmt.Errorf("spillway: message too large to admit: %w", cost.ErrTooLarge)
 
 // Admission describes one message's passage through the budget.
 type Admission struct {
@@ -58,6 +72,30 @@ type BudgetConfig struct {
 	// interrupted. A nil channel means the delivery cannot be revoked.
 	Revoked func(msg *message.Message) <-chan struct{}
 
+	// MaxPayloadBytes refuses a message whose payload is larger, before it
+	// is priced: decoding takes memory in proportion to the bytes, and a
+	// payload above what the memory bound can hold must not run at all.
+	// 0 means no limit.
+	MaxPayloadBytes int
+
+	// MaxVertices refuses a message whose counted charge (a vertex_count
+	// header or a computed count, not the default charge of an unknown
+	// cost) is above it. Use the largest message that finishes alone
+	// within the redelivery deadline (sizing's Recommendation.SoloLimit):
+	// one message runs on one core, so a bigger one would hold a
+	// rebalance or a claim however big the budget is. 0 means no limit: a
+	// charge above the capacity is clamped and runs alone.
+	MaxVertices int64
+
+	// OnOversize, if set, takes a refused message instead of the handler:
+	// it publishes it elsewhere (an oversize topic consumed with a longer
+	// deadline, a dead-letter topic) and returns nil, and the message is
+	// acked; an error it returns is returned instead, wrapping
+	// [ErrOversize]. Without it the middleware returns an error wrapping
+	// ErrOversize, which a retry gate dead-letters. It runs on the
+	// message's goroutine and holds no budget.
+	OnOversize func(msg *message.Message, a Admission) error
+
 	// OnAdmission, if set, is called once per message after admission has
 	// been decided, from the message's goroutine, before the handler runs.
 	// It must be fast and must not block.
@@ -71,10 +109,16 @@ func (c *BudgetConfig) setDefaults() {
 }
 
 // Validate reports whether the configuration can be used: a
-// [*spillway.FieldError] for Budget if it is nil.
+// [*spillway.FieldError] for Budget if it is nil, or for MaxPayloadBytes or
+// MaxVertices if negative.
 func (c BudgetConfig) Validate() error {
-	if c.Budget == nil {
+	switch {
+	case c.Budget == nil:
 		return &spillway.FieldError{Field: "Budget", Value: "nil", Reason: "required"}
+	case c.MaxPayloadBytes < 0:
+		return &spillway.FieldError{Field: "MaxPayloadBytes", Value: strconv.Itoa(c.MaxPayloadBytes), Reason: "must not be negative"}
+	case c.MaxVertices < 0:
+		return &spillway.FieldError{Field: "MaxVertices", Value: strconv.FormatInt(c.MaxVertices, 10), Reason: "must not be negative"}
 	}
 	return nil
 }
@@ -105,7 +149,15 @@ func NewBudget(cfg BudgetConfig) (*Budget, error) {
 // router nacks the message and it is redelivered rather than lost.
 func (m *Budget) Middleware(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
+		if n := m.cfg.MaxPayloadBytes; n > 0 && len(msg.Payload) > n {
+			// Not priced: the estimator may have to parse it.
+			return m.oversize(msg, cost.Charge{Vertices: cost.FullBudget, Messages: 1, Source: cost.SourceMissing},
+				fmt.Sprintf("payload of %d bytes, limit %d", len(msg.Payload), n))
+		}
 		c := m.cfg.Estimator.Estimate(msg)
+		if n := m.cfg.MaxVertices; n > 0 && c.Vertices > n && (c.Source == cost.SourceHeader || c.Source == cost.SourceComputed) {
+			return m.oversize(msg, c, fmt.Sprintf("charge of %d vertices, limit %d", c.Vertices, n))
+		}
 		var abort <-chan struct{}
 		if m.cfg.Revoked != nil {
 			abort = m.cfg.Revoked(msg)
@@ -132,8 +184,27 @@ func (m *Budget) Middleware(h message.HandlerFunc) message.HandlerFunc {
 		}
 		defer m.cfg.Budget.release(p)
 		m.observe(msg, Admission{Charge: c, Granted: p.vertices, Clamped: p.clamped, Wait: p.wait, Outcome: Admitted})
+		// The layers inside (the auto-sizer) read the granted charge
+		// instead of pricing the message again.
+		prev, had := granted.Set(msg, granted.Charge{Requested: c.Vertices, Vertices: p.vertices, Clamped: p.clamped, Source: c.Source})
+		defer granted.Restore(msg, prev, had)
 		return h(msg)
 	}
+}
+
+// oversize refuses msg: OnOversize takes it, or the error wraps
+// ErrOversize.
+func (m *Budget) oversize(msg *message.Message, c cost.Charge, why string) ([]*message.Message, error) {
+	a := Admission{Charge: c, Outcome: Oversize}
+	m.observe(msg, a)
+	if m.cfg.OnOversize != nil {
+		err := m.cfg.OnOversize(msg, a)
+		if err == nil {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("%w: message %s: %s: %w", ErrOversize, msg.UUID, why, err)
+	}
+	return nil, fmt.Errorf("%w: message %s: %s", ErrOversize, msg.UUID, why)
 }
 
 func (m *Budget) stepAside(msg *message.Message, c cost.Charge, wait time.Duration) ([]*message.Message, error) {

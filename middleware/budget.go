@@ -3,6 +3,7 @@ package middleware
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -13,6 +14,12 @@ import (
 
 // ErrNegativeCost is returned when a charge has a negative dimension.
 var ErrNegativeCost = errors.New("spillway: negative cost")
+
+// MaxCapacity is the largest capacity a [VertexBudget] accepts, in
+// vertices: about 1.1 × 10¹² vertices, far beyond what any process can hold
+// in memory. Bounding it keeps the budget's arithmetic (in use plus a
+// charge, the sum of the waiting charges) clear of int64 overflow.
+const MaxCapacity int64 = 1 << 40
 
 // errRevoked is returned by acquire when the abort channel closes first.
 var errRevoked = errors.New("spillway: delivery revoked while waiting for budget")
@@ -71,17 +78,29 @@ func WithMessageLimit(n int64) Option {
 
 // NewVertexBudget returns a budget of capacity vertices. It returns a
 // [*spillway.FieldError] (matching [spillway.ErrInvalidConfig]) if capacity
-// is not positive: a budget is sized from measurements (see package
-// sizing) and a zero budget is always a mistake.
+// is not positive (a budget is sized from measurements, see package
+// sizing, and a zero budget is always a mistake) or above [MaxCapacity].
 func NewVertexBudget(capacity int64, opts ...Option) (*VertexBudget, error) {
-	if capacity <= 0 {
-		return nil, &spillway.FieldError{Field: "capacity", Value: strconv.FormatInt(capacity, 10), Reason: "must be positive"}
+	if err := checkCapacity(capacity); err != nil {
+		return nil, err
 	}
 	b := &VertexBudget{epoch: time.Now(), capacity: capacity}
 	for _, o := range opts {
 		o(b)
 	}
 	return b, nil
+}
+
+// checkCapacity reports a capacity outside [1, MaxCapacity].
+func checkCapacity(capacity int64) error {
+	switch {
+	case capacity <= 0:
+		return &spillway.FieldError{Field: "capacity", Value: strconv.FormatInt(capacity, 10), Reason: "must be positive"}
+	case capacity > MaxCapacity:
+		return &spillway.FieldError{Field: "capacity", Value: strconv.FormatInt(capacity, 10),
+			Reason: "must be at most " + strconv.FormatInt(MaxCapacity, 10)}
+	}
+	return nil
 }
 
 // Permit is an admitted charge. Release it exactly once, when the work it
@@ -257,10 +276,12 @@ func (b *VertexBudget) fits(vertices, messages int64) (v, m int64, clamped, ok b
 	if b.messageLimit > 0 && m > b.messageLimit {
 		m = b.messageLimit
 	}
-	if b.inUse+v > b.capacity && v > 0 {
+	// Compared as "more than what is left", never as a sum: neither side
+	// can overflow, even after a shrink left inUse above the capacity.
+	if v > 0 && v > b.capacity-b.inUse {
 		return v, m, clamped, false
 	}
-	if b.messageLimit > 0 && b.inUseMsgs+m > b.messageLimit && m > 0 {
+	if b.messageLimit > 0 && m > 0 && m > b.messageLimit-b.inUseMsgs {
 		return v, m, clamped, false
 	}
 	return v, m, clamped, true
@@ -351,10 +372,11 @@ func (b *VertexBudget) updateSaturationLocked() {
 
 // Resize changes the capacity. Growing admits waiters that now fit at once.
 // Shrinking never revokes admitted work: new charges wait until enough of it
-// has drained. It returns an error if capacity is not positive.
+// has drained. It returns an error if capacity is not positive or above
+// [MaxCapacity].
 func (b *VertexBudget) Resize(capacity int64) error {
-	if capacity <= 0 {
-		return errors.New("spillway: VertexBudget.Resize: capacity must be positive")
+	if err := checkCapacity(capacity); err != nil {
+		return fmt.Errorf("spillway: VertexBudget.Resize: %w", err)
 	}
 	b.mu.Lock()
 	b.capacity = capacity

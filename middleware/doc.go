@@ -6,7 +6,14 @@
 // [VertexBudget] is a weighted, FIFO semaphore measured in vertices (and,
 // optionally, in messages). [Budget] is the Watermill middleware that charges
 // each message's [cost.Charge] against a VertexBudget before the handler runs
-// and refunds it when the handler returns, fails or panics.
+// and refunds it when the handler returns, fails or panics. A budget's
+// capacity is at most [MaxCapacity], and its arithmetic never overflows.
+//
+// [BudgetConfig.MaxPayloadBytes] and [BudgetConfig.MaxVertices] refuse a
+// message that is too big to run at all (a payload above what memory can
+// decode, a message larger than one core finishes inside the deadline):
+// it is not clamped and run alone but handed to [BudgetConfig.OnOversize],
+// or fails with [ErrOversize], which a retry gate dead-letters.
 //
 // Watermill's router starts one goroutine per delivered message and has no
 // concurrency limit of its own: concurrency is whatever the subscriber

@@ -12,6 +12,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"go.uber.org/goleak"
 
+	"github.com/spillway-go/spillway"
 	"github.com/spillway-go/spillway/cost"
 	"github.com/spillway-go/spillway/internal/redistest"
 	"github.com/spillway-go/spillway/middleware"
@@ -62,7 +63,7 @@ var brokerCases = []brokerCase{
 		name: "kafka",
 		config: func(*testing.T) Config {
 			c := Config{Broker: BrokerKafka}
-			c.Kafka.Brokers = []string{Embedded}
+			c.Kafka.Brokers = []string{spillway.Embedded}
 			c.Kafka.Partitions = 4
 			c.Kafka.HeartbeatInterval = 200 * time.Millisecond
 			return c

@@ -5,7 +5,6 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/spillway-go/spillway"
 	"github.com/spillway-go/spillway/kafkabroker"
 	"github.com/spillway-go/spillway/redisbroker"
 	"github.com/spillway-go/spillway/retrygate"
@@ -15,10 +14,6 @@ import (
 
 // envVarPrefix is the prefix of every environment variable [LoadConfig] reads.
 const envVarPrefix = "SPILLWAY_"
-
-// Embedded is the Kafka broker list entry that starts an in-process broker
-// on loopback instead of connecting to a cluster; see [spillway.Embedded].
-const Embedded = spillway.Embedded
 
 // Broker names the message broker a [Router] runs on.
 type Broker string
@@ -139,6 +134,35 @@ type BudgetConfig struct {
 	// vertex_count is missing or malformed, instead of charging
 	// DefaultCost. It costs a full parse per unstamped message.
 	ComputeMissing bool `yaml:"compute_missing" env:"COMPUTE_MISSING"`
+
+	// MaxPayloadBytes refuses a message whose payload is larger, before it
+	// is priced or decoded: decoding takes memory in proportion to the
+	// bytes, whatever vertex_count says. A refused message is not clamped
+	// and run alone: it goes to OversizeTopic, or is dead-lettered (see
+	// OversizeTopic). Default 16 MiB, or, with budget.autosize.memory_bytes,
+	// the memory one process has for geometry (memory_bytes / processes −
+	// prefetch_bytes) over 64 if that is less: the worst payloads decode to
+	// about 64 times their bytes. -1 ([spillway.Off]) for no cap; at most
+	// cost.MaxPayloadBytes (256 MiB), which nothing can decode beyond, and
+	// at most that geometry memory.
+	MaxPayloadBytes int64 `yaml:"max_payload_bytes" env:"MAX_PAYLOAD_BYTES"`
+
+	// MaxMessageVertices refuses a message whose counted charge is above
+	// it, like MaxPayloadBytes: the largest message that finishes alone
+	// on one core within the redelivery deadline's headroom
+	// (sizing.Recommendation.SoloLimit, which spillway size prints). A
+	// bigger message would hold a rebalance or a claim however big the
+	// budget is. Default 0: no limit, a charge above the budget is clamped
+	// and runs alone.
+	MaxMessageVertices int64 `yaml:"max_message_vertices" env:"MAX_MESSAGE_VERTICES"`
+
+	// OversizeTopic receives the messages MaxPayloadBytes and
+	// MaxMessageVertices refuse, so that a consumer with a longer deadline
+	// can process them; the original is acked. Default "": they are
+	// dead-lettered instead, on retry.dead_letter_topic ("{topic}.dead_letter"),
+	// whether the retry gate is on or not, with spillway_dead_letter_cause
+	// "oversize".
+	OversizeTopic string `yaml:"oversize_topic" env:"OVERSIZE_TOPIC"`
 
 	// AutoSize resizes the budget online from the handlers' measured
 	// throughput (docs/sizing.md). Vertices is then only the starting
@@ -262,6 +286,19 @@ const (
 	defaultAutoSizeMinWindows = 3
 	defaultAutoSizeHysteresis = 0.1
 )
+
+// defaultMaxPayloadBytes is budget.max_payload_bytes' default: the
+// largest real boundaries are a few MiB of GeoJSON, and a payload that
+// decodes to far more memory than its bytes (thousands of empty members)
+// stays within a few hundred MiB at this size.
+const defaultMaxPayloadBytes = 16 << 20
+
+// decodeBlowup is about the most memory a payload decodes to, per byte: a
+// GeoJSON MultiPolygon of empty polygons measured 72. With
+// budget.autosize.memory_bytes given, max_payload_bytes defaults to the
+// geometry memory of one process over it, so even such a payload decodes
+// within it.
+const decodeBlowup = 64
 
 // String renders c as YAML with every secret redacted. It is safe to log.
 func (c Config) String() string {

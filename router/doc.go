@@ -34,7 +34,7 @@
 //   - memory: Watermill's GoChannel, persistent. For tests and demos.
 //   - kafka: watermill-kafka consumer groups over Sarama through package
 //     kafkabroker (the kafka section is a [kafkabroker.Config]), either an
-//     external cluster or, with brokers [Embedded], an in-process kfake
+//     external cluster or, with brokers [spillway.Embedded], an in-process kfake
 //     broker on loopback. Sarama is configured for backpressure (a small
 //     window, the rebalance timeout as the redelivery deadline;
 //     [WithSaramaConfig] adjusts what the section does not cover), and

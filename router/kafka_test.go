@@ -29,7 +29,7 @@ import (
 func TestWithSaramaConfig(t *testing.T) {
 	defer goleak.VerifyNone(t, leakOptions...)
 	cfg := Config{Broker: BrokerKafka, CloseTimeout: 10 * time.Second}
-	cfg.Kafka.Brokers = []string{Embedded}
+	cfg.Kafka.Brokers = []string{spillway.Embedded}
 	cfg.Kafka.Partitions = 1
 	cfg.Kafka.HeartbeatInterval = 300 * time.Millisecond
 	var (

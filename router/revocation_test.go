@@ -11,6 +11,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"go.uber.org/goleak"
 
+	"github.com/spillway-go/spillway"
 	"github.com/spillway-go/spillway/cost"
 	"github.com/spillway-go/spillway/internal/kafkatest"
 )
@@ -170,7 +171,7 @@ func TestTracerComposes(t *testing.T) {
 	defer goleak.VerifyNone(t, leakOptions...)
 	inner := &countingTracer{SaramaTracer: kafka.NewOTELSaramaTracer()}
 	cfg := Config{Broker: BrokerKafka, CloseTimeout: 10 * time.Second}
-	cfg.Kafka.Brokers = []string{Embedded}
+	cfg.Kafka.Brokers = []string{spillway.Embedded}
 	cfg.Kafka.Partitions = 2
 	r, err := New(cfg, nil, WithSaramaTracer(inner))
 	if err != nil {

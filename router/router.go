@@ -318,6 +318,7 @@ func newRouter(cfg Config, logger watermill.LoggerAdapter, o options, ctl contro
 
 	if !ctl.noBudget {
 		bc := middleware.BudgetConfig{Budget: r.budget, Estimator: est, OnAdmission: r.countAdmission(hs.onAdmission)}
+		r.limitSize(&bc)
 		if cfg.Broker == BrokerKafka && !ctl.noRevocation {
 			bc.Revoked = r.revoked
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"go.uber.org/goleak"
 
+	"github.com/spillway-go/spillway"
 	"github.com/spillway-go/spillway/cost"
 	"github.com/spillway-go/spillway/internal/kafkatest"
 )
@@ -266,7 +267,7 @@ func TestNoSignalsUnlessAsked(t *testing.T) {
 func TestCloseWithoutRun(t *testing.T) {
 	defer goleak.VerifyNone(t, leakOptions...)
 	c := Config{Broker: BrokerKafka}
-	c.Kafka.Brokers = []string{Embedded}
+	c.Kafka.Brokers = []string{spillway.Embedded}
 	c.Kafka.Partitions = 2
 	r, err := New(c, nil)
 	if err != nil {

@@ -12,7 +12,9 @@ import (
 	"time"
 
 	"github.com/spillway-go/spillway"
+	"github.com/spillway-go/spillway/cost"
 	"github.com/spillway-go/spillway/internal/embedreg"
+	"github.com/spillway-go/spillway/middleware"
 	"github.com/spillway-go/spillway/retrygate"
 	"github.com/spillway-go/spillway/sizing"
 )
@@ -33,6 +35,12 @@ func (c *Config) setDefaults() {
 	}
 	if a.Processes == 0 {
 		a.Processes = 1
+	}
+	if c.Budget.MaxPayloadBytes == 0 {
+		c.Budget.MaxPayloadBytes = defaultMaxPayloadBytes
+		if g := a.geometryBytes(); g > 0 {
+			c.Budget.MaxPayloadBytes = max(min(defaultMaxPayloadBytes, g/decodeBlowup), 1)
+		}
 	}
 	if a.Floor == 0 {
 		a.Floor = 1
@@ -114,6 +122,21 @@ func (c Config) Validate() error {
 	}
 	if c.Budget.MessageLimit < 0 {
 		bad("budget.message_limit", strconv.FormatInt(c.Budget.MessageLimit, 10), "must be zero (no limit) or positive")
+	}
+	if c.Budget.Vertices > middleware.MaxCapacity {
+		bad("budget.vertices", strconv.FormatInt(c.Budget.Vertices, 10), "must be at most "+strconv.FormatInt(middleware.MaxCapacity, 10))
+	}
+	if b := c.Budget.MaxPayloadBytes; b < spillway.Off || b > cost.MaxPayloadBytes {
+		bad("budget.max_payload_bytes", strconv.FormatInt(b, 10), fmt.Sprintf("must be -1 (no cap) or positive, at most %d", cost.MaxPayloadBytes))
+	}
+	if b, g := c.Budget.MaxPayloadBytes, c.Budget.AutoSize.geometryBytes(); g > 0 && b > g {
+		bad("budget.max_payload_bytes", strconv.FormatInt(b, 10), fmt.Sprintf("must not exceed the memory one process has for geometry (%d bytes, from budget.autosize.memory_bytes)", g))
+	}
+	if c.Budget.MaxMessageVertices < 0 {
+		bad("budget.max_message_vertices", strconv.FormatInt(c.Budget.MaxMessageVertices, 10), "must be zero (no limit) or positive")
+	}
+	if t := c.Budget.OversizeTopic; t != "" && strings.TrimSpace(t) == "" {
+		bad("budget.oversize_topic", t, "must not be blank")
 	}
 	if c.Budget.DefaultCost < 0 {
 		bad("budget.default_cost", strconv.FormatInt(c.Budget.DefaultCost, 10), "must be zero (the whole budget) or positive")
@@ -214,6 +237,16 @@ func (a AutoSizeConfig) memoryBound() int64 {
 		return sizing.MemoryBound(a.MemoryBytes, a.Processes, a.PrefetchBytes, a.BytesPerVertex)
 	}
 	return 0
+}
+
+// geometryBytes is the memory one process has for in-flight geometry:
+// memory_bytes / processes − prefetch_bytes; 0 when memory_bytes is not
+// given.
+func (a AutoSizeConfig) geometryBytes() int64 {
+	if a.MemoryBytes <= 0 || a.Processes <= 0 {
+		return 0
+	}
+	return max(a.MemoryBytes/int64(a.Processes)-a.PrefetchBytes, 0)
 }
 
 // ceiling is the largest capacity the sizer may set: ceiling, or the

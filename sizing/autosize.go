@@ -13,6 +13,7 @@ import (
 
 	"github.com/spillway-go/spillway"
 	"github.com/spillway-go/spillway/cost"
+	"github.com/spillway-go/spillway/internal/granted"
 )
 
 // Resizable is a budget whose capacity can change at run time.
@@ -99,11 +100,15 @@ type AutoSizeConfig struct {
 	// the call that set it, which runs alone at that size anyway.
 	TailShare float64 `yaml:"tail_share" env:"TAIL_SHARE"`
 
-	// Estimator gives each message's vertices. Default: cost.NewEstimator
-	// (cost.FullBudget). Only messages priced from their header or counted
-	// (cost.SourceHeader, cost.SourceComputed) are measured; a message of unknown
-	// cost would teach the sizer a made-up rate, so it is passed through
-	// unmeasured.
+	// Estimator gives each message's vertices when [AutoSizer.Middleware]
+	// runs outside a budget middleware; inside one, the sizer reads the
+	// charge the budget admitted the message with, and the message is
+	// priced once. Default: cost.NewEstimator (cost.FullBudget). Only
+	// messages priced from their header or counted (cost.SourceHeader,
+	// cost.SourceComputed) are measured; a message of unknown cost would
+	// teach the sizer a made-up rate, so it is passed through unmeasured.
+	// Neither is a header count above the budget's capacity: it cannot be
+	// told from a forged vertex_count.
 	Estimator cost.ChargeEstimator `yaml:"-" env:"-"`
 
 	// OnResize, if set, is called after each resize, from the goroutine of
@@ -319,15 +324,15 @@ func NewAutoSizer(cfg AutoSizeConfig) (*AutoSizer, error) {
 // the budget errs small.
 func (a *AutoSizer) Middleware(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
-		c := a.cfg.Estimator.Estimate(msg)
-		if c.Source != cost.SourceHeader && c.Source != cost.SourceComputed {
+		vertices, measure := a.sample(msg)
+		if !measure {
 			return h(msg)
 		}
 		end := a.Begin()
 		var ok bool
 		defer func() {
 			if ok {
-				end(c.Vertices)
+				end(vertices)
 			} else {
 				end(0)
 			}
@@ -336,6 +341,33 @@ func (a *AutoSizer) Middleware(h message.HandlerFunc) message.HandlerFunc {
 		ok = err == nil
 		return msgs, err
 	}
+}
+
+// sample returns the vertices msg's handler call is measured with, and
+// false when the call is not to be measured at all.
+//
+// Inside a budget middleware the charge it granted is used, so the message
+// is priced once. Outside one the estimator prices it. Either way only
+// counted costs are measured (a header or a computed count: a default
+// charge would teach a made-up rate), and a header count above the
+// capacity is not: the budget clamped it, so it cannot be told from a
+// forged vertex_count, which would poison the throughput. A computed count
+// above the capacity is the real size of a message that ran alone, and is
+// measured at that size.
+func (a *AutoSizer) sample(msg *message.Message) (int64, bool) {
+	var c cost.Charge
+	if g, ok := granted.Get(msg); ok {
+		c = cost.Charge{Vertices: g.Requested, Source: g.Source}
+	} else {
+		c = a.cfg.Estimator.Estimate(msg)
+	}
+	switch {
+	case c.Source != cost.SourceHeader && c.Source != cost.SourceComputed:
+		return 0, false
+	case c.Source == cost.SourceHeader && c.Vertices > a.capacity.Load():
+		return 0, false
+	}
+	return c.Vertices, true
 }
 
 // Begin marks the start of one handler call and returns the function that
@@ -362,7 +394,7 @@ func (a *AutoSizer) end(began time.Time, capacity, vertices int64) {
 	a.accrueLocked(now)
 	a.active--
 	vertices = max(vertices, 0)
-	a.winVertices += vertices
+	a.winVertices = addSaturating(a.winVertices, vertices)
 	a.winDone++
 	took := now.Sub(began)
 	// A call larger than the capacity was clamped and ran alone: it held
@@ -480,4 +512,13 @@ func (a *AutoSizer) Bounds() AutoBounds {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.bounds
+}
+
+// addSaturating returns a + b for non-negative a and b, or math.MaxInt64
+// where the sum would overflow.
+func addSaturating(a, b int64) int64 {
+	if b > math.MaxInt64-a {
+		return math.MaxInt64
+	}
+	return a + b
 }

@@ -15,12 +15,18 @@
 // turns those measurements and the deployment ([Inputs]: memory,
 // processes, prefetch, deadline) into a [Recommendation] that carries both
 // bounds, the budget, the bound that binds and the advice that follows.
-// The spillway tool's size command does all of this from the command line.
+// It also carries the solo limit: one message runs on one core, so the
+// largest message that finishes alone inside the deadline's headroom is a
+// single core's deadline bound, whatever the budget; it warns when the
+// sample's largest message is bigger. The spillway tool's size command
+// does all of this from the command line.
 //
 // Online, an [AutoSizer] times the handler calls that run through its
 // middleware and keeps a [Resizable] budget at the deadline bound the
 // measured speed gives, as the traffic mix drifts, under a fixed memory
-// bound and a guard against the slowest calls.
+// bound and a guard against the slowest calls. Behind a budget middleware
+// it measures the charge the budget granted, so a message is priced once
+// and a forged vertex_count above the capacity is never a sample.
 //
 // Package sizing reads message costs through package cost; cost does not
 // depend on sizing. See docs/sizing.md for the method and its reasoning.

@@ -86,6 +86,16 @@ type Inputs struct {
 	// TailShare is the share of Deadline the slow messages may take, in
 	// (0, 1]. 0 means [DefaultTailShare]. Used only with Spread.
 	TailShare float64 `json:"tail_share"`
+	// Parallelism is how many handlers ran at once when VerticesPerSecond
+	// was measured ([WithParallelism]; GOMAXPROCS by default). One message
+	// runs on one core, so VerticesPerSecond / Parallelism is how fast a
+	// message goes alone: it sets [Recommendation.SoloLimit]. 0 means 1
+	// (VerticesPerSecond is a single core's).
+	Parallelism int `json:"parallelism"`
+	// LargestMessage is the vertices of the sample's largest message
+	// (the largest of [Sample.Vertices]); 0 means not known. Recommend
+	// warns when it is above the solo limit.
+	LargestMessage int64 `json:"largest_message"`
 }
 
 // Recommendation is a computed vertex budget with the bounds it came from,
@@ -112,6 +122,17 @@ type Recommendation struct {
 	// DrainTime is how long a full budget takes to drain at the measured
 	// throughput: at most Deadline × DrainShare.
 	DrainTime time.Duration `json:"drain_ns"`
+
+	// SoloLimit is the largest message that finishes alone within
+	// Deadline × Headroom: VerticesPerSecond / Parallelism (one core) ×
+	// Deadline × Headroom. No budget makes a bigger message safe: alone on
+	// one core it holds its delivery past that share of the deadline. Send
+	// bigger ones elsewhere (the router's budget.max_message_vertices).
+	SoloLimit int64 `json:"solo_limit"`
+	// Warning is empty unless the sample's largest message
+	// (Inputs.LargestMessage) is above SoloLimit; then it says so, and
+	// what to do.
+	Warning string `json:"warning,omitempty"`
 
 	// spread is Inputs.Spread, for Advice.
 	spread float64
@@ -161,6 +182,10 @@ func (in Inputs) withDefaults() (Inputs, error) {
 		return in, bad("spread", in.Spread, "must be a non-negative number")
 	case !positiveFinite(in.TailShare) || in.TailShare > 1:
 		return in, bad("tail_share", in.TailShare, "must be in (0, 1]")
+	case in.Parallelism < 0:
+		return in, bad("parallelism", in.Parallelism, "must not be negative")
+	case in.LargestMessage < 0:
+		return in, bad("largest_message", in.LargestMessage, "must not be negative")
 	}
 	return in, nil
 }
@@ -216,6 +241,11 @@ func floorInt64(f float64) int64 {
 //	drain share    = min(Headroom, TailShare / Spread)   (Headroom if Spread is 0)
 //	deadline bound = VerticesPerSecond × Deadline × drain share
 //	budget         = min(memory bound, deadline bound)
+//	solo limit     = VerticesPerSecond / Parallelism × Deadline × Headroom
+//
+// The solo limit is the largest message that finishes alone on one core
+// within the deadline's headroom; Warning says when the sample's largest
+// message (Inputs.LargestMessage) is bigger.
 //
 // Invalid inputs fail with a [*spillway.FieldError] (matching
 // [spillway.ErrInvalidConfig]) that names the field. If the prefetch leaves no memory for geometry or a bound is
@@ -241,6 +271,15 @@ func Recommend(in Inputs) (Recommendation, error) {
 		r.Budget, r.Binding = r.DeadlineBound, boundDeadline
 	}
 	r.DrainTime = drainTime(r.Budget, in.VerticesPerSecond)
+	// One message runs on one core: the deadline bound of a single core.
+	core := in.VerticesPerSecond / float64(max(in.Parallelism, 1))
+	r.SoloLimit = DeadlineBound(core, in.Deadline, in.Headroom)
+	if in.LargestMessage > r.SoloLimit {
+		r.Warning = fmt.Sprintf("the sample's largest message (%d vertices) is above the solo limit (%d): alone on one core it takes %v, more than %v × %.2f; "+
+			"route messages above the limit elsewhere (budget.max_message_vertices), or make the handler faster on them",
+			in.LargestMessage, r.SoloLimit, drainTime(in.LargestMessage, core).Round(time.Millisecond),
+			in.Deadline, in.Headroom)
+	}
 	switch {
 	case geometry <= 0:
 		return r, fmt.Errorf("%w: prefetch_bytes (%d) leaves no memory for geometry out of %d bytes per process",

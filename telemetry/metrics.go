@@ -302,7 +302,10 @@ func (m *Metrics) attrs(shape uint8, topic, value string) *measureOpts {
 // [Metrics.RecordOutcome], a cancelled or revoked admission), else
 // "handled" or "error" from the chain's result, or "panic" (the panic is
 // not recovered). The vertex count comes from the admission recorded by
-// [Metrics.OnAdmission], else from the vertex_count metadata.
+// [Metrics.OnAdmission] (for an admitted message the charge the budget
+// granted, clamped to its capacity), else from the vertex_count metadata;
+// a count from the message itself is capped at [middleware.MaxCapacity], so
+// a forged vertex_count cannot overflow the counter.
 //
 // Place it right inside [NewTracing] (or outermost without
 // tracing) so the duration covers the whole stack. It never returns an
@@ -328,9 +331,10 @@ func (m *Metrics) Middleware(h message.HandlerFunc) message.HandlerFunc {
 			var n int64
 			var known bool
 			if hasAdm {
-				n, known = knownVertices(adm)
+				n, known = countedVertices(adm)
 			} else {
 				n, known = headerVertices(msg)
+				n = min(n, middleware.MaxCapacity)
 			}
 			if known {
 				m.processedVerts.Add(ctx, n, opt.add...)

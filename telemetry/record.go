@@ -280,6 +280,19 @@ func knownVertices(a middleware.Admission) (int64, bool) {
 	return 0, false
 }
 
+// countedVertices is what spillway.processed.vertices adds for a message
+// with a recorded admission: what the budget granted when it was admitted
+// (clamped to the capacity, so a forged vertex_count adds at most the
+// capacity), else its known cost capped at middleware.MaxCapacity, which no
+// budget can exceed.
+func countedVertices(a middleware.Admission) (int64, bool) {
+	if a.Outcome == middleware.Admitted {
+		return a.Granted, true
+	}
+	n, ok := knownVertices(a)
+	return min(n, middleware.MaxCapacity), ok
+}
+
 // headerVertices reads vertex_count when no admission was recorded.
 func headerVertices(msg *message.Message) (int64, bool) {
 	n, src := cost.ParseCount(msg.Metadata.Get(cost.MetadataKey), len(msg.Payload))

@@ -160,6 +160,9 @@ type sizeReport struct {
 	Budget              int64      `json:"budget"`
 	Binding             string     `json:"binding"`
 	DrainSeconds        float64    `json:"drain_seconds"`
+	SoloLimit           int64      `json:"solo_limit"`
+	LargestMessage      int64      `json:"largest_message"`
+	Warning             string     `json:"warning,omitempty"`
 	Advice              string     `json:"advice"`
 	Mix                 *mixReport `json:"mix,omitempty"`
 }
@@ -337,6 +340,8 @@ func runSize(ctx context.Context, e *env, o *sizeOptions, progressSet bool) erro
 		Headroom:          o.headroom,
 		Spread:            tp.Spread,
 		TailShare:         o.tailShare,
+		Parallelism:       par,
+		LargestMessage:    largestMessage(sample),
 	}
 	rec, err := sizing.Recommend(in)
 	if err != nil {
@@ -464,7 +469,17 @@ func newSizeReport(o *sizeOptions, s *sizing.Sample, mem sizing.MemoryProfile, t
 	r.Binding = rec.Binding
 	r.DrainSeconds = rec.DrainTime.Seconds()
 	r.Advice = rec.Advice()
+	r.SoloLimit, r.LargestMessage, r.Warning = rec.SoloLimit, in.LargestMessage, rec.Warning
 	return r
+}
+
+// largestMessage is the vertices of the sample's largest payload.
+func largestMessage(s *sizing.Sample) int64 {
+	var n int
+	for _, v := range s.Vertices {
+		n = max(n, v)
+	}
+	return int64(n)
 }
 
 // printHuman prints the report as an aligned table.
@@ -519,8 +534,13 @@ func printHuman(w io.Writer, r *sizeReport) {
 	row("deadline bound", "%s vertices%s", group(r.DeadlineBound), mark("deadline"))
 	row("budget", "%s vertices  (a full budget drains in %v)", group(r.Budget),
 		time.Duration(r.DrainSeconds*float64(time.Second)).Round(time.Millisecond))
+	row("solo limit", "%s vertices  (the largest message one core finishes in the deadline's headroom; the sample's largest: %s)",
+		group(r.SoloLimit), group(r.LargestMessage))
 	tw.Flush()
 	fmt.Fprintf(w, "\n%s.\n", upperFirst(r.Advice))
+	if r.Warning != "" {
+		fmt.Fprintf(w, "Warning: %s.\n", r.Warning)
+	}
 	if r.Mix != nil {
 		fmt.Fprintf(w, "Chart: %s (light %s vertices/s, heavy %s vertices/s above %d vertices; ",
 			r.Mix.Chart, group(int64(r.Mix.LightVerticesPerSecond)), group(int64(r.Mix.HeavyVerticesPerSecond)), r.Mix.HeavyAbove)

@@ -47,6 +47,7 @@ import (
 	"github.com/twpayne/go-geom"
 	"github.com/twpayne/go-geom/encoding/wkb"
 
+	"github.com/spillway-go/spillway"
 	"github.com/spillway-go/spillway/cost"
 	_ "github.com/spillway-go/spillway/embedded" // kafka.brokers / redis.addr "embedded"
 	"github.com/spillway-go/spillway/examples/geo"
@@ -225,7 +226,7 @@ func config() (router.Config, error) {
 		cfg.Kafka.CreateTopics = true
 	} else if len(cfg.Kafka.Brokers) == 0 {
 		// The demo runs in process unless told otherwise.
-		cfg.Kafka.Brokers = []string{router.Embedded}
+		cfg.Kafka.Brokers = []string{spillway.Embedded}
 	}
 	if os.Getenv("SPILLWAY_KAFKA_REBALANCE_TIMEOUT") == "" {
 		// A demo-sized deadline, so the budget is small enough to see.
@@ -249,7 +250,7 @@ func config() (router.Config, error) {
 
 func brokersOf(r *router.Router, cfg router.Config) []string {
 	if b := r.Brokers(); len(b) > 0 {
-		if len(cfg.Kafka.Brokers) == 1 && cfg.Kafka.Brokers[0] == router.Embedded {
+		if len(cfg.Kafka.Brokers) == 1 && cfg.Kafka.Brokers[0] == spillway.Embedded {
 			return []string{"embedded " + strings.Join(b, ",")}
 		}
 		return b

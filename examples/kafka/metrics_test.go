@@ -10,6 +10,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/spillway-go/spillway"
 	"github.com/spillway-go/spillway/router"
 )
 
@@ -23,7 +24,7 @@ func TestMetricsEndpoint(t *testing.T) {
 	defer ms.Close()
 
 	cfg := router.Config{Broker: router.BrokerKafka}
-	cfg.Kafka.Brokers = []string{router.Embedded}
+	cfg.Kafka.Brokers = []string{spillway.Embedded}
 	cfg.Kafka.Partitions = 1
 	cfg.Budget.Vertices = 4321
 	cfg.Telemetry.LagInterval = 100 * time.Millisecond

@@ -6,8 +6,8 @@ import "testing"
 // when it was last lowered (docs/api.md); lower it when a change removes
 // identifiers, never raise it without a reason written there.
 const (
-	ceilingTotal  = 617
-	ceilingRouter = 118
+	ceilingTotal  = 629
+	ceilingRouter = 120
 )
 
 func TestSurfaceDoesNotGrow(t *testing.T) {

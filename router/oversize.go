@@ -1,0 +1,55 @@
+package router
+
+import (
+	"fmt"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/spillway-go/spillway/middleware"
+	"github.com/spillway-go/spillway/retrygate"
+	"github.com/spillway-go/spillway/telemetry"
+)
+
+// oversizeCause is the dead-letter cause of a message the budget refused
+// as too large (budget.max_payload_bytes, budget.max_message_vertices).
+const oversizeCause = "oversize"
+
+// limitSize sets the budget's size limits and where refused messages go:
+// budget.oversize_topic, else the dead-letter topic of retry.dead_letter_topic,
+// published by the router itself whether the retry gate is on or not. Not
+// through the gate: its copies go through the stamping publisher, which
+// would count (or refuse) the very payload that was too big, and a custom
+// IsPermanent need not treat the refusal as permanent.
+func (r *Router) limitSize(bc *middleware.BudgetConfig) {
+	if n := r.cfg.Budget.MaxPayloadBytes; n > 0 {
+		bc.MaxPayloadBytes = int(n)
+	}
+	bc.MaxVertices = r.cfg.Budget.MaxMessageVertices
+	bc.OnOversize = r.routeOversize
+}
+
+// routeOversize publishes a copy of a refused message to
+// budget.oversize_topic, or to the dead-letter topic of the topic it was
+// consumed from, and lets the original be acked. The copy goes straight to
+// the broker's publisher: it keeps the original's metadata (its
+// vertex_count, its trace context) and is never priced again.
+func (r *Router) routeOversize(msg *message.Message, _ middleware.Admission) error {
+	origin := r.originTopic(msg)
+	topic, outcome := r.cfg.Budget.OversizeTopic, telemetry.OutcomeDeferred
+	cp := msg.Copy()
+	if topic == "" {
+		topic, outcome = r.cfg.Retry.DeadLetterTopicFor(origin), telemetry.OutcomeDeadLettered
+		cp.Metadata.Set(retrygate.DeadLetterCauseKey, oversizeCause)
+		cp.Metadata.Set(retrygate.OriginTopicKey, origin)
+	}
+	if err := r.back.ensureTopic(topic); err != nil {
+		return fmt.Errorf("router: oversize topic %q: %w", topic, err)
+	}
+	if err := r.back.publisher().Publish(topic, cp); err != nil {
+		return fmt.Errorf("router: publishing oversize message to %q: %w", topic, err)
+	}
+	if r.metrics != nil {
+		r.metrics.RecordOutcome(msg, outcome, origin, oversizeCause)
+	}
+	return nil
+}
