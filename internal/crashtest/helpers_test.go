@@ -106,6 +106,7 @@ func collect(t *testing.T, yaml, group, topic string) *collected {
 	c := loadConfig(t, yaml)
 	c.Kafka.ConsumerGroup = group
 	c.Redis.ConsumerGroup = group
+	c.Budget.MaxPayloadBytes = -1 // it reads what the consumers refused as too large
 	r, err := router.New(c, watermill.NopLogger{})
 	if err != nil {
 		t.Fatal(err)
