@@ -62,7 +62,7 @@ func (b *kafkaBackend) group(handler string) string { return b.cfg.ConsumerGroup
 
 func (b *kafkaBackend) publisher() message.Publisher { return b.pub }
 
-func (b *kafkaBackend) subscriber(handler, _ string) (message.Subscriber, *kafkabroker.SessionTracker, error) {
+func (b *kafkaBackend) subscriber(handler, _ string) (message.Subscriber, deliveryTracker, error) {
 	sub, tr, err := b.cluster.NewSubscriber(b.group(handler))
 	if err != nil {
 		return nil, nil, kafkaError(err)

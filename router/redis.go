@@ -13,7 +13,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/spillway-go/spillway"
-	"github.com/spillway-go/spillway/kafkabroker"
 	"github.com/spillway-go/spillway/redisbroker"
 	"github.com/spillway-go/spillway/telemetry"
 	"github.com/spillway-go/spillway/telemetry/redistel"
@@ -94,17 +93,35 @@ func newRedisBackend(cfg RedisConfig, logger watermill.LoggerAdapter, client red
 	if err != nil {
 		return nil, fmt.Errorf("router: redis: publisher: %w", err)
 	}
-	dl, err := redisbroker.NewDeadLetter(redisbroker.DeadLetterConfig{Publisher: pub, Topic: cfg.DeadLetterTopic, Logger: logger})
-	if err != nil {
+	b := &redisBackend{cfg: cfg, logger: logger, opts: opts, pub: pub, subs: make(map[string]*redisbroker.Subscriber)}
+	if err := b.deadLetterThrough(pub); err != nil {
 		_ = pub.Close()
-		return nil, fmt.Errorf("router: redis: dead letter: %w", err)
+		return nil, err
 	}
-	return &redisBackend{cfg: cfg, logger: logger, opts: opts, pub: pub, dl: dl, subs: make(map[string]*redisbroker.Subscriber)}, nil
+	return b, nil
 }
+
+// deadLetterThrough makes the dead-letter layer publish through pub: the
+// raw publisher, or a tracing publisher over it so a dead-lettered entry
+// keeps its trace. Never the stamping publisher: the copy of an entry that
+// cannot be read or counted must not be refused for that.
+func (b *redisBackend) deadLetterThrough(pub message.Publisher) error {
+	dl, err := redisbroker.NewDeadLetter(redisbroker.DeadLetterConfig{Publisher: pub, Topic: b.cfg.DeadLetterTopic, Logger: b.logger})
+	if err != nil {
+		return fmt.Errorf("router: redis: dead letter: %w", err)
+	}
+	b.dl = dl
+	return nil
+}
+
+// isRedelivery is the retry gate's sign of a Redis redelivery: the entry's
+// delivery count is above one (it was claimed from another consumer, or
+// by this one after it died or stalled).
+func isRedelivery(msg *message.Message) bool { return redisbroker.Deliveries(msg) > 1 }
 
 func (b *redisBackend) publisher() message.Publisher { return b.pub }
 
-func (b *redisBackend) subscriber(handler, _ string) (message.Subscriber, *kafkabroker.SessionTracker, error) {
+func (b *redisBackend) subscriber(handler, _ string) (message.Subscriber, deliveryTracker, error) {
 	sub, err := redisbroker.NewSubscriber(redisGroupConfig(b.cfg, b.group(handler)), b.logger, b.opts...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("router: redis: subscriber for %s: %w", handler, err)
@@ -119,8 +136,20 @@ func (b *redisBackend) subscriber(handler, _ string) (message.Subscriber, *kafka
 			delete(b.subs, handler)
 		}
 		b.mu.Unlock()
-	}}, nil, nil
+	}}, redisTracker{sub}, nil
 }
+
+// redisTracker is a Redis handler's delivery tracker: a message waiting
+// for budget steps aside when the keep-alive loses its entry (a peer
+// claimed it, MaxInFlight, refreshes failing, the group recreated), and
+// the ack of a revoked entry reaches Redis only for a completed handler
+// and only while this consumer still owns it. A nacked message starts a
+// new attempt inside the subscriber, so Begin has nothing to do.
+type redisTracker struct{ sub *redisbroker.Subscriber }
+
+func (t redisTracker) Revoked(msg *message.Message) <-chan struct{} { return t.sub.Revoked(msg) }
+func (redisTracker) Begin(*message.Message)                         {}
+func (t redisTracker) Completed(msg *message.Message)               { t.sub.Completed(msg) }
 
 func (b *redisBackend) group(handler string) string { return redisGroup(b.cfg, handler) }
 
