@@ -14,6 +14,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
+	"go.uber.org/goleak"
 )
 
 // edgeRedis is a router on a fresh redis-server with short Redis timings,
@@ -86,6 +87,7 @@ func waitUntil(t *testing.T, what string, timeout time.Duration, cond func() boo
 // when the handler finishes, its ack must not remove the entry from the
 // peer's pending list (issue 13, item 5).
 func TestEdgeRedisRunningHandlerNotAckedOverPeerClaim(t *testing.T) {
+	defer goleak.VerifyNone(t, leakOptions...)
 	cfg, rc := edgeRedis(t, nil)
 	r, err := New(cfg, nil)
 	if err != nil {
@@ -120,6 +122,7 @@ func TestEdgeRedisRunningHandlerNotAckedOverPeerClaim(t *testing.T) {
 // A message waiting for budget whose entry a peer claims steps aside: it
 // does not run here, and its entry stays the peer's (issue 13, item 5).
 func TestEdgeRedisWaiterStepsAsideWhenEntryLost(t *testing.T) {
+	defer goleak.VerifyNone(t, leakOptions...)
 	cfg, rc := edgeRedis(t, func(c *Config) {
 		c.Budget.Vertices = 10
 		c.Redis.Consumers = 2
@@ -171,6 +174,7 @@ func TestEdgeRedisWaiterStepsAsideWhenEntryLost(t *testing.T) {
 // to the dead-letter topic instead of its handler: a payload that kills
 // its consumer process kills at most that many (issue 13, item 12).
 func TestEdgeRedisPoisonDeadLetteredAfterMaxDeliveries(t *testing.T) {
+	defer goleak.VerifyNone(t, leakOptions...)
 	cfg, rc := edgeRedis(t, func(c *Config) {
 		c.Redis.MaxDeliveries = 2
 		c.Redis.MaxIdleTime = time.Second
@@ -229,6 +233,7 @@ func TestEdgeRedisPoisonDeadLetteredAfterMaxDeliveries(t *testing.T) {
 // gate defers it while the consumer is saturated instead of running it
 // before fresh work (issue 13, item 12).
 func TestEdgeRedisRedeliveryYieldsUnderPressure(t *testing.T) {
+	defer goleak.VerifyNone(t, leakOptions...)
 	cfg, rc := edgeRedis(t, func(c *Config) {
 		c.Budget.Vertices = 10
 		c.Redis.MaxIdleTime = 2 * time.Second
@@ -283,6 +288,7 @@ func TestEdgeRedisRedeliveryYieldsUnderPressure(t *testing.T) {
 // A malformed entry's dead-letter copy is published through tracing: it
 // carries a trace context in the producer's trace (issue 13, item 13).
 func TestEdgeRedisMalformedDeadLetterTraced(t *testing.T) {
+	defer goleak.VerifyNone(t, leakOptions...)
 	cfg, rc := edgeRedis(t, func(c *Config) { c.Redis.DeadLetterTopic = "jobs.malformed" })
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
