@@ -119,3 +119,69 @@ func TestEdgeDeliveryCount(t *testing.T) {
 	}
 	msg.Ack()
 }
+
+// A message whose entry the keep-alive gives up (KeepAlive.MaxInFlight)
+// is revoked; if it then steps aside (acked without running, as the budget
+// does), its entry is not acknowledged: it stays pending for a peer to
+// claim, never lost (issue 13, item 5).
+func TestEdgeRevokedAfterMaxInFlightStaysPending(t *testing.T) {
+	srv := redistest.Start(t)
+	raw := rawClient(t, srv)
+	cfg := testConfig(srv)
+	cfg.Consumers = 1
+	cfg.KeepAlive.Interval = 100 * time.Millisecond
+	cfg.KeepAlive.MaxInFlight = 300 * time.Millisecond
+	topic := uniq("revoke-stuck")
+	publish(t, newPublisher(t, cfg), topic, "m")
+	sub := newSubscriber(t, cfg)
+	msgs, err := sub.Subscribe(testCtx(t), topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := <-msgs
+	revoked := sub.Revoked(msg)
+	if revoked == nil {
+		t.Fatal("Revoked returned nil for a live delivery")
+	}
+	select {
+	case <-revoked:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the delivery was not revoked after KeepAlive.MaxInFlight")
+	}
+	msg.Ack() // stepped aside
+	id := msg.Metadata.Get(redisbroker.MetadataEntryID)
+	time.Sleep(300 * time.Millisecond)
+	if _, ok := pendingOf(t, raw, topic, cfg.ConsumerGroup, id); !ok {
+		t.Fatal("a message that stepped aside was acknowledged: its entry is lost")
+	}
+	if st := sub.Stats(); st.Revoked != 1 {
+		t.Errorf("Stats().Revoked = %d, want 1", st.Revoked)
+	}
+}
+
+// A lost consumer group (recreated after NOGROUP) revokes every delivery
+// the subscriber held: none of them is pending any more (issue 13, item 5).
+func TestEdgeRevokedOnGroupRecreated(t *testing.T) {
+	srv := redistest.Start(t)
+	raw := rawClient(t, srv)
+	cfg := testConfig(srv)
+	topic := uniq("revoke-group")
+	publish(t, newPublisher(t, cfg), topic, "m")
+	sub := newSubscriber(t, cfg)
+	msgs, err := sub.Subscribe(testCtx(t), topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := <-msgs
+	revoked := sub.Revoked(msg)
+	if err := raw.XGroupDestroy(testCtx(t), topic, cfg.ConsumerGroup).Err(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-revoked:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the delivery was not revoked when the group was lost")
+	}
+	sub.Completed(msg)
+	msg.Ack()
+}

@@ -296,6 +296,10 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 			return nil, err
 		}
 		s.recoverOwnPending(ctx, topic)
+		// Best effort: with the ack script cached, no ack pays the
+		// NOSCRIPT round trip, which widens the window in which Close
+		// cancels an ack in flight.
+		_ = ackScript.Load(ctx, s.control).Err()
 		s.topics[topic] = true
 	}
 	sub := &subscription{}
