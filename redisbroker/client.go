@@ -60,6 +60,7 @@ func (c *ownedClient) Close() error {
 // sees the map but not the entry ID.
 type entryRef struct {
 	stream, id, consumer string
+	deliveries           int64 // Redis's delivery count of the entry, this delivery included
 }
 
 // entryRefKey cannot be forged by a producer: the value under it is always
@@ -76,6 +77,9 @@ type entryClient struct {
 	consumer  string
 	keepAlive *keepAlive
 	acks      *ackTable
+
+	mu      sync.Mutex
+	counted map[string]int64 // stream + "\x00" + ID → delivery count, from the claim loop's last XPENDING
 }
 
 func (c *entryClient) XReadGroup(ctx context.Context, a *redis.XReadGroupArgs) *redis.XStreamSliceCmd {
@@ -83,8 +87,24 @@ func (c *entryClient) XReadGroup(ctx context.Context, a *redis.XReadGroupArgs) *
 	if cmd.Err() == nil {
 		streams := cmd.Val()
 		for i := range streams {
-			c.delivered(ctx, streams[i].Stream, a.Consumer, streams[i].Messages)
+			// Upstream reads with ">": entries never delivered before.
+			c.delivered(ctx, streams[i].Stream, a.Consumer, streams[i].Messages, func(string) int64 { return 1 })
 		}
+	}
+	return cmd
+}
+
+// XPendingExt is how upstream's claim loop finds idle entries, just before
+// it claims them one by one: their delivery counts are kept for XClaim.
+func (c *entryClient) XPendingExt(ctx context.Context, a *redis.XPendingExtArgs) *redis.XPendingExtCmd {
+	cmd := c.UniversalClient.XPendingExt(ctx, a)
+	if cmd.Err() == nil {
+		c.mu.Lock()
+		c.counted = make(map[string]int64, len(cmd.Val()))
+		for _, p := range cmd.Val() {
+			c.counted[a.Stream+"\x00"+p.ID] = p.RetryCount
+		}
+		c.mu.Unlock()
 	}
 	return cmd
 }
@@ -92,13 +112,28 @@ func (c *entryClient) XReadGroup(ctx context.Context, a *redis.XReadGroupArgs) *
 func (c *entryClient) XClaim(ctx context.Context, a *redis.XClaimArgs) *redis.XMessageSliceCmd {
 	cmd := c.UniversalClient.XClaim(ctx, a)
 	if cmd.Err() == nil {
-		c.delivered(ctx, a.Stream, a.Consumer, cmd.Val())
+		c.delivered(ctx, a.Stream, a.Consumer, cmd.Val(), func(id string) int64 {
+			c.mu.Lock()
+			n, ok := c.counted[a.Stream+"\x00"+id]
+			delete(c.counted, a.Stream+"\x00"+id)
+			c.mu.Unlock()
+			// XCLAIM counted one more delivery. A claimed entry was
+			// delivered before, whatever the count says.
+			if !ok {
+				return 2
+			}
+			return max(n+1, 2)
+		})
 	}
 	return cmd
 }
 
+// XAck acknowledges entries this consumer still owns and whose ack may
+// reach Redis (see revState): never over a peer's claim, never for a
+// message that stepped aside after its entry was revoked. Entries it
+// skips stay pending, for their owner or the idle claim.
 func (c *entryClient) XAck(ctx context.Context, stream, group string, ids ...string) *redis.IntCmd {
-	cmd := c.UniversalClient.XAck(ctx, stream, group, ids...)
+	cmd := ackOwned(ctx, c.UniversalClient, c.keepAlive, stream, group, c.consumer, ids)
 	if cmd.Err() == nil {
 		c.keepAlive.forget(subscriptionOf(ctx), stream, c.consumer, ids...)
 		c.acks.xacked(stream, c.consumer, ids)
@@ -106,7 +141,7 @@ func (c *entryClient) XAck(ctx context.Context, stream, group string, ids ...str
 	return cmd
 }
 
-func (c *entryClient) delivered(ctx context.Context, stream, consumer string, msgs []redis.XMessage) {
+func (c *entryClient) delivered(ctx context.Context, stream, consumer string, msgs []redis.XMessage, count func(id string) int64) {
 	if len(msgs) == 0 {
 		return
 	}
@@ -115,8 +150,47 @@ func (c *entryClient) delivered(ctx context.Context, stream, consumer string, ms
 		if msgs[i].Values == nil {
 			msgs[i].Values = make(map[string]any, 1)
 		}
-		msgs[i].Values[entryRefKey] = entryRef{stream: stream, id: msgs[i].ID, consumer: consumer}
+		msgs[i].Values[entryRefKey] = entryRef{stream: stream, id: msgs[i].ID, consumer: consumer, deliveries: count(msgs[i].ID)}
 		ids[i] = msgs[i].ID
 	}
 	c.keepAlive.track(subscriptionOf(ctx), stream, consumer, ids...)
+}
+
+// ackScript acknowledges the entries (ARGV[3:]) of stream KEYS[1] in group
+// ARGV[1] that are pending for consumer ARGV[2], atomically: an entry a
+// peer has claimed is left to it. Returns how many were acknowledged.
+var ackScript = redis.NewScript(`
+local n = 0
+for i = 3, #ARGV do
+  local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1)
+  if #p > 0 and p[1][2] == ARGV[2] then
+    n = n + redis.call('XACK', KEYS[1], ARGV[1], ARGV[i])
+  end
+end
+return n
+`)
+
+// ackOwned acknowledges ids for consumer with ackScript, leaving out those
+// the keep-alive says must not be acknowledged.
+func ackOwned(ctx context.Context, c redis.UniversalClient, k *keepAlive, stream, group, consumer string, ids []string) *redis.IntCmd {
+	args := make([]any, 0, len(ids)+2)
+	args = append(args, group, consumer)
+	for _, id := range ids {
+		if k.mayAck(kaKey{stream: stream, id: id, consumer: consumer}) {
+			args = append(args, id)
+		}
+	}
+	if len(args) == 2 {
+		cmd := redis.NewIntCmd(ctx)
+		cmd.SetVal(0)
+		return cmd
+	}
+	res, err := ackScript.Run(ctx, c, []string{stream}, args...).Int64()
+	cmd := redis.NewIntCmd(ctx)
+	if err != nil {
+		cmd.SetErr(err)
+	} else {
+		cmd.SetVal(res)
+	}
+	return cmd
 }

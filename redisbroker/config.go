@@ -1,8 +1,10 @@
 package redisbroker
 
 import (
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/hex"
 	"fmt"
 	"net"
 	"os"
@@ -10,6 +12,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/spillway-go/spillway"
@@ -42,6 +46,9 @@ const (
 	// acking any before the keep-alive presumes it stuck and lets its
 	// entries expire, for a peer to claim.
 	defaultMaxInFlight = 5 * time.Minute
+	// defaultMaxDeliveries is how many times an entry may be delivered
+	// before the next delivery goes to the dead-letter topic.
+	defaultMaxDeliveries = 5
 	// defaultDeadLetterTopic receives entries that cannot be unmarshalled.
 	defaultDeadLetterTopic = "spillway.deadletter"
 )
@@ -107,11 +114,16 @@ type Config struct {
 	// ignores it.
 	ConsumerGroup string `yaml:"consumer_group" env:"CONSUMER_GROUP"`
 	// Consumer is the base consumer name. It must be unique among the live
-	// processes of the group and stable across restarts of one process, so
-	// a restarted process finds the entries its previous incarnation left
-	// pending (see Subscriber). Default "<hostname>-<program>", reduced to
-	// letters, digits, '.', '_' and '-'. With Consumers > 1 the consumers
-	// are named "<Consumer>-0" … "<Consumer>-<Consumers-1>".
+	// processes of the group: two subscribers sharing a name would refresh,
+	// claim back and acknowledge each other's entries. Default
+	// "<hostname>-<program>-<pid>-<random>", reduced to letters, digits,
+	// '.', '_' and '-', unique to each process (and each [Subscriber] of a
+	// process gets its own "-<n>" after it). Set a name that is stable
+	// across restarts (a pod name, an instance ordinal) to have a
+	// restarted process take back at once the entries its previous
+	// incarnation left pending (see Subscriber); with the default they are
+	// claimed by the group after MaxIdleTime. With Consumers > 1 the
+	// consumers are named "<Consumer>-0" … "<Consumer>-<Consumers-1>".
 	Consumer string `yaml:"consumer" env:"CONSUMER"`
 	// Consumers is the number of consumers (subscriptions) per topic in
 	// this process; together they are the budget's concurrency. Default 4:
@@ -134,6 +146,15 @@ type Config struct {
 	NackResendSleep time.Duration `yaml:"nack_resend_sleep" env:"NACK_RESEND_SLEEP"`
 	// KeepAlive configures the keep-alive of held entries.
 	KeepAlive KeepAliveConfig `yaml:"keep_alive" envPrefix:"KEEP_ALIVE_"`
+	// MaxDeliveries is how many times Redis may deliver an entry to the
+	// group (its delivery count: a first read, then every claim from a
+	// consumer that died, stalled or let it go). A delivery past it is
+	// flagged for the [DeadLetter] middleware, which moves it to
+	// DeadLetterTopic instead of running its handler: a payload that
+	// kills its consumer process kills at most MaxDeliveries of them.
+	// Default 5; negative means unlimited. Nacks handled inside one
+	// subscriber do not count.
+	MaxDeliveries int `yaml:"max_deliveries" env:"MAX_DELIVERIES"`
 
 	// DefaultMaxLen bounds every stream the publisher writes to about this
 	// many entries (XADD MAXLEN ~): when it overflows, Redis trims the
@@ -142,7 +163,8 @@ type Config struct {
 	DefaultMaxLen int64            `yaml:"default_max_len" env:"DEFAULT_MAX_LEN"`
 	MaxLen        map[string]int64 `yaml:"max_len" env:"MAX_LEN"`
 
-	// DeadLetterTopic is the stream malformed entries are moved to by the
+	// DeadLetterTopic is the stream malformed entries, and entries
+	// delivered more than MaxDeliveries times, are moved to by the
 	// [DeadLetter] middleware. Default spillway.deadletter.
 	DeadLetterTopic string `yaml:"dead_letter_topic" env:"DEAD_LETTER_TOPIC"`
 }
@@ -171,6 +193,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.KeepAlive.MaxInFlight == 0 {
 		c.KeepAlive.MaxInFlight = defaultMaxInFlight
+	}
+	if c.MaxDeliveries == 0 {
+		c.MaxDeliveries = defaultMaxDeliveries
 	}
 	if c.DeadLetterTopic == "" {
 		c.DeadLetterTopic = defaultDeadLetterTopic
@@ -318,23 +343,36 @@ func (c Config) consumerNames() []string {
 	return names
 }
 
-// defaultConsumerName returns "<hostname>-<program>", reduced to letters,
-// digits, '.', '_' and '-'. It is stable across restarts of a process on
-// the same host (unlike a PID or a random id), so a restarted process
-// recovers its own pending entries at once. Two processes of the same
-// program on one host would share it: give each its own Config.Consumer
-// then (a pod name, an instance ordinal).
+// defaultConsumerName returns "<hostname>-<program>-<pid>-<random>",
+// reduced to letters, digits, '.', '_' and '-': the same for the whole
+// life of a process, different in every process, even two of one program
+// on one host, or two containers with the same host name and PID. Host,
+// program and PID are there to find the process behind a consumer in
+// XINFO CONSUMERS; the random part makes it unique.
 func defaultConsumerName() string {
-	host, err := os.Hostname()
-	if err != nil || host == "" {
-		host = "localhost"
-	}
-	prog := "spillway"
-	if len(os.Args) > 0 && os.Args[0] != "" {
-		prog = filepath.Base(os.Args[0])
-	}
-	return sanitizeName(host) + "-" + sanitizeName(prog)
+	processNameOnce.Do(func() {
+		host, err := os.Hostname()
+		if err != nil || host == "" {
+			host = "localhost"
+		}
+		prog := "spillway"
+		if len(os.Args) > 0 && os.Args[0] != "" {
+			prog = filepath.Base(os.Args[0])
+		}
+		var b [4]byte
+		_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+		processName = sanitizeName(host) + "-" + sanitizeName(prog) + "-" + strconv.Itoa(os.Getpid()) + "-" + hex.EncodeToString(b[:])
+	})
+	return processName
 }
+
+var (
+	processNameOnce sync.Once
+	processName     string
+	// defaultNamed counts the subscribers of this process that took the
+	// default consumer name, each of which gets its own suffix.
+	defaultNamed atomic.Int64
+)
 
 func sanitizeName(s string) string {
 	b := []byte(s)
@@ -353,10 +391,10 @@ func (c Config) String() string {
 	pw := c.Password.String()
 	return fmt.Sprintf("redisbroker.Config{Addr:%q Username:%q Password:%q DB:%d TLS:%t ConsumerGroup:%q Consumer:%q Consumers:%d "+
 		"BlockTime:%s ClaimInterval:%s MaxIdleTime:%s NackResendSleep:%s KeepAlive:{Interval:%s MaxInFlight:%s} "+
-		"DefaultMaxLen:%d MaxLen:%v DeadLetterTopic:%q}",
+		"MaxDeliveries:%d DefaultMaxLen:%d MaxLen:%v DeadLetterTopic:%q}",
 		c.Addr, c.Username, pw, c.DB, tlsEnabled(c.TLS), c.ConsumerGroup, c.Consumer, c.Consumers,
 		c.BlockTime, c.ClaimInterval, c.MaxIdleTime, c.NackResendSleep, c.KeepAlive.Interval, c.KeepAlive.MaxInFlight,
-		c.DefaultMaxLen, c.MaxLen, c.DeadLetterTopic)
+		c.MaxDeliveries, c.DefaultMaxLen, c.MaxLen, c.DeadLetterTopic)
 }
 
 // GoString is String, so %#v redacts the password too.

@@ -53,10 +53,17 @@ func (c DeadLetterConfig) Validate() error {
 }
 
 // DeadLetter is a Watermill middleware that moves malformed messages (see
-// [IsMalformed]) to the dead-letter topic instead of running the handler:
-// it publishes them, then the router acks the original. If publishing fails
-// the message is nacked and retried, so a malformed entry is never dropped.
-// Other messages pass through. It is safe for concurrent use.
+// [IsMalformed]), and messages whose entry Redis has delivered more than
+// Config.MaxDeliveries times, to the dead-letter topic instead of running
+// the handler: it publishes them, then the router acks the original. If
+// publishing fails the message is nacked and retried, so such an entry is
+// never dropped. Other messages pass through. It is safe for concurrent
+// use.
+//
+// The copy is published with the message's context, so a tracing
+// publisher continues the message's trace; an unreadable entry's
+// message carries the producer's W3C trace context when its metadata
+// field could still be read.
 type DeadLetter struct {
 	cfg   DeadLetterConfig
 	count atomic.Uint64
@@ -76,10 +83,13 @@ func (d *DeadLetter) Count() uint64 { return d.count.Load() }
 
 // Middleware wraps h. Add it before (outside) the budget middleware: a
 // malformed message has no vertex_count and would be charged the whole
-// budget.
+// budget, and an exhausted one must not reach the handler at all.
 func (d *DeadLetter) Middleware(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
-		if !IsMalformed(msg) {
+		reason := exhausted(msg)
+		if IsMalformed(msg) {
+			reason = msg.Metadata.Get(metadataMalformedReason)
+		} else if reason == "" {
 			return h(msg)
 		}
 		dl := message.NewMessage(msg.UUID, msg.Payload)
@@ -90,7 +100,7 @@ func (d *DeadLetter) Middleware(h message.HandlerFunc) message.HandlerFunc {
 		for _, k := range reservedMetadata {
 			delete(dl.Metadata, k)
 		}
-		dl.Metadata.Set(metadataDeadLetterReason, msg.Metadata.Get(metadataMalformedReason))
+		dl.Metadata.Set(metadataDeadLetterReason, reason)
 		dl.Metadata.Set(metadataDeadLetterSource, entry.Stream)
 		dl.Metadata.Set(metadataDeadLetterID, entry.ID)
 		dl.SetContext(msg.Context())
@@ -98,8 +108,8 @@ func (d *DeadLetter) Middleware(h message.HandlerFunc) message.HandlerFunc {
 			return nil, fmt.Errorf("redisbroker: dead-lettering entry %s of %q: %w", entry.ID, entry.Stream, err)
 		}
 		d.count.Add(1)
-		d.cfg.Logger.Info("Malformed entry moved to the dead-letter topic", watermill.LogFields{
-			"stream": entry.Stream, "xid": entry.ID, "topic": d.cfg.Topic, "reason": msg.Metadata.Get(metadataMalformedReason),
+		d.cfg.Logger.Info("Entry moved to the dead-letter topic", watermill.LogFields{
+			"stream": entry.Stream, "xid": entry.ID, "topic": d.cfg.Topic, "reason": reason,
 		})
 		return nil, nil
 	}

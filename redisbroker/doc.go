@@ -16,10 +16,16 @@
 //     or read ahead by upstream) from going idle, so a peer does not claim
 //     and re-run slow but healthy work; after KeepAlive.MaxInFlight it
 //     lets go, so stuck work is still recovered. It runs inside the
-//     subscriber: nothing to install; [Subscriber.Stats] reports it.
+//     subscriber: nothing to install; [Subscriber.Stats] reports it. An
+//     entry it loses is revoked ([Subscriber.Revoked]): a message waiting
+//     for budget steps aside, and no ack is sent over a peer's claim.
+//   - the delivery count ([Deliveries]) of every message, and
+//     Config.MaxDeliveries: a delivery past it is dead-lettered instead
+//     of run, so a payload that kills its consumer cannot kill them all.
 //   - [DeadLetter]: a handler middleware that moves entries that could not
-//     be unmarshalled to a dead-letter stream instead of ending the
-//     subscription, as upstream does.
+//     be unmarshalled (instead of ending the subscription, as upstream
+//     does), and entries delivered more than Config.MaxDeliveries times,
+//     to a dead-letter stream.
 //   - [Subscriber.Lag]: the consumer group's backlog per stream (entries
 //     not yet delivered plus pending ones, from XINFO GROUPS, Redis 7),
 //     read on demand; telemetry/redistel turns a subscriber's lag into a
@@ -36,18 +42,21 @@
 //	dl, _ := redisbroker.NewDeadLetter(redisbroker.DeadLetterConfig{Publisher: pub, Topic: cfg.DeadLetterTopic})
 //	router.AddMiddleware(
 //		dl.Middleware,     // malformed entries never reach the budget or the handler
-//		budget.Middleware, // middleware.Budget
+//		budget.Middleware, // middleware.Budget with Revoked: sub.Revoked
 //	)
+//
+// and call sub.Completed(msg) when a handler succeeds, so its ack goes
+// through even if the entry was revoked while it ran.
 //
 // The publisher and the subscriber each own their clients (upstream closes
 // the client it is given); close both.
 //
 // # Delivery
 //
-// At least once. An entry is acked after its handler succeeds; a nacked
-// message is redelivered to the same consumer after NackResendSleep; an
-// entry whose consumer died is claimed by a peer after MaxIdleTime
-// ([Config.RedeliveryDeadline]). Connection errors are retried forever
+// At least once. An entry is acked after its handler succeeds, and only
+// while its consumer still owns it; a nacked message is redelivered to the
+// same consumer after NackResendSleep; an entry whose consumer died is
+// claimed by a peer after MaxIdleTime ([Config.RedeliveryDeadline]). Connection errors are retried forever
 // (go-redis reconnects); a consumer group lost with a server restarted
 // without persistence is recreated. See docs/redis.md.
 package redisbroker

@@ -1,7 +1,15 @@
 package redisbroker_test
 
 import (
+	"fmt"
+	"os"
+	"os/exec"
 	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/spillway-go/spillway/redisbroker"
 
 	"github.com/spillway-go/spillway/internal/redistest"
 )
@@ -36,4 +44,144 @@ func TestEdgeAckThenClose(t *testing.T) {
 			t.Fatalf("round %d: %d entries still pending after Ack then Close", i, n.Count)
 		}
 	}
+}
+
+// The default consumer name is unique to each process, even two of one
+// program on one host, and to each subscriber of a process: two
+// subscribers sharing a name would refresh, claim back and acknowledge
+// each other's entries (issue 13, item 5).
+func TestEdgeDefaultConsumerUniquePerProcess(t *testing.T) {
+	if os.Getenv("SPILLWAY_PRINT_CONSUMER") == "1" {
+		fmt.Print(redisbroker.DefaultConsumerName())
+		os.Exit(0)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestEdgeDefaultConsumerUniquePerProcess$")
+	cmd.Env = append(os.Environ(), "SPILLWAY_PRINT_CONSUMER=1")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, mine := string(out), redisbroker.DefaultConsumerName()
+	if other == "" || other == mine {
+		t.Fatalf("two processes of one program on one host both default to consumer %q", mine)
+	}
+	if again := redisbroker.DefaultConsumerName(); again != mine {
+		t.Errorf("default name changed within a process: %q then %q", mine, again)
+	}
+
+	srv := redistest.Start(t)
+	cfg := testConfig(srv)
+	cfg.Consumer = ""
+	a, b := newSubscriber(t, cfg), newSubscriber(t, cfg)
+	if a.Config().Consumer == b.Config().Consumer {
+		t.Errorf("two subscribers of one group in one process share the default consumer %q", a.Config().Consumer)
+	}
+}
+
+// Entries carry Redis's delivery count: 1 when read for the first time,
+// 2 once claimed from a consumer that died with it (issue 13, item 12).
+func TestEdgeDeliveryCount(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := testConfig(srv)
+	cfg.Consumers = 1
+	cfg.MaxIdleTime = time.Second
+	cfg.ClaimInterval = 100 * time.Millisecond
+	topic := uniq("deliveries")
+	publish(t, newPublisher(t, cfg), topic, "m")
+
+	first := newSubscriber(t, cfg)
+	msgs, err := first.Subscribe(testCtx(t), topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := <-msgs
+	if n := redisbroker.Deliveries(msg); n != 1 {
+		t.Fatalf("first delivery: Deliveries = %d, want 1", n)
+	}
+	_ = first.Close() // dies holding it
+
+	cfg.Consumer = uniq("peer")
+	peer := newSubscriber(t, cfg)
+	msgs, err = peer.Subscribe(testCtx(t), topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case msg = <-msgs:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the entry was never claimed")
+	}
+	if n := redisbroker.Deliveries(msg); n != 2 {
+		t.Errorf("claimed delivery: Deliveries = %d, want 2", n)
+	}
+	if n := redisbroker.Deliveries(message.NewMessage("x", nil)); n != 0 {
+		t.Errorf("Deliveries of a message from elsewhere = %d, want 0", n)
+	}
+	msg.Ack()
+}
+
+// A message whose entry the keep-alive gives up (KeepAlive.MaxInFlight)
+// is revoked; if it then steps aside (acked without running, as the budget
+// does), its entry is not acknowledged: it stays pending for a peer to
+// claim, never lost (issue 13, item 5).
+func TestEdgeRevokedAfterMaxInFlightStaysPending(t *testing.T) {
+	srv := redistest.Start(t)
+	raw := rawClient(t, srv)
+	cfg := testConfig(srv)
+	cfg.Consumers = 1
+	cfg.KeepAlive.Interval = 100 * time.Millisecond
+	cfg.KeepAlive.MaxInFlight = 300 * time.Millisecond
+	topic := uniq("revoke-stuck")
+	publish(t, newPublisher(t, cfg), topic, "m")
+	sub := newSubscriber(t, cfg)
+	msgs, err := sub.Subscribe(testCtx(t), topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := <-msgs
+	revoked := sub.Revoked(msg)
+	if revoked == nil {
+		t.Fatal("Revoked returned nil for a live delivery")
+	}
+	select {
+	case <-revoked:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the delivery was not revoked after KeepAlive.MaxInFlight")
+	}
+	msg.Ack() // stepped aside
+	id := msg.Metadata.Get(redisbroker.MetadataEntryID)
+	time.Sleep(300 * time.Millisecond)
+	if _, ok := pendingOf(t, raw, topic, cfg.ConsumerGroup, id); !ok {
+		t.Fatal("a message that stepped aside was acknowledged: its entry is lost")
+	}
+	if st := sub.Stats(); st.Revoked != 1 {
+		t.Errorf("Stats().Revoked = %d, want 1", st.Revoked)
+	}
+}
+
+// A lost consumer group (recreated after NOGROUP) revokes every delivery
+// the subscriber held: none of them is pending any more (issue 13, item 5).
+func TestEdgeRevokedOnGroupRecreated(t *testing.T) {
+	srv := redistest.Start(t)
+	raw := rawClient(t, srv)
+	cfg := testConfig(srv)
+	topic := uniq("revoke-group")
+	publish(t, newPublisher(t, cfg), topic, "m")
+	sub := newSubscriber(t, cfg)
+	msgs, err := sub.Subscribe(testCtx(t), topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := <-msgs
+	revoked := sub.Revoked(msg)
+	if err := raw.XGroupDestroy(testCtx(t), topic, cfg.ConsumerGroup).Err(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-revoked:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the delivery was not revoked when the group was lost")
+	}
+	sub.Completed(msg)
+	msg.Ack()
 }

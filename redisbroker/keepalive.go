@@ -40,6 +40,30 @@ const refreshBatch = 256
 
 type kaKey struct{ stream, id, consumer string }
 
+// kaEntry is one entry kept alive.
+type kaEntry struct {
+	sub       *subscription // the subscription it was delivered to
+	refreshed time.Time     // delivery, or the last successful refresh
+}
+
+// revState is the revocation state of one delivered entry, from its
+// delivery to its XACK (or the end of its subscription).
+//
+// An entry is revoked when this subscriber can no longer be sure it owns
+// it: a peer claimed it, the keep-alive let it go (MaxInFlight), could not
+// refresh it for MaxIdleTime, or the group was recreated. Revocation closes
+// the channel [Subscriber.Revoked] returned for it, so a message waiting
+// for budget steps aside. The ack of a revoked entry is sent to Redis only
+// for a message whose handler completed in this attempt
+// ([Subscriber.Completed]) or that nobody watched for revocation, and
+// only while this consumer still owns the entry (see ackScript).
+type revState struct {
+	ch        chan struct{} // made by Revoked; closed on revocation
+	revoked   bool
+	watched   bool // Revoked was asked for the current attempt
+	completed bool // Completed was called in the current attempt
+}
+
 // subscription identifies one Subscribe call. Upstream passes a context
 // derived from the subscription's to every read, claim and ack, so the
 // client can tell which subscription an entry was delivered to. Its fields
@@ -112,11 +136,13 @@ type keepAlive struct {
 	disabled  bool
 	logger    watermill.LoggerAdapter
 
+	idle    time.Duration // MaxIdleTime: an entry not refreshed for this long may be claimed
 	mu      sync.Mutex
-	entries map[kaKey]*subscription // → the subscription it was delivered to
+	entries map[kaKey]*kaEntry      // entries kept alive
 	pipes   map[kaPipe]*kaPipeState // pipes holding entries, or stuck
+	states  map[kaKey]*revState     // every entry delivered and not yet acked, kept alive or not
 
-	refreshed, lost, expired, errs atomic.Uint64
+	refreshed, lost, expired, errs, revoked atomic.Uint64
 
 	stop chan struct{}
 	done chan struct{}
@@ -129,9 +155,11 @@ func newKeepAlive(client redis.UniversalClient, cfg Config, logger watermill.Log
 		interval:  cfg.KeepAlive.Interval,
 		maxFlight: cfg.KeepAlive.MaxInFlight,
 		disabled:  cfg.KeepAlive.Disabled,
+		idle:      cfg.MaxIdleTime,
 		logger:    logger,
-		entries:   make(map[kaKey]*subscription),
+		entries:   make(map[kaKey]*kaEntry),
 		pipes:     make(map[kaPipe]*kaPipeState),
+		states:    make(map[kaKey]*revState),
 		stop:      make(chan struct{}),
 		done:      make(chan struct{}),
 	}
@@ -170,7 +198,8 @@ func (k *keepAlive) track(sub *subscription, stream, consumer string, ids ...str
 		if _, dup := k.entries[key]; dup {
 			k.dropLocked(key)
 		}
-		k.entries[key] = sub
+		k.entries[key] = &kaEntry{sub: sub, refreshed: now}
+		k.states[key] = &revState{} // delivered again: a new life
 		p.held++
 	}
 }
@@ -183,7 +212,9 @@ func (k *keepAlive) forget(sub *subscription, stream, consumer string, ids ...st
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	for _, id := range ids {
-		k.dropLocked(kaKey{stream: stream, id: id, consumer: consumer})
+		key := kaKey{stream: stream, id: id, consumer: consumer}
+		k.dropLocked(key)
+		delete(k.states, key)
 	}
 	pk := kaPipe{sub: sub, stream: stream, consumer: consumer}
 	if p := k.pipes[pk]; p != nil {
@@ -200,9 +231,10 @@ func (k *keepAlive) ended(sub *subscription) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	sub.ended = true
-	for key, owner := range k.entries {
-		if owner == sub {
+	for key, e := range k.entries {
+		if e.sub == sub {
 			k.dropLocked(key)
+			delete(k.states, key)
 		}
 	}
 	for pk := range k.pipes {
@@ -215,12 +247,12 @@ func (k *keepAlive) ended(sub *subscription) {
 // dropLocked stops tracking key. A stuck pipe is kept (with nothing held)
 // so that entries it takes later are not kept alive either.
 func (k *keepAlive) dropLocked(key kaKey) bool {
-	sub, ok := k.entries[key]
+	e, ok := k.entries[key]
 	if !ok {
 		return false
 	}
 	delete(k.entries, key)
-	pk := kaPipe{sub: sub, stream: key.stream, consumer: key.consumer}
+	pk := kaPipe{sub: e.sub, stream: key.stream, consumer: key.consumer}
 	if p := k.pipes[pk]; p != nil {
 		p.held--
 		if p.held <= 0 && !p.stuck {
@@ -228,6 +260,86 @@ func (k *keepAlive) dropLocked(key kaKey) bool {
 		}
 	}
 	return true
+}
+
+// revokeLocked stops keeping key alive and revokes it: the channel
+// Revoked returned for it closes. It reports whether key was kept alive.
+func (k *keepAlive) revokeLocked(key kaKey) bool {
+	kept := k.dropLocked(key)
+	st := k.states[key]
+	if st == nil || st.revoked {
+		return kept
+	}
+	st.revoked = true
+	if st.ch != nil {
+		close(st.ch)
+	}
+	k.revoked.Add(1)
+	return kept
+}
+
+// revokeStream revokes every entry of stream held by this subscriber: the
+// group was recreated, so none of them is pending any more.
+func (k *keepAlive) revokeStream(stream string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for key := range k.states {
+		if key.stream == stream {
+			k.revokeLocked(key)
+		}
+	}
+}
+
+// watch returns the channel that closes when key is revoked, and counts
+// the current attempt as watched; nil if key is not an entry delivered
+// and not yet acked here, or the keep-alive is off (nothing can tell).
+func (k *keepAlive) watch(key kaKey) <-chan struct{} {
+	if k.disabled {
+		return nil
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	st := k.states[key]
+	if st == nil {
+		return nil
+	}
+	st.watched = true
+	if st.ch == nil {
+		st.ch = make(chan struct{})
+		if st.revoked {
+			close(st.ch)
+		}
+	}
+	return st.ch
+}
+
+// attempt starts a new delivery attempt of key: it is handed over (again,
+// after a nack), so what the previous attempt completed no longer counts.
+func (k *keepAlive) attempt(key kaKey) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if st := k.states[key]; st != nil {
+		st.watched, st.completed = false, false
+	}
+}
+
+// complete records that the handler of key's current attempt succeeded.
+func (k *keepAlive) complete(key kaKey) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if st := k.states[key]; st != nil {
+		st.completed = true
+	}
+}
+
+// mayAck reports whether an ack of key may reach Redis: always, unless
+// key was revoked while a watched attempt had not completed (a message
+// that stepped aside without running).
+func (k *keepAlive) mayAck(key kaKey) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	st := k.states[key]
+	return st == nil || !st.revoked || !st.watched || st.completed
 }
 
 // stuck reports whether consumer has a pipe presumed stuck. Its claim loop
@@ -249,8 +361,8 @@ func (k *keepAlive) stuck(consumer string) bool {
 
 // keepAliveStats counts what the keep-alive did (see [SubscriberStats]).
 type keepAliveStats struct {
-	Tracked                          int
-	Refreshed, Lost, Expired, Errors uint64
+	Tracked                                   int
+	Refreshed, Lost, Expired, Errors, Revoked uint64
 }
 
 // stats returns counters since the subscriber was created.
@@ -264,6 +376,7 @@ func (k *keepAlive) stats() keepAliveStats {
 		Lost:      k.lost.Load(),
 		Expired:   k.expired.Load(),
 		Errors:    k.errs.Load(),
+		Revoked:   k.revoked.Load(),
 	}
 }
 
@@ -308,20 +421,34 @@ func (k *keepAlive) refresh(ctx context.Context) {
 			p.stuck = true
 		}
 	}
-	for key, sub := range k.entries {
-		if p := k.pipes[kaPipe{sub: sub, stream: key.stream, consumer: key.consumer}]; p != nil && p.stuck {
+	var stale []kaKey
+	for key, e := range k.entries {
+		if p := k.pipes[kaPipe{sub: e.sub, stream: key.stream, consumer: key.consumer}]; p != nil && p.stuck {
 			expired = append(expired, key)
+			continue
+		}
+		if now.Sub(e.refreshed) >= k.idle {
+			// Not refreshed for MaxIdleTime (Redis unreachable, or
+			// refreshes too slow): a peer may have claimed it already.
+			stale = append(stale, key)
 			continue
 		}
 		byStream[key.stream] = append(byStream[key.stream], key.consumer, key.id)
 	}
 	for _, key := range expired {
-		k.dropLocked(key)
+		k.revokeLocked(key)
+	}
+	for _, key := range stale {
+		k.revokeLocked(key)
 	}
 	k.mu.Unlock()
 	for _, key := range expired {
 		k.expired.Add(1)
 		k.logger.Info("Consumer made no progress for KeepAlive.MaxInFlight; its entry is no longer kept alive and a peer will claim it",
+			watermill.LogFields{"stream": key.stream, "xid": key.id, "consumer": key.consumer})
+	}
+	for _, key := range stale {
+		k.logger.Info("Entry could not be refreshed for MaxIdleTime; a peer may claim it, so this consumer gives it up",
 			watermill.LogFields{"stream": key.stream, "xid": key.id, "consumer": key.consumer})
 	}
 	if len(byStream) == 0 {
@@ -354,23 +481,25 @@ func (k *keepAlive) refreshStream(ctx context.Context, stream string, pairs []an
 	}
 	lostIDs, goneIDs := scriptIDs(res, 0), scriptIDs(res, 1)
 	k.refreshed.Add(uint64(len(pairs)/2 - len(lostIDs) - len(goneIDs)))
-	if len(lostIDs) == 0 {
-		return
-	}
 	lost := make(map[string]struct{}, len(lostIDs))
 	for _, id := range lostIDs {
 		lost[id] = struct{}{}
 	}
+	now := time.Now()
 	n := 0
 	k.mu.Lock()
 	for i := 0; i < len(pairs); i += 2 {
 		key := kaKey{stream: stream, consumer: pairs[i].(string), id: pairs[i+1].(string)}
 		if _, gone := lost[key.id]; !gone {
+			if e := k.entries[key]; e != nil {
+				e.refreshed = now
+			}
 			continue
 		}
 		// Acked in the meantime (already dropped), or taken by a peer:
-		// either way there is nothing left to refresh.
-		if k.dropLocked(key) {
+		// either way there is nothing left to refresh, and a message
+		// still waiting for it must step aside.
+		if k.revokeLocked(key) {
 			n++
 		}
 	}

@@ -17,7 +17,8 @@ func TestKeepAliveStuckBookkeeping(t *testing.T) {
 	defer client.Close()
 	k := &keepAlive{
 		client: client, group: "g", interval: time.Second, maxFlight: 50 * time.Millisecond,
-		logger: watermill.NopLogger{}, entries: make(map[kaKey]*subscription), pipes: make(map[kaPipe]*kaPipeState),
+		idle: time.Minute, logger: watermill.NopLogger{}, entries: make(map[kaKey]*kaEntry), pipes: make(map[kaPipe]*kaPipeState),
+		states: make(map[kaKey]*revState),
 	}
 	ctx := context.Background()
 	sub := &subscription{}

@@ -60,7 +60,7 @@ func (t *ackTable) xacked(stream, consumer string, ids []string) {
 // settle acknowledges in Redis every entry whose message was acked but
 // whose XACK has not succeeded. Call it once upstream has stopped. It
 // returns the first error.
-func (t *ackTable) settle(c redis.UniversalClient, group string, timeout time.Duration) error {
+func (t *ackTable) settle(c redis.UniversalClient, k *keepAlive, group string, timeout time.Duration) error {
 	t.mu.Lock()
 	var todo []ackSlot
 	var ids []string
@@ -83,7 +83,7 @@ func (t *ackTable) settle(c redis.UniversalClient, group string, timeout time.Du
 	defer cancel()
 	var first error
 	for i, slot := range todo {
-		if err := c.XAck(ctx, slot.stream, group, ids[i]).Err(); err != nil && first == nil {
+		if err := ackOwned(ctx, c, k, slot.stream, group, slot.consumer, ids[i:i+1]).Err(); err != nil && first == nil {
 			first = err
 		} else if err == nil {
 			t.xacked(slot.stream, slot.consumer, ids[i:i+1])

@@ -75,6 +75,9 @@ var (
 // lazily to cfg.Addr, or uses the client given with [WithClient]. It starts
 // the keep-alive goroutine.
 func NewSubscriber(cfg Config, logger watermill.LoggerAdapter, opts ...Option) (*Subscriber, error) {
+	if cfg.Consumer == "" {
+		cfg.Consumer = defaultConsumerName() + "-" + strconv.FormatInt(defaultNamed.Add(1), 10)
+	}
 	cfg.setDefaults()
 	o, err := buildOptions(opts)
 	if err != nil {
@@ -111,9 +114,10 @@ func NewSubscriber(cfg Config, logger watermill.LoggerAdapter, opts ...Option) (
 		up, err := redisstream.NewSubscriber(redisstream.SubscriberConfig{
 			Client: &entryClient{UniversalClient: c, consumer: name, keepAlive: s.keepAlive, acks: &s.acks}, // upstream closes it
 			Unmarshaller: safeUnmarshaller{
-				inner:     redisstream.DefaultMarshallerUnmarshaller{},
-				group:     cfg.ConsumerGroup,
-				malformed: &s.malformed,
+				inner:         redisstream.DefaultMarshallerUnmarshaller{},
+				group:         cfg.ConsumerGroup,
+				maxDeliveries: cfg.MaxDeliveries,
+				malformed:     &s.malformed,
 			},
 			Consumer:                      name,
 			ConsumerGroup:                 cfg.ConsumerGroup,
@@ -207,6 +211,10 @@ type SubscriberStats struct {
 	// RefreshErrors counts keep-alive refresh calls that failed (Redis
 	// unreachable…).
 	RefreshErrors uint64
+	// Revoked counts deliveries revoked (see [Subscriber.Revoked]): lost
+	// to a peer, expired, not refreshed for MaxIdleTime, or held when the
+	// group was recreated.
+	Revoked uint64
 }
 
 // Stats returns counters since the subscriber was created.
@@ -219,6 +227,40 @@ func (s *Subscriber) Stats() SubscriberStats {
 		Lost:          ka.Lost,
 		Expired:       ka.Expired,
 		RefreshErrors: ka.Errors,
+		Revoked:       ka.Revoked,
+	}
+}
+
+// Revoked returns a channel that closes when the delivery of msg is
+// revoked: the keep-alive found its entry claimed by a peer, let it go
+// after KeepAlive.MaxInFlight, could not refresh it for MaxIdleTime, or
+// the consumer group was recreated. Use it as
+// middleware.BudgetConfig.Revoked, so a message still waiting for budget
+// steps aside instead of running over a peer's claim; call
+// [Subscriber.Completed] when its handler succeeds. Once Revoked was asked
+// for a delivery, its ack reaches Redis only if Completed was called for
+// it: a message that stepped aside is left pending, for the peer or the
+// idle claim, never acknowledged unprocessed. Whether asked or not, an
+// ack is never sent for an entry a peer now owns.
+//
+// Revoked returns nil for a message that is not a delivery of this
+// subscriber still unacknowledged, or when the keep-alive is disabled
+// (nothing can tell a revocation then).
+func (s *Subscriber) Revoked(msg *message.Message) <-chan struct{} {
+	e, ok := entryOf(msg)
+	if !ok || e.Group != s.cfg.ConsumerGroup {
+		return nil
+	}
+	return s.keepAlive.watch(kaKey{stream: e.Stream, id: e.ID, consumer: e.Consumer})
+}
+
+// Completed records that the handler of msg succeeded in this delivery
+// attempt, so its ack reaches Redis even if the delivery was revoked while
+// it ran, provided this consumer still owns the entry. See
+// [Subscriber.Revoked].
+func (s *Subscriber) Completed(msg *message.Message) {
+	if e, ok := entryOf(msg); ok && e.Group == s.cfg.ConsumerGroup {
+		s.keepAlive.complete(kaKey{stream: e.Stream, id: e.ID, consumer: e.Consumer})
 	}
 }
 
@@ -254,6 +296,10 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 			return nil, err
 		}
 		s.recoverOwnPending(ctx, topic)
+		// Best effort: with the ack script cached, no ack pays the
+		// NOSCRIPT round trip, which widens the window in which Close
+		// cancels an ack in flight.
+		_ = ackScript.Load(ctx, s.control).Err()
 		s.topics[topic] = true
 	}
 	sub := &subscription{}
@@ -325,6 +371,9 @@ func (s *Subscriber) forward(ctx context.Context, in <-chan *message.Message, ou
 		// before this goroutine runs again. A message never handed over is
 		// never acked, and Close does not wait for it.
 		s.acks.handed(msg)
+		if e, ok := entryOf(msg); ok {
+			s.keepAlive.attempt(kaKey{stream: e.Stream, id: e.ID, consumer: e.Consumer})
+		}
 		select {
 		case out <- msg:
 		case <-s.closing:
@@ -410,6 +459,9 @@ func (s *Subscriber) recreateGroups() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for _, t := range topics {
+		// Every entry held on t was pending in the lost group: nobody
+		// owns it any more, so waiting messages step aside.
+		s.keepAlive.revokeStream(t)
 		if err := s.createGroup(ctx, t); err != nil {
 			s.logger.Error("Recreating the consumer group failed", err, watermill.LogFields{"topic": t})
 			continue
@@ -445,7 +497,7 @@ func (s *Subscriber) Close() error {
 	}
 	wg.Wait()
 	s.wg.Wait()
-	if err := s.acks.settle(s.control, s.cfg.ConsumerGroup, 5*time.Second); err != nil {
+	if err := s.acks.settle(s.control, s.keepAlive, s.cfg.ConsumerGroup, 5*time.Second); err != nil {
 		errs = append(errs, fmt.Errorf("redisbroker: acknowledging acked messages on close: %w", err))
 	}
 	s.keepAlive.close()

@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"unicode/utf8"
@@ -24,6 +25,13 @@ const (
 	metadataConsumer = "_spillway_redis_consumer"
 	// metadataGroup is the consumer group the entry was read by.
 	metadataGroup = "_spillway_redis_group"
+	// metadataDeliveries is the entry's delivery count in the group, this
+	// delivery included: "1" for an entry read for the first time.
+	metadataDeliveries = "_spillway_redis_deliveries"
+	// metadataExhausted holds, on a message whose entry was delivered more
+	// than Config.MaxDeliveries times, why it must go to the dead-letter
+	// topic instead of its handler.
+	metadataExhausted = "_spillway_redis_exhausted"
 
 	// metadataMalformed is "1" on a message standing for an entry that
 	// could not be unmarshalled. Its payload is a JSON [malformedEntry].
@@ -32,7 +40,8 @@ const (
 	metadataMalformedReason = "spillway_malformed_reason"
 )
 
-var reservedMetadata = [...]string{metadataStream, metadataEntryID, metadataConsumer, metadataGroup, metadataMalformed, metadataMalformedReason}
+var reservedMetadata = [...]string{metadataStream, metadataEntryID, metadataConsumer, metadataGroup, metadataDeliveries,
+	metadataExhausted, metadataMalformed, metadataMalformedReason}
 
 // entry identifies the Redis stream entry a message was delivered from.
 type entry struct {
@@ -50,6 +59,24 @@ func entryOf(msg *message.Message) (entry, bool) {
 	}
 	return e, e.Stream != "" && e.ID != "" && e.Consumer != ""
 }
+
+// Deliveries returns how many times Redis has delivered the entry msg
+// stands for to its consumer group, this delivery included (its delivery
+// count, as XPENDING reports it): 1 for an entry read for the first time,
+// more for one claimed from a consumer that died, stalled or let it go.
+// A message nacked and handed over again by the same subscriber keeps its
+// count. It is 0 for a message that did not come from a [Subscriber].
+func Deliveries(msg *message.Message) int {
+	n, err := strconv.Atoi(msg.Metadata.Get(metadataDeliveries))
+	if err != nil || n < 0 {
+		return 0
+	}
+	return n
+}
+
+// exhausted returns why msg must be dead-lettered because its entry was
+// delivered too many times, or "".
+func exhausted(msg *message.Message) string { return msg.Metadata.Get(metadataExhausted) }
 
 // IsMalformed reports whether msg stands for an entry that could not be
 // unmarshalled. Such a message must not reach a handler: install the
@@ -73,9 +100,10 @@ type malformedEntry struct {
 // cannot read becomes a message flagged malformed ([IsMalformed]). It also turns
 // the entryRef left by entryClient into metadata.
 type safeUnmarshaller struct {
-	inner     redisstream.Unmarshaller
-	group     string
-	malformed *atomic.Uint64
+	inner         redisstream.Unmarshaller
+	group         string
+	maxDeliveries int // negative: unlimited
+	malformed     *atomic.Uint64
 }
 
 func (u safeUnmarshaller) Unmarshal(values map[string]any) (*message.Message, error) {
@@ -95,6 +123,12 @@ func (u safeUnmarshaller) Unmarshal(values map[string]any) (*message.Message, er
 		msg.Metadata.Set(metadataEntryID, ref.id)
 		msg.Metadata.Set(metadataGroup, u.group)
 		msg.Metadata.Set(metadataConsumer, ref.consumer)
+		if ref.deliveries > 0 {
+			msg.Metadata.Set(metadataDeliveries, strconv.FormatInt(ref.deliveries, 10))
+		}
+		if u.maxDeliveries > 0 && ref.deliveries > int64(u.maxDeliveries) {
+			msg.Metadata.Set(metadataExhausted, fmt.Sprintf("delivered %d times, more than MaxDeliveries (%d)", ref.deliveries, u.maxDeliveries))
+		}
 	}
 	return msg, nil
 }
@@ -145,7 +179,34 @@ func malformedMessage(ref entryRef, values map[string]any, cause error) *message
 	}
 	uuid := "malformed-" + ref.stream + "-" + ref.id
 	msg := message.NewMessage(uuid, payload)
+	copyTraceContext(msg, values)
 	msg.Metadata.Set(metadataMalformed, "1")
 	msg.Metadata.Set(metadataMalformedReason, cause.Error())
 	return msg
+}
+
+// traceKeys are the W3C trace-context keys a producer's tracing puts in
+// metadata.
+var traceKeys = [...]string{"traceparent", "tracestate", "baggage"}
+
+// copyTraceContext copies the producer's W3C trace context from an
+// unreadable entry's metadata field, when that field at least can be read
+// (upstream's encoding), so the consumer span and the dead-letter copy of
+// a malformed entry stay in the producer's trace.
+func copyTraceContext(msg *message.Message, values map[string]any) {
+	md, ok := values["metadata"]
+	if !ok {
+		return
+	}
+	probe, err := (redisstream.DefaultMarshallerUnmarshaller{}).Unmarshal(map[string]any{
+		redisstream.UUIDHeaderKey: "probe", "metadata": md,
+	})
+	if err != nil || probe == nil {
+		return
+	}
+	for _, k := range traceKeys {
+		if v := probe.Metadata.Get(k); v != "" && len(v) <= 1024 {
+			msg.Metadata.Set(k, v)
+		}
+	}
 }

@@ -19,10 +19,10 @@ type backend interface {
 	// publisher is the broker's raw publisher; the router stamps and
 	// closes it.
 	publisher() message.Publisher
-	// subscriber returns the subscriber for one handler, and the session
-	// tracker that makes its admission revocation-aware (nil if the
-	// broker has no revocable deliveries).
-	subscriber(handler, topic string) (message.Subscriber, *kafkabroker.SessionTracker, error)
+	// subscriber returns the subscriber for one handler, and the tracker
+	// that makes its admission revocation-aware (nil if the broker has no
+	// revocable deliveries).
+	subscriber(handler, topic string) (message.Subscriber, deliveryTracker, error)
 	// group is the consumer group the broker really uses for the
 	// handler named handler; "" if the broker has no consumer groups.
 	group(handler string) string
@@ -43,6 +43,19 @@ type backend interface {
 	close() error
 }
 
+// deliveryTracker makes budget admission revocation-aware for one
+// handler's subscriber: a Kafka session ([kafkabroker.SessionTracker]) or
+// a Redis entry's ownership ([redisbroker.Subscriber.Revoked]). The budget
+// waits on Revoked; the shutdown gate calls Begin before admission and the
+// admitted layer Completed when the handler succeeds.
+type deliveryTracker interface {
+	Revoked(msg *message.Message) <-chan struct{}
+	Begin(msg *message.Message)
+	Completed(msg *message.Message)
+}
+
+var _ deliveryTracker = (*kafkabroker.SessionTracker)(nil)
+
 // memoryBackend is Watermill's GoChannel, persistent: a subscriber
 // receives everything published to its topic, also before it subscribed.
 // There are no consumer groups and no sessions; every subscriber gets every
@@ -57,7 +70,7 @@ func newMemoryBackend(logger watermill.LoggerAdapter) *memoryBackend {
 
 func (b *memoryBackend) publisher() message.Publisher { return b.ch }
 
-func (b *memoryBackend) subscriber(string, string) (message.Subscriber, *kafkabroker.SessionTracker, error) {
+func (b *memoryBackend) subscriber(string, string) (message.Subscriber, deliveryTracker, error) {
 	// One GoChannel serves every handler; closing it is the router's job.
 	return nopCloseSubscriber{b.ch}, nil, nil
 }

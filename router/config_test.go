@@ -71,6 +71,7 @@ func TestDefaults(t *testing.T) {
 		ConsumerGroup: "spillway", Consumers: 4, BlockTime: 500 * time.Millisecond, ClaimInterval: 5 * time.Second,
 		MaxIdleTime: 30 * time.Second, NackResendSleep: 100 * time.Millisecond,
 		KeepAlive:       redisbroker.KeepAliveConfig{Interval: 10 * time.Second, MaxInFlight: 5 * time.Minute},
+		MaxDeliveries:   5,
 		DeadLetterTopic: "spillway.deadletter",
 	}
 	want.Telemetry = TelemetryConfig{Name: "spillway", LagInterval: 10 * time.Second}

@@ -11,7 +11,6 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/spillway-go/spillway"
-	"github.com/spillway-go/spillway/kafkabroker"
 	"github.com/spillway-go/spillway/telemetry"
 )
 
@@ -118,7 +117,7 @@ type customBackend struct {
 
 func (c *customBackend) publisher() message.Publisher { return c.b.Publisher }
 
-func (c *customBackend) subscriber(handler, topic string) (message.Subscriber, *kafkabroker.SessionTracker, error) {
+func (c *customBackend) subscriber(handler, topic string) (message.Subscriber, deliveryTracker, error) {
 	sub, err := c.b.Subscriber(handler, topic)
 	if err != nil {
 		return nil, nil, fmt.Errorf("router: custom: subscriber for %s: %w", handler, err)

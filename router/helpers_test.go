@@ -16,6 +16,7 @@ import (
 	"github.com/twpayne/go-geom/xy"
 
 	"github.com/spillway-go/spillway/cost"
+	"github.com/spillway-go/spillway/kafkabroker"
 )
 
 // polygons returns every polygon of the US counties test data (members of
@@ -166,3 +167,10 @@ func (l *recordingLogger) Errors() []string {
 }
 
 func xyHull(g geom.T) geom.T { return xy.ConvexHull(g) }
+
+// kafkaTracker is the Kafka session tracker of the handler named handler,
+// or nil.
+func (r *Router) kafkaTracker(handler string) *kafkabroker.SessionTracker {
+	t, _ := r.tracker(handler).(*kafkabroker.SessionTracker)
+	return t
+}

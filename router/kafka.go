@@ -65,7 +65,10 @@ func (r *Router) Brokers() []string {
 // work before fresh work while the consumer is saturated, and coalescing
 // never lets it supersede. False for deliveries no session tracker knows.
 func (r *Router) isRedelivery(msg *message.Message) bool {
-	if t := r.tracker(message.HandlerNameFromCtx(msg.Context())); t != nil {
+	if r.cfg.Broker == BrokerRedis {
+		return redisRedelivery(msg)
+	}
+	if t, ok := r.tracker(message.HandlerNameFromCtx(msg.Context())).(*kafkabroker.SessionTracker); ok && t != nil {
 		return t.Redelivered(msg)
 	}
 	return false
@@ -75,7 +78,7 @@ func (b *kafkaBackend) group(handler string) string { return b.cfg.ConsumerGroup
 
 func (b *kafkaBackend) publisher() message.Publisher { return b.pub }
 
-func (b *kafkaBackend) subscriber(handler, _ string) (message.Subscriber, *kafkabroker.SessionTracker, error) {
+func (b *kafkaBackend) subscriber(handler, _ string) (message.Subscriber, deliveryTracker, error) {
 	sub, tr, err := b.cluster.NewSubscriber(b.group(handler))
 	if err != nil {
 		return nil, nil, kafkaError(err)

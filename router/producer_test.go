@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"go.uber.org/goleak"
 
 	"github.com/spillway-go/spillway"
 	"github.com/spillway-go/spillway/cost"
@@ -171,6 +172,7 @@ func TestProducerLoad(t *testing.T) {
 // the handler's consumer group lags by more than the threshold, Publisher
 // waits.
 func TestProducerLagThrottle(t *testing.T) {
+	defer goleak.VerifyNone(t, leakOptions...) // the subscribers have closed before the server stops
 	cfg := redisConfig(t)
 	cfg.Redis.Consumers = 1
 	cfg.Telemetry.LagInterval = 50 * time.Millisecond

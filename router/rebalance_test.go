@@ -370,8 +370,8 @@ wait:
 	}
 
 	// Measure before teardown.
-	bEvents := b.r.tracker("geo").Events()
-	aEvents := a.r.tracker("geo").Events()
+	bEvents := b.r.kafkaTracker("geo").Events()
+	aEvents := a.r.kafkaTracker("geo").Events()
 	if len(bEvents) > 0 {
 		res.rebalance = bEvents[0].Started.Sub(joined)
 	} else {

@@ -13,7 +13,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/spillway-go/spillway"
-	"github.com/spillway-go/spillway/kafkabroker"
 	"github.com/spillway-go/spillway/redisbroker"
 	"github.com/spillway-go/spillway/telemetry"
 	"github.com/spillway-go/spillway/telemetry/redistel"
@@ -100,14 +99,19 @@ func newRedisBackend(cfg RedisConfig, logger watermill.LoggerAdapter, client red
 	dl, err := redisbroker.NewDeadLetter(redisbroker.DeadLetterConfig{Publisher: dlPub, Topic: cfg.DeadLetterTopic, Logger: logger})
 	if err != nil {
 		_ = pub.Close()
-		return nil, fmt.Errorf("router: redis: dead letter: %w", err)
+		return nil, err
 	}
 	return &redisBackend{cfg: cfg, logger: logger, opts: opts, pub: pub, dl: dl, dlPub: dlPub, subs: make(map[string]*redisbroker.Subscriber)}, nil
 }
 
+// redisRedelivery is the retry gate's sign of a Redis redelivery: the entry's
+// delivery count is above one (it was claimed from another consumer, or
+// by this one after it died or stalled).
+func redisRedelivery(msg *message.Message) bool { return redisbroker.Deliveries(msg) > 1 }
+
 func (b *redisBackend) publisher() message.Publisher { return b.pub }
 
-func (b *redisBackend) subscriber(handler, _ string) (message.Subscriber, *kafkabroker.SessionTracker, error) {
+func (b *redisBackend) subscriber(handler, _ string) (message.Subscriber, deliveryTracker, error) {
 	sub, err := redisbroker.NewSubscriber(redisGroupConfig(b.cfg, b.group(handler)), b.logger, b.opts...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("router: redis: subscriber for %s: %w", handler, err)
@@ -122,8 +126,20 @@ func (b *redisBackend) subscriber(handler, _ string) (message.Subscriber, *kafka
 			delete(b.subs, handler)
 		}
 		b.mu.Unlock()
-	}}, nil, nil
+	}}, redisTracker{sub}, nil
 }
+
+// redisTracker is a Redis handler's delivery tracker: a message waiting
+// for budget steps aside when the keep-alive loses its entry (a peer
+// claimed it, MaxInFlight, refreshes failing, the group recreated), and
+// the ack of a revoked entry reaches Redis only for a completed handler
+// and only while this consumer still owns it. A nacked message starts a
+// new attempt inside the subscriber, so Begin has nothing to do.
+type redisTracker struct{ sub *redisbroker.Subscriber }
+
+func (t redisTracker) Revoked(msg *message.Message) <-chan struct{} { return t.sub.Revoked(msg) }
+func (redisTracker) Begin(*message.Message)                         {}
+func (t redisTracker) Completed(msg *message.Message)               { t.sub.Completed(msg) }
 
 func (b *redisBackend) group(handler string) string { return redisGroup(b.cfg, handler) }
 

@@ -82,7 +82,7 @@ func TestRevocationStepAsideAndLateCommit(t *testing.T) {
 	b := newMember()
 	go func() { errs <- b.Run(context.Background()) }()
 
-	tr := a.tracker("geo")
+	tr := a.kafkaTracker("geo")
 	waitFor(t, "the first session to end", func() bool {
 		ev := tr.Events()
 		return len(ev) > 0 && !ev[0].Ended.IsZero()
@@ -203,7 +203,7 @@ func TestTracerComposes(t *testing.T) {
 	if inner.handlers == 0 || inner.claims == 0 {
 		t.Errorf("inner tracer not used: %d handlers, %d claims", inner.handlers, inner.claims)
 	}
-	if r.tracker("h") == nil || len(r.tracker("h").Events()) == 0 {
+	if r.tracker("h") == nil || len(r.kafkaTracker("h").Events()) == 0 {
 		t.Error("session tracker bypassed")
 	}
 }

@@ -163,7 +163,7 @@ type Router struct {
 	lagThrottled *producer.LagThrottled // nil: producer.lag_throttle off
 
 	mu       sync.Mutex
-	trackers map[string]*kafkabroker.SessionTracker
+	trackers map[string]deliveryTracker
 	topics   map[string]string // handler name -> subscribed topic
 	retryHs  map[string]*message.Handler
 	subs     []message.Subscriber
@@ -217,7 +217,7 @@ func newRouter(cfg Config, logger watermill.LoggerAdapter, o options, ctl contro
 		cfg:      cfg,
 		logger:   logger,
 		opts:     o,
-		trackers: make(map[string]*kafkabroker.SessionTracker),
+		trackers: make(map[string]deliveryTracker),
 		topics:   make(map[string]string),
 		retryHs:  make(map[string]*message.Handler),
 		closed:   make(chan struct{}),
@@ -319,12 +319,13 @@ func newRouter(cfg Config, logger watermill.LoggerAdapter, o options, ctl contro
 	if !ctl.noBudget {
 		bc := middleware.BudgetConfig{Budget: r.budget, Estimator: est, OnAdmission: r.countAdmission(hs.onAdmission)}
 		r.limitSize(&bc)
-		if cfg.Broker == BrokerKafka && !ctl.noRevocation {
+		if (cfg.Broker == BrokerKafka || cfg.Broker == BrokerRedis) && !ctl.noRevocation {
 			bc.Revoked = r.revoked
 		}
 		if r.policy != nil && (bc.Revoked != nil || cfg.Shedding.Coalesce.Enabled) {
 			// A waiter steps aside when a newer message of its entity
-			// supersedes it, or when its Kafka session ends.
+			// supersedes it, when its Kafka session ends, or when its
+			// Redis entry is lost.
 			bc.Revoked = r.policy.Revoked(bc.Revoked)
 		}
 		if r.budgetMW, err = middleware.NewBudget(bc); err != nil {
@@ -399,7 +400,7 @@ func (r *Router) Watermill() *message.Router { return r.wm }
 // which has no consumer groups.
 func (r *Router) ConsumerGroup(handler string) string { return r.back.group(handler) }
 
-func (r *Router) tracker(handler string) *kafkabroker.SessionTracker {
+func (r *Router) tracker(handler string) deliveryTracker {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.trackers[handler]
@@ -557,7 +558,7 @@ func (r *Router) subscriber(name, topic string) (message.Subscriber, error) {
 	return sub, nil
 }
 
-func (r *Router) newSubscriber(name, topic string) (message.Subscriber, *kafkabroker.SessionTracker, error) {
+func (r *Router) newSubscriber(name, topic string) (message.Subscriber, deliveryTracker, error) {
 	if err := r.back.ensureTopic(topic); err != nil {
 		return nil, nil, err
 	}
@@ -700,11 +701,11 @@ func (r *Router) close() error {
 // Stats is a snapshot of the router's admission state.
 type Stats struct {
 	Budget        middleware.BudgetStats
-	Revocations   uint64 // waiting messages that stepped aside (Kafka rebalance, or superseded)
+	Revocations   uint64 // waiting messages that stepped aside (Kafka rebalance, Redis entry lost, or superseded)
 	Cancellations uint64 // waiting messages that gave up (shutdown)
 	LateMarks     uint64 // acks committed after their session ended (Kafka)
 	Evictions     uint64 // times a member came back under a new member id (Kafka)
-	DeadLettered  uint64 // malformed entries moved to redis.dead_letter_topic (Redis)
+	DeadLettered  uint64 // malformed or over-delivered entries moved to redis.dead_letter_topic (Redis)
 
 	Shedding *shedding.Stats    // nil when shedding is off
 	Retry    *retrygate.Stats   // nil when the retry gate is off
@@ -759,8 +760,10 @@ func (r *Router) Stats() Stats {
 	}
 	r.mu.Lock()
 	for _, t := range r.trackers {
-		s.LateMarks += t.LateMarks()
-		s.Evictions += t.Evictions()
+		if kt, ok := t.(*kafkabroker.SessionTracker); ok {
+			s.LateMarks += kt.LateMarks()
+			s.Evictions += kt.Evictions()
+		}
 	}
 	r.mu.Unlock()
 	return s

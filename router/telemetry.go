@@ -12,21 +12,34 @@ import (
 )
 
 // deadLettering wraps the broker's dead-letter middleware so a message it
-// moves is counted and its span marked dead_lettered (reason malformed).
+// moves is counted and its span marked dead_lettered, with the reason
+// malformed (unreadable) or redelivered (delivered more than
+// redis.max_deliveries times).
 func (r *Router) deadLettering(dl message.HandlerMiddleware) message.HandlerMiddleware {
 	if r.metrics == nil {
 		return dl
 	}
 	m := r.metrics
+	maxDeliveries := r.cfg.Redis.WithDefaults().MaxDeliveries
+	reasonOf := func(msg *message.Message) string {
+		switch {
+		case redisbroker.IsMalformed(msg):
+			return "malformed"
+		case maxDeliveries > 0 && redisbroker.Deliveries(msg) > maxDeliveries:
+			return "redelivered"
+		}
+		return ""
+	}
 	return func(h message.HandlerFunc) message.HandlerFunc {
 		next := dl(h)
 		return func(msg *message.Message) ([]*message.Message, error) {
-			if !redisbroker.IsMalformed(msg) {
+			reason := reasonOf(msg)
+			if reason == "" {
 				return next(msg)
 			}
 			out, err := next(msg)
 			if err == nil {
-				m.RecordOutcome(msg, telemetry.OutcomeDeadLettered, "", "malformed")
+				m.RecordOutcome(msg, telemetry.OutcomeDeadLettered, "", reason)
 			}
 			return out, err
 		}
