@@ -69,6 +69,9 @@ func (r *Router) observe() error {
 		return fmt.Errorf("router: telemetry: %w", err)
 	}
 	r.unregister = append(r.unregister, un)
+	if err := r.observeInternals(); err != nil {
+		return err
+	}
 	if r.sizer != nil {
 		sizer := r.sizer
 		un, err := r.metrics.ObserveBounds(name, func() telemetry.Bounds {

@@ -4,6 +4,7 @@ import (
 	"runtime/debug"
 	"sync"
 
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
@@ -58,4 +59,15 @@ func tracer(tp trace.TracerProvider) trace.Tracer {
 // meter is tracer's counterpart for metrics.
 func meter(mp metric.MeterProvider) metric.Meter {
 	return mp.Meter(ScopeName, metric.WithInstrumentationVersion(scopeVersion()), metric.WithSchemaURL(semconv.SchemaURL))
+}
+
+// Meter returns the meter Spillway's own instruments use, from mp (the
+// global provider when nil): scope [ScopeName], this module's version and
+// the semantic conventions' schema URL. Instruments a program adds with it
+// are reported under the same scope as Spillway's.
+func Meter(mp metric.MeterProvider) metric.Meter {
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	return meter(mp)
 }

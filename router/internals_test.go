@@ -1,0 +1,117 @@
+package router
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	"go.uber.org/goleak"
+)
+
+// series returns, per metric name, each data point's value by its
+// attribute set (one string of key=value pairs).
+func series(t *testing.T, reader sdkmetric.Reader) map[string]map[string]float64 {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]map[string]float64{}
+	put := func(name string, set attribute.Set, v float64) {
+		if out[name] == nil {
+			out[name] = map[string]float64{}
+		}
+		key := ""
+		for _, kv := range set.ToSlice() {
+			if kv.Key != "budget" {
+				key += string(kv.Key) + "=" + kv.Value.Emit() + " "
+			}
+		}
+		out[name][key] = v
+	}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			switch d := m.Data.(type) {
+			case metricdata.Sum[int64]:
+				for _, p := range d.DataPoints {
+					put(m.Name, p.Attributes, float64(p.Value))
+				}
+			case metricdata.Sum[float64]:
+				for _, p := range d.DataPoints {
+					put(m.Name, p.Attributes, p.Value)
+				}
+			case metricdata.Gauge[int64]:
+				for _, p := range d.DataPoints {
+					put(m.Name, p.Attributes, float64(p.Value))
+				}
+			case metricdata.Gauge[float64]:
+				for _, p := range d.DataPoints {
+					put(m.Name, p.Attributes, p.Value)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// Issue 13, item 14: the layers that had only Stats export their work:
+// the producer section's waits, the retry budget's tokens and the Redis
+// keep-alive's refreshes and holdings.
+func TestEdgeInternalsExported(t *testing.T) {
+	defer goleak.VerifyNone(t, leakOptions...)
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer func() { _ = mp.Shutdown(context.Background()) }()
+	cfg := redisConfig(t)
+	cfg.Retry.Enabled = true
+	cfg.Producer.RateLimit = ProducerRateLimitConfig{VerticesPerSecond: 50, Burst: 10}
+	cfg.Redis.KeepAlive.Interval = 50 * time.Millisecond
+	r, err := New(cfg, nil, WithMeterProvider(mp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, release := make(chan struct{}, 8), make(chan struct{})
+	if _, err := r.AddConsumerHandler("h", "shapes", func(*message.Message) error {
+		held <- struct{}{}
+		<-release
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	errc := runRouter(t, r)
+	// Three 5-vertex polygons against a burst of 10 at 50/s: the third
+	// waits for the limiter.
+	for i := range 3 {
+		publishCosted(t, r, "shapes", "m"+string(rune('a'+i)), 5)
+	}
+	<-held
+	time.Sleep(300 * time.Millisecond) // a few keep-alive refreshes
+	got := series(t, reader)
+	close(release)
+	closeRouter(t, r, errc)
+
+	if w := got["spillway.producer.wait"]["limiter=rate_limit "]; w <= 0 {
+		t.Errorf("spillway.producer.wait{limiter=rate_limit} = %v, want > 0 (series %v)", w, got["spillway.producer.wait"])
+	}
+	if _, ok := got["spillway.producer.rejected"][""]; !ok {
+		t.Errorf("spillway.producer.rejected missing: %v", got["spillway.producer.rejected"])
+	}
+	if tok, ok := got["spillway.retry.tokens"][""]; !ok || tok <= 0 {
+		t.Errorf("spillway.retry.tokens = %v (present %v), want > 0", tok, ok)
+	}
+	if n := got["spillway.redis.keep_alive.tracked"][""]; n < 1 {
+		t.Errorf("spillway.redis.keep_alive.tracked = %v, want ≥ 1 (a held entry)", n)
+	}
+	if n := got["spillway.redis.keep_alive.refreshed"][""]; n < 1 {
+		t.Errorf("spillway.redis.keep_alive.refreshed = %v, want ≥ 1", n)
+	}
+	for _, reason := range []string{"claimed", "expired", "revoked"} {
+		if _, ok := got["spillway.redis.keep_alive.lost"]["reason="+reason+" "]; !ok {
+			t.Errorf("spillway.redis.keep_alive.lost{reason=%s} missing: %v", reason, got["spillway.redis.keep_alive.lost"])
+		}
+	}
+}
