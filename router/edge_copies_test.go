@@ -338,6 +338,12 @@ func TestEdgeUncountableAuditCopy(t *testing.T) {
 	errc := runRouter(t, r)
 	publishCosted(t, r, "pos", "v2", 5, "entity_id", "e", "entity_version", "2")
 	<-handled
+	// The version guard holds v2 as done once it is acked; GoChannel
+	// delivers each message on its own goroutine, so v1 must not go out
+	// before that.
+	if n := r.settling.wait(time.Now().Add(10 * time.Second)); n != 0 {
+		t.Fatalf("v2 not acked: %d messages unsettled", n)
+	}
 	stale := message.NewMessage("v1", []byte("garbage"))
 	stale.Metadata.Set("entity_id", "e")
 	stale.Metadata.Set("entity_version", "1")
@@ -345,9 +351,10 @@ func TestEdgeUncountableAuditCopy(t *testing.T) {
 		t.Fatal(err)
 	}
 	audit := b.waitFor("pos.shed", 1, 10*time.Second)
+	st := r.Stats()
 	closeRouter(t, r, errc)
 	if len(audit) != 1 || audit[0].UUID != "v1" {
-		t.Fatalf("audit topic holds %v, want v1", audit)
+		t.Fatalf("audit topic holds %v, want v1 (shedding %+v, budget %+v)", audit, st.Shedding, st.Budget)
 	}
 	if v, ok := audit[0].Metadata[cost.MetadataKey]; ok {
 		t.Errorf("audit copy stamped %q, want no count", v)
