@@ -145,12 +145,17 @@ func soak(t *testing.T, name, cfg string, feats []geodata.Feature, dur time.Dura
 	}
 
 	// Capacity: how fast two consumers drain a backlog of the mix.
+	// The clock starts once both consumers run, so their start-up is not
+	// counted against them.
 	backlog := s.publish(1000)
-	start := time.Now()
+	var start time.Time
 	for i := range s.opts {
 		w := crashtest.Start(t, s.opts[i])
 		s.workers = append(s.workers, w)
 		s.all = append(s.all, w)
+		if i == 0 {
+			start = time.Now()
+		}
 	}
 	for {
 		done := s.doneAll()
@@ -176,7 +181,7 @@ func soak(t *testing.T, name, cfg string, feats []geodata.Feature, dur time.Dura
 	// The soak: publish at twice the capacity; kill and restart one
 	// consumer every minute.
 	start = time.Now()
-	published := 0
+	published := 0 // vertices
 	nextKill := start.Add(time.Minute)
 	kills := 0
 	for time.Since(start) < dur {
@@ -282,7 +287,8 @@ func soak(t *testing.T, name, cfg string, feats []geodata.Feature, dur time.Dura
 	}
 	bound := float64(soakBudget) * bytesPerVertex
 	var b strings.Builder
-	fmt.Fprintf(&b, "soak on %s, %s at %.0f vertices/s (2 × capacity %.0f), %d kills:\n", name, elapsed.Round(time.Second), target, capacity, kills)
+	fmt.Fprintf(&b, "soak on %s, %s, target %.0f vertices/s (2 × capacity %.0f), published %.0f vertices/s, %d kills:\n",
+		name, elapsed.Round(time.Second), target, capacity, float64(published)/elapsed.Seconds(), kills)
 	fmt.Fprintf(&b, "  published      %7d (%d poison, %d sent twice)\n", len(s.ids), len(s.poison), len(s.dupes))
 	fmt.Fprintf(&b, "  processed      %7d (by the workers, before they stopped; %d during the soak)\n", processed, len(duringSoak))
 	fmt.Fprintf(&b, "  in flight      %7d (left in the broker at stop, drained after)\n", inFlight)
@@ -298,7 +304,7 @@ func soak(t *testing.T, name, cfg string, feats []geodata.Feature, dur time.Dura
 	for _, k := range keys {
 		fmt.Fprintf(&b, "  duplicates     %7d %s\n", causes[k], k)
 	}
-	fmt.Fprintf(&b, "  peak heap      %7.1f MiB in a consumer; memory bound %.1f MiB (%d vertices × %.0f B/vertex)\n",
+	fmt.Fprintf(&b, "  peak heap      %7.1f MiB in a consumer process (all of its heap); in-flight geometry bound %.1f MiB (%d vertices × %.0f B/vertex)\n",
 		float64(peak)/(1<<20), bound/(1<<20), soakBudget, bytesPerVertex)
 	t.Log("\n" + b.String())
 	if processed+inFlight+deadLettered+lost != len(s.ids) {
