@@ -28,7 +28,7 @@ func series(t *testing.T, reader sdkmetric.Reader) map[string]map[string]float64
 		key := ""
 		for _, kv := range set.ToSlice() {
 			if kv.Key != "budget" {
-				key += string(kv.Key) + "=" + kv.Value.Emit() + " "
+				key += string(kv.Key) + "=" + kv.Value.String() + " "
 			}
 		}
 		out[name][key] = v
