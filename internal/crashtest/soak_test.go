@@ -6,8 +6,6 @@ import (
 	"os"
 	"sort"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -91,15 +89,7 @@ type soakRun struct {
 	killed   []*crashtest.Consumer
 	all      []*crashtest.Consumer
 	opts     [2]crashtest.Options
-	// send publishes one message: at once during calibration, through a
-	// pool of publishing goroutines during the soak.
-	send func(p message.Publisher, m *message.Message)
 }
-
-// soakPublishers is how many goroutines publish during the soak: one
-// publisher sending one message at a time cannot reach twice a consumer
-// pair's capacity on Redis.
-const soakPublishers = 16
 
 func (s *soakRun) publish(n int) (vertices int) {
 	s.t.Helper()
@@ -110,15 +100,21 @@ func (s *soakRun) publish(n int) (vertices int) {
 		switch {
 		case s.next%100 == 0:
 			id = "poison-" + id
-			s.send(s.raw, message.NewMessage(id, []byte("garbage")))
+			if err := s.raw.Publish(topic, message.NewMessage(id, []byte("garbage"))); err != nil {
+				s.t.Fatal(err)
+			}
 			s.poison[id] = true
 		default:
-			s.send(s.pub, message.NewMessage(id, []byte(f.Geometry)))
+			if err := s.pub.Publish(topic, message.NewMessage(id, []byte(f.Geometry))); err != nil {
+				s.t.Fatal(err)
+			}
 			s.vertices[id] = f.Vertices
 			vertices += f.Vertices
 			if s.next%150 == 0 {
 				// The producer sends it again (a retried send, say).
-				s.send(s.pub, message.NewMessage(id, []byte(f.Geometry)))
+				if err := s.pub.Publish(topic, message.NewMessage(id, []byte(f.Geometry))); err != nil {
+					s.t.Fatal(err)
+				}
 				s.dupes[id] = true
 			}
 		}
@@ -141,11 +137,6 @@ func soak(t *testing.T, name, cfg string, feats []geodata.Feature, dur time.Dura
 	c := loadConfig(t, cfg)
 	s := &soakRun{t: t, cfg: cfg, feats: feats, poison: map[string]bool{}, dupes: map[string]bool{}, vertices: map[string]int{}}
 	s.raw = rawPublisher(t, c)
-	s.send = func(p message.Publisher, m *message.Message) {
-		if err := p.Publish(topic, m); err != nil {
-			t.Fatal(err)
-		}
-	}
 	s.pub = stampingPublisher(t, cfg)
 	dlq := collect(t, cfg, "soak-dlq", topic+".dead_letter")
 	for i := range s.opts {
@@ -189,23 +180,6 @@ func soak(t *testing.T, name, cfg string, feats []geodata.Feature, dur time.Dura
 
 	// The soak: publish at twice the capacity; kill and restart one
 	// consumer every minute.
-	jobs := make(chan func() error, 1024)
-	var pool sync.WaitGroup
-	var pubErrs atomic.Int64
-	for range soakPublishers {
-		pool.Add(1)
-		go func() {
-			defer pool.Done()
-			for job := range jobs {
-				if err := job(); err != nil && pubErrs.Add(1) == 1 {
-					t.Errorf("publishing: %v", err)
-				}
-			}
-		}()
-	}
-	s.send = func(p message.Publisher, m *message.Message) {
-		jobs <- func() error { return p.Publish(topic, m) }
-	}
 	start = time.Now()
 	published := 0 // vertices
 	nextKill := start.Add(time.Minute)
@@ -231,8 +205,6 @@ func soak(t *testing.T, name, cfg string, feats []geodata.Feature, dur time.Dura
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	close(jobs)
-	pool.Wait()
 	elapsed := time.Since(start)
 
 	// Stop: SIGTERM, then drain what is left with a consumer that only
