@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/spillway-go/spillway/internal/errtext"
 )
 
 // The unmarshal error of a malformed entry is kept in metadata cut to about
@@ -13,8 +15,8 @@ func TestEdgeMalformedReasonBounded(t *testing.T) {
 	long := errors.New("cannot decode: " + strings.Repeat("é", 1<<20))
 	msg := malformedMessage(entryRef{stream: "s", id: "1-0", consumer: "c"}, map[string]any{"payload": "x"}, long)
 	got := msg.Metadata.Get(metadataMalformedReason)
-	if len(got) > maxReasonText || !utf8.ValidString(got) || !strings.HasSuffix(got, "(truncated)") {
-		t.Errorf("reason is %d bytes (valid UTF-8 %v), want ≤ %d and marked", len(got), utf8.ValidString(got), maxReasonText)
+	if len(got) > errtext.Max || !utf8.ValidString(got) || !strings.HasSuffix(got, "(truncated)") {
+		t.Errorf("reason is %d bytes (valid UTF-8 %v), want ≤ %d and marked", len(got), utf8.ValidString(got), errtext.Max)
 	}
 	short := malformedMessage(entryRef{stream: "s", id: "1-0", consumer: "c"}, nil, errors.New("bad"))
 	if r := short.Metadata.Get(metadataMalformedReason); r != "bad" {

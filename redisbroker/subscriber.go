@@ -463,6 +463,12 @@ func (s *Subscriber) recreateGroups() {
 		// owns it any more, so waiting messages step aside.
 		s.keepAlive.revokeStream(t)
 		if err := s.createGroup(ctx, t); err != nil {
+			select {
+			case <-s.closing:
+				// Close shut the client under us: not a failure.
+				return
+			default:
+			}
 			s.logger.Error("Recreating the consumer group failed", err, watermill.LogFields{"topic": t})
 			continue
 		}

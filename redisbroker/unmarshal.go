@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"unicode/utf8"
 
+	"github.com/spillway-go/spillway/internal/errtext"
+
 	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
 	"github.com/ThreeDotsLabs/watermill/message"
 )
@@ -181,28 +183,8 @@ func malformedMessage(ref entryRef, values map[string]any, cause error) *message
 	msg := message.NewMessage(uuid, payload)
 	copyTraceContext(msg, values)
 	msg.Metadata.Set(metadataMalformed, "1")
-	msg.Metadata.Set(metadataMalformedReason, reasonText(cause))
+	msg.Metadata.Set(metadataMalformedReason, errtext.Cut(cause))
 	return msg
-}
-
-// maxReasonText bounds the unmarshal error kept in metadata: an error that
-// quotes the entry must not make the dead-letter copy as big as the entry
-// (issue 13, item 11).
-const maxReasonText = 1024
-
-// reasonText is err's text cut to maxReasonText bytes on a UTF-8 boundary,
-// marked as cut.
-func reasonText(err error) string {
-	s := err.Error()
-	if len(s) <= maxReasonText {
-		return s
-	}
-	const mark = "… (truncated)"
-	cut := maxReasonText - len(mark)
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return strings.ToValidUTF8(s[:cut], "") + mark
 }
 
 // traceKeys are the W3C trace-context keys a producer's tracing puts in

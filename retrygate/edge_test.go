@@ -11,6 +11,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/spillway-go/spillway/internal/errtext"
+
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	wmw "github.com/ThreeDotsLabs/watermill/message/router/middleware"
@@ -143,7 +145,7 @@ func TestEdgeErrorTextBounded(t *testing.T) {
 	}
 	check := func(what, v string) {
 		t.Helper()
-		if len(v) == 0 || len(v) > maxErrorText || !utf8.ValidString(v) || !strings.HasSuffix(v, "(truncated)") {
+		if len(v) == 0 || len(v) > errtext.Max || !utf8.ValidString(v) || !strings.HasSuffix(v, "(truncated)") {
 			t.Errorf("%s: %d bytes, valid UTF-8 %t, suffix %q", what, len(v), utf8.ValidString(v), v[max(0, len(v)-20):])
 		}
 	}
@@ -155,8 +157,8 @@ func TestEdgeErrorTextBounded(t *testing.T) {
 	check("dead letter "+wmw.ReasonForPoisonedKey, d[0].Metadata.Get(wmw.ReasonForPoisonedKey))
 
 	short := errors.New("short")
-	if got := errorText(short); got != "short" {
-		t.Errorf("errorText(short) = %q", got)
+	if got := errtext.Cut(short); got != "short" {
+		t.Errorf("errtext.Cut(short) = %q", got)
 	}
 }
 

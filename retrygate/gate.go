@@ -4,9 +4,9 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
-	"unicode/utf8"
+
+	"github.com/spillway-go/spillway/internal/errtext"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -266,27 +266,6 @@ func (g *Gate) originOf(msg *message.Message, topic string) string {
 	return topic
 }
 
-// maxErrorText bounds the handler error text copied into a retry or
-// dead-letter copy's metadata (spillway_last_error, reason_poisoned), so a
-// copy never grows past the broker's message size nor carries a payload an
-// error message quoted.
-const maxErrorText = 1024
-
-// errorText returns err's text, cut to at most maxErrorText bytes on a
-// UTF-8 boundary and marked as cut.
-func errorText(err error) string {
-	s := err.Error()
-	if len(s) <= maxErrorText {
-		return s
-	}
-	const mark = "… (truncated)"
-	cut := maxErrorText - len(mark)
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return strings.ToValidUTF8(s[:cut], "") + mark
-}
-
 func readCount(msg *message.Message, key string) int {
 	n, err := strconv.Atoi(msg.Metadata.Get(key))
 	if err != nil || n < 0 {
@@ -417,7 +396,7 @@ func (d *delivery) deferMsg(cause string, delay time.Duration) ([]*message.Messa
 		m.Metadata.Set(notBeforeKey, time.Now().Add(delay).UTC().Format(time.RFC3339Nano))
 		m.Metadata.Set(OriginTopicKey, d.origin)
 		if d.lastErr != nil {
-			m.Metadata.Set(lastErrorKey, errorText(d.lastErr))
+			m.Metadata.Set(lastErrorKey, errtext.Cut(d.lastErr))
 		}
 	}
 	if cause == causeSaturatedOnArrival {
@@ -449,7 +428,7 @@ func (d *delivery) deadLetter(cause string) ([]*message.Message, error) {
 	g := d.g
 	cp := d.copy()
 	delete(cp.Metadata, notBeforeKey)
-	cp.Metadata.Set(wmw.ReasonForPoisonedKey, errorText(d.lastErr))
+	cp.Metadata.Set(wmw.ReasonForPoisonedKey, errtext.Cut(d.lastErr))
 	cp.Metadata.Set(wmw.PoisonedTopicKey, d.topic)
 	cp.Metadata.Set(wmw.PoisonedHandlerKey, d.handler)
 	cp.Metadata.Set(wmw.PoisonedSubscriberKey, message.SubscriberNameFromCtx(d.ctx))
@@ -463,7 +442,7 @@ func (d *delivery) deadLetter(cause string) ([]*message.Message, error) {
 	}
 	f := d.logFields(dest)
 	f["cause"] = cause
-	g.opts.Logger.Info("retrygate: message dead-lettered: "+errorText(d.lastErr), f)
+	g.opts.Logger.Info("retrygate: message dead-lettered: "+errtext.Cut(d.lastErr), f)
 	d.end(DeadLettered, cause, dest, d.lastErr)
 	return nil, nil
 }

@@ -128,6 +128,13 @@ func requireInFlight(t *testing.T, c *crashtest.Consumer) {
 	t.Logf("killed consumer %d with %d messages in flight", c.Pid(), n)
 }
 
+// brokers are the two brokers every crash test runs on, each with its
+// config builder.
+var brokers = []struct {
+	name string
+	cfg  func(*testing.T) string
+}{{"kafka", kafkaConfig}, {"redis", redisConfig}}
+
 func kafkaConfig(t *testing.T) string {
 	b := kafkatest.Start(t, 4, topic)
 	return fmt.Sprintf(`broker: kafka
@@ -164,10 +171,7 @@ redis:
 // is processed, and the only duplicates are messages the killed process
 // had started.
 func TestEdgeKillConsumer(t *testing.T) {
-	for _, b := range []struct {
-		name string
-		cfg  func(*testing.T) string
-	}{{"kafka", kafkaConfig}, {"redis", redisConfig}} {
+	for _, b := range brokers {
 		t.Run(b.name, func(t *testing.T) {
 			cfg := b.cfg(t)
 			ids := burst(t, cfg, 400)
@@ -187,10 +191,7 @@ func TestEdgeKillConsumer(t *testing.T) {
 // member of the same group; Redis consumer of the same name) and no peer:
 // nothing it had pending is lost.
 func TestEdgeRestartSameIdentity(t *testing.T) {
-	for _, b := range []struct {
-		name string
-		cfg  func(*testing.T) string
-	}{{"kafka", kafkaConfig}, {"redis", redisConfig}} {
+	for _, b := range brokers {
 		t.Run(b.name, func(t *testing.T) {
 			cfg := b.cfg(t)
 			ids := burst(t, cfg, 300)
@@ -212,10 +213,7 @@ func TestEdgeRestartSameIdentity(t *testing.T) {
 // subscriptions close, what waited for budget goes back to the broker, and
 // no message is processed twice (issue 13, item 4).
 func TestEdgeSigtermNoDuplicates(t *testing.T) {
-	for _, b := range []struct {
-		name string
-		cfg  func(*testing.T) string
-	}{{"kafka", kafkaConfig}, {"redis", redisConfig}} {
+	for _, b := range brokers {
 		t.Run(b.name, func(t *testing.T) {
 			cfg := b.cfg(t)
 			ids := burst(t, cfg, 400)

@@ -62,10 +62,7 @@ func TestSoak(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, b := range []struct {
-		name string
-		cfg  func(*testing.T) string
-	}{{"kafka", kafkaConfig}, {"redis", redisConfig}} {
+	for _, b := range brokers {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
 			cfg := strings.Replace(b.cfg(t), "vertices: 1000", fmt.Sprintf("vertices: %d", soakBudget), 1) + retrySection
