@@ -34,7 +34,8 @@ test-short:
 # real geometry at twice the consumers' measured capacity with poison and
 # duplicates mixed in, a consumer process killed and restarted every minute;
 # it prints the accounting and fails on any unexplained message
-# (docs/benchmarks.md). SOAK sets its length; both brokers run at once.
+# (docs/benchmarks.md). SOAK sets the length of the load; the drain of the
+# backlog after it takes about as long again. Both brokers run at once.
 SOAK ?= 10m
 soak: deps
 	SPILLWAY_SOAK=$(SOAK) $(GO) test -run '^TestSoak$$' -count=1 -v -timeout 3h ./internal/crashtest/
