@@ -155,7 +155,8 @@ func mustVertexBudget(capacity int64, opts ...Option) *VertexBudget {
 // BenchmarkAcquireReleaseInterleaved measures VertexBudget and
 // semaphore.Weighted in alternating rounds of the same benchmark, so that
 // both see the same load on a shared machine: each round times a block of
-// acquire+release pairs on one, then the same block on the other. It
+// acquire+release pairs on one, then the same block on the other, the
+// order swapped from one round to the next. It
 // reports both costs per pair (median over rounds) and their ratio
 // (median of the per-round ratios); ns/op is the pair of blocks.
 func BenchmarkAcquireReleaseInterleaved(b *testing.B) {
@@ -211,11 +212,14 @@ func BenchmarkAcquireReleaseInterleaved(b *testing.B) {
 			var perOp [2][]float64
 			var ratios []float64
 			b.ReportAllocs()
-			for b.Loop() {
+			for round := 0; b.Loop(); round++ {
 				var ns [2]float64
-				for i, run := range impls {
+				// Alternate which goes first: the first block of a round
+				// runs slower on this machine, whichever it is.
+				for k := range 2 {
+					i := (k + round) % 2
 					start := time.Now()
-					run(block)
+					impls[i](block)
 					ns[i] = float64(time.Since(start).Nanoseconds()) / block
 					perOp[i] = append(perOp[i], ns[i])
 				}
