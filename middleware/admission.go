@@ -129,7 +129,10 @@ func (c BudgetConfig) Validate() error {
 // back to zero whenever no handler is running. It is safe for concurrent use;
 // one Budget may wrap any number of handlers, which then share the budget.
 type Budget struct {
-	cfg BudgetConfig
+	cfg      BudgetConfig
+	lanes    bool // the budget has lanes
+	byMsg    bool // some lane selects by handler or topic
+	byCharge bool // some lane selects by charge
 }
 
 // NewBudget returns the middleware for cfg.
@@ -138,7 +141,12 @@ func NewBudget(cfg BudgetConfig) (*Budget, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Budget{cfg: cfg}, nil
+	b := cfg.Budget
+	m := &Budget{cfg: cfg, lanes: len(b.lanes) > 1, byMsg: b.selectsByMessage()}
+	for i := range b.lanes {
+		m.byCharge = m.byCharge || b.lanes[i].maxCharge > 0
+	}
+	return m, nil
 }
 
 // Middleware wraps h with budget admission.
@@ -169,7 +177,11 @@ func (m *Budget) Middleware(h message.HandlerFunc) message.HandlerFunc {
 				}
 			}
 		}
-		p, err := m.cfg.Budget.acquire(msg.Context(), c.Vertices, c.Messages, abort)
+		var lane int
+		if m.lanes {
+			lane = m.laneOf(msg, c)
+		}
+		p, err := m.cfg.Budget.acquire(msg.Context(), lane, c.Vertices, c.Messages, abort)
 		if err != nil {
 			switch {
 			case errors.Is(err, errRevoked):
@@ -190,6 +202,34 @@ func (m *Budget) Middleware(h message.HandlerFunc) message.HandlerFunc {
 		defer granted.Restore(msg, prev, had)
 		return h(msg)
 	}
+}
+
+// laneOf returns the index of msg's lane in the budget (see [Lane]).
+func (m *Budget) laneOf(msg *message.Message, c cost.Charge) int {
+	var handler, topic string
+	if m.byMsg {
+		ctx := msg.Context()
+		handler, topic = message.HandlerNameFromCtx(ctx), message.SubscribeTopicFromCtx(ctx)
+	}
+	return m.cfg.Budget.laneFor(handler, topic, c.Vertices)
+}
+
+// SaturatedForMessage is the pressure signal of msg's lane
+// ([VertexBudget.LaneSaturatedFor]): with lanes, shedding and the retry
+// gate judge a message by its own lane, so that saturation of a heavy lane
+// does not make the light lane shed. Without lanes it is the budget's
+// [VertexBudget.SaturatedFor]. It prices msg with the estimator when a
+// lane selects by charge.
+func (m *Budget) SaturatedForMessage(msg *message.Message) time.Duration {
+	b := m.cfg.Budget
+	if !m.lanes {
+		return b.SaturatedFor()
+	}
+	var c cost.Charge
+	if m.byCharge {
+		c = m.cfg.Estimator.Estimate(msg)
+	}
+	return b.saturatedFor(b.lanes[m.laneOf(msg, c)].saturatedSince.Load())
 }
 
 // oversize refuses msg: OnOversize takes it, or the error wraps

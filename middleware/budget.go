@@ -33,6 +33,11 @@ var errRevoked = errors.New("spillway: delivery revoked while waiting for budget
 // capacity is clamped to the capacity, so it is admitted once everything else
 // has drained and then runs alone; nothing deadlocks on an oversized message.
 //
+// With [WithLanes] the budget is split into lanes: FIFO within each lane,
+// weighted fair queuing in vertices across them, and an optional reserved
+// share per lane (see [Lane]). Without it there is one lane and the
+// behaviour above is exact.
+//
 // Every successful Acquire returns a [Permit] that must be released exactly
 // once. A VertexBudget is safe for concurrent use by multiple goroutines. Its
 // zero value is not usable; create one with [NewVertexBudget].
@@ -48,9 +53,26 @@ type VertexBudget struct {
 	messageLimit int64 // 0: unlimited
 	inUse        int64
 	inUseMsgs    int64
-	head, tail   *waiter
 	waiting      int
 	waitingVerts int64
+
+	// lanes has at least one lane; one lane is the plain FIFO budget.
+	lanes []lane
+	// reserved is the sum of the lanes' reservations, idleReserve the
+	// part of it not in use (the sum of max(0, reserve − inUse) per
+	// lane). Both are 0 without reservations.
+	reserved    int64
+	idleReserve int64
+	laneSat     bool // some lane's saturatedSince is set (multi-lane only)
+	single      bool // one lane: lanes[0]'s inUse is inUse and is not kept
+
+	admittedVerts uint64 // one lane only: vertices admitted
+
+	// byCharge lists, in order, the lanes a charge without a message can
+	// select (no handler or topic selector), with their MaxCharge.
+	byCharge []chargeSel
+
+	waiters sync.Pool // recycled *waiter of this budget, with their channels
 
 	admitted  uint64
 	clamped   uint64
@@ -59,6 +81,8 @@ type VertexBudget struct {
 	waited    uint64 // admissions that had to wait
 	totalWait time.Duration
 	maxWait   time.Duration
+
+	laneErr error // from WithLanes, reported by NewVertexBudget
 }
 
 // Option configures a [VertexBudget].
@@ -79,7 +103,8 @@ func WithMessageLimit(n int64) Option {
 // NewVertexBudget returns a budget of capacity vertices. It returns a
 // [*spillway.FieldError] (matching [spillway.ErrInvalidConfig]) if capacity
 // is not positive (a budget is sized from measurements, see package
-// sizing, and a zero budget is always a mistake) or above [MaxCapacity].
+// sizing, and a zero budget is always a mistake) or above [MaxCapacity],
+// or if the lanes of [WithLanes] are invalid.
 func NewVertexBudget(capacity int64, opts ...Option) (*VertexBudget, error) {
 	if err := checkCapacity(capacity); err != nil {
 		return nil, err
@@ -88,6 +113,19 @@ func NewVertexBudget(capacity int64, opts ...Option) (*VertexBudget, error) {
 	for _, o := range opts {
 		o(b)
 	}
+	if b.laneErr != nil {
+		return nil, b.laneErr
+	}
+	if len(b.lanes) == 0 {
+		b.lanes = []lane{{name: "default", weight: 1}}
+	}
+	b.single = len(b.lanes) == 1
+	for i := range b.lanes {
+		if l := &b.lanes[i]; len(l.handlers) == 0 && len(l.topics) == 0 {
+			b.byCharge = append(b.byCharge, chargeSel{lane: int32(i), max: l.maxCharge})
+		}
+	}
+	b.setReservesLocked()
 	return b, nil
 }
 
@@ -111,6 +149,7 @@ type Permit struct {
 	vertices int64
 	messages int64
 	wait     time.Duration
+	lane     int32
 	clamped  bool
 }
 
@@ -126,8 +165,14 @@ func (p Permit) Release() {
 	}
 }
 
+type chargeSel struct {
+	lane int32
+	max  int64
+}
+
 type waiter struct {
 	vertices, messages int64 // as requested
+	lane               int32
 	enqueued           time.Duration
 	ready              chan struct{} // buffered(1); receives once on grant
 	prev, next         *waiter
@@ -140,71 +185,180 @@ type waiter struct {
 	gWait     time.Duration
 }
 
-// Waiters are pooled, their channels are not: a channel made by one
-// testing/synctest bubble cannot be used by another, and a waiting caller
-// pays for its channel in time it spends blocked anyway.
-var waiterPool = sync.Pool{New: func() any { return new(waiter) }}
+// newWaiter returns a recycled waiter of this budget, or a new one.
+// Waiters and their channels are reused only within one budget (its own
+// pool): a channel made inside a testing/synctest bubble must not be used
+// by another, and a budget lives in one bubble.
+func (b *VertexBudget) newWaiter() *waiter {
+	if w, ok := b.waiters.Get().(*waiter); ok {
+		return w
+	}
+	return &waiter{ready: make(chan struct{}, 1)}
+}
+
+// recycle returns w, whose channel is empty, to the budget's pool.
+func (b *VertexBudget) recycle(w *waiter) {
+	*w = waiter{ready: w.ready}
+	b.waiters.Put(w)
+}
 
 // Acquire charges vertices (and one message) against the budget, blocking in
 // FIFO order until it fits or ctx is done. On cancellation it returns
 // ctx.Err() unchanged and holds nothing. A cost above the capacity is clamped
-// to the capacity.
+// to the capacity. With lanes, the charge goes to the first lane whose
+// [Lane.MaxCharge] admits it and that selects no handler or topic, or else
+// to the last lane.
 func (b *VertexBudget) Acquire(ctx context.Context, vertices int64) (Permit, error) {
-	return b.acquire(ctx, vertices, 1, nil)
+	if b.single {
+		// The uncontended path of the plain budget, kept apart so that it
+		// stays a lock, a few comparisons and an unlock.
+		b.mu.Lock()
+		if b.waiting == 0 && vertices >= 0 && vertices <= b.capacity-b.inUse && b.messageLimit == 0 {
+			b.inUse += vertices
+			b.inUseMsgs++
+			b.admitted++
+			b.admittedVerts += uint64(vertices)
+			if b.inUse > b.peakInUse {
+				b.peakInUse = b.inUse
+			}
+			if b.inUse >= b.capacity {
+				b.updateSaturationLocked()
+			}
+			b.mu.Unlock()
+			return Permit{b: b, vertices: vertices, messages: 1}, nil
+		}
+		b.mu.Unlock()
+		return b.acquire(ctx, 0, vertices, 1, nil)
+	}
+	li := b.chargeLane(vertices)
+	l := &b.lanes[li]
+	b.mu.Lock()
+	if b.waiting == 0 && vertices >= 0 && b.messageLimit == 0 {
+		// The uncontended path with lanes: the charge fits in the room
+		// the other lanes' unused reservations leave, unclamped.
+		idle := max(0, l.reserve-l.inUse)
+		if vertices <= b.capacity-b.inUse-(b.idleReserve-idle) && vertices <= b.capacity-(b.reserved-l.reserve) {
+			b.inUse += vertices
+			b.inUseMsgs++
+			b.admitted++
+			if b.inUse > b.peakInUse {
+				b.peakInUse = b.inUse
+			}
+			l.inUse += vertices
+			b.idleReserve -= idle - max(0, l.reserve-l.inUse)
+			l.admitted++
+			l.admittedVerts += uint64(vertices)
+			if b.inUse >= b.capacity || b.capacity-b.inUse-b.idleReserve <= 0 {
+				b.updateSaturationLocked()
+			}
+			b.mu.Unlock()
+			return Permit{b: b, vertices: vertices, messages: 1, lane: int32(li)}, nil
+		}
+	}
+	b.mu.Unlock()
+	return b.acquire(ctx, li, vertices, 1, nil)
 }
 
-// tryAcquire admits the charge only if it fits now and nobody is waiting
-// ahead of it. It never blocks.
+// acquire charges vertices and messages in lane li: at once if nobody
+// waits and the charge fits, else in waitLocked.
+func (b *VertexBudget) acquire(ctx context.Context, li int, vertices, messages int64, abort <-chan struct{}) (Permit, error) {
+	if vertices < 0 || messages < 0 {
+		return Permit{}, ErrNegativeCost
+	}
+	l := &b.lanes[li]
+	b.mu.Lock()
+	if b.waiting == 0 {
+		if v, m, clamped, ok := b.fits(l, vertices, messages); ok {
+			b.take(l, v, m, clamped)
+			// Taking only adds load, so saturation can only have begun:
+			// the whole budget's, or a lane's once no lane has room.
+			if b.saturatedLocked() || (b.reserved != 0 && b.capacity-b.inUse-b.idleReserve <= 0) {
+				b.updateSaturationLocked()
+			}
+			b.mu.Unlock()
+			return Permit{b: b, vertices: v, messages: m, lane: int32(li), clamped: clamped}, nil
+		}
+	}
+	return b.waitLocked(ctx, li, vertices, messages, abort)
+}
+
+// chargeLane is laneFor for a charge without a message: the first lane
+// that selects no handler or topic and whose MaxCharge admits vertices, or
+// the last lane.
+func (b *VertexBudget) chargeLane(vertices int64) int {
+	for _, c := range b.byCharge {
+		if c.max == 0 || vertices < c.max {
+			return int(c.lane)
+		}
+	}
+	return len(b.lanes) - 1
+}
+
+// tryAcquire admits the charge (in the lane Acquire would use) only if it
+// fits now and nobody is waiting ahead of it. It never blocks.
 func (b *VertexBudget) tryAcquire(vertices int64) (Permit, bool) {
 	if vertices < 0 {
 		return Permit{}, false
 	}
+	var li int
+	if len(b.lanes) > 1 {
+		li = b.chargeLane(vertices)
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.head != nil {
+	l := &b.lanes[li]
+	if b.waiting != 0 && (l.head != nil || len(b.lanes) == 1) {
 		return Permit{}, false
 	}
-	v, m, clamped, ok := b.fits(vertices, 1)
-	if !ok {
+	v, m, clamped, ok := b.fits(l, vertices, 1)
+	if !ok || (b.waiting != 0 && l.inUse+v > l.reserve) {
+		// With other lanes waiting, only the lane's own reservation is
+		// free to take without queuing.
 		return Permit{}, false
 	}
-	b.take(v, m, clamped)
+	b.take(l, v, m, clamped)
 	b.updateSaturationLocked()
-	return Permit{b: b, vertices: v, messages: m, clamped: clamped}, true
+	return Permit{b: b, vertices: v, messages: m, lane: int32(li), clamped: clamped}, true
 }
 
-func (b *VertexBudget) acquire(ctx context.Context, vertices, messages int64, abort <-chan struct{}) (Permit, error) {
-	if vertices < 0 || messages < 0 {
-		return Permit{}, ErrNegativeCost
-	}
-	b.mu.Lock()
-	if b.head == nil {
-		if v, m, clamped, ok := b.fits(vertices, messages); ok {
-			b.take(v, m, clamped)
-			// Taking only adds load, so saturation can only have begun.
-			if b.saturatedLocked() {
-				b.updateSaturationLocked()
-			}
-			b.mu.Unlock()
-			return Permit{b: b, vertices: v, messages: m, clamped: clamped}, nil
-		}
-	}
+// waitLocked is acquire's slow path, entered with the lock held: the
+// charge queues in its lane. It is a function of its own so that the fast
+// path does not pay for its frame.
+//
+//go:noinline
+func (b *VertexBudget) waitLocked(ctx context.Context, li int, vertices, messages int64, abort <-chan struct{}) (Permit, error) {
+	l := &b.lanes[li]
 	if err := ctx.Err(); err != nil {
 		b.mu.Unlock()
 		return Permit{}, err
 	}
-	w := waiterPool.Get().(*waiter)
-	w.vertices, w.messages = vertices, messages
-	w.ready = make(chan struct{}, 1)
+	w := b.newWaiter()
+	w.vertices, w.messages, w.lane = vertices, messages, int32(li)
 	w.enqueued = time.Since(b.epoch)
 	b.pushLocked(w)
+	if len(b.lanes) > 1 && l.head == w {
+		// A lane that starts waiting may be served at once: it may be
+		// the lane below its share, or within its reservation.
+		b.notifyLocked()
+		if w.granted {
+			// Admitted without blocking: not a wait.
+			<-w.ready
+			b.waited--
+			l.waited--
+			p := Permit{b: b, vertices: w.gVertices, messages: w.gMessages, lane: w.lane, clamped: w.gClamped}
+			b.updateSaturationLocked()
+			b.recycle(w)
+			b.mu.Unlock()
+			return p, nil
+		}
+	}
 	b.updateSaturationLocked()
 	b.mu.Unlock()
 
 	var err error
 	select {
 	case <-w.ready:
-		p := Permit{b: b, vertices: w.gVertices, messages: w.gMessages, wait: w.gWait, clamped: w.gClamped}
+		p := Permit{b: b, vertices: w.gVertices, messages: w.gMessages, wait: w.gWait, lane: w.lane, clamped: w.gClamped}
 		b.recycle(w)
 		return p, nil
 	case <-ctx.Done():
@@ -218,9 +372,9 @@ func (b *VertexBudget) acquire(ctx context.Context, vertices, messages int64, ab
 		// The grant raced with cancellation. The caller has given up, so
 		// hand the charge straight back.
 		<-w.ready
-		b.returnLocked(w.gVertices, w.gMessages)
+		b.returnLocked(&b.lanes[w.lane], w.gVertices, w.gMessages)
 	} else {
-		wasHead := b.head == w
+		wasHead := b.lanes[w.lane].head == w
 		b.removeLocked(w)
 		b.cancelled++
 		if wasHead {
@@ -229,56 +383,82 @@ func (b *VertexBudget) acquire(ctx context.Context, vertices, messages int64, ab
 	}
 	b.updateSaturationLocked()
 	waited := time.Since(b.epoch) - w.enqueued
-	b.mu.Unlock()
 	b.recycle(w)
+	b.mu.Unlock()
 	// The permit holds nothing; it only reports how long the wait lasted.
 	return Permit{wait: waited}, err
-}
-
-func (b *VertexBudget) recycle(w *waiter) {
-	*w = waiter{}
-	waiterPool.Put(w)
 }
 
 // release returns p's charge and admits waiters that now fit, in FIFO order.
 // Releasing a permit twice, or one from another budget, corrupts the
 // accounting; release panics if the budget would go negative.
 func (b *VertexBudget) release(p Permit) {
-	if p.b == nil {
-		return
-	}
 	if p.b != b {
+		if p.b == nil {
+			return
+		}
 		panic("spillway: Release of a permit from another VertexBudget")
 	}
 	b.mu.Lock()
-	b.returnLocked(p.vertices, p.messages)
-	b.updateSaturationLocked()
+	if b.single && b.waiting == 0 && b.saturatedSince.Load() == 0 && p.vertices <= b.inUse && p.messages <= b.inUseMsgs {
+		// The plain budget with nobody waiting and no saturation to end.
+		b.inUse -= p.vertices
+		b.inUseMsgs -= p.messages
+		b.mu.Unlock()
+		return
+	}
+	l := &b.lanes[p.lane]
+	if b.waiting == 0 && !b.laneSat && b.saturatedSince.Load() == 0 && p.vertices <= l.inUse && p.messages <= b.inUseMsgs {
+		// Lanes, nobody waiting and no saturation to end.
+		b.inUse -= p.vertices
+		b.inUseMsgs -= p.messages
+		idle := max(0, l.reserve-l.inUse)
+		l.inUse -= p.vertices
+		b.idleReserve += max(0, l.reserve-l.inUse) - idle
+		b.mu.Unlock()
+		return
+	}
+	b.returnLocked(l, p.vertices, p.messages)
+	// Returning only removes load: saturation can only have ended, and
+	// only if it had begun.
+	if b.laneSat || b.saturatedSince.Load() != 0 {
+		b.updateSaturationLocked()
+	}
 	b.mu.Unlock()
 }
 
-func (b *VertexBudget) returnLocked(vertices, messages int64) {
+func (b *VertexBudget) returnLocked(l *lane, vertices, messages int64) {
 	b.inUse -= vertices
 	b.inUseMsgs -= messages
-	if b.inUse < 0 || b.inUseMsgs < 0 {
+	if !b.single {
+		before := max(0, l.reserve-l.inUse)
+		l.inUse -= vertices
+		b.idleReserve += max(0, l.reserve-l.inUse) - before
+	}
+	if b.inUse < 0 || b.inUseMsgs < 0 || l.inUse < 0 {
 		b.mu.Unlock()
 		panic("spillway: VertexBudget released more than was acquired")
 	}
-	b.notifyLocked()
+	if b.waiting != 0 {
+		b.notifyLocked()
+	}
 }
 
-// fits reports whether a charge can be admitted now, and what it is after
-// clamping to the current capacity and message limit.
-func (b *VertexBudget) fits(vertices, messages int64) (v, m int64, clamped, ok bool) {
+// fits reports whether a charge of lane l can be admitted now, and what it
+// is after clamping to the lane's ceiling (the capacity less the other
+// lanes' reservations) and the message limit.
+func (b *VertexBudget) fits(l *lane, vertices, messages int64) (v, m int64, clamped, ok bool) {
 	v, m = vertices, messages
-	if v > b.capacity {
-		v, clamped = b.capacity, true
+	if ceil := b.capacity - (b.reserved - l.reserve); v > ceil {
+		v, clamped = ceil, true
 	}
 	if b.messageLimit > 0 && m > b.messageLimit {
 		m = b.messageLimit
 	}
 	// Compared as "more than what is left", never as a sum: neither side
 	// can overflow, even after a shrink left inUse above the capacity.
-	if v > 0 && v > b.capacity-b.inUse {
+	// What other lanes have reserved and do not use is not left.
+	if v > 0 && v > b.capacity-b.inUse-(b.idleReserve-max(0, l.reserve-l.inUse)) {
 		return v, m, clamped, false
 	}
 	if b.messageLimit > 0 && m > 0 && m > b.messageLimit-b.inUseMsgs {
@@ -287,7 +467,7 @@ func (b *VertexBudget) fits(vertices, messages int64) (v, m int64, clamped, ok b
 	return v, m, clamped, true
 }
 
-func (b *VertexBudget) take(v, m int64, clamped bool) {
+func (b *VertexBudget) take(l *lane, v, m int64, clamped bool) {
 	b.inUse += v
 	b.inUseMsgs += m
 	b.admitted++
@@ -297,76 +477,128 @@ func (b *VertexBudget) take(v, m int64, clamped bool) {
 	if b.inUse > b.peakInUse {
 		b.peakInUse = b.inUse
 	}
+	if len(b.lanes) > 1 {
+		before := max(0, l.reserve-l.inUse)
+		l.inUse += v
+		b.idleReserve -= before - max(0, l.reserve-l.inUse)
+		l.admitted++
+		l.admittedVerts += uint64(v)
+		if b.waiting != 0 {
+			// Service counts towards the fair share only while some lane
+			// is waiting.
+			l.served += float64(v) / float64(l.weight)
+		}
+	} else {
+		b.admittedVerts += uint64(v)
+	}
 }
 
-// notifyLocked admits waiters from the head of the queue while they fit.
+// grantLocked admits w, the head of lane l, which fits as v, m.
+func (b *VertexBudget) grantLocked(l *lane, w *waiter, v, m int64, clamped bool, now time.Duration) {
+	b.take(l, v, m, clamped)
+	b.removeLocked(w)
+	wait := now - w.enqueued
+	b.waited++
+	b.totalWait += wait
+	if wait > b.maxWait {
+		b.maxWait = wait
+	}
+	if len(b.lanes) > 1 {
+		l.waited++
+		l.totalWait += wait
+		if wait > l.maxWait {
+			l.maxWait = wait
+		}
+	}
+	w.granted, w.gVertices, w.gMessages, w.gClamped, w.gWait = true, v, m, clamped, wait
+	w.ready <- struct{}{}
+}
+
+// notifyLocked admits waiters that now fit: from the head of the queue
+// while they fit with one lane, by weighted fair queuing across lanes
+// otherwise (lanes.go).
 func (b *VertexBudget) notifyLocked() {
+	if len(b.lanes) > 1 {
+		b.dispatchLocked()
+		return
+	}
 	var now time.Duration
-	for w := b.head; w != nil; w = b.head {
-		v, m, clamped, ok := b.fits(w.vertices, w.messages)
+	l := &b.lanes[0]
+	for w := l.head; w != nil; w = l.head {
+		v, m, clamped, ok := b.fits(l, w.vertices, w.messages)
 		if !ok {
 			return
 		}
 		if now == 0 {
 			now = time.Since(b.epoch)
 		}
-		b.take(v, m, clamped)
-		b.removeLocked(w)
-		wait := now - w.enqueued
-		b.waited++
-		b.totalWait += wait
-		if wait > b.maxWait {
-			b.maxWait = wait
-		}
-		w.granted, w.gVertices, w.gMessages, w.gClamped, w.gWait = true, v, m, clamped, wait
-		w.ready <- struct{}{}
+		b.grantLocked(l, w, v, m, clamped, now)
 	}
 }
 
 func (b *VertexBudget) pushLocked(w *waiter) {
-	w.prev, w.next = b.tail, nil
-	if b.tail == nil {
-		b.head = w
-	} else {
-		b.tail.next = w
+	l := &b.lanes[w.lane]
+	if len(b.lanes) > 1 {
+		b.backlogLocked(l)
 	}
-	b.tail = w
+	w.prev, w.next = l.tail, nil
+	if l.tail == nil {
+		l.head = w
+	} else {
+		l.tail.next = w
+	}
+	l.tail = w
 	b.waiting++
-	b.waitingVerts += min(w.vertices, b.capacity)
+	l.waiting++
+	wv := min(w.vertices, b.capacity)
+	b.waitingVerts += wv
+	l.waitingVerts += wv
 }
 
 func (b *VertexBudget) removeLocked(w *waiter) {
+	l := &b.lanes[w.lane]
 	if w.prev == nil {
-		b.head = w.next
+		l.head = w.next
 	} else {
 		w.prev.next = w.next
 	}
 	if w.next == nil {
-		b.tail = w.prev
+		l.tail = w.prev
 	} else {
 		w.next.prev = w.prev
 	}
 	w.prev, w.next = nil, nil
 	b.waiting--
-	b.waitingVerts -= min(w.vertices, b.capacity)
+	l.waiting--
+	wv := min(w.vertices, b.capacity)
+	b.waitingVerts -= wv
+	l.waitingVerts -= wv
+	if l.waiting == 0 {
+		l.waitingVerts = 0 // capacity may have changed since the push
+	}
 	if b.waiting == 0 {
-		b.waitingVerts = 0 // capacity may have changed since the push
+		b.waitingVerts = 0
 	}
 }
 
 func (b *VertexBudget) saturatedLocked() bool {
-	return b.head != nil || b.inUse >= b.capacity ||
+	return b.waiting != 0 || b.inUse >= b.capacity ||
 		(b.messageLimit > 0 && b.inUseMsgs >= b.messageLimit)
 }
 
 func (b *VertexBudget) updateSaturationLocked() {
 	sat := b.saturatedLocked()
 	was := b.saturatedSince.Load() != 0
+	var now int64
 	switch {
 	case sat && !was:
-		b.saturatedSince.Store(int64(time.Since(b.epoch)) + 1)
+		now = int64(time.Since(b.epoch)) + 1
+		b.saturatedSince.Store(now)
 	case !sat && was:
 		b.saturatedSince.Store(0)
+	}
+	if len(b.lanes) > 1 {
+		b.updateLaneSaturationLocked(now)
 	}
 }
 
@@ -383,10 +615,18 @@ func (b *VertexBudget) Resize(capacity int64) error {
 	// Waiting vertices are recorded clamped to the capacity at push time;
 	// recompute so the figure stays exact.
 	var wv int64
-	for w := b.head; w != nil; w = w.next {
-		wv += min(w.vertices, capacity)
+	for i := range b.lanes {
+		l := &b.lanes[i]
+		var lv int64
+		for w := l.head; w != nil; w = w.next {
+			lv += min(w.vertices, capacity)
+		}
+		l.waitingVerts = lv
+		wv += lv
 	}
 	b.waitingVerts = wv
+	// Reservations are shares of the capacity.
+	b.setReservesLocked()
 	b.notifyLocked()
 	b.updateSaturationLocked()
 	b.mu.Unlock()
@@ -452,8 +692,8 @@ func (b *VertexBudget) Stats() BudgetStats {
 		TotalWait:       b.totalWait,
 		MaxWait:         b.maxWait,
 	}
-	if b.head != nil {
-		s.OldestWait = time.Since(b.epoch) - b.head.enqueued
+	if w := b.oldestLocked(); w != nil {
+		s.OldestWait = time.Since(b.epoch) - w.enqueued
 	}
 	b.mu.Unlock()
 	s.Saturated = b.SaturatedFor() > 0

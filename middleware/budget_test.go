@@ -86,7 +86,7 @@ func TestNegativeCost(t *testing.T) {
 	if _, err := b.Acquire(context.Background(), -1); !errors.Is(err, ErrNegativeCost) {
 		t.Fatalf("Acquire(-1) err = %v, want ErrNegativeCost", err)
 	}
-	if _, err := b.acquire(context.Background(), 1, -1, nil); !errors.Is(err, ErrNegativeCost) {
+	if _, err := b.acquire(context.Background(), 0, 1, -1, nil); !errors.Is(err, ErrNegativeCost) {
 		t.Fatalf("AcquireN(1,-1) err = %v, want ErrNegativeCost", err)
 	}
 	if _, ok := b.tryAcquire(-5); ok {
@@ -377,7 +377,7 @@ func TestMessageLimit(t *testing.T) {
 		t.Fatal("third message admitted past a limit of 2")
 	}
 	// A zero-message charge is bounded only by vertices.
-	p0, err := b.acquire(context.Background(), 10, 0, nil)
+	p0, err := b.acquire(context.Background(), 0, 10, 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

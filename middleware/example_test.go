@@ -88,3 +88,44 @@ func ExampleBudget() {
 	// handling parcel-1 with 1250 of 100000 vertices in use
 	// after close: 0
 }
+
+// Two lanes on one budget: positions (charges below 1,000 vertices) with a
+// tenth of the budget reserved, and boundaries for the rest. While heavy
+// boundaries hold all they may and another waits, a position is admitted
+// at once from its lane's reservation.
+func ExampleWithLanes() {
+	ctx := context.Background()
+	budget, err := middleware.NewVertexBudget(100_000, middleware.WithLanes(
+		middleware.Lane{Name: "positions", MaxCharge: 1_000, Reserve: 0.1},
+		middleware.Lane{Name: "boundaries", Weight: 1},
+	))
+	if err != nil {
+		panic(err)
+	}
+
+	heavy, _ := budget.Acquire(ctx, 250_000) // clamped to 90,000: the rest is reserved
+	waiting := make(chan struct{})
+	go func() {
+		p, _ := budget.Acquire(ctx, 60_000) // waits for the first boundary
+		p.Release()
+		close(waiting)
+	}()
+	for budget.Stats().Waiting == 0 {
+		time.Sleep(time.Millisecond)
+	}
+
+	ping, _ := budget.Acquire(ctx, 12)
+	fmt.Println("ping waited:", ping.Wait())
+	for _, l := range budget.Lanes() {
+		fmt.Printf("%s: %d in use, %d reserved, %d waiting\n", l.Name, l.InUse, l.Reserved, l.Waiting)
+	}
+	ping.Release()
+	heavy.Release()
+	<-waiting
+	fmt.Println("in use:", budget.Stats().InUse)
+	// Output:
+	// ping waited: 0s
+	// positions: 12 in use, 10000 reserved, 0 waiting
+	// boundaries: 90000 in use, 0 reserved, 1 waiting
+	// in use: 0
+}

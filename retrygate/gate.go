@@ -135,14 +135,26 @@ func (g *Gate) Stats() Stats {
 	}
 }
 
-// saturated reports whether the gate currently treats the consumer as
-// saturated: the pressure signal has reported saturation for at least
-// Config.SaturatedAfter.
-func (g *Gate) saturated() bool {
+// messagePressure is a pressure signal that can also judge one message by
+// the part of the consumer it needs (middleware.Budget.SaturatedForMessage).
+type messagePressure interface {
+	SaturatedForMessage(msg *message.Message) time.Duration
+}
+
+// saturated reports whether the gate currently treats the consumer, or
+// msg's part of it, as saturated: the pressure signal has reported
+// saturation for at least Config.SaturatedAfter.
+func (g *Gate) saturated(msg *message.Message) bool {
 	if g.opts.Pressure == nil {
 		return false
 	}
-	d := g.opts.Pressure.SaturatedFor()
+	var d time.Duration
+	if mp, ok := g.opts.Pressure.(messagePressure); ok && msg != nil {
+		// A budget split into lanes: the message's own lane.
+		d = mp.SaturatedForMessage(msg)
+	} else {
+		d = g.opts.Pressure.SaturatedFor()
+	}
 	return d > 0 && d >= g.cfg.SaturatedAfter
 }
 
@@ -299,7 +311,7 @@ func (d *delivery) run(h message.HandlerFunc) ([]*message.Message, error) {
 		return d.nack(causeContextDone, err)
 	}
 	if d.redelivered {
-		if g.saturated() {
+		if g.saturated(d.msg) {
 			return d.deferMsg(causeSaturatedOnArrival, d.bo.NextBackOff())
 		}
 		if !g.budget.take() {
@@ -329,7 +341,7 @@ func (d *delivery) run(h message.HandlerFunc) ([]*message.Message, error) {
 			return d.deadLetter(causePermanent)
 		case d.attempts >= g.cfg.MaxAttempts:
 			return d.deadLetter(causeAttemptsExhausted)
-		case g.saturated():
+		case g.saturated(d.msg):
 			return d.deferMsg(causeSaturated, d.bo.NextBackOff())
 		}
 		wait := d.bo.NextBackOff()
@@ -343,7 +355,7 @@ func (d *delivery) run(h message.HandlerFunc) ([]*message.Message, error) {
 		if err := sleep(d.ctx, wait); err != nil {
 			return d.nack(causeContextDone, err)
 		}
-		if g.saturated() {
+		if g.saturated(d.msg) {
 			// Pressure rose while we waited; the token is spent, the
 			// retry is not.
 			return d.deferMsg(causeSaturated, d.bo.NextBackOff())

@@ -6,6 +6,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/spillway-go/spillway/kafkabroker"
+	"github.com/spillway-go/spillway/middleware"
 	"github.com/spillway-go/spillway/redisbroker"
 	"github.com/spillway-go/spillway/retrygate"
 	"github.com/spillway-go/spillway/shedding"
@@ -168,6 +169,15 @@ type BudgetConfig struct {
 	// throughput (docs/sizing.md). Vertices is then only the starting
 	// capacity.
 	AutoSize AutoSizeConfig `yaml:"autosize" envPrefix:"AUTOSIZE_"`
+
+	// Lanes splits the budget into lanes ([middleware.Lane],
+	// docs/concepts.md): each has a name, a weight, an optional reserved
+	// share (reserve, below 1) and selectors (handlers, topics,
+	// max_charge); the first lane that selects a message takes it, the
+	// last lane the rest. FIFO within a lane, weighted fair queuing in
+	// vertices across lanes. Default none: one FIFO budget. YAML only:
+	// no environment variable sets it.
+	Lanes []middleware.Lane `yaml:"lanes" env:"LANES"`
 }
 
 // AutoSizeConfig is the budget.autosize section: the switch, the
@@ -300,7 +310,8 @@ const defaultMaxPayloadBytes = 16 << 20
 // within it.
 const decodeBlowup = 64
 
-// String renders c as YAML with every secret redacted. It is safe to log.
+// String renders c as YAML with every secret redacted. It is safe to log;
+// so is %#v, which prints each secret with spillway.Secret's GoString.
 func (c Config) String() string {
 	out, err := yaml.Marshal(c)
 	if err != nil {
@@ -308,9 +319,6 @@ func (c Config) String() string {
 	}
 	return string(out)
 }
-
-// GoString is String, so %#v redacts too.
-func (c Config) GoString() string { return c.String() }
 
 // RedeliveryDeadline is how long a delivered but unacknowledged message may
 // stay in flight before the broker hands it to someone else:

@@ -6,6 +6,7 @@ import (
 	"os"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -309,6 +310,20 @@ type decoder struct {
 func (d *decoder) at(n *yaml.Node) string { return fmt.Sprintf("%s:%d", d.file, n.Line) }
 
 func (d *decoder) node(n *yaml.Node, v reflect.Value, path string) {
+	if r := resolve(n); v.Kind() == reflect.Slice && v.Type().Elem().Kind() == reflect.Struct && r.Kind == yaml.SequenceNode {
+		// A list of sections (budget.lanes): each item is decoded like a
+		// section, so an unknown key is an error naming it, but the list
+		// is one leaf.
+		items := reflect.MakeSlice(v.Type(), len(r.Content), len(r.Content))
+		sub := decoder{file: d.file, src: map[string]string{}}
+		for i, item := range r.Content {
+			sub.node(item, items.Index(i), path+"["+strconv.Itoa(i)+"]")
+		}
+		d.errs = append(d.errs, sub.errs...)
+		v.Set(items)
+		d.src[path] = d.at(n)
+		return
+	}
 	if v.Kind() != reflect.Struct || v.Type() == reflect.TypeOf(time.Duration(0)) {
 		// A fresh value, so that a list or map replaces rather than
 		// extends what an earlier key of the same name decoded.

@@ -288,6 +288,9 @@ func newRouter(cfg Config, logger watermill.LoggerAdapter, o options, ctl contro
 	if cfg.Budget.MessageLimit > 0 {
 		bopts = append(bopts, middleware.WithMessageLimit(cfg.Budget.MessageLimit))
 	}
+	if len(cfg.Budget.Lanes) > 0 {
+		bopts = append(bopts, middleware.WithLanes(cfg.Budget.Lanes...))
+	}
 	if r.budget, err = middleware.NewVertexBudget(cfg.Budget.Vertices, bopts...); err != nil {
 		return fail(fmt.Errorf("router: budget: %w", err))
 	}
@@ -336,7 +339,7 @@ func newRouter(cfg Config, logger watermill.LoggerAdapter, o options, ctl contro
 	if cfg.Retry.Enabled {
 		r.retry, err = retrygate.New(cfg.Retry.Config, retrygate.Options{
 			Publisher:    nopClosePublisher{r.copies},
-			Pressure:     r.budget,
+			Pressure:     budgetPressure{r},
 			IsPermanent:  o.isPermanent,
 			IsRedelivery: r.isRedelivery,
 			OnOutcome:    hs.onRetryOutcome,
@@ -826,5 +829,21 @@ func (r *Router) sheddingPressure(p Pressure) spillway.Pressure {
 	case PressureEither:
 		return spillway.PressureFunc(func() time.Duration { return max(r.budget.SaturatedFor(), lag()) })
 	}
-	return r.budget
+	return budgetPressure{r}
+}
+
+// budgetPressure is the budget's pressure signal for shedding and the
+// retry gate: the whole budget's, and, for a message, its own lane's
+// (middleware.Budget.SaturatedForMessage) when the budget has lanes, so
+// that a saturated heavy lane does not make the light lane shed or defer.
+// The admission middleware is built after both, so it is read through r.
+type budgetPressure struct{ r *Router }
+
+func (p budgetPressure) SaturatedFor() time.Duration { return p.r.budget.SaturatedFor() }
+
+func (p budgetPressure) SaturatedForMessage(msg *message.Message) time.Duration {
+	if mw := p.r.budgetMW; mw != nil {
+		return mw.SaturatedForMessage(msg)
+	}
+	return p.r.budget.SaturatedFor()
 }

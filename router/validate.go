@@ -138,6 +138,14 @@ func (c Config) Validate() error {
 	if t := c.Budget.OversizeTopic; t != "" && strings.TrimSpace(t) == "" {
 		bad("budget.oversize_topic", t, "must not be blank")
 	}
+	if len(c.Budget.Lanes) > 0 {
+		// The budget checks its lanes; any valid capacity will do.
+		if _, err := middleware.NewVertexBudget(1, middleware.WithLanes(c.Budget.Lanes...)); err != nil {
+			if fe := (*spillway.FieldError)(nil); errors.As(err, &fe) {
+				bad("budget."+fe.Field, fe.Value, fe.Reason)
+			}
+		}
+	}
 	if c.Budget.DefaultCost < 0 {
 		bad("budget.default_cost", strconv.FormatInt(c.Budget.DefaultCost, 10), "must be zero (the whole budget) or positive")
 	}

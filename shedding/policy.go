@@ -190,12 +190,24 @@ func New(cfg Config, pressure spillway.Pressure, opts ...Option) (*Policy, error
 }
 
 // shedding reports whether priority shedding is in force now: pressure has
-// lasted at least the window. It is lock-free.
-func (p *Policy) shedding() bool {
+// lasted at least the window. With a message, a pressure signal that can
+// judge each message by itself (a budget split into lanes: the message's
+// own lane, see middleware.Budget.SaturatedForMessage) is asked about
+// that message. It is lock-free.
+func (p *Policy) shedding(msg *message.Message) bool {
 	if p.cfg.Priority.Disabled || p.pressure == nil || len(p.topics) == 0 {
 		return false
 	}
+	if mp, ok := p.pressure.(messagePressure); ok && msg != nil {
+		return mp.SaturatedForMessage(msg) >= p.cfg.Priority.Window
+	}
 	return p.pressure.SaturatedFor() >= p.cfg.Priority.Window
+}
+
+// messagePressure is a pressure signal that can also judge one message by
+// the part of the consumer it needs.
+type messagePressure interface {
+	SaturatedForMessage(msg *message.Message) time.Duration
 }
 
 // passage is what the policy knows about one message on its way through
@@ -254,11 +266,11 @@ func (p *Policy) inspect(msg *message.Message, topic string, tc *topicCounters) 
 
 // verdict decides whether a message must be dropped now, before or after
 // waiting for budget. A stale version is reported before a low priority.
-func (p *Policy) verdict(ps *passage) (reason, bool) {
+func (p *Policy) verdict(msg *message.Message, ps *passage) (reason, bool) {
 	if p.guard != nil && ps.hasVersion && p.guard.stale(ps.key(), ps.version) {
 		return reasonStale, true
 	}
-	if ps.priority < p.cfg.Priority.ShedBelow && p.shedding() {
+	if ps.priority < p.cfg.Priority.ShedBelow && p.shedding(msg) {
 		return reasonPriority, true
 	}
 	return 0, false
@@ -282,7 +294,7 @@ func (p *Policy) Middleware(h message.HandlerFunc) message.HandlerFunc {
 			return h(msg)
 		}
 		ps := p.inspect(msg, topic, tc)
-		if r, drop := p.verdict(ps); drop {
+		if r, drop := p.verdict(msg, ps); drop {
 			return p.drop(msg, ps, r)
 		}
 		if p.coal != nil && ps.entity != "" {
@@ -329,7 +341,7 @@ func (p *Policy) Admitted(h message.HandlerFunc) message.HandlerFunc {
 			ps.dropped = true
 			return p.drop(msg, ps, reasonSuperseded)
 		}
-		if r, drop := p.verdict(ps); drop {
+		if r, drop := p.verdict(msg, ps); drop {
 			ps.dropped = true
 			return p.drop(msg, ps, r)
 		}
@@ -448,7 +460,7 @@ type Stats struct {
 // Stats returns a snapshot. Counters are read one by one, so a snapshot
 // taken while messages flow may be off by the messages in flight.
 func (p *Policy) Stats() Stats {
-	s := Stats{Shedding: p.shedding()}
+	s := Stats{Shedding: p.shedding(nil)}
 	for _, tc := range p.topics {
 		s.AuditFailed += tc.auditFailed.Load()
 		s.MalformedPriority += tc.malformedPriority.Load()

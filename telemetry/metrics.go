@@ -31,6 +31,13 @@ const (
 	metricBudgetBinding         = "spillway.budget.binding"
 	metricBudgetTarget          = "spillway.budget.target"
 
+	metricLaneInUse            = "spillway.budget.lane.in_use"
+	metricLaneFillRatio        = "spillway.budget.lane.fill_ratio"
+	metricLaneWaiting          = "spillway.budget.lane.waiting"
+	metricLaneSaturated        = "spillway.budget.lane.saturated"
+	metricLaneWait             = "spillway.budget.lane.wait"
+	metricLaneAdmittedVertices = "spillway.budget.lane.admitted_vertices"
+
 	metricAdmissionWait = "spillway.admission.wait"
 
 	metricProcessDuration    = "spillway.process.duration"
@@ -57,6 +64,7 @@ const (
 	attrReason    = attribute.Key("reason")
 	attrAdmission = attribute.Key("admission")
 	attrBudget    = attribute.Key("budget")
+	attrLane      = attribute.Key("lane")
 	attrBound     = attribute.Key("bound")
 	attrGroup     = attribute.Key("group")
 	attrPartition = attribute.Key("partition")
@@ -103,6 +111,13 @@ type Metrics struct {
 	bound              metric.Int64ObservableGauge
 	binding            metric.Int64ObservableGauge
 	target             metric.Int64ObservableGauge
+
+	laneInUse     metric.Int64ObservableGauge
+	laneFill      metric.Float64ObservableGauge
+	laneWaiting   metric.Int64ObservableGauge
+	laneSaturated metric.Float64ObservableGauge
+	laneWait      metric.Float64ObservableCounter
+	laneAdmitted  metric.Int64ObservableCounter
 
 	lag          metric.Int64ObservableGauge
 	lagSaturated metric.Float64ObservableGauge
@@ -194,6 +209,25 @@ func NewMetrics(opts ...Option) (*Metrics, error) {
 	check(err)
 	m.target, err = mt.Int64ObservableGauge(metricBudgetTarget, metric.WithUnit("{vertex}"),
 		metric.WithDescription("The budget auto-sizing asks for."))
+	check(err)
+
+	m.laneInUse, err = mt.Int64ObservableGauge(metricLaneInUse, metric.WithUnit("{vertex}"),
+		metric.WithDescription("Vertices a budget lane holds, by lane."))
+	check(err)
+	m.laneFill, err = mt.Float64ObservableGauge(metricLaneFillRatio, metric.WithUnit("1"),
+		metric.WithDescription("A lane's in-use vertices over the budget's capacity (0..1), by lane."))
+	check(err)
+	m.laneWaiting, err = mt.Int64ObservableGauge(metricLaneWaiting, metric.WithUnit("{message}"),
+		metric.WithDescription("Messages of a lane blocked waiting for budget, by lane."))
+	check(err)
+	m.laneSaturated, err = mt.Float64ObservableGauge(metricLaneSaturated, metric.WithUnit("s"),
+		metric.WithDescription("How long a lane's next charge has had to wait without a break; 0 when it would not, by lane."))
+	check(err)
+	m.laneWait, err = mt.Float64ObservableCounter(metricLaneWait, metric.WithUnit("s"),
+		metric.WithDescription("Time the admitted charges of a lane spent waiting for budget, summed, by lane."))
+	check(err)
+	m.laneAdmitted, err = mt.Int64ObservableCounter(metricLaneAdmittedVertices, metric.WithUnit("{vertex}"),
+		metric.WithDescription("Vertices admitted in a lane, after clamping, by lane."))
 	check(err)
 
 	m.lag, err = mt.Int64ObservableGauge(metricConsumerLag, metric.WithUnit("{message}"),
@@ -448,15 +482,24 @@ func (m *Metrics) topicOf(msg *message.Message) string {
 
 // ObserveBudget exports b's state under the label budget=name:
 // spillway.budget.capacity, .in_use, .fill_ratio, .waiting,
-// .waiting_vertices, .saturated (seconds), .admitted and .clamped. The
-// values are read with one b.Stats() (and b.SaturatedFor()) per collection,
-// never per message.
+// .waiting_vertices, .saturated (seconds), .admitted and .clamped; and,
+// for a budget split into lanes (middleware.WithLanes), per lane under the
+// labels budget=name and lane: spillway.budget.lane.in_use, .fill_ratio,
+// .waiting, .saturated (seconds), .wait (seconds waited, summed) and
+// .admitted_vertices. The values are read with one b.Stats() (and
+// b.SaturatedFor(), b.Lanes()) per collection, never per message.
 // Names must be unique per Metrics. Call unregister to stop exporting.
 func (m *Metrics) ObserveBudget(name string, b *middleware.VertexBudget) (unregister func() error, err error) {
 	if b == nil {
 		return nil, errors.New("telemetry: ObserveBudget: nil budget")
 	}
 	opt := metric.WithAttributeSet(attribute.NewSet(attrBudget.String(name)))
+	var laneOpts []metric.ObserveOption
+	if ls := b.Lanes(); len(ls) > 1 {
+		for _, l := range ls {
+			laneOpts = append(laneOpts, metric.WithAttributeSet(attribute.NewSet(attrBudget.String(name), attrLane.String(l.Name))))
+		}
+	}
 	reg, err := m.meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		s := b.Stats()
 		fill := 0.0
@@ -471,9 +514,24 @@ func (m *Metrics) ObserveBudget(name string, b *middleware.VertexBudget) (unregi
 		o.ObserveFloat64(m.budgetSaturated, b.SaturatedFor().Seconds(), opt)
 		o.ObserveInt64(m.budgetAdmitted, int64(s.Admitted), opt)
 		o.ObserveInt64(m.budgetClamped, int64(s.Clamped), opt)
+		if laneOpts != nil {
+			for i, l := range b.Lanes() {
+				lf := 0.0
+				if s.Capacity > 0 {
+					lf = float64(l.InUse) / float64(s.Capacity)
+				}
+				o.ObserveInt64(m.laneInUse, l.InUse, laneOpts[i])
+				o.ObserveFloat64(m.laneFill, lf, laneOpts[i])
+				o.ObserveInt64(m.laneWaiting, int64(l.Waiting), laneOpts[i])
+				o.ObserveFloat64(m.laneSaturated, l.SaturatedFor.Seconds(), laneOpts[i])
+				o.ObserveFloat64(m.laneWait, l.TotalWait.Seconds(), laneOpts[i])
+				o.ObserveInt64(m.laneAdmitted, int64(l.AdmittedVerts), laneOpts[i])
+			}
+		}
 		return nil
 	}, m.budgetCapacity, m.budgetInUse, m.budgetFill, m.budgetWaiting, m.budgetWaitingVerts,
-		m.budgetSaturated, m.budgetAdmitted, m.budgetClamped)
+		m.budgetSaturated, m.budgetAdmitted, m.budgetClamped,
+		m.laneInUse, m.laneFill, m.laneWaiting, m.laneSaturated, m.laneWait, m.laneAdmitted)
 	if err != nil {
 		return nil, err
 	}

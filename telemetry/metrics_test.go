@@ -343,3 +343,44 @@ func TestMetricsBounds(t *testing.T) {
 		t.Error("nil func accepted")
 	}
 }
+
+// A budget split into lanes also exports spillway.budget.lane.* per lane.
+func TestMetricsBudgetLanes(t *testing.T) {
+	mp, reader := newMeterProvider()
+	m, err := telemetry.NewMetrics(telemetry.WithMeterProvider(mp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := middleware.NewVertexBudget(1000, middleware.WithLanes(
+		middleware.Lane{Name: "light", MaxCharge: 100, Reserve: 0.1}, middleware.Lane{Name: "heavy"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.ObserveBudget("geo", b); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	heavy, _ := b.Acquire(ctx, 900)
+	light, _ := b.Acquire(ctx, 50)
+	rm := collect(t, reader)
+	for _, c := range []struct {
+		name, lane string
+		want       float64
+	}{
+		{"spillway.budget.lane.in_use", "light", 50},
+		{"spillway.budget.lane.in_use", "heavy", 900},
+		{"spillway.budget.lane.fill_ratio", "heavy", 0.9},
+		{"spillway.budget.lane.waiting", "light", 0},
+		{"spillway.budget.lane.admitted_vertices", "light", 50},
+		{"spillway.budget.lane.wait", "heavy", 0},
+	} {
+		if got := mustPoint(t, rm, c.name, map[string]string{"budget": "geo", "lane": c.lane}); got != c.want {
+			t.Errorf("%s{lane=%s} = %v, want %v", c.name, c.lane, got, c.want)
+		}
+	}
+	if sat := mustPoint(t, rm, "spillway.budget.lane.saturated", map[string]string{"budget": "geo", "lane": "heavy"}); !(sat > 0) {
+		t.Errorf("heavy lane saturated = %v, want > 0 with no room left", sat)
+	}
+	light.Release()
+	heavy.Release()
+}

@@ -36,7 +36,8 @@ func TestPrometheusEndpoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	budget := mustVertexBudget(1000)
+	budget := mustVertexBudget(1000, middleware.WithLanes(middleware.Lane{Name: "light", MaxCharge: 100, Reserve: 0.1},
+		middleware.Lane{Name: "heavy"}))
 	if _, err := m.ObserveBudget("geo", budget); err != nil {
 		t.Fatal(err)
 	}
@@ -89,6 +90,12 @@ func TestPrometheusEndpoint(t *testing.T) {
 		`spillway_budget_waiting{budget="geo",`,
 		`spillway_budget_saturated_seconds{budget="geo",`,
 		`spillway_budget_admitted_total{budget="geo",`,
+		`spillway_budget_lane_in_use{budget="geo",lane="light",`,
+		`spillway_budget_lane_fill_ratio{budget="geo",lane="heavy",`,
+		`spillway_budget_lane_waiting{budget="geo",lane="light",`,
+		`spillway_budget_lane_saturated_seconds{budget="geo",lane="heavy",`,
+		`spillway_budget_lane_wait_seconds_total{budget="geo",lane="light",`,
+		`spillway_budget_lane_admitted_vertices_total{budget="geo",lane="light",`,
 		`spillway_budget_bound{bound="deadline",budget="geo",`,
 		`spillway_budget_binding{bound="deadline",budget="geo",`,
 		`spillway_consumer_lag{group="workers",`,

@@ -40,14 +40,16 @@ func newDemoCmd(e *env) *cobra.Command {
 		Use:   "demo [flags]",
 		Short: "Show a message-count consumer fall over and a Spillway consumer hold, on real geometry",
 		Long: `demo streams real geometry from the repository's testdata through an embedded
-Kafka broker (kfake) and runs two consumer groups on identical streams, one
+Kafka broker (kfake) and runs three consumer groups on identical streams, one
 after the other:
 
-  naive     Watermill's defaults: watermill-kafka subscribers, concurrency of
-            one unacked message per partition, no budget
-  spillway  the Spillway router: a vertex budget measured on this machine and
-            auto-sized online, revocation-aware admission, shedding of the
-            positions topic, the retry gate
+  naive           Watermill's defaults: watermill-kafka subscribers, concurrency
+                  of one unacked message per partition, no budget
+  spillway        the Spillway router: a vertex budget measured on this machine
+                  and auto-sized online, with a light lane for positions,
+                  revocation-aware admission, shedding of the positions topic,
+                  the retry gate
+  spillway-1lane  the same router with one FIFO budget (no lanes)
 
 The stream: vehicle pings on a sheddable positions topic, parcel polygons and
 a burst of heavy multipolygons on a boundaries topic that is never shed. A

@@ -87,10 +87,14 @@ func (e *kafkaEnv) routerOptions(m *member) []router.Option {
 }
 
 func (e *kafkaEnv) lag(group string) (int64, error) {
+	spillway := isSpillway(group)
+	if spillway {
+		group = GroupSpillway // the consumer group prefix of both Spillway runs
+	}
 	groups := map[string]string{}
 	for _, t := range []string{TopicPositions, TopicBoundaries} {
 		groups[group+"."+t] = t
-		if group == GroupSpillway {
+		if spillway {
 			// the router names the retry handler of handler t "<t>.retry"
 			groups[group+"."+t+".retry"] = retrygate.Config{}.WithDefaults().RetryTopicFor(t)
 		}

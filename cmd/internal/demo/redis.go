@@ -113,10 +113,14 @@ func (e *redisEnv) routerOptions(*member) []router.Option { return nil }
 func (e *redisEnv) lag(group string) (int64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), lagTimeout)
 	defer cancel()
+	spillway := isSpillway(group)
+	if spillway {
+		group = GroupSpillway // the consumer group prefix of both Spillway runs
+	}
 	var total int64
 	for _, t := range []string{TopicPositions, TopicBoundaries} {
 		streams := map[string]string{t: group + "." + t}
-		if group == GroupSpillway {
+		if spillway {
 			// the router names the retry handler of handler t "<t>.retry"
 			streams[retrygate.Config{}.WithDefaults().RetryTopicFor(t)] = group + "." + t + ".retry"
 		}

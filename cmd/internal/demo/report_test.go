@@ -29,7 +29,7 @@ func syntheticRecording() *Recording {
 			Binding: "deadline"},
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
-	for gi, name := range Groups {
+	for gi, name := range []string{GroupNaive, GroupSpillway} {
 		g := &GroupRecording{Name: name, Description: groupDescriptions[name], Members: 2, Published: 4400,
 			JoinedAt: 6, Noticed: 6.3, Rebalance: 1.2, Drained: 24, Ended: 24}
 		for i := range 150 {

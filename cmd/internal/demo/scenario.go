@@ -17,6 +17,7 @@ import (
 
 	"github.com/spillway-go/spillway/cost"
 	"github.com/spillway-go/spillway/internal/refwork"
+	"github.com/spillway-go/spillway/middleware"
 	"github.com/spillway-go/spillway/retrygate"
 	"github.com/spillway-go/spillway/router"
 	"github.com/spillway-go/spillway/sizing"
@@ -29,18 +30,32 @@ const (
 	// budget.
 	GroupNaive = "naive"
 	// GroupSpillway is the Spillway router: a vertex budget sized from
-	// measurements and auto-sized online, revocation-aware admission,
-	// shedding of the positions topic and the retry gate.
+	// measurements and auto-sized online, split into a light lane for
+	// the positions handler (with a reserved share, see [PositionsLane])
+	// and a lane for the rest; revocation-aware admission, shedding of the
+	// positions topic and the retry gate.
 	GroupSpillway = "spillway"
+	// GroupSingleLane is GroupSpillway with one FIFO budget, no lanes:
+	// the baseline the lanes are measured against, on the same stream.
+	GroupSingleLane = "spillway-1lane"
 )
 
 // Groups lists the groups in the order they run.
-var Groups = []string{GroupNaive, GroupSpillway}
+var Groups = []string{GroupNaive, GroupSpillway, GroupSingleLane}
 
 var groupDescriptions = map[string]string{
-	GroupNaive:    "Watermill defaults: the broker's upstream subscribers, message-count concurrency, no budget",
-	GroupSpillway: "Spillway router: measured vertex budget with auto-sizing, revocation-aware admission, shedding, retry gate",
+	GroupNaive:      "Watermill defaults: the broker's upstream subscribers, message-count concurrency, no budget",
+	GroupSpillway:   "Spillway router: measured vertex budget with auto-sizing and a light lane for positions, revocation-aware admission, shedding, retry gate",
+	GroupSingleLane: "the same Spillway router with one FIFO budget (no lanes)",
 }
+
+// PositionsLane is the share of the budget the Spillway group reserves for
+// the positions handler's lane. The pings it admits are tiny, so a small
+// share keeps them clear of the heavy boundaries.
+const PositionsLane = 0.02
+
+// isSpillway reports whether group runs the Spillway router.
+func isSpillway(group string) bool { return group == GroupSpillway || group == GroupSingleLane }
 
 // Options configures a demo run. Zero fields take the defaults of
 // [DefaultOptions] (see [Options.withDefaults]).
@@ -523,7 +538,7 @@ func (gr *groupRun) newMember(ctx context.Context, name string) (*member, error)
 		if err := gr.startNaive(ctx, m); err != nil {
 			return nil, err
 		}
-	case GroupSpillway:
+	case GroupSpillway, GroupSingleLane:
 		if err := gr.startSpillway(ctx, m); err != nil {
 			return nil, err
 		}
@@ -561,9 +576,18 @@ func (gr *groupRun) startNaive(ctx context.Context, m *member) error {
 
 // spillwayConfig is the Spillway router's configuration for the demo, but
 // for the broker's section (brokerEnv.spillwayConfig).
-func spillwayConfig(o Options, cal Calibration) router.Config {
+func spillwayConfig(o Options, cal Calibration, group string) router.Config {
 	cfg := router.Config{CloseTimeout: 10 * time.Second}
 	cfg.Budget.Vertices = cal.Budget
+	if group == GroupSpillway {
+		// Pings (and their retries: the router names the retry handler
+		// of handler t "<t>.retry") in a light lane with a reserved
+		// share; everything else in the boundaries lane.
+		cfg.Budget.Lanes = []middleware.Lane{
+			{Name: "positions", Handlers: []string{TopicPositions, TopicPositions + ".retry"}, Reserve: PositionsLane},
+			{Name: "boundaries"},
+		}
+	}
 	a := &cfg.Budget.AutoSize
 	a.Enabled = true
 	a.MemoryBound = cal.MemoryBound
@@ -589,7 +613,7 @@ func spillwayConfig(o Options, cal Calibration) router.Config {
 // startSpillway runs a member of the Spillway group: the router, built from
 // configuration, with the demo's hooks.
 func (gr *groupRun) startSpillway(ctx context.Context, m *member) error {
-	cfg := spillwayConfig(gr.o, gr.cal)
+	cfg := spillwayConfig(gr.o, gr.cal, gr.name)
 	gr.env.spillwayConfig(&cfg, m)
 	opts := append(gr.env.routerOptions(m), router.WithHooks(memberHooks{gr, m}))
 	r, err := router.New(cfg, m.logger, opts...)
