@@ -17,7 +17,7 @@
 // that decodes the geometry and computes its area and centroid. It records
 // messages and vertices per second, the process's CPU time (getrusage,
 // user + system) per message, and the peak heap, over the window from the
-// moment every handler holds its first message to the last message
+// moment the last handler receives its first message to the last message
 // handled. [Run] returns a [Report]: the table, the ratio of Spillway's
 // CPU per message to the bare subscriber's in each cell, and the checks
 // that this ratio does not grow with parallelism, handlers or budget size.

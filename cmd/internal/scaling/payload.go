@@ -80,12 +80,3 @@ func (p *payloads) backlog(c string, n int) ([]*message.Message, int64) {
 	}
 	return msgs, vertices
 }
-
-// largest returns the most vertices of a message of cost c.
-func (p *payloads) largest(c string) int {
-	n := 0
-	for _, pl := range p.byCost[c] {
-		n = max(n, pl.vertices)
-	}
-	return n
-}

@@ -15,7 +15,8 @@ func (rep *Report) WriteTable(w io.Writer) error {
 	fmt.Fprintf(ew, "spillway bench: scaling curve, %s/%s, %d CPUs (GOMAXPROCS %d), %s, started %s, took %s\n",
 		m.GOOS, m.GOARCH, m.CPUs, m.GOMAXPROCS, m.Go, rep.Started.Format("2006-01-02 15:04 MST"), rep.Took)
 	fmt.Fprintf(ew, "handler: decode + %s, 1 pass; backlog published before each run; CPU = this process's user+sys (getrusage) "+
-		"over the window, brokers in processes of their own; peak heap = heap objects; ratio = Spillway / bare CPU per message in the same cell\n",
+		"over the window (from the last handler's first message to the last message; measured = messages in it), brokers in processes of their own; "+
+		"peak heap = heap objects; ratio = Spillway / bare in the same cell\n",
 		rep.Options.Work)
 	for _, s := range rep.Skipped {
 		fmt.Fprintf(ew, "skipped: %s\n", s)
@@ -23,7 +24,7 @@ func (rep *Report) WriteTable(w io.Writer) error {
 	fmt.Fprintln(ew)
 
 	tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "broker\tpar\thandlers\tcost\tconsumer\tbudget\tmessages\tmsg/s\tvertices/s\tCPU µs/msg\tCPU ratio\tmsg/s ratio\tpeak heap\t")
+	fmt.Fprintln(tw, "broker\tpar\thandlers\tcost\tconsumer\tbudget\tmeasured\tmsg/s\tvertices/s\tCPU µs/msg\tCPU ratio\tmsg/s ratio\tpeak heap\t")
 	for _, r := range rep.Results {
 		budget, ratio, tput := "-", "-", "-"
 		if r.Consumer == ConsumerSpillway {
