@@ -24,6 +24,7 @@ type benchOptions struct {
 	results string
 	strict  bool
 	quiet   bool
+	from    string
 }
 
 func newBenchCmd(e *env) *cobra.Command {
@@ -95,6 +96,7 @@ docs/benchmarks.md ("Scaling curve") shows a full run.`,
 	f.StringVar(&o.results, "results", "", "also write the JSON report to this file")
 	f.BoolVar(&o.strict, "strict", false, "exit 1 when the verdict is FAIL")
 	f.BoolVar(&o.quiet, "quiet", false, "no progress lines on stderr")
+	f.StringVar(&o.from, "from", "", "run nothing: render the table (or --json), the chart and the verdict of a JSON report saved with --results")
 	return cmd
 }
 
@@ -129,12 +131,21 @@ func runBench(ctx context.Context, e *env, o *benchOptions) error {
 	redis.SetLogger(quietRedis{})
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	var err error
 
-	rep, err := scaling.Run(ctx, o.o)
-	if errors.Is(err, scaling.ErrInvalid) {
+	var rep *scaling.Report
+	if o.from != "" {
+		b, err := os.ReadFile(o.from)
+		if err != nil {
+			return badInput("--from: %v", err)
+		}
+		rep = new(scaling.Report)
+		if err := json.Unmarshal(b, rep); err != nil || len(rep.Results) == 0 {
+			return badInput("--from: %s is not a report written by --results (%v)", o.from, err)
+		}
+	} else if rep, err = scaling.Run(ctx, o.o); errors.Is(err, scaling.ErrInvalid) {
 		return inputError{err}
-	}
-	if err != nil {
+	} else if err != nil {
 		return err
 	}
 	if p := pending["--chart"]; p != nil {

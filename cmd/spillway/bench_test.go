@@ -34,6 +34,8 @@ func TestBenchBadInput(t *testing.T) {
 		"chart dir":   {[]string{"bench", "--chart", filepath.Join(dir, "missing", "c.svg")}, "--chart: cannot write"},
 		"results dir": {[]string{"bench", "--results", filepath.Join(dir, "missing", "r.json")}, "--results: cannot write"},
 		"positional":  {[]string{"bench", "extra"}, "unknown command"},
+		"from":        {[]string{"bench", "--from", filepath.Join(dir, "none.json"), "--chart", ""}, "--from: open"},
+		"from json":   {[]string{"bench", "--from", "bench_test.go", "--chart", ""}, "is not a report written by --results"},
 	} {
 		code, stdout, stderr := runCLI(t, tc.args...)
 		if code != exitBadInput {
@@ -81,5 +83,15 @@ func TestBenchTiny(t *testing.T) {
 	}
 	if b, err := os.ReadFile(chart); err != nil || !strings.Contains(string(b), "<svg") {
 		t.Errorf("chart: %v %.200s", err, b)
+	}
+
+	// --from renders the saved report again without running anything.
+	again := filepath.Join(dir, "again.svg")
+	code, stdout, stderr = runCLI(t, "bench", "--from", results, "--chart", again)
+	if code != exitOK || stderr != "" || !strings.Contains(stdout, rep.Verdict) || !strings.Contains(stdout, "CPU µs/msg") {
+		t.Errorf("--from: exit %d, stderr %q, stdout:\n%s", code, stderr, stdout)
+	}
+	if b, err := os.ReadFile(again); err != nil || !strings.Contains(string(b), "<svg") {
+		t.Errorf("--from chart: %v %.200s", err, b)
 	}
 }

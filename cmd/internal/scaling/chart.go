@@ -98,6 +98,13 @@ func (rep *Report) WriteChart(w io.Writer) error {
 			s.GlyphStyle = draw.GlyphStyle{Color: grey, Radius: vg.Points(3), Shape: glyphs[bi%len(glyphs)]}
 			ratio.Legend.Add("budget "+si(float64(bu)), s)
 		}
+		// Headroom above the data for the legends at the top.
+		for _, p := range []*plot.Plot{tput, cpu} {
+			if p.Y.Min > 0 && p.Y.Max > p.Y.Min {
+				p.Y.Max *= math.Pow(p.Y.Max/p.Y.Min, 0.8)
+			}
+		}
+		ratio.Y.Max = math.Max(ratio.Y.Max, 1) * 1.45
 		one, err := plotter.NewLine(plotter.XYs{{X: ratio.X.Min, Y: 1}, {X: ratio.X.Max, Y: 1}})
 		if err != nil {
 			return err
