@@ -5,7 +5,7 @@ FUZZTIME ?= 15s
 BENCH    ?= .
 COUNT    ?= 6
 
-.PHONY: all test test-short soak demo demo-memory bench bench-report lint fuzz deps tidy
+.PHONY: all test test-short soak demo demo-memory bench bench-report bench-curve lint fuzz deps tidy
 
 # The repository's modules, tied together by go.work: the library at the
 # root (what a user's go get brings in), the embedded brokers (kfake,
@@ -68,6 +68,18 @@ bench-report:
 	$(GO) run ./cmd/spillway demo --json --quiet --report bench-demo-report.html > bench-demo.json
 	$(GO) run ./cmd/spillway demo --sweep --json --quiet > bench-sweep.json
 	@echo "bench: bench.out benchstat.out bench-demo.json bench-demo-report.html bench-sweep.json"
+
+# The scaling curve (not part of make test or make bench): spillway bench
+# consumes a backlog of real geometry on embedded Kafka and a real
+# redis-server (make deps installs it; without it Redis is skipped), with
+# the Spillway router and with the bare upstream subscriber, over
+# partitions/consumers, handlers, message cost and budget; prints the table
+# and the verdict, writes bench-curve.json and docs/scaling-chart.svg
+# (docs/benchmarks.md, "Scaling curve"). About half an hour on two cores;
+# make bench-curve CURVE_FLAGS=--quick for a short one.
+CURVE_FLAGS ?=
+bench-curve:
+	$(GO) run ./cmd/spillway bench --chart docs/scaling-chart.svg --results bench-curve.json $(CURVE_FLAGS)
 
 lint:
 	$(GO) vet $(PKGS)

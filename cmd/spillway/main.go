@@ -2,6 +2,7 @@
 //
 //	spillway size --sample FILE.ndjson [flags]   compute a vertex budget from a sample
 //	spillway demo [flags]                        a message-count consumer and a Spillway consumer, side by side
+//	spillway bench [flags]                       the scaling curve: Spillway against the bare upstream subscriber
 //	spillway config check FILE                   validate a router configuration (file and SPILLWAY_* environment)
 //	spillway config print FILE                   print the effective configuration and each value's source
 //	spillway --version                           the module version and VCS revision
@@ -20,6 +21,8 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/spillway-go/spillway/cmd/internal/scaling"
 )
 
 // Exit codes. run maps an error to one with errors.As: an [inputError]
@@ -81,6 +84,7 @@ func newRootCmd(e *env) *cobra.Command {
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return inputError{err} })
 	root.AddCommand(newSizeCmd(e))
 	root.AddCommand(newDemoCmd(e))
+	root.AddCommand(newBenchCmd(e))
 	root.AddCommand(newConfigCmd(e))
 	typedArgs(root)
 	return root
@@ -184,6 +188,11 @@ func run(args []string, e *env) int {
 }
 
 func main() {
+	// "spillway bench" runs its Kafka broker as a child process of this
+	// executable.
+	if scaling.ServeBrokerIfAsked() {
+		return
+	}
 	e := &env{stdout: os.Stdout, stderr: os.Stderr, stderrTTY: isTerminal(os.Stderr)}
 	os.Exit(run(os.Args[1:], e))
 }

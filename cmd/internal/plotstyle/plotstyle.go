@@ -42,6 +42,36 @@ func New() *plot.Plot {
 func SVG(p *plot.Plot, width, height, pad vg.Length) ([]byte, error) {
 	c := vgsvg.New(width, height)
 	p.Draw(draw.Crop(draw.New(c), pad, -pad, pad/2, -pad/2))
+	return finish(c)
+}
+
+// SVGGrid is [SVG] for a grid of plots on one canvas: rows of plots (a nil
+// plot leaves its cell empty), their axes aligned, pad apart.
+func SVGGrid(rows [][]*plot.Plot, width, height, pad vg.Length) ([]byte, error) {
+	c := vgsvg.New(width, height)
+	cols := 0
+	for _, r := range rows {
+		cols = max(cols, len(r))
+	}
+	grid := make([][]*plot.Plot, len(rows))
+	for i, r := range rows {
+		grid[i] = make([]*plot.Plot, cols)
+		copy(grid[i], r)
+	}
+	tiles := draw.Tiles{Rows: len(rows), Cols: cols, PadX: pad, PadY: pad}
+	canvases := plot.Align(grid, tiles, draw.Crop(draw.New(c), pad, -pad, pad/2, -pad/2))
+	for i, r := range grid {
+		for j, p := range r {
+			if p != nil {
+				p.Draw(canvases[i][j])
+			}
+		}
+	}
+	return finish(c)
+}
+
+// finish writes the canvas out with the font fallback in place.
+func finish(c *vgsvg.Canvas) ([]byte, error) {
 	var buf bytes.Buffer
 	if _, err := c.WriteTo(&buf); err != nil {
 		return nil, err

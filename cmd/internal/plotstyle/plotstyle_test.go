@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"testing"
 
+	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 )
@@ -50,5 +51,26 @@ func TestRoundTicks(t *testing.T) {
 	}
 	if ticks := ticker.Ticks(5, 5); ticks != nil {
 		t.Errorf("ticks for an empty range: %v", ticks)
+	}
+}
+
+// A grid of plots is one SVG document with the font fallback, an empty
+// cell included.
+func TestSVGGrid(t *testing.T) {
+	line, err := plotter.NewLine(plotter.XYs{{X: 0, Y: 0}, {X: 1, Y: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := New(), New()
+	a.Title.Text, b.Title.Text = "left panel", "right panel"
+	a.Add(line)
+	b.Add(line)
+	svg, err := SVGGrid([][]*plot.Plot{{a, b}, {a}}, 6*vg.Inch, 4*vg.Inch, vg.Points(10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Count(svg, []byte("<svg")) != 1 || !bytes.Contains(svg, fallback) || bytes.Contains(svg, fontFamily) ||
+		!bytes.Contains(svg, []byte("left panel")) || !bytes.Contains(svg, []byte("right panel")) {
+		t.Errorf("grid SVG:\n%.400s", svg)
 	}
 }
