@@ -304,15 +304,21 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	}
 	sub := &subscription{}
 	subCtx, cancel := context.WithCancel(withSubscription(ctx, sub))
-	ins := make([]<-chan *message.Message, 0, len(s.ups))
-	for _, up := range s.ups {
-		in, err := up.Subscribe(subCtx, topic)
-		if err != nil {
-			cancel() // ends the subscriptions already started
-			s.keepAlive.ended(sub)
-			return nil, fmt.Errorf("redisbroker: subscribing to %q: %w", topic, err)
-		}
-		ins = append(ins, in)
+	// Each upstream consumer makes its own round trip to Redis before it
+	// reads (it creates the group if missing): started one after the
+	// other, 48 consumers held a handler's start back by about 100 ms, and
+	// the router subscribes its handlers one after the other too.
+	ins := make([]<-chan *message.Message, len(s.ups))
+	errs := make([]error, len(s.ups))
+	var started sync.WaitGroup
+	for i, up := range s.ups {
+		started.Go(func() { ins[i], errs[i] = up.Subscribe(subCtx, topic) })
+	}
+	started.Wait()
+	if err := errors.Join(errs...); err != nil {
+		cancel() // ends the subscriptions that did start
+		s.keepAlive.ended(sub)
+		return nil, fmt.Errorf("redisbroker: subscribing to %q: %w", topic, err)
 	}
 
 	out := make(chan *message.Message)
