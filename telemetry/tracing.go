@@ -12,6 +12,8 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/spillway-go/spillway/internal/stackroom"
 )
 
 // tracing is the consumer side of Spillway's tracing: the middleware
@@ -83,6 +85,8 @@ func (t *tracing) carriesContext(msg *message.Message) bool {
 // middleware wraps h in a consumer span.
 func (t *tracing) middleware(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) (out []*message.Message, err error) {
+		// Outermost: grow the goroutine's stack while it is shallow.
+		stackroom.Reserve()
 		topic := t.cfg.topicOf(msg)
 		st := t.starts.get(topic, t.newStart)
 		parent, opts := msg.Context(), st.opts
