@@ -165,7 +165,7 @@ type Router struct {
 
 	mu       sync.Mutex
 	trackers atomic.Pointer[map[string]deliveryTracker] // by handler name; written under mu
-	topics   map[string]string // handler name -> subscribed topic
+	topics   map[string]string                          // handler name -> subscribed topic
 	retryHs  map[string]*message.Handler
 	subs     []message.Subscriber
 	runCtx   context.Context
@@ -215,12 +215,12 @@ func newRouter(cfg Config, logger watermill.LoggerAdapter, o options, ctl contro
 		logger = watermill.NopLogger{}
 	}
 	r := &Router{
-		cfg:      cfg,
-		logger:   logger,
-		opts:     o,
-		topics:   make(map[string]string),
-		retryHs:  make(map[string]*message.Handler),
-		closed:   make(chan struct{}),
+		cfg:     cfg,
+		logger:  logger,
+		opts:    o,
+		topics:  make(map[string]string),
+		retryHs: make(map[string]*message.Handler),
+		closed:  make(chan struct{}),
 	}
 	r.closingCtx, r.closingCancel = context.WithCancel(context.Background())
 
