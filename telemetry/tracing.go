@@ -99,8 +99,11 @@ func (t *tracing) middleware(h message.HandlerFunc) message.HandlerFunc {
 			}
 		}
 		ctx, span := t.tracer.Start(parent, st.name, opts...)
+		// Read now, set as the span ends, with the outcome in one call:
+		// every call grows the span's attribute slice.
+		var attrs []attribute.KeyValue
 		if span.IsRecording() {
-			span.SetAttributes(t.messageAttributes(msg)...)
+			attrs = t.messageAttributes(msg, 2)
 		}
 		msg.SetContext(ctx)
 		rec := ensureRecord(msg, topic)
@@ -111,11 +114,12 @@ func (t *tracing) middleware(h message.HandlerFunc) message.HandlerFunc {
 				// A panic, or runtime.Goexit (recover returns nil then).
 				v := recover()
 				if v == nil {
+					span.SetAttributes(attrs...)
 					span.SetStatus(codes.Error, "handler goroutine exited")
 					span.End()
 					return
 				}
-				span.SetAttributes(keyOutcome.String(string(outcomePanic)))
+				span.SetAttributes(append(attrs, keyOutcome.String(string(outcomePanic)))...)
 				span.SetStatus(codes.Error, fmt.Sprintf("panic: %v", v))
 				span.End()
 				panic(v)
@@ -127,10 +131,10 @@ func (t *tracing) middleware(h message.HandlerFunc) message.HandlerFunc {
 			if err != nil {
 				span.RecordError(err)
 				span.SetStatus(codes.Error, err.Error())
-				span.SetAttributes(semconv.ErrorType(err))
+				attrs = append(attrs, semconv.ErrorType(err))
 			}
 			o, _, _, _ := rec.final(err)
-			span.SetAttributes(keyOutcome.String(string(o)))
+			span.SetAttributes(append(attrs, keyOutcome.String(string(o)))...)
 			span.End()
 		}()
 		out, err = h(msg)
@@ -163,9 +167,9 @@ func (t *tracing) newStart(topic string) *spanStart {
 }
 
 // messageAttributes are the per-message attributes, added only to spans
-// that record.
-func (t *tracing) messageAttributes(msg *message.Message) []attribute.KeyValue {
-	attrs := make([]attribute.KeyValue, 0, 4)
+// that record; the slice has room for extra more.
+func (t *tracing) messageAttributes(msg *message.Message, extra int) []attribute.KeyValue {
+	attrs := make([]attribute.KeyValue, 0, 3+extra)
 	attrs = append(attrs,
 		semconv.MessagingMessageID(msg.UUID),
 		semconv.MessagingMessageBodySize(len(msg.Payload)),
