@@ -70,6 +70,12 @@ type SessionTracker struct {
 
 	mu     sync.Mutex
 	claims map[topicPartition]*claimState
+	// delivering maps the message each live claim is delivering now to
+	// its claim and offset, so the hooks the router calls for every
+	// message (Begin, Revoked, Completed) find the claim without reading
+	// partition, offset and topic from the message context. A message it
+	// does not hold (a copy resent after a nack) is looked up the long way.
+	delivering map[*message.Message]delivered
 
 	ended       atomic.Uint64 // sessions whose context ended
 	marked      atomic.Uint64 // acks marked after their session ended
@@ -109,6 +115,14 @@ type claimState struct {
 	mu        sync.Mutex
 	current   int64 // offset watermill-kafka is delivering, -1 before the first
 	completed int64 // offset whose handler succeeded in the current attempt, -1 none
+
+	msg *message.Message // the message unmarshalled for current; under SessionTracker.mu
+}
+
+// delivered is what SessionTracker.delivering holds for a message.
+type delivered struct {
+	c      *claimState
+	offset int64
 }
 
 // newSessionTracker returns a tracker for consumer group group that
@@ -118,7 +132,8 @@ func newSessionTracker(inner kafka.SaramaTracer, group string, seen *offsetMemor
 	if seen == nil {
 		seen = newOffsetMemory()
 	}
-	return &SessionTracker{inner: inner, group: group, seen: seen, claims: make(map[topicPartition]*claimState)}
+	return &SessionTracker{inner: inner, group: group, seen: seen, claims: make(map[topicPartition]*claimState),
+		delivering: make(map[*message.Message]delivered)}
 }
 
 // offsetMemory is, per consumer group and partition, the highest offset
@@ -212,7 +227,7 @@ func (t *SessionTracker) Revoked(msg *message.Message) <-chan struct{} {
 	if t.observeOnly {
 		return nil
 	}
-	c, ok := t.lookup(msg)
+	c, _, ok := t.lookup(msg)
 	if !ok {
 		return nil
 	}
@@ -223,7 +238,7 @@ func (t *SessionTracker) Revoked(msg *message.Message) <-chan struct{} {
 // the same message completed no longer counts. The router calls it before
 // budget admission.
 func (t *SessionTracker) Begin(msg *message.Message) {
-	if c, ok := t.lookup(msg); ok {
+	if c, _, ok := t.lookup(msg); ok {
 		c.mu.Lock()
 		c.completed = -1
 		c.mu.Unlock()
@@ -234,8 +249,7 @@ func (t *SessionTracker) Begin(msg *message.Message) {
 // so its ack may be committed even if the session ends before the ack
 // arrives. The router calls it inside budget admission.
 func (t *SessionTracker) Completed(msg *message.Message) {
-	off, _ := kafka.MessagePartitionOffsetFromCtx(msg.Context())
-	if c, ok := t.lookup(msg); ok {
+	if c, off, ok := t.lookup(msg); ok {
 		c.mu.Lock()
 		if c.current == off {
 			c.completed = off
@@ -250,40 +264,49 @@ func (t *SessionTracker) Completed(msg *message.Message) {
 // the tracker does not know (not a delivery it is making now) is not.
 // Use it as retrygate.Options.IsRedelivery; the router does.
 func (t *SessionTracker) Redelivered(msg *message.Message) bool {
-	off, _ := kafka.MessagePartitionOffsetFromCtx(msg.Context())
-	c, ok := t.lookup(msg)
+	c, off, ok := t.lookup(msg)
 	return ok && off <= c.seenBefore
 }
 
-// lookup finds the claim msg was delivered from, provided it is the
-// message that claim is delivering now.
-func (t *SessionTracker) lookup(msg *message.Message) (*claimState, bool) {
+// lookup finds the claim msg was delivered from and msg's offset, provided
+// it is the message that claim is delivering now.
+func (t *SessionTracker) lookup(msg *message.Message) (*claimState, int64, bool) {
+	t.mu.Lock()
+	d, ok := t.delivering[msg]
+	t.mu.Unlock()
+	if ok {
+		d.c.mu.Lock()
+		cur := d.c.current
+		d.c.mu.Unlock()
+		return d.c, d.offset, cur == d.offset
+	}
 	ctx := msg.Context()
 	partition, ok := kafka.MessagePartitionFromCtx(ctx)
 	if !ok {
-		return nil, false
+		return nil, 0, false
 	}
 	offset, ok := kafka.MessagePartitionOffsetFromCtx(ctx)
 	if !ok {
-		return nil, false
+		return nil, 0, false
 	}
 	topic := message.SubscribeTopicFromCtx(ctx)
 	if topic == "" {
 		// Not delivered through a Watermill router, which is what puts
 		// the topic in the context: find the one claim of that
 		// partition delivering that offset.
-		return t.lookupByOffset(partition, offset)
+		c, ok := t.lookupByOffset(partition, offset)
+		return c, offset, ok
 	}
 	t.mu.Lock()
 	c := t.claims[topicPartition{topic, partition}]
 	t.mu.Unlock()
 	if c == nil {
-		return nil, false
+		return nil, 0, false
 	}
 	c.mu.Lock()
 	cur := c.current
 	c.mu.Unlock()
-	return c, cur == offset
+	return c, offset, cur == offset
 }
 
 // lookupByOffset finds the claim of partition that is delivering offset,
@@ -400,6 +423,10 @@ func (h *trackedHandler) ConsumeClaim(s sarama.ConsumerGroupSession, claim saram
 		if t.claims[key] == c {
 			delete(t.claims, key)
 		}
+		if c.msg != nil {
+			delete(t.delivering, c.msg)
+			c.msg = nil
+		}
 		t.mu.Unlock()
 	}()
 	if t.observeOnly {
@@ -464,7 +491,21 @@ func (u trackedUnmarshaler) Unmarshal(m *sarama.ConsumerMessage) (*message.Messa
 		}
 		c.mu.Unlock()
 	}
-	return u.next.Unmarshal(m)
+	msg, err := u.next.Unmarshal(m)
+	if c != nil {
+		key := topicPartition{m.Topic, m.Partition}
+		u.t.mu.Lock()
+		if c.msg != nil {
+			delete(u.t.delivering, c.msg)
+			c.msg = nil
+		}
+		if err == nil && msg != nil && u.t.claims[key] == c {
+			c.msg = msg
+			u.t.delivering[msg] = delivered{c: c, offset: m.Offset}
+		}
+		u.t.mu.Unlock()
+	}
+	return msg, err
 }
 
 var _ kafka.SaramaTracer = sessionTracer{}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/signal"
 	"slices"
@@ -163,8 +164,8 @@ type Router struct {
 	lagThrottled *producer.LagThrottled // nil: producer.lag_throttle off
 
 	mu       sync.Mutex
-	trackers map[string]deliveryTracker
-	topics   map[string]string // handler name -> subscribed topic
+	trackers atomic.Pointer[map[string]deliveryTracker] // by handler name; written under mu
+	topics   map[string]string                          // handler name -> subscribed topic
 	retryHs  map[string]*message.Handler
 	subs     []message.Subscriber
 	runCtx   context.Context
@@ -214,13 +215,12 @@ func newRouter(cfg Config, logger watermill.LoggerAdapter, o options, ctl contro
 		logger = watermill.NopLogger{}
 	}
 	r := &Router{
-		cfg:      cfg,
-		logger:   logger,
-		opts:     o,
-		trackers: make(map[string]deliveryTracker),
-		topics:   make(map[string]string),
-		retryHs:  make(map[string]*message.Handler),
-		closed:   make(chan struct{}),
+		cfg:     cfg,
+		logger:  logger,
+		opts:    o,
+		topics:  make(map[string]string),
+		retryHs: make(map[string]*message.Handler),
+		closed:  make(chan struct{}),
 	}
 	r.closingCtx, r.closingCancel = context.WithCancel(context.Background())
 
@@ -403,14 +403,38 @@ func (r *Router) Watermill() *message.Router { return r.wm }
 // which has no consumer groups.
 func (r *Router) ConsumerGroup(handler string) string { return r.back.group(handler) }
 
+// tracker returns the delivery tracker of the handler named handler, nil
+// if it has none. It takes no lock: it is on every message's path.
 func (r *Router) tracker(handler string) deliveryTracker {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.trackers[handler]
+	if m := r.trackers.Load(); m != nil {
+		return (*m)[handler]
+	}
+	return nil
+}
+
+// setTracker sets (tr non-nil) or removes the tracker of the handler named
+// handler, copy on write. r.mu must be held.
+func (r *Router) setTracker(handler string, tr deliveryTracker) {
+	next := make(map[string]deliveryTracker)
+	if m := r.trackers.Load(); m != nil {
+		maps.Copy(next, *m)
+	}
+	if tr == nil {
+		delete(next, handler)
+	} else {
+		next[handler] = tr
+	}
+	r.trackers.Store(&next)
 }
 
 func (r *Router) revoked(msg *message.Message) <-chan struct{} {
-	if t := r.tracker(message.HandlerNameFromCtx(msg.Context())); t != nil {
+	var t deliveryTracker
+	if d := deliveryFrom(msg.Context()); d != nil {
+		t = d.tracker
+	} else {
+		t = r.tracker(message.HandlerNameFromCtx(msg.Context()))
+	}
+	if t != nil {
 		return t.Revoked(msg)
 	}
 	return nil
@@ -501,7 +525,7 @@ func (r *Router) add(name, topic string, addTo func(name, topic string, sub mess
 func (r *Router) unsubscribe(name string, sub message.Subscriber) {
 	r.mu.Lock()
 	delete(r.topics, name)
-	delete(r.trackers, name)
+	r.setTracker(name, nil)
 	if i := slices.Index(r.subs, sub); i >= 0 {
 		r.subs = slices.Delete(r.subs, i, i+1)
 	}
@@ -555,7 +579,7 @@ func (r *Router) subscriber(name, topic string) (message.Subscriber, error) {
 		return nil, err
 	}
 	if tr != nil {
-		r.trackers[name] = tr
+		r.setTracker(name, tr)
 	}
 	r.subs = append(r.subs, sub)
 	return sub, nil
@@ -761,14 +785,14 @@ func (r *Router) Stats() Stats {
 		st := r.lagThrottled.Stats()
 		s.LagThrottle = &st
 	}
-	r.mu.Lock()
-	for _, t := range r.trackers {
-		if kt, ok := t.(*kafkabroker.SessionTracker); ok {
-			s.LateMarks += kt.LateMarks()
-			s.Evictions += kt.Evictions()
+	if m := r.trackers.Load(); m != nil {
+		for _, t := range *m {
+			if kt, ok := t.(*kafkabroker.SessionTracker); ok {
+				s.LateMarks += kt.LateMarks()
+				s.Evictions += kt.Evictions()
+			}
 		}
 	}
-	r.mu.Unlock()
 	return s
 }
 

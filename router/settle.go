@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/spillway-go/spillway/internal/stackroom"
 )
 
 // settling follows each message from the moment it enters the stack until
@@ -29,9 +31,12 @@ type settling struct {
 }
 
 // layer is the outermost middleware: it counts the message inside and, on
-// the way out, keeps it until it is settled.
+// the way out, keeps it until it is settled. Being outermost, it also grows
+// the message goroutine's stack for the layers below while that is cheap
+// (internal/stackroom).
 func (s *settling) layer(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
+		stackroom.Reserve()
 		s.inside.Add(1)
 		defer func() {
 			s.leave(msg)

@@ -2,6 +2,8 @@ package router
 
 import (
 	"context"
+	"sync"
+	"sync/atomic"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 )
@@ -157,10 +159,6 @@ func (r *Router) stack() middlewareStack {
 	return s
 }
 
-// handlerCtxKey holds, in the context a message waits for budget with, the
-// context its handler gets once admitted.
-type handlerCtxKey struct{}
-
 // deliveryCtxKey holds the message's delivery context, set by retryScope
 // for the layers inside the retry gate.
 type deliveryCtxKey struct{}
@@ -198,8 +196,12 @@ func (r *Router) gate(h message.HandlerFunc) message.HandlerFunc {
 		// The handler's context: orig's values, and the delivery's
 		// lifetime, even where retryScope made orig end with Close.
 		handlerCtx, life := orig, orig
-		if d, ok := orig.Value(deliveryCtxKey{}).(context.Context); ok {
-			life = d
+		if r.retry != nil {
+			// Only retryScope sets it: without a retry gate the lookup
+			// would walk the whole context chain for nothing.
+			if d, ok := orig.Value(deliveryCtxKey{}).(context.Context); ok {
+				life = d
+			}
 		}
 		if r.closingCtx.Err() != nil {
 			r.settling.held.Add(1)
@@ -217,27 +219,131 @@ func (r *Router) gate(h message.HandlerFunc) message.HandlerFunc {
 			}()
 		}
 		handler := message.HandlerNameFromCtx(orig)
-		if t := r.tracker(handler); t != nil {
+		t := r.tracker(handler)
+		if t != nil {
 			t.Begin(msg)
 		}
 		r.annotateGroup(msg, handler)
 		r.entered.Add(1)
 		defer r.entered.Add(-1)
-		ctx, cancel := context.WithCancel(context.WithValue(orig, handlerCtxKey{}, handlerCtx))
-		defer cancel()
-		if life == orig {
-			// Without the retry gate's scope, Close must end the wait
-			// here. With it, orig already ends when Close starts, and
-			// ctx with it, never before: the gate sees its own context
-			// ended whenever a wait below gave up for shutdown, and so
-			// nacks the message instead of counting a failed attempt.
-			stop := context.AfterFunc(r.closingCtx, cancel)
-			defer stop()
-		}
-		msg.SetContext(ctx)
+		// Without the retry gate's scope, Close must end the wait here.
+		// With it, orig already ends when Close starts, and the waiting
+		// context with it, never before: the gate sees its own context
+		// ended whenever a wait below gave up for shutdown, and so nacks
+		// the message instead of counting a failed attempt.
+		d := &delivery{Context: orig, handlerCtx: handlerCtx, tracker: t, closing: r.closingCtx, endOnClose: life == orig}
+		defer d.end()
+		msg.SetContext(d)
 		return h(msg)
 	}
 }
+
+// delivery is the context a message waits for budget with, set by the
+// gate: orig's values and lifetime, also ended when Close starts (unless
+// retryScope's context does that already) and when the gate returns. It
+// carries what the layers inside the gate need (the handler's context and
+// the handler's delivery tracker), so they find it without walking the
+// context chain.
+//
+// Its cancellation is built lazily: a message admitted at once (the common
+// case, budget free) never asks for Done, and then costs one allocation
+// instead of a cancellable context registered with both its parent and the
+// router's closing context.
+type delivery struct {
+	context.Context // orig, the message context the gate received
+
+	handlerCtx context.Context // the context the handler gets back once admitted
+	tracker    deliveryTracker // nil when the broker has none
+	closing    context.Context // the router's closing context
+	endOnClose bool            // closing ends it too
+
+	mu     sync.Mutex
+	inner  atomic.Pointer[context.Context] // built by lazy; then authoritative
+	cancel context.CancelFunc
+	stop   func() bool
+	ended  atomic.Bool // the gate has returned
+}
+
+// deliveryFrom returns the delivery context ctx is, or carries.
+func deliveryFrom(ctx context.Context) *delivery {
+	if d, ok := ctx.(*delivery); ok {
+		return d
+	}
+	d, _ := ctx.Value(deliveryKey{}).(*delivery)
+	return d
+}
+
+// deliveryKey finds a delivery below contexts derived from it.
+type deliveryKey struct{}
+
+// lazy returns the cancellable context that stands for d's lifetime,
+// building it on first use.
+func (d *delivery) lazy() context.Context {
+	if c := d.inner.Load(); c != nil {
+		return *c
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if c := d.inner.Load(); c != nil {
+		return *c
+	}
+	ctx, cancel := context.WithCancel(d.Context)
+	d.cancel = cancel
+	if d.endOnClose {
+		d.stop = context.AfterFunc(d.closing, cancel)
+		if d.closing.Err() != nil {
+			cancel() // at once, not on AfterFunc's goroutine
+		}
+	}
+	if d.ended.Load() {
+		cancel()
+	}
+	d.inner.Store(&ctx)
+	return ctx
+}
+
+// end is called when the gate returns: d's lifetime is over.
+func (d *delivery) end() {
+	d.ended.Store(true)
+	if d.inner.Load() == nil {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.stop != nil {
+		d.stop()
+	}
+	d.cancel()
+}
+
+// Done returns the channel closed when d ends.
+func (d *delivery) Done() <-chan struct{} { return d.lazy().Done() }
+
+// Err reports why d ended, without building its cancellation.
+func (d *delivery) Err() error {
+	if c := d.inner.Load(); c != nil {
+		return (*c).Err()
+	}
+	if err := d.Context.Err(); err != nil {
+		return err
+	}
+	if d.ended.Load() || (d.endOnClose && d.closing.Err() != nil) {
+		return context.Canceled
+	}
+	return nil
+}
+
+// Value returns d for deliveryKey and asks orig otherwise.
+func (d *delivery) Value(key any) any {
+	if _, ok := key.(deliveryKey); ok {
+		return d
+	}
+	return d.Context.Value(key)
+}
+
+// AfterFunc lets the context package attach a derived context's
+// cancellation to d without starting a goroutine.
+func (d *delivery) AfterFunc(f func()) func() bool { return context.AfterFunc(d.lazy(), f) }
 
 // admitted runs inside the budget: the message has been admitted (or there
 // is no budget). It gives the handler back its delivery context, unaffected
@@ -245,16 +351,18 @@ func (r *Router) gate(h message.HandlerFunc) message.HandlerFunc {
 // successful completion for the Kafka session tracker.
 func (r *Router) admitted(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
-		if orig, ok := msg.Context().Value(handlerCtxKey{}).(context.Context); ok {
-			msg.SetContext(orig)
+		var t deliveryTracker
+		if d := deliveryFrom(msg.Context()); d != nil {
+			msg.SetContext(d.handlerCtx)
+			t = d.tracker
+		} else {
+			t = r.tracker(message.HandlerNameFromCtx(msg.Context()))
 		}
 		r.running.Add(1)
 		defer r.running.Add(-1)
 		out, err := h(msg)
-		if err == nil {
-			if t := r.tracker(message.HandlerNameFromCtx(msg.Context())); t != nil {
-				t.Completed(msg)
-			}
+		if err == nil && t != nil {
+			t.Completed(msg)
 		}
 		return out, err
 	}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/spillway-go/spillway/redisbroker"
 	"github.com/spillway-go/spillway/telemetry"
@@ -46,13 +47,18 @@ func (r *Router) deadLettering(dl message.HandlerMiddleware) message.HandlerMidd
 	}
 }
 
-// annotateGroup puts the handler's consumer group on the message's span.
+// annotateGroup puts the handler's consumer group on the message's span,
+// if it records: the group's name is built only then.
 func (r *Router) annotateGroup(msg *message.Message, handler string) {
 	if r.tracing == nil || handler == "" {
 		return
 	}
+	span := trace.SpanFromContext(msg.Context())
+	if !span.IsRecording() {
+		return
+	}
 	if g := r.back.group(handler); g != "" {
-		telemetry.Annotate(msg, semconv.MessagingConsumerGroupName(g))
+		span.SetAttributes(semconv.MessagingConsumerGroupName(g))
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/spillway-go/spillway/internal/stackroom"
 	"github.com/spillway-go/spillway/middleware"
 	"github.com/spillway-go/spillway/retrygate"
 )
@@ -348,6 +349,9 @@ func (m *Metrics) Middleware(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) (out []*message.Message, err error) {
 		rec := recordFrom(msg.Context())
 		if rec == nil {
+			// Outermost (no tracing): grow the goroutine's stack while
+			// it is shallow.
+			stackroom.Reserve()
 			rec = ensureRecord(msg, m.cfg.topicOf(msg))
 		}
 		topic := rec.topic

@@ -1,17 +1,22 @@
 package telemetry
 
 import (
+	"context"
 	"fmt"
+	"reflect"
 	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/spillway-go/spillway/internal/stackroom"
 )
 
 // tracing is the consumer side of Spillway's tracing: the middleware
@@ -21,6 +26,33 @@ type tracing struct {
 	tracer trace.Tracer
 	fields []string // the metadata keys the propagator reads
 	starts startCache
+
+	// placeholder is set when tracer came from OpenTelemetry's global
+	// provider before any provider was installed: such a tracer only
+	// forwards to the provider installed later, and until then its spans
+	// are non-recording copies of the parent's span context, which the
+	// message's context carries already. See startless.
+	placeholder bool
+}
+
+// noSpan is a span that does nothing.
+var noSpan = trace.SpanFromContext(context.Background())
+
+// globalPlaceholder reports whether tr is the tracer OpenTelemetry's global
+// provider hands out while no provider is installed (a delegating tracer
+// of its internal global package).
+func globalPlaceholder(tr trace.Tracer) bool {
+	t := reflect.TypeOf(tr)
+	return t != nil && t.Kind() == reflect.Pointer && t.Elem().Name() == "tracer" &&
+		t.Elem().PkgPath() == "go.opentelemetry.io/otel/internal/global"
+}
+
+// startless reports whether a span need not be started for a message: the
+// tracer is the global placeholder and the application has still not
+// installed a provider (the global provider is the one the tracer came
+// from). Starting one would only allocate a non-recording span.
+func (t *tracing) startless() bool {
+	return t.placeholder && otel.GetTracerProvider() == t.cfg.tracerProvider
 }
 
 // NewTracing returns the consumer side of Spillway's tracing: a Watermill
@@ -58,6 +90,7 @@ func NewTracing(opts ...Option) message.HandlerMiddleware {
 		tracer: tracer(cfg.tracerProvider),
 		fields: cfg.propagator.Fields(),
 	}
+	t.placeholder = globalPlaceholder(t.tracer)
 	return t.middleware
 }
 
@@ -83,6 +116,8 @@ func (t *tracing) carriesContext(msg *message.Message) bool {
 // middleware wraps h in a consumer span.
 func (t *tracing) middleware(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) (out []*message.Message, err error) {
+		// Outermost: grow the goroutine's stack while it is shallow.
+		stackroom.Reserve()
 		topic := t.cfg.topicOf(msg)
 		st := t.starts.get(topic, t.newStart)
 		parent, opts := msg.Context(), st.opts
@@ -94,9 +129,23 @@ func (t *tracing) middleware(h message.HandlerFunc) message.HandlerFunc {
 				opts = append(slices.Clip(opts), trace.WithLinks(trace.Link{SpanContext: sc}))
 			}
 		}
-		ctx, span := t.tracer.Start(parent, st.name, opts...)
+		var (
+			ctx  context.Context
+			span trace.Span
+		)
+		if t.startless() {
+			// The parent's span context stays in ctx for the handler
+			// and for propagation, as the placeholder's span would
+			// carry it; the middleware's own span calls do nothing.
+			ctx, span = parent, noSpan
+		} else {
+			ctx, span = t.tracer.Start(parent, st.name, opts...)
+		}
+		// Read now, set as the span ends, with the outcome in one call:
+		// every call grows the span's attribute slice.
+		var attrs []attribute.KeyValue
 		if span.IsRecording() {
-			span.SetAttributes(t.messageAttributes(msg)...)
+			attrs = t.messageAttributes(msg, 2)
 		}
 		msg.SetContext(ctx)
 		rec := ensureRecord(msg, topic)
@@ -107,11 +156,12 @@ func (t *tracing) middleware(h message.HandlerFunc) message.HandlerFunc {
 				// A panic, or runtime.Goexit (recover returns nil then).
 				v := recover()
 				if v == nil {
+					span.SetAttributes(attrs...)
 					span.SetStatus(codes.Error, "handler goroutine exited")
 					span.End()
 					return
 				}
-				span.SetAttributes(keyOutcome.String(string(outcomePanic)))
+				span.SetAttributes(append(attrs, keyOutcome.String(string(outcomePanic)))...)
 				span.SetStatus(codes.Error, fmt.Sprintf("panic: %v", v))
 				span.End()
 				panic(v)
@@ -123,10 +173,10 @@ func (t *tracing) middleware(h message.HandlerFunc) message.HandlerFunc {
 			if err != nil {
 				span.RecordError(err)
 				span.SetStatus(codes.Error, err.Error())
-				span.SetAttributes(semconv.ErrorType(err))
+				attrs = append(attrs, semconv.ErrorType(err))
 			}
 			o, _, _, _ := rec.final(err)
-			span.SetAttributes(keyOutcome.String(string(o)))
+			span.SetAttributes(append(attrs, keyOutcome.String(string(o)))...)
 			span.End()
 		}()
 		out, err = h(msg)
@@ -159,9 +209,9 @@ func (t *tracing) newStart(topic string) *spanStart {
 }
 
 // messageAttributes are the per-message attributes, added only to spans
-// that record.
-func (t *tracing) messageAttributes(msg *message.Message) []attribute.KeyValue {
-	attrs := make([]attribute.KeyValue, 0, 4)
+// that record; the slice has room for extra more.
+func (t *tracing) messageAttributes(msg *message.Message, extra int) []attribute.KeyValue {
+	attrs := make([]attribute.KeyValue, 0, 3+extra)
 	attrs = append(attrs,
 		semconv.MessagingMessageID(msg.UUID),
 		semconv.MessagingMessageBodySize(len(msg.Payload)),

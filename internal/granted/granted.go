@@ -10,6 +10,7 @@
 package granted
 
 import (
+	"hash/maphash"
 	"sync"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -30,32 +31,58 @@ type Charge struct {
 	Source cost.Source
 }
 
-var table sync.Map // *message.Message -> Charge
+// table maps a message being run by a budget middleware to its charge. It
+// is sharded by the message's address, each shard a plain map under its own
+// mutex: unlike a sync.Map, setting and deleting a key allocates nothing
+// once a shard's map has grown, and concurrent messages rarely share a
+// shard's lock.
+var table [shards]shard
+
+const shards = 16
+
+type shard struct {
+	mu sync.Mutex
+	m  map[*message.Message]Charge
+	_  [40]byte // keeps neighbouring shards' locks off one cache line
+}
+
+var seed = maphash.MakeSeed()
+
+func shardOf(msg *message.Message) *shard {
+	return &table[maphash.Comparable(seed, msg)%shards]
+}
 
 // Set records c for msg and returns what it replaced, for [Restore].
 func Set(msg *message.Message, c Charge) (prev Charge, had bool) {
-	p, loaded := table.Swap(msg, c)
-	if loaded {
-		prev = p.(Charge)
+	s := shardOf(msg)
+	s.mu.Lock()
+	if s.m == nil {
+		s.m = make(map[*message.Message]Charge)
 	}
-	return prev, loaded
+	prev, had = s.m[msg]
+	s.m[msg] = c
+	s.mu.Unlock()
+	return prev, had
 }
 
 // Restore undoes a [Set]: it puts back what Set returned.
 func Restore(msg *message.Message, prev Charge, had bool) {
+	s := shardOf(msg)
+	s.mu.Lock()
 	if had {
-		table.Store(msg, prev)
-		return
+		s.m[msg] = prev
+	} else {
+		delete(s.m, msg)
 	}
-	table.Delete(msg)
+	s.mu.Unlock()
 }
 
 // Get returns the charge msg was admitted with, if a budget middleware is
 // running it now.
 func Get(msg *message.Message) (Charge, bool) {
-	v, ok := table.Load(msg)
-	if !ok {
-		return Charge{}, false
-	}
-	return v.(Charge), true
+	s := shardOf(msg)
+	s.mu.Lock()
+	c, ok := s.m[msg]
+	s.mu.Unlock()
+	return c, ok
 }

@@ -1,0 +1,73 @@
+package kafkabroker
+
+import (
+	"context"
+	"testing"
+
+	"github.com/IBM/sarama"
+	"github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
+	"github.com/ThreeDotsLabs/watermill/message"
+)
+
+// The tracker finds the claim of the message it is delivering by the
+// message itself, agrees with the lookup through the message context (what
+// a copy resent after a nack gets), and holds one message per live claim.
+func TestTrackerDeliveringByMessage(t *testing.T) {
+	tr := newSessionTracker(nil, "g", nil)
+	key := topicPartition{"t", 3}
+	c := &claimState{sess: context.Background(), current: -1, completed: -1, seenBefore: 4}
+	tr.claims[key] = c
+	u := tr.wrapUnmarshaler(kafka.DefaultMarshaler{})
+
+	deliver := func(offset int64) *message.Message {
+		t.Helper()
+		sm, err := kafka.DefaultMarshaler{}.Marshal("t", message.NewMessage("m", []byte("{}")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		msg, err := u.Unmarshal(&sarama.ConsumerMessage{Topic: "t", Partition: 3, Offset: offset, Value: []byte("{}"), Headers: toRecordHeaders(sm.Headers)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return msg
+	}
+
+	first := deliver(4)
+	if got, off, ok := tr.lookup(first); !ok || got != c || off != 4 {
+		t.Fatalf("lookup(first) = %p, %d, %v; want the claim at offset 4", got, off, ok)
+	}
+	if !tr.Redelivered(first) {
+		t.Fatal("offset 4 was seen by an earlier session: want a redelivery")
+	}
+	tr.Begin(first)
+	tr.Completed(first)
+	if c.completed != 4 {
+		t.Fatalf("completed = %d, want 4", c.completed)
+	}
+
+	second := deliver(5)
+	if len(tr.delivering) != 1 {
+		t.Fatalf("tracker holds %d messages, want 1 (the claim's current)", len(tr.delivering))
+	}
+	if _, _, ok := tr.lookup(first); ok {
+		t.Fatal("the claim moved on: the first message must no longer be current")
+	}
+	if tr.Redelivered(second) {
+		t.Fatal("offset 5 is fresh")
+	}
+
+	// A copy (as watermill-kafka resends after a nack) is not in the map:
+	// it is looked up through its context, which here carries no
+	// partition, so it is unknown, as it always was.
+	if _, _, ok := tr.lookup(second.Copy()); ok {
+		t.Fatal("a copy without a delivery context must not be found")
+	}
+}
+
+func toRecordHeaders(hs []sarama.RecordHeader) []*sarama.RecordHeader {
+	out := make([]*sarama.RecordHeader, len(hs))
+	for i := range hs {
+		out[i] = &hs[i]
+	}
+	return out
+}
