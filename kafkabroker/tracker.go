@@ -68,8 +68,13 @@ type SessionTracker struct {
 	// behaviour ([WithObserveOnly]).
 	observeOnly bool
 
-	mu     sync.Mutex
-	claims map[topicPartition]*claimState
+	// keyed: the tracker of a [KeySubscriber], which keeps its deliveries'
+	// state itself (in the message context) and commits itself.
+	keyed bool
+
+	mu       sync.Mutex
+	claims   map[topicPartition]*claimState
+	keyParts map[topicPartition]*keyPartition
 
 	ended       atomic.Uint64 // sessions whose context ended
 	marked      atomic.Uint64 // acks marked after their session ended
@@ -212,6 +217,9 @@ func (t *SessionTracker) Revoked(msg *message.Message) <-chan struct{} {
 	if t.observeOnly {
 		return nil
 	}
+	if d := t.keyDelivery(msg); d != nil {
+		return d.p.sessDone
+	}
 	c, ok := t.lookup(msg)
 	if !ok {
 		return nil
@@ -223,6 +231,10 @@ func (t *SessionTracker) Revoked(msg *message.Message) <-chan struct{} {
 // the same message completed no longer counts. The router calls it before
 // budget admission.
 func (t *SessionTracker) Begin(msg *message.Message) {
+	if d := t.keyDelivery(msg); d != nil {
+		d.completed.Store(false)
+		return
+	}
 	if c, ok := t.lookup(msg); ok {
 		c.mu.Lock()
 		c.completed = -1
@@ -234,6 +246,10 @@ func (t *SessionTracker) Begin(msg *message.Message) {
 // so its ack may be committed even if the session ends before the ack
 // arrives. The router calls it inside budget admission.
 func (t *SessionTracker) Completed(msg *message.Message) {
+	if d := t.keyDelivery(msg); d != nil {
+		d.completed.Store(true)
+		return
+	}
 	off, _ := kafka.MessagePartitionOffsetFromCtx(msg.Context())
 	if c, ok := t.lookup(msg); ok {
 		c.mu.Lock()
@@ -250,9 +266,41 @@ func (t *SessionTracker) Completed(msg *message.Message) {
 // the tracker does not know (not a delivery it is making now) is not.
 // Use it as retrygate.Options.IsRedelivery; the router does.
 func (t *SessionTracker) Redelivered(msg *message.Message) bool {
+	if d := t.keyDelivery(msg); d != nil {
+		return d.rec.Offset <= d.p.seenBefore
+	}
 	off, _ := kafka.MessagePartitionOffsetFromCtx(msg.Context())
 	c, ok := t.lookup(msg)
 	return ok && off <= c.seenBefore
+}
+
+// keyDelivery returns msg's delivery when t is a [KeySubscriber]'s tracker
+// and msg one of its messages in flight, nil otherwise.
+func (t *SessionTracker) keyDelivery(msg *message.Message) *keyDelivery {
+	if !t.keyed {
+		return nil
+	}
+	if d := deliveryOf(msg); d != nil && d.p.h.s.tracker == t {
+		return d
+	}
+	return nil
+}
+
+func (t *SessionTracker) registerKeyed(tp topicPartition, p *keyPartition) {
+	t.mu.Lock()
+	if t.keyParts == nil {
+		t.keyParts = make(map[topicPartition]*keyPartition)
+	}
+	t.keyParts[tp] = p
+	t.mu.Unlock()
+}
+
+func (t *SessionTracker) unregisterKeyed(tp topicPartition, p *keyPartition) {
+	t.mu.Lock()
+	if t.keyParts[tp] == p {
+		delete(t.keyParts, tp)
+	}
+	t.mu.Unlock()
 }
 
 // lookup finds the claim msg was delivered from, provided it is the
@@ -307,6 +355,19 @@ func (t *SessionTracker) lookupByOffset(partition int32, offset int64) (*claimSt
 		}
 	}
 	return found, found != nil
+}
+
+// Window returns the records, and their bytes, in the windows of the
+// partitions a [KeySubscriber] owns now: read and not yet committed. Zero
+// for watermill-kafka's subscriber, which keeps no window of its own.
+func (t *SessionTracker) Window() (records, bytes int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, p := range t.keyParts {
+		records += p.fill.Load()
+		bytes += p.fillBytes.Load()
+	}
+	return records, bytes
 }
 
 // LateMarks returns how many acks were marked after their session had
@@ -390,6 +451,9 @@ func (h *trackedHandler) Cleanup(s sarama.ConsumerGroupSession) error {
 func (h *trackedHandler) ConsumeClaim(s sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
 	key := topicPartition{claim.Topic(), claim.Partition()}
 	t := h.t
+	if t.keyed {
+		return h.next.ConsumeClaim(s, claim)
+	}
 	c := &claimState{sess: s.Context(), current: -1, completed: -1,
 		seenBefore: t.seen.highest(groupPartition{t.group, key})}
 	t.mu.Lock()
