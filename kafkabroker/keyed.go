@@ -234,7 +234,7 @@ type keySession struct {
 	parts map[int32]*keyPartition
 
 	nudge  chan struct{} // a partition marked a new watermark
-	urgent chan struct{} // ... and its window is half full
+	urgent chan struct{} // ... and its window is a quarter full
 	stop   chan struct{}
 	done   chan struct{}
 }
@@ -266,11 +266,11 @@ func (h *keyHandler) Cleanup(sess sarama.ConsumerGroupSession) error {
 }
 
 // commitInterval is how long a moved watermark may wait for its commit
-// while its window is less than half full.
+// while its window is less than a quarter full.
 const commitInterval = 50 * time.Millisecond
 
 // commitLoop commits the marked watermarks, one commit at a time: at once
-// when a window is half full (the commit is what frees it), otherwise
+// when a window is a quarter full (the commit is what frees it), otherwise
 // within commitInterval of the first mark; then it tells the partitions
 // what is committed so they can release their window.
 func (ks *keySession) commitLoop() {
@@ -430,7 +430,7 @@ type keyPartition struct {
 	bytes    int
 	inflight int
 	lanes    map[string]*keyLane
-	pending  *sarama.ConsumerMessage // read, waiting for room
+	queue    []*sarama.ConsumerMessage // read, waiting for room
 	paused   bool
 	stopping bool
 	stopErr  error
@@ -478,7 +478,11 @@ func (p *keyPartition) run(claim sarama.ConsumerGroupClaim) error {
 		if p.stopping {
 			// Closed channels would spin the loop while deliveries settle.
 			sessDone, subDone = nil, nil
-		} else if p.pending == nil {
+		} else {
+			// Read on even when the window is full: the partition is
+			// paused then, so only what Sarama had already fetched
+			// arrives, and a claim whose channel is not drained would
+			// hold up every partition of its broker's fetch loop.
 			in = records
 		}
 		select {
@@ -487,7 +491,7 @@ func (p *keyPartition) run(claim sarama.ConsumerGroupClaim) error {
 				p.stop(nil)
 				break
 			}
-			p.pending = rec
+			p.queue = append(p.queue, rec)
 		case ev := <-p.events:
 			p.settle(ev)
 		case <-p.wake:
@@ -522,7 +526,8 @@ func (p *keyPartition) stop(err error) {
 	if !p.stopping {
 		p.stopping = true
 		p.stopErr = err
-		p.pending = nil
+		clear(p.queue)
+		p.queue = nil
 	}
 }
 
@@ -534,13 +539,26 @@ func (p *keyPartition) fits(size int) bool {
 	return p.count < p.maxMsgs && p.bytes+size <= p.maxBytes
 }
 
-// admit moves the pending record into the window if it fits.
+// admit moves the records read into the window while they fit.
 func (p *keyPartition) admit() {
-	if rec := p.pending; rec != nil {
-		if size := recordSize(rec); p.fits(size) {
-			p.pending = nil
-			p.take(rec, size)
+	n := 0
+	for n < len(p.queue) && !p.stopping {
+		rec := p.queue[n]
+		size := recordSize(rec)
+		if !p.fits(size) {
+			break
 		}
+		p.queue[n] = nil
+		n++
+		p.take(rec, size)
+	}
+	if p.stopping {
+		return
+	}
+	if n == len(p.queue) {
+		p.queue = p.queue[:0]
+	} else if n > 0 {
+		p.queue = p.queue[n:]
 	}
 }
 
@@ -641,7 +659,7 @@ func (p *keyPartition) markWatermark(final bool) {
 			p.lastMark = wm
 			p.marked.Store(wm)
 			ch := p.ks.nudge
-			if 2*p.count >= p.maxMsgs || 2*p.bytes >= p.maxBytes {
+			if 4*p.count >= p.maxMsgs || 4*p.bytes >= p.maxBytes {
 				ch = p.ks.urgent
 			}
 			select {
@@ -686,7 +704,7 @@ func (p *keyPartition) release() {
 // pauseIfFull pauses fetching while a record waits for room, and resumes
 // it when it entered.
 func (p *keyPartition) pauseIfFull() {
-	full := p.pending != nil || (p.count >= p.maxMsgs || p.bytes >= p.maxBytes)
+	full := len(p.queue) > 0 || p.count >= p.maxMsgs || p.bytes >= p.maxBytes
 	if full == p.paused || p.stopping {
 		return
 	}
