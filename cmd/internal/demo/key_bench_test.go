@@ -32,17 +32,19 @@ import (
 // BenchmarkKafkaKeyPingLatency: one partition that carries heavy
 // multipolygons (one in ten messages) and pings (the rest, each its own
 // key), published live at 400 messages/s; p50 and p99 of the pings'
-// publish-to-handler latency, partition mode against key mode.
+// publish-to-handler latency, partition mode against key mode, with the
+// default budget and with one of four heavies.
 //
 // CPU per message with a no-op handler is BenchmarkKafkaConsume's
 // consumer=spillway-key against consumer=spillway.
 
 // keyBenchRouter is a Spillway router on brokers in the given consumer mode
 // whose topic has partitions partitions.
-func keyBenchRouter(b *testing.B, brokers []string, consumer string, partitions int32, topic string, h message.NoPublishHandlerFunc) *router.Router {
+func keyBenchRouter(b *testing.B, brokers []string, consumer string, partitions int32, budget int64, topic string, h message.NoPublishHandlerFunc) *router.Router {
 	b.Helper()
 	cfg := router.Config{Broker: router.BrokerKafka}
 	cfg.Telemetry.Disabled = true
+	cfg.Budget.Vertices = budget
 	cfg.Kafka.Brokers = brokers
 	cfg.Kafka.Version = kafkaVersion.String()
 	cfg.Kafka.CreateTopics = true
@@ -158,7 +160,9 @@ func BenchmarkKafkaKeyGoodput(b *testing.B) {
 				done    = make(chan struct{})
 				once    sync.Once
 			)
-			r := keyBenchRouter(b, cl.brokers, c.consumer, c.partitions, topic, func(msg *message.Message) error {
+			// A budget sized to the machine rather than to the partitions:
+			// four heavy multipolygons, or a few hundred parcels, at once.
+			r := keyBenchRouter(b, cl.brokers, c.consumer, c.partitions, 20_000, topic, func(msg *message.Message) error {
 				once.Do(func() { close(first) })
 				if _, err := refwork.Process(refwork.Full, msg.Payload, 1); err != nil {
 					return err
@@ -209,8 +213,15 @@ func BenchmarkKafkaKeyPingLatency(b *testing.B) {
 	pub := cost.NewStampingPublisher(prod)
 	const rate = 400 // messages per second
 	var seq atomic.Int64
-	for _, consumer := range []string{"partition", "key"} {
-		b.Run("consumer="+consumer, func(b *testing.B) {
+	// budget 200000 (the default) admits every heavy of the window at
+	// once; 20000 admits four, so pings also queue behind heavies in the
+	// budget (FIFO), whatever the consumer mode.
+	for _, c := range []struct {
+		consumer string
+		budget   int64
+	}{{"partition", 200_000}, {"key", 200_000}, {"partition", 20_000}, {"key", 20_000}} {
+		consumer := c.consumer
+		b.Run(fmt.Sprintf("budget=%d/consumer=%s", c.budget, consumer), func(b *testing.B) {
 			topic := fmt.Sprintf("pings-%s-%d", consumer, seq.Add(1))
 			ensureTopic(b, cl.brokers, topic, 1)
 			var (
@@ -219,7 +230,7 @@ func BenchmarkKafkaKeyPingLatency(b *testing.B) {
 				handled   atomic.Int64
 				done      = make(chan struct{})
 			)
-			r := keyBenchRouter(b, cl.brokers, consumer, 1, topic, func(msg *message.Message) error {
+			r := keyBenchRouter(b, cl.brokers, consumer, 1, c.budget, topic, func(msg *message.Message) error {
 				if msg.Metadata.Get("kind") == "ping" {
 					sent, _ := strconv.ParseInt(msg.Metadata.Get("sent_ns"), 10, 64)
 					mu.Lock()
