@@ -107,6 +107,9 @@ func (c *Cluster) NewKeySubscriber(group string) (*KeySubscriber, *SessionTracke
 	return s, tr, nil
 }
 
+// keyMaxWait bounds how long a fetch waits for new records in key mode.
+const keyMaxWait = 50 * time.Millisecond
+
 // defaultLargestRecord is the largest record a cluster accepts by default
 // (message.max.bytes is 1 MiB and a little), batch framing included.
 const defaultLargestRecord = 1<<20 + batchHeadroom
@@ -123,6 +126,10 @@ func (k Config) keyFetch(c *sarama.Config) {
 		largest = defaultLargestRecord
 	}
 	c.Consumer.Fetch.Default = max(c.Consumer.Fetch.Default, largest)
+	// A resumed partition is fetched only once the broker answers the
+	// fetch in flight for the others, which waits up to MaxWaitTime when
+	// they have nothing new: keep that short, since pausing is routine.
+	c.Consumer.MaxWaitTime = min(c.Consumer.MaxWaitTime, keyMaxWait)
 	if c.Consumer.Fetch.Max > 0 {
 		c.Consumer.Fetch.Default = min(c.Consumer.Fetch.Default, c.Consumer.Fetch.Max)
 	}
