@@ -90,7 +90,7 @@ func (e *kafkaEnv) lag(group string) (int64, error) {
 	groups := map[string]string{}
 	for _, t := range []string{TopicPositions, TopicBoundaries} {
 		groups[group+"."+t] = t
-		if group == GroupSpillway {
+		if group == GroupSpillway || group == GroupSpillwayKey {
 			// the router names the retry handler of handler t "<t>.retry"
 			groups[group+"."+t+".retry"] = retrygate.Config{}.WithDefaults().RetryTopicFor(t)
 		}

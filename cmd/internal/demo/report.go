@@ -37,8 +37,9 @@ var ChartTitles = []string{
 
 var (
 	groupColor = map[string]color.Color{
-		GroupNaive:    color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff},
-		GroupSpillway: color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff},
+		GroupNaive:       color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff},
+		GroupSpillway:    color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff},
+		GroupSpillwayKey: color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff},
 	}
 	budgetLineColor = color.NRGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0x90}
 	boundColor      = color.RGBA{R: 0x33, G: 0x33, B: 0x33, A: 0xff}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/spillway-go/spillway/cost"
 	"github.com/spillway-go/spillway/internal/refwork"
+	"github.com/spillway-go/spillway/kafkabroker"
 	"github.com/spillway-go/spillway/retrygate"
 	"github.com/spillway-go/spillway/router"
 	"github.com/spillway-go/spillway/sizing"
@@ -32,14 +33,22 @@ const (
 	// measurements and auto-sized online, revocation-aware admission,
 	// shedding of the positions topic and the retry gate.
 	GroupSpillway = "spillway"
+	// GroupSpillwayKey is the Spillway router with kafka.consumer key:
+	// messages of different keys in flight together, whatever the
+	// partition count (Kafka only; "spillway demo --kafka-consumer key").
+	GroupSpillwayKey = "spillway-key"
 )
 
 // Groups lists the groups in the order they run.
 var Groups = []string{GroupNaive, GroupSpillway}
 
+// AllGroups lists every group the demo knows.
+var AllGroups = []string{GroupNaive, GroupSpillway, GroupSpillwayKey}
+
 var groupDescriptions = map[string]string{
-	GroupNaive:    "Watermill defaults: the broker's upstream subscribers, message-count concurrency, no budget",
-	GroupSpillway: "Spillway router: measured vertex budget with auto-sizing, revocation-aware admission, shedding, retry gate",
+	GroupNaive:       "Watermill defaults: the broker's upstream subscribers, message-count concurrency, no budget",
+	GroupSpillway:    "Spillway router: measured vertex budget with auto-sizing, revocation-aware admission, shedding, retry gate",
+	GroupSpillwayKey: "Spillway router with kafka.consumer key: the same stack, messages of different keys in flight together within a per-partition window",
 }
 
 // Options configures a demo run. Zero fields take the defaults of
@@ -216,8 +225,11 @@ func (o Options) Validate() error {
 		return bad("passes must not be negative, got %d", o.Passes)
 	}
 	for _, g := range o.Groups {
-		if !slices.Contains(Groups, g) {
-			return bad("unknown group %q (have %s)", g, strings.Join(Groups, ", "))
+		if !slices.Contains(AllGroups, g) {
+			return bad("unknown group %q (have %s)", g, strings.Join(AllGroups, ", "))
+		}
+		if g == GroupSpillwayKey && o.Broker == "redis" {
+			return bad("group %s needs broker kafka", g)
 		}
 	}
 	if err := o.streamConfig().Validate(); err != nil {
@@ -523,7 +535,7 @@ func (gr *groupRun) newMember(ctx context.Context, name string) (*member, error)
 		if err := gr.startNaive(ctx, m); err != nil {
 			return nil, err
 		}
-	case GroupSpillway:
+	case GroupSpillway, GroupSpillwayKey:
 		if err := gr.startSpillway(ctx, m); err != nil {
 			return nil, err
 		}
@@ -591,6 +603,10 @@ func spillwayConfig(o Options, cal Calibration) router.Config {
 func (gr *groupRun) startSpillway(ctx context.Context, m *member) error {
 	cfg := spillwayConfig(gr.o, gr.cal)
 	gr.env.spillwayConfig(&cfg, m)
+	if gr.name == GroupSpillwayKey {
+		cfg.Kafka.Consumer = kafkabroker.ConsumerKey
+		cfg.Kafka.ConsumerGroup = GroupSpillwayKey
+	}
 	opts := append(gr.env.routerOptions(m), router.WithHooks(memberHooks{gr, m}))
 	r, err := router.New(cfg, m.logger, opts...)
 	if err != nil {
