@@ -51,17 +51,35 @@ var recordKeys = sync.OnceValue(func() (k struct{ partition, offset, timestamp, 
 // withRecord returns ctx carrying rec's partition, offset, timestamp and
 // key as watermill-kafka's subscriber does.
 func withRecord(ctx context.Context, rec *sarama.ConsumerMessage) context.Context {
+	return &recordContext{Context: ctx, rec: rec}
+}
+
+// recordContext is a message's context in key mode: one value that answers
+// for the record's partition, offset, timestamp and key (under
+// watermill-kafka's keys) and for its delivery, instead of a chain of five
+// context.WithValue.
+type recordContext struct {
+	context.Context
+	rec *sarama.ConsumerMessage
+	d   *keyDelivery // nil outside a KeySubscriber
+}
+
+func (c *recordContext) Value(key any) any {
 	k := recordKeys()
-	set := func(key, v any) {
-		if key != nil {
-			ctx = context.WithValue(ctx, key, v)
-		}
+	switch {
+	case key == nil:
+	case key == k.partition:
+		return c.rec.Partition
+	case key == k.offset:
+		return c.rec.Offset
+	case key == k.timestamp:
+		return c.rec.Timestamp
+	case key == k.key:
+		return c.rec.Key
+	case key == keyDeliveryKey{} && c.d != nil:
+		return c.d
 	}
-	set(k.partition, rec.Partition)
-	set(k.offset, rec.Offset)
-	set(k.timestamp, rec.Timestamp)
-	set(k.key, rec.Key)
-	return ctx
+	return c.Context.Value(key)
 }
 
 // completedSet is the records an earlier owner completed beyond its

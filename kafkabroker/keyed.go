@@ -501,6 +501,7 @@ func (p *keyPartition) run(claim sarama.ConsumerGroupClaim) error {
 			p.queue = append(p.queue, rec)
 		case ev := <-p.events:
 			p.settle(ev)
+			p.settleReady()
 		case <-p.wake:
 			p.release()
 		case <-sessDone:
@@ -591,9 +592,7 @@ func (p *keyPartition) take(rec *sarama.ConsumerMessage, size int) {
 		return
 	}
 	p.enter(d)
-	ctx := withRecord(p.h.ctx, rec)
-	ctx = context.WithValue(ctx, keyDeliveryKey{}, d)
-	d.ctx, d.cancel = context.WithCancel(ctx)
+	d.ctx, d.cancel = context.WithCancel(&recordContext{Context: p.h.ctx, rec: rec, d: d})
 	msg.SetContext(d.ctx)
 	d.msg = msg
 	if l := p.lanes[d.key]; l != nil {
@@ -618,6 +617,19 @@ func (p *keyPartition) start(d *keyDelivery) {
 	p.inflight++
 	p.wg.Add(1)
 	go p.deliver(d)
+}
+
+// settleReady settles the deliveries that have reported already, so the
+// watermark is marked once for all of them.
+func (p *keyPartition) settleReady() {
+	for {
+		select {
+		case ev := <-p.events:
+			p.settle(ev)
+		default:
+			return
+		}
+	}
 }
 
 // settle records the outcome of a delivery and starts the next one of its
