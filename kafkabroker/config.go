@@ -25,6 +25,8 @@ const (
 	defaultSessionTimeout    = 10 * time.Second
 	defaultHeartbeatInterval = time.Second
 	defaultNackResendSleep   = 100 * time.Millisecond
+	defaultWindowMessages    = 128
+	defaultWindowBytes       = 4 << 20
 	// defaultVersion is the protocol version spoken to a cluster: the
 	// newest Sarama 1.43.3 knows.
 	defaultVersion = "3.6.0"
@@ -36,6 +38,18 @@ const (
 	// with brokers [spillway.Embedded]: Sarama cannot decode the in-process
 	// broker's newer responses.
 	embeddedVersion = "2.3.0"
+)
+
+// Consumer modes, the values of Config.Consumer.
+const (
+	// ConsumerPartition is watermill-kafka's own consumption: one
+	// unacknowledged message per partition, so the partitions a member
+	// owns bound its concurrency. The default.
+	ConsumerPartition = "partition"
+	// ConsumerKey hands over every record of a partition's window at once,
+	// one at a time per Kafka record key, so the budget rather than the
+	// partition count bounds concurrency ([KeySubscriber]).
+	ConsumerKey = "key"
 )
 
 // Config configures the Kafka side: the brokers, the consumer groups, the
@@ -132,6 +146,24 @@ type Config struct {
 	// redelivering a nacked message. Default 100ms.
 	NackResendSleep time.Duration `yaml:"nack_resend_sleep" env:"NACK_RESEND_SLEEP"`
 
+	// Consumer is how handlers consume: partition (watermill-kafka, one
+	// message in flight per partition) or key (a [KeySubscriber]: messages
+	// of different keys in flight together, each key in offset order,
+	// within a per-partition window). Default partition.
+	Consumer string `yaml:"consumer" env:"CONSUMER"`
+
+	// WindowMessages bounds, with consumer key, the records of one
+	// partition read but not yet committed: admitted, waiting, or finished
+	// behind an unfinished one. Reading the partition pauses while it is
+	// full; it is also the most a crashed member's successor processes
+	// twice. Default 128.
+	WindowMessages int `yaml:"window_messages" env:"WINDOW_MESSAGES"`
+
+	// WindowBytes bounds the same records in bytes (key, value and
+	// headers). A record larger than the whole window is admitted alone.
+	// Default 4194304 (4 MiB).
+	WindowBytes int `yaml:"window_bytes" env:"WINDOW_BYTES"`
+
 	// TLS configures transport encryption to the brokers. It is off
 	// unless Enabled is true, which it must be when a file is set. The
 	// client key is KeyFile or KeyPEM, not both. Without CAFile the system
@@ -207,6 +239,15 @@ func (c *Config) setDefaults() {
 	}
 	if c.NackResendSleep == 0 {
 		c.NackResendSleep = defaultNackResendSleep
+	}
+	if c.Consumer == "" {
+		c.Consumer = ConsumerPartition
+	}
+	if c.WindowMessages == 0 {
+		c.WindowMessages = defaultWindowMessages
+	}
+	if c.WindowBytes == 0 {
+		c.WindowBytes = defaultWindowBytes
 	}
 }
 
@@ -294,6 +335,17 @@ func (c Config) Validate() error {
 	}
 	if k.NackResendSleep < 0 {
 		bad("nack_resend_sleep", k.NackResendSleep.String(), "must be zero or positive")
+	}
+	switch k.Consumer {
+	case ConsumerPartition, ConsumerKey:
+	default:
+		bad("consumer", k.Consumer, "must be partition or key")
+	}
+	if k.WindowMessages < 0 {
+		bad("window_messages", strconv.Itoa(k.WindowMessages), "must be positive")
+	}
+	if k.WindowBytes < 0 {
+		bad("window_bytes", strconv.Itoa(k.WindowBytes), "must be positive")
 	}
 	if k.TLS.KeyFile != "" && k.TLS.KeyPEM != "" {
 		bad("tls.key_pem", k.TLS.KeyPEM.String(), "set either tls.key_file or tls.key_pem, not both")

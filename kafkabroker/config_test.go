@@ -57,6 +57,9 @@ func TestValidateFields(t *testing.T) {
 			c.TLS = spillway.TLSConfig{Enabled: true, CertFile: "c.pem", KeyFile: "k.pem", KeyPEM: "-----BEGIN PRIVATE KEY-----"}
 		}), "tls.key_pem", "[redacted]"},
 		{with(func(c *kafkabroker.Config) { c.SASL.Mechanism = "GSSAPI" }), "sasl.mechanism", "GSSAPI"},
+		{with(func(c *kafkabroker.Config) { c.Consumer = "unordered" }), "consumer", "unordered"},
+		{with(func(c *kafkabroker.Config) { c.WindowMessages = -1 }), "window_messages", "-1"},
+		{with(func(c *kafkabroker.Config) { c.WindowBytes = -2 }), "window_bytes", "-2"},
 	}
 	for _, tc := range cases {
 		err := tc.cfg.Validate()

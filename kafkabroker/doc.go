@@ -20,6 +20,10 @@
 //     admitted work that finishes during a rebalance is still committed,
 //     and [SessionTracker.Redelivered] tells broker redeliveries from
 //     fresh messages. docs/kafka.md explains the mechanism.
+//   - [KeySubscriber] ([Cluster.NewKeySubscriber], Config.Consumer key):
+//     many messages of a partition in flight at once, one at a time per
+//     record key, within a per-partition window; the committed offset is
+//     the contiguous completed watermark. docs/kafka.md, "Consumer key".
 //   - Durability: the publisher waits for all in-sync replicas and is
 //     idempotent (Kafka 0.11 and later), and [Cluster.EnsureTopic] warns
 //     about a single-replica topic on an external cluster.

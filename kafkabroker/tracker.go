@@ -68,8 +68,13 @@ type SessionTracker struct {
 	// behaviour ([WithObserveOnly]).
 	observeOnly bool
 
-	mu     sync.Mutex
-	claims map[topicPartition]*claimState
+	// keyed: the tracker of a [KeySubscriber], which keeps its deliveries'
+	// state itself (in the message context) and commits itself.
+	keyed bool
+
+	mu       sync.Mutex
+	claims   map[topicPartition]*claimState
+	keyParts map[topicPartition]*keyPartition
 	// delivering maps the message each live claim is delivering now to
 	// its claim and offset, so the hooks the router calls for every
 	// message (Begin, Revoked, Completed) find the claim without reading
@@ -227,6 +232,9 @@ func (t *SessionTracker) Revoked(msg *message.Message) <-chan struct{} {
 	if t.observeOnly {
 		return nil
 	}
+	if d := t.keyDelivery(msg); d != nil {
+		return d.p.sessDone
+	}
 	c, _, ok := t.lookup(msg)
 	if !ok {
 		return nil
@@ -238,6 +246,10 @@ func (t *SessionTracker) Revoked(msg *message.Message) <-chan struct{} {
 // the same message completed no longer counts. The router calls it before
 // budget admission.
 func (t *SessionTracker) Begin(msg *message.Message) {
+	if d := t.keyDelivery(msg); d != nil {
+		d.completed.Store(false)
+		return
+	}
 	if c, _, ok := t.lookup(msg); ok {
 		c.mu.Lock()
 		c.completed = -1
@@ -249,6 +261,10 @@ func (t *SessionTracker) Begin(msg *message.Message) {
 // so its ack may be committed even if the session ends before the ack
 // arrives. The router calls it inside budget admission.
 func (t *SessionTracker) Completed(msg *message.Message) {
+	if d := t.keyDelivery(msg); d != nil {
+		d.completed.Store(true)
+		return
+	}
 	if c, off, ok := t.lookup(msg); ok {
 		c.mu.Lock()
 		if c.current == off {
@@ -264,8 +280,40 @@ func (t *SessionTracker) Completed(msg *message.Message) {
 // the tracker does not know (not a delivery it is making now) is not.
 // Use it as retrygate.Options.IsRedelivery; the router does.
 func (t *SessionTracker) Redelivered(msg *message.Message) bool {
+	if d := t.keyDelivery(msg); d != nil {
+		return d.rec.Offset <= d.p.seenBefore
+	}
 	c, off, ok := t.lookup(msg)
 	return ok && off <= c.seenBefore
+}
+
+// keyDelivery returns msg's delivery when t is a [KeySubscriber]'s tracker
+// and msg one of its messages in flight, nil otherwise.
+func (t *SessionTracker) keyDelivery(msg *message.Message) *keyDelivery {
+	if !t.keyed {
+		return nil
+	}
+	if d := deliveryOf(msg); d != nil && d.p.h.s.tracker == t {
+		return d
+	}
+	return nil
+}
+
+func (t *SessionTracker) registerKeyed(tp topicPartition, p *keyPartition) {
+	t.mu.Lock()
+	if t.keyParts == nil {
+		t.keyParts = make(map[topicPartition]*keyPartition)
+	}
+	t.keyParts[tp] = p
+	t.mu.Unlock()
+}
+
+func (t *SessionTracker) unregisterKeyed(tp topicPartition, p *keyPartition) {
+	t.mu.Lock()
+	if t.keyParts[tp] == p {
+		delete(t.keyParts, tp)
+	}
+	t.mu.Unlock()
 }
 
 // lookup finds the claim msg was delivered from and msg's offset, provided
@@ -330,6 +378,19 @@ func (t *SessionTracker) lookupByOffset(partition int32, offset int64) (*claimSt
 		}
 	}
 	return found, found != nil
+}
+
+// Window returns the records, and their bytes, in the windows of the
+// partitions a [KeySubscriber] owns now: read and not yet committed. Zero
+// for watermill-kafka's subscriber, which keeps no window of its own.
+func (t *SessionTracker) Window() (records, bytes int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, p := range t.keyParts {
+		records += p.fill.Load()
+		bytes += p.fillBytes.Load()
+	}
+	return records, bytes
 }
 
 // LateMarks returns how many acks were marked after their session had
@@ -413,6 +474,9 @@ func (h *trackedHandler) Cleanup(s sarama.ConsumerGroupSession) error {
 func (h *trackedHandler) ConsumeClaim(s sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
 	key := topicPartition{claim.Topic(), claim.Partition()}
 	t := h.t
+	if t.keyed {
+		return h.next.ConsumeClaim(s, claim)
+	}
 	c := &claimState{sess: s.Context(), current: -1, completed: -1,
 		seenBefore: t.seen.highest(groupPartition{t.group, key})}
 	t.mu.Lock()

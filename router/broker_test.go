@@ -71,6 +71,19 @@ var brokerCases = []brokerCase{
 		partitioned: true,
 	},
 	{
+		// Consumer key: per-key order instead of per-partition order.
+		name: "kafka-key",
+		config: func(*testing.T) Config {
+			c := Config{Broker: BrokerKafka}
+			c.Kafka.Brokers = []string{spillway.Embedded}
+			c.Kafka.Partitions = 4
+			c.Kafka.HeartbeatInterval = 200 * time.Millisecond
+			c.Kafka.Consumer = "key"
+			return c
+		},
+		partitioned: true,
+	},
+	{
 		// A real redis-server: miniredis gets idle times and lag wrong.
 		name:   "redis",
 		config: redisConfig,

@@ -66,6 +66,7 @@ func TestDefaults(t *testing.T) {
 		KeyMetadata: "entity_id", Version: "3.6.0", ClientID: "spillway", ChannelBufferSize: 16,
 		FetchDefaultBytes: 256 << 10, RebalanceTimeout: 60 * time.Second, SessionTimeout: 10 * time.Second,
 		HeartbeatInterval: time.Second, InitialOffset: "oldest", NackResendSleep: 100 * time.Millisecond,
+		Consumer: "partition", WindowMessages: 128, WindowBytes: 4 << 20,
 	}
 	want.Redis = RedisConfig{
 		ConsumerGroup: "spillway", Consumers: 4, BlockTime: 500 * time.Millisecond, ClaimInterval: 5 * time.Second,
@@ -127,6 +128,9 @@ func TestValidateNamesFieldAndValue(t *testing.T) {
 		{"embedded version", Config{Broker: BrokerKafka, Kafka: KafkaConfig{Brokers: []string{"embedded"}, Version: "3.6.0"}}, "kafka.version", "3.6.0"},
 		{"no brokers", Config{Broker: BrokerKafka}, "kafka.brokers", ""},
 		{"buffer", kafka(func(k *KafkaConfig) { k.ChannelBufferSize = -1 }), "kafka.channel_buffer_size", "-1"},
+		{"consumer", kafka(func(k *KafkaConfig) { k.Consumer = "unordered" }), "kafka.consumer", "unordered"},
+		{"window messages", kafka(func(k *KafkaConfig) { k.WindowMessages = -1 }), "kafka.window_messages", "-1"},
+		{"window bytes", kafka(func(k *KafkaConfig) { k.WindowBytes = -1 }), "kafka.window_bytes", "-1"},
 		{"fetch", kafka(func(k *KafkaConfig) { k.FetchDefaultBytes = -1 }), "kafka.fetch_default_bytes", "-1"},
 		{"rebalance", kafka(func(k *KafkaConfig) { k.RebalanceTimeout = -time.Second }), "kafka.rebalance_timeout", "-1s"},
 		{"rebalance precision", kafka(func(k *KafkaConfig) { k.RebalanceTimeout = 1500 * time.Microsecond }), "kafka.rebalance_timeout", "1.5ms"},

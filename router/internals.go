@@ -24,6 +24,8 @@ const (
 	metricKeepAliveRefreshed = "spillway.redis.keep_alive.refreshed"
 	metricKeepAliveLost      = "spillway.redis.keep_alive.lost"
 	metricKeepAliveErrors    = "spillway.redis.keep_alive.errors"
+	metricKafkaWindowRecords = "spillway.kafka.window.records"
+	metricKafkaWindowBytes   = "spillway.kafka.window.bytes"
 )
 
 // observeInternals registers the observable series of the producer
@@ -79,6 +81,17 @@ func (r *Router) observeInternals() error {
 		return err
 	}
 
+	winRecords, err := m.Int64ObservableGauge(metricKafkaWindowRecords, metric.WithUnit("{record}"),
+		metric.WithDescription("Kafka records read and not yet committed, in the windows of the partitions this router owns (kafka.consumer key)."))
+	if err := add(winRecords, err); err != nil {
+		return err
+	}
+	winBytes, err := m.Int64ObservableGauge(metricKafkaWindowBytes, metric.WithUnit("By"),
+		metric.WithDescription("Bytes of the Kafka records in the windows (kafka.consumer key)."))
+	if err := add(winBytes, err); err != nil {
+		return err
+	}
+
 	name := attribute.String("budget", r.cfg.Telemetry.Name)
 	set := func(kv ...attribute.KeyValue) metric.MeasurementOption {
 		return metric.WithAttributes(append([]attribute.KeyValue{name}, kv...)...)
@@ -103,6 +116,10 @@ func (r *Router) observeInternals() error {
 			o.ObserveInt64(lost, int64(ka.Expired), set(attribute.String("reason", "expired")))
 			o.ObserveInt64(lost, int64(ka.Revoked), set(attribute.String("reason", "revoked")))
 			o.ObserveInt64(errs, int64(ka.RefreshErrors), set())
+		}
+		if recs, bytes, ok := r.keyWindow(); ok {
+			o.ObserveInt64(winRecords, recs, set())
+			o.ObserveInt64(winBytes, bytes, set())
 		}
 		return nil
 	}, insts...)

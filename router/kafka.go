@@ -78,7 +78,17 @@ func (b *kafkaBackend) group(handler string) string { return b.cfg.ConsumerGroup
 
 func (b *kafkaBackend) publisher() message.Publisher { return b.pub }
 
+// subscriber builds the handler's subscriber in the mode kafka.consumer
+// names: watermill-kafka's (partition) or a [kafkabroker.KeySubscriber]
+// (key). Both come with a [kafkabroker.SessionTracker].
 func (b *kafkaBackend) subscriber(handler, _ string) (message.Subscriber, deliveryTracker, error) {
+	if b.cfg.Consumer == kafkabroker.ConsumerKey {
+		sub, tr, err := b.cluster.NewKeySubscriber(b.group(handler))
+		if err != nil {
+			return nil, nil, kafkaError(err)
+		}
+		return sub, tr, nil
+	}
 	sub, tr, err := b.cluster.NewSubscriber(b.group(handler))
 	if err != nil {
 		return nil, nil, kafkaError(err)
@@ -118,3 +128,25 @@ func (b *kafkaBackend) deadLetter() message.HandlerMiddleware { return nil }
 func (b *kafkaBackend) system() string { return "kafka" }
 
 func (b *kafkaBackend) close() error { return b.cluster.Close() }
+
+// keyWindow sums the windows of the router's Kafka handlers with
+// kafka.consumer key: records read and not yet committed, and their
+// bytes. False unless the router runs on Kafka in consumer key.
+func (r *Router) keyWindow() (records, bytes int64, ok bool) {
+	b, isKafka := r.back.(*kafkaBackend)
+	if !isKafka || b.cfg.Consumer != kafkabroker.ConsumerKey {
+		return 0, 0, false
+	}
+	m := r.trackers.Load()
+	if m == nil {
+		return 0, 0, true
+	}
+	for _, t := range *m {
+		if kt, isKT := t.(*kafkabroker.SessionTracker); isKT {
+			n, by := kt.Window()
+			records += n
+			bytes += by
+		}
+	}
+	return records, bytes, true
+}

@@ -31,6 +31,8 @@ type demoOptions struct {
 	quiet    bool
 	groups   []string
 	sw       demo.SweepOptions
+
+	kafkaConsumer string
 }
 
 func newDemoCmd(e *env) *cobra.Command {
@@ -86,7 +88,8 @@ what to look at.`,
 	f.Uint64Var(&o.o.Seed, "seed", def.Seed, "random seed of the stream (the same for both groups)")
 	f.IntVar(&o.o.Passes, "passes", 0, "work passes per message (default: calibrated from --heavy-share)")
 	f.Float64Var(&o.o.HeavyShare, "heavy-share", 0, "share of the deadline one heavy message takes alone on one core (default 1/3 on kafka, 1/2 on redis)")
-	f.StringSliceVar(&o.groups, "groups", def.Groups, "groups to run, in order: "+strings.Join(demo.Groups, ", "))
+	f.StringSliceVar(&o.groups, "groups", def.Groups, "groups to run, in order: "+strings.Join(demo.AllGroups, ", "))
+	f.StringVar(&o.kafkaConsumer, "kafka-consumer", "partition", "kafka: partition (the spillway group only) or key (adds the spillway-key group: kafka.consumer key)")
 	f.StringVar(&o.report, "report", "demo-report.html", `write the HTML report here ("" for none)`)
 	f.BoolVar(&o.json, "json", false, "print the summary as JSON on stdout instead of a table")
 	f.StringVar(&o.results, "results", "", "also write the JSON summary to this file")
@@ -105,6 +108,15 @@ func runDemo(ctx context.Context, e *env, o *demoOptions, progressSet bool) erro
 	}
 	o.o.MemoryBytes = int64(o.memory)
 	o.o.Groups = o.groups
+	switch o.kafkaConsumer {
+	case "partition":
+	case "key":
+		if !slices.Contains(o.o.Groups, demo.GroupSpillwayKey) {
+			o.o.Groups = append(slices.Clone(o.o.Groups), demo.GroupSpillwayKey)
+		}
+	default:
+		return badInput("--kafka-consumer must be partition or key, got %q", o.kafkaConsumer)
+	}
 	// A zero in demo.Options means "the default"; on the command line it
 	// is a value, and a wrong one.
 	switch {

@@ -19,6 +19,8 @@ func TestDemoBadInput(t *testing.T) {
 		"short":       {[]string{"demo", "--deadline", "50ms"}, "deadline must be a whole number of milliseconds, at least 100ms"},
 		"zero rate":   {[]string{"demo", "--rate", "0"}, "--rate and --parcels must be positive"},
 		"group":       {[]string{"demo", "--groups", "naive,fast"}, `unknown group "fast"`},
+		"consumer":    {[]string{"demo", "--kafka-consumer", "unordered"}, "--kafka-consumer must be partition or key"},
+		"key redis":   {[]string{"demo", "--broker", "redis", "--kafka-consumer", "key"}, "group spillway-key needs broker kafka"},
 		"memory":      {[]string{"demo", "--memory", "0"}, "--memory must be positive"},
 		"fail rate":   {[]string{"demo", "--fail-rate", "1.5"}, "fail rate"},
 		"burst time":  {[]string{"demo", "--burst-at", "1h"}, "burst time"},

@@ -16,7 +16,7 @@ import (
 // and nothing loops. A forged count only buys the budget's capacity: the
 // message runs alone and is processed.
 func TestEdgePoison(t *testing.T) {
-	for _, b := range brokers {
+	for _, b := range edgeBrokers {
 		t.Run(b.name, func(t *testing.T) {
 			// Payloads over 64 KiB are refused before decoding and routed
 			// to the dead-letter topic.

@@ -269,7 +269,7 @@ func soak(t *testing.T, name, cfg string, feats []geodata.Feature, dur time.Dura
 		}
 	}
 	var drained map[string]int
-	dead := dlq.snapshot()
+	var dead map[string]int
 	drainStart, lastMove := time.Now(), time.Now()
 	for {
 		drained, dead = drain.Journal().Done, dlq.snapshot()

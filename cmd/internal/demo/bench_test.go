@@ -36,6 +36,9 @@ import (
 //	                            telemetry on as by default (no providers: the
 //	                            OpenTelemetry no-op globals, the lag sampler)
 //	consumer=spillway-no-otel   the same with telemetry.disabled
+//	consumer=spillway-key       the Spillway router with kafka.consumer key
+//	                            (kafkabroker.KeySubscriber instead of
+//	                            watermill-kafka's subscriber)
 func BenchmarkKafkaConsume(b *testing.B) {
 	cl, err := startCluster(12)
 	if err != nil {
@@ -49,7 +52,7 @@ func BenchmarkKafkaConsume(b *testing.B) {
 	defer prod.Close()
 	pub := cost.NewStampingPublisher(prod)
 	var seq atomic.Int64
-	for _, c := range []string{"upstream-defaults", "upstream", "spillway", "spillway-no-otel"} {
+	for _, c := range []string{"upstream-defaults", "upstream", "spillway", "spillway-no-otel", "spillway-key"} {
 		b.Run("consumer="+c, func(b *testing.B) {
 			topic := fmt.Sprintf("bench-%s-%d", c, seq.Add(1))
 			publishBench(b, pub, topic, b.N)
@@ -96,8 +99,11 @@ func benchConsume(b *testing.B, consumer string, brokers []string, topic string)
 	)
 	group := "bench-" + topic
 	switch consumer {
-	case "spillway", "spillway-no-otel":
+	case "spillway", "spillway-no-otel", "spillway-key":
 		cfg := router.Config{Broker: router.BrokerKafka}
+		if consumer == "spillway-key" {
+			cfg.Kafka.Consumer = "key"
+		}
 		cfg.Telemetry.Disabled = consumer == "spillway-no-otel"
 		cfg.Budget.Vertices = 1 << 40
 		cfg.Kafka.Brokers = brokers

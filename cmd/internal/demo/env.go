@@ -88,8 +88,8 @@ func (e *kafkaEnv) routerOptions(m *member) []router.Option {
 
 func (e *kafkaEnv) lag(group string) (int64, error) {
 	spillway := isSpillway(group)
-	if spillway {
-		group = GroupSpillway // the consumer group prefix of both Spillway runs
+	if group == GroupSingleLane {
+		group = GroupSpillway // the consumer group prefix of both lane runs
 	}
 	groups := map[string]string{}
 	for _, t := range []string{TopicPositions, TopicBoundaries} {

@@ -114,8 +114,8 @@ func (e *redisEnv) lag(group string) (int64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), lagTimeout)
 	defer cancel()
 	spillway := isSpillway(group)
-	if spillway {
-		group = GroupSpillway // the consumer group prefix of both Spillway runs
+	if group == GroupSingleLane {
+		group = GroupSpillway // the consumer group prefix of both lane runs
 	}
 	var total int64
 	for _, t := range []string{TopicPositions, TopicBoundaries} {

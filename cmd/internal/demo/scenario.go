@@ -17,6 +17,7 @@ import (
 
 	"github.com/spillway-go/spillway/cost"
 	"github.com/spillway-go/spillway/internal/refwork"
+	"github.com/spillway-go/spillway/kafkabroker"
 	"github.com/spillway-go/spillway/middleware"
 	"github.com/spillway-go/spillway/retrygate"
 	"github.com/spillway-go/spillway/router"
@@ -38,15 +39,23 @@ const (
 	// GroupSingleLane is GroupSpillway with one FIFO budget, no lanes:
 	// the baseline the lanes are measured against, on the same stream.
 	GroupSingleLane = "spillway-1lane"
+	// GroupSpillwayKey is the Spillway router with kafka.consumer key:
+	// messages of different keys in flight together, whatever the
+	// partition count (Kafka only; "spillway demo --kafka-consumer key").
+	GroupSpillwayKey = "spillway-key"
 )
 
 // Groups lists the groups in the order they run.
 var Groups = []string{GroupNaive, GroupSpillway, GroupSingleLane}
 
+// AllGroups lists every group the demo knows.
+var AllGroups = []string{GroupNaive, GroupSpillway, GroupSingleLane, GroupSpillwayKey}
+
 var groupDescriptions = map[string]string{
-	GroupNaive:      "Watermill defaults: the broker's upstream subscribers, message-count concurrency, no budget",
-	GroupSpillway:   "Spillway router: measured vertex budget with auto-sizing and a light lane for positions, revocation-aware admission, shedding, retry gate",
-	GroupSingleLane: "the same Spillway router with one FIFO budget (no lanes)",
+	GroupNaive:       "Watermill defaults: the broker's upstream subscribers, message-count concurrency, no budget",
+	GroupSpillway:    "Spillway router: measured vertex budget with auto-sizing and a light lane for positions, revocation-aware admission, shedding, retry gate",
+	GroupSingleLane:  "the same Spillway router with one FIFO budget (no lanes)",
+	GroupSpillwayKey: "Spillway router with kafka.consumer key: the same stack, messages of different keys in flight together within a per-partition window",
 }
 
 // PositionsLane is the share of the budget the Spillway group reserves for
@@ -55,7 +64,9 @@ var groupDescriptions = map[string]string{
 const PositionsLane = 0.02
 
 // isSpillway reports whether group runs the Spillway router.
-func isSpillway(group string) bool { return group == GroupSpillway || group == GroupSingleLane }
+func isSpillway(group string) bool {
+	return group == GroupSpillway || group == GroupSingleLane || group == GroupSpillwayKey
+}
 
 // Options configures a demo run. Zero fields take the defaults of
 // [DefaultOptions] (see [Options.withDefaults]).
@@ -231,8 +242,11 @@ func (o Options) Validate() error {
 		return bad("passes must not be negative, got %d", o.Passes)
 	}
 	for _, g := range o.Groups {
-		if !slices.Contains(Groups, g) {
-			return bad("unknown group %q (have %s)", g, strings.Join(Groups, ", "))
+		if !slices.Contains(AllGroups, g) {
+			return bad("unknown group %q (have %s)", g, strings.Join(AllGroups, ", "))
+		}
+		if g == GroupSpillwayKey && o.Broker == "redis" {
+			return bad("group %s needs broker kafka", g)
 		}
 	}
 	if err := o.streamConfig().Validate(); err != nil {
@@ -538,7 +552,7 @@ func (gr *groupRun) newMember(ctx context.Context, name string) (*member, error)
 		if err := gr.startNaive(ctx, m); err != nil {
 			return nil, err
 		}
-	case GroupSpillway, GroupSingleLane:
+	case GroupSpillway, GroupSingleLane, GroupSpillwayKey:
 		if err := gr.startSpillway(ctx, m); err != nil {
 			return nil, err
 		}
@@ -579,7 +593,7 @@ func (gr *groupRun) startNaive(ctx context.Context, m *member) error {
 func spillwayConfig(o Options, cal Calibration, group string) router.Config {
 	cfg := router.Config{CloseTimeout: 10 * time.Second}
 	cfg.Budget.Vertices = cal.Budget
-	if group == GroupSpillway {
+	if group == GroupSpillway || group == GroupSpillwayKey {
 		// Pings (and their retries: the router names the retry handler
 		// of handler t "<t>.retry") in a light lane with a reserved
 		// share; everything else in the boundaries lane.
@@ -615,6 +629,10 @@ func spillwayConfig(o Options, cal Calibration, group string) router.Config {
 func (gr *groupRun) startSpillway(ctx context.Context, m *member) error {
 	cfg := spillwayConfig(gr.o, gr.cal, gr.name)
 	gr.env.spillwayConfig(&cfg, m)
+	if gr.name == GroupSpillwayKey {
+		cfg.Kafka.Consumer = kafkabroker.ConsumerKey
+		cfg.Kafka.ConsumerGroup = GroupSpillwayKey
+	}
 	opts := append(gr.env.routerOptions(m), router.WithHooks(memberHooks{gr, m}))
 	r, err := router.New(cfg, m.logger, opts...)
 	if err != nil {

@@ -1,0 +1,291 @@
+package demo
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/spillway-go/spillway/cost"
+	"github.com/spillway-go/spillway/internal/refwork"
+	"github.com/spillway-go/spillway/kafkabroker"
+	"github.com/spillway-go/spillway/router"
+)
+
+// Benchmarks of kafka.consumer key against partition mode (docs/benchmarks.md,
+// "Key mode"), on the embedded broker, each pair in one run:
+//
+//	go test -run '^$' -bench 'KafkaKey' -benchtime 3000x -count 3 ./internal/demo/
+//
+// BenchmarkKafkaKeyGoodput: the demo's mixed geometry (one heavy
+// multipolygon of 5,000+ vertices in 100 messages, a county parcel in 5,
+// pings otherwise) over 1,000 keys, published before the consumer starts;
+// the handler runs the reference work (area, centroid, hull) once. Key
+// mode on one partition against partition mode on twelve, same budget.
+//
+// BenchmarkKafkaKeyPingLatency: one partition that carries heavy
+// multipolygons (one in ten messages) and pings (the rest, each its own
+// key), published live at 400 messages/s; p50 and p99 of the pings'
+// publish-to-handler latency, partition mode against key mode, with the
+// default budget and with one of four heavies.
+//
+// CPU per message with a no-op handler is BenchmarkKafkaConsume's
+// consumer=spillway-key against consumer=spillway.
+
+// keyBenchRouter is a Spillway router on brokers in the given consumer mode
+// whose topic has partitions partitions.
+func keyBenchRouter(b *testing.B, brokers []string, consumer string, partitions int32, budget int64, topic string, h message.NoPublishHandlerFunc) *router.Router {
+	b.Helper()
+	cfg := router.Config{Broker: router.BrokerKafka}
+	cfg.Telemetry.Disabled = true
+	cfg.Budget.Vertices = budget
+	cfg.Kafka.Brokers = brokers
+	cfg.Kafka.Version = kafkaVersion.String()
+	cfg.Kafka.CreateTopics = true
+	cfg.Kafka.ConsumerGroup = "bench-" + topic
+	cfg.Kafka.Partitions = partitions
+	cfg.Kafka.KeyMetadata = MetaEntity
+	cfg.Kafka.Consumer = consumer
+	r, err := router.New(cfg, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := r.AddConsumerHandler("h", topic, h); err != nil {
+		b.Fatal(err)
+	}
+	return r
+}
+
+// ensureTopic creates topic with partitions partitions.
+func ensureTopic(b *testing.B, brokers []string, topic string, partitions int32) {
+	b.Helper()
+	cl, err := kafkabroker.Open(kafkabroker.Config{Brokers: brokers, Version: kafkaVersion.String(), Partitions: partitions, CreateTopics: true}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cl.Close()
+	if err := cl.EnsureTopic(topic); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// mixPayloads is the goodput benchmark's geometry: heavies, parcels, pings.
+type mixPayloads struct {
+	heavy   [][]byte
+	parcels [][]byte
+}
+
+func loadMix(b *testing.B) mixPayloads {
+	b.Helper()
+	g, err := LoadGeometry()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var m mixPayloads
+	for i := range 4 {
+		p, _, err := g.HeavyPayload(i*97, 5_000)
+		if err != nil {
+			b.Fatal(err)
+		}
+		m.heavy = append(m.heavy, p)
+	}
+	for _, f := range g.Parcels[:min(len(g.Parcels), 200)] {
+		m.parcels = append(m.parcels, f.Geometry)
+	}
+	return m
+}
+
+func (m mixPayloads) payload(i int) []byte {
+	switch {
+	case i%100 == 0:
+		return m.heavy[(i/100)%len(m.heavy)]
+	case i%5 == 0:
+		return m.parcels[(i/5)%len(m.parcels)]
+	default:
+		return ping(i)
+	}
+}
+
+func ping(i int) []byte {
+	return fmt.Appendf(nil, `{"type":"Point","coordinates":[%d.5,%d.25]}`, i%180, i%90)
+}
+
+func BenchmarkKafkaKeyGoodput(b *testing.B) {
+	mix := loadMix(b)
+	cl, err := startCluster(12)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cl.close()
+	prod, err := newBatchPublisher(cl.brokers, 10*time.Second)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer prod.Close()
+	pub := cost.NewStampingPublisher(prod)
+	var seq atomic.Int64
+	for _, c := range []struct {
+		name       string
+		consumer   string
+		partitions int32
+	}{{"partition-12p", "partition", 12}, {"key-1p", "key", 1}} {
+		b.Run(c.name, func(b *testing.B) {
+			topic := fmt.Sprintf("goodput-%s-%d", c.name, seq.Add(1))
+			ensureTopic(b, cl.brokers, topic, c.partitions)
+			var vertices int64
+			for i := 0; i < b.N; i += 500 {
+				var msgs []*message.Message
+				for j := i; j < min(i+500, b.N); j++ {
+					m := message.NewMessage(strconv.Itoa(j), mix.payload(j))
+					m.Metadata.Set(MetaEntity, "vehicle-"+strconv.Itoa(j%1000))
+					msgs = append(msgs, m)
+				}
+				if err := pub.Publish(topic, msgs...); err != nil {
+					b.Fatal(err)
+				}
+				for _, m := range msgs {
+					v, _ := strconv.ParseInt(m.Metadata.Get(cost.MetadataKey), 10, 64)
+					vertices += v
+				}
+			}
+			var (
+				handled atomic.Int64
+				first   = make(chan struct{})
+				done    = make(chan struct{})
+				once    sync.Once
+			)
+			// A budget sized to the machine rather than to the partitions:
+			// four heavy multipolygons, or a few hundred parcels, at once.
+			r := keyBenchRouter(b, cl.brokers, c.consumer, c.partitions, 20_000, topic, func(msg *message.Message) error {
+				once.Do(func() { close(first) })
+				if _, err := refwork.Process(refwork.Full, msg.Payload, 1); err != nil {
+					return err
+				}
+				if handled.Add(1) == int64(b.N) {
+					close(done)
+				}
+				return nil
+			})
+			b.StopTimer()
+			errc := make(chan error, 1)
+			go func() { errc <- r.Run(context.Background()) }()
+			select {
+			case <-first:
+			case <-time.After(60 * time.Second):
+				b.Fatal("no message consumed within 60s")
+			}
+			b.ReportAllocs()
+			start := time.Now()
+			b.StartTimer()
+			select {
+			case <-done:
+			case <-time.After(5 * time.Minute):
+				b.Fatalf("only %d of %d messages consumed", handled.Load(), b.N)
+			}
+			b.StopTimer()
+			elapsed := time.Since(start)
+			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "msgs/s")
+			b.ReportMetric(float64(vertices)/elapsed.Seconds(), "vertices/s")
+			_ = r.Close()
+			<-errc
+		})
+	}
+}
+
+func BenchmarkKafkaKeyPingLatency(b *testing.B) {
+	mix := loadMix(b)
+	cl, err := startCluster(1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cl.close()
+	prod, err := newBatchPublisher(cl.brokers, 10*time.Second)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer prod.Close()
+	pub := cost.NewStampingPublisher(prod)
+	const rate = 400 // messages per second
+	var seq atomic.Int64
+	// budget 200000 (the default) admits every heavy of the window at
+	// once; 20000 admits four, so pings also queue behind heavies in the
+	// budget (FIFO), whatever the consumer mode.
+	for _, c := range []struct {
+		consumer string
+		budget   int64
+	}{{"partition", 200_000}, {"key", 200_000}, {"partition", 20_000}, {"key", 20_000}} {
+		consumer := c.consumer
+		b.Run(fmt.Sprintf("budget=%d/consumer=%s", c.budget, consumer), func(b *testing.B) {
+			topic := fmt.Sprintf("pings-%s-%d", consumer, seq.Add(1))
+			ensureTopic(b, cl.brokers, topic, 1)
+			var (
+				mu        sync.Mutex
+				latencies []time.Duration
+				handled   atomic.Int64
+				done      = make(chan struct{})
+			)
+			r := keyBenchRouter(b, cl.brokers, consumer, 1, c.budget, topic, func(msg *message.Message) error {
+				if msg.Metadata.Get("kind") == "ping" {
+					sent, _ := strconv.ParseInt(msg.Metadata.Get("sent_ns"), 10, 64)
+					mu.Lock()
+					latencies = append(latencies, time.Since(time.Unix(0, sent)))
+					mu.Unlock()
+				}
+				if _, err := refwork.Process(refwork.Full, msg.Payload, 1); err != nil {
+					return err
+				}
+				if handled.Add(1) == int64(b.N) {
+					close(done)
+				}
+				return nil
+			})
+			errc := make(chan error, 1)
+			go func() { errc <- r.Run(context.Background()) }()
+			<-r.Running()
+			b.ReportAllocs()
+			b.ResetTimer()
+			tick := time.NewTicker(time.Second / rate)
+			for i := 0; i < b.N; i++ {
+				<-tick.C
+				var m *message.Message
+				if i%10 == 0 {
+					m = message.NewMessage(strconv.Itoa(i), mix.heavy[(i/10)%len(mix.heavy)])
+					m.Metadata.Set("kind", "heavy")
+				} else {
+					m = message.NewMessage(strconv.Itoa(i), ping(i))
+					m.Metadata.Set("kind", "ping")
+				}
+				m.Metadata.Set(MetaEntity, "vehicle-"+strconv.Itoa(i))
+				m.Metadata.Set("sent_ns", strconv.FormatInt(time.Now().UnixNano(), 10))
+				if err := pub.Publish(topic, m); err != nil {
+					b.Fatal(err)
+				}
+			}
+			tick.Stop()
+			select {
+			case <-done:
+			case <-time.After(2 * time.Minute):
+				b.Fatalf("only %d of %d messages consumed", handled.Load(), b.N)
+			}
+			b.StopTimer()
+			_ = r.Close()
+			<-errc
+			mu.Lock()
+			defer mu.Unlock()
+			slices.Sort(latencies)
+			if len(latencies) > 0 {
+				q := func(p float64) float64 {
+					return float64(latencies[int(p*float64(len(latencies)-1))]) / float64(time.Millisecond)
+				}
+				b.ReportMetric(q(0.5), "p50-ms")
+				b.ReportMetric(q(0.99), "p99-ms")
+			}
+		})
+	}
+}

@@ -1,0 +1,150 @@
+package kafkabroker
+
+import (
+	"context"
+	"encoding/base64"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/IBM/sarama"
+	"github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
+)
+
+// watermill-kafka puts a consumed record's partition, offset, timestamp and
+// key in the message context under keys of an unexported type, readable
+// through its exported getters (kafka.MessagePartitionFromCtx and
+// siblings) but with no exported setter. A [KeySubscriber] must put them
+// under the very same keys, or handlers, telemetry (kafkatel.Attributes)
+// and the [SessionTracker] would see nothing. It learns each key by asking
+// the getter to read from a context that records the key it is asked for:
+// only exported API, no unsafe, no linkname. A test checks that every
+// getter reads back what withRecord stores, so an upstream change fails
+// the build's tests rather than handlers.
+
+// keyRecorder is a context that remembers the last key asked of it.
+type keyRecorder struct {
+	context.Context
+	key any
+}
+
+func (r *keyRecorder) Value(key any) any {
+	r.key = key
+	return nil
+}
+
+func recordKey(read func(context.Context)) any {
+	r := &keyRecorder{Context: context.Background()}
+	read(r)
+	return r.key
+}
+
+// recordKeys are watermill-kafka's message context keys, learned once.
+var recordKeys = sync.OnceValue(func() (k struct{ partition, offset, timestamp, key any }) {
+	k.partition = recordKey(func(c context.Context) { _, _ = kafka.MessagePartitionFromCtx(c) })
+	k.offset = recordKey(func(c context.Context) { _, _ = kafka.MessagePartitionOffsetFromCtx(c) })
+	k.timestamp = recordKey(func(c context.Context) { _, _ = kafka.MessageTimestampFromCtx(c) })
+	k.key = recordKey(func(c context.Context) { _, _ = kafka.MessageKeyFromCtx(c) })
+	return k
+})
+
+// withRecord returns ctx carrying rec's partition, offset, timestamp and
+// key as watermill-kafka's subscriber does.
+func withRecord(ctx context.Context, rec *sarama.ConsumerMessage) context.Context {
+	return &recordContext{Context: ctx, rec: rec}
+}
+
+// recordContext is a message's context in key mode: one value that answers
+// for the record's partition, offset, timestamp and key (under
+// watermill-kafka's keys) and for its delivery, instead of a chain of five
+// context.WithValue.
+type recordContext struct {
+	context.Context
+	rec *sarama.ConsumerMessage
+	d   *keyDelivery // nil outside a KeySubscriber
+}
+
+func (c *recordContext) Value(key any) any {
+	k := recordKeys()
+	switch {
+	case key == nil:
+	case key == k.partition:
+		return c.rec.Partition
+	case key == k.offset:
+		return c.rec.Offset
+	case key == k.timestamp:
+		return c.rec.Timestamp
+	case key == k.key:
+		return c.rec.Key
+	case key == keyDeliveryKey{} && c.d != nil:
+		return c.d
+	}
+	return c.Context.Value(key)
+}
+
+// completedSet is the records an earlier owner completed beyond its
+// committed watermark, read from the commit's metadata.
+type completedSet struct {
+	base int64 // the watermark: bit i is offset base+i
+	bits []byte
+}
+
+func (s completedSet) has(offset int64) bool {
+	i := offset - s.base
+	if i < 0 || i >= int64(len(s.bits))*8 {
+		return false
+	}
+	return s.bits[i/8]&(1<<(i%8)) != 0
+}
+
+// completedPrefix marks Spillway's commit metadata (format version 1):
+// "spw1:<watermark>:<bitset, base64 URL without padding>".
+const completedPrefix = "spw1:"
+
+// maxCompletedSpan bounds the offsets the metadata describes, so it stays
+// well under brokers' offset.metadata.max.bytes (4096 by default).
+const maxCompletedSpan = 3000 * 8
+
+// encodeCompleted describes the done records of win (in offset order, all
+// at or after wm) as commit metadata, "" when there are none. Done records
+// past maxCompletedSpan are left out: they are processed again.
+func encodeCompleted(wm int64, win []*keyDelivery) string {
+	var last int64 = -1
+	for _, d := range win {
+		if d.done && d.rec.Offset-wm < maxCompletedSpan {
+			last = d.rec.Offset
+		}
+	}
+	if last < wm {
+		return ""
+	}
+	bits := make([]byte, (last-wm)/8+1)
+	for _, d := range win {
+		if i := d.rec.Offset - wm; d.done && i >= 0 && i < maxCompletedSpan {
+			bits[i/8] |= 1 << (i % 8)
+		}
+	}
+	return completedPrefix + strconv.FormatInt(wm, 10) + ":" + base64.RawURLEncoding.EncodeToString(bits)
+}
+
+// decodeCompleted reads metadata committed with offset; ok is false when
+// it is not Spillway's or describes another offset.
+func decodeCompleted(offset int64, meta string) (completedSet, bool) {
+	rest, ok := strings.CutPrefix(meta, completedPrefix)
+	if !ok {
+		return completedSet{}, false
+	}
+	base, enc, ok := strings.Cut(rest, ":")
+	if !ok {
+		return completedSet{}, false
+	}
+	wm, err := strconv.ParseInt(base, 10, 64)
+	if err != nil || wm != offset {
+		return completedSet{}, false
+	}
+	bits, err := base64.RawURLEncoding.DecodeString(enc)
+	if err != nil {
+		return completedSet{}, false
+	}
+	return completedSet{base: wm, bits: bits}, true
+}

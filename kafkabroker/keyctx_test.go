@@ -1,0 +1,102 @@
+package kafkabroker
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
+)
+
+// TestRecordContext: watermill-kafka's own getters read back what
+// withRecord stores, so a handler on a KeySubscriber sees the same context
+// values as one on watermill-kafka's subscriber.
+func TestRecordContext(t *testing.T) {
+	ts := time.Date(2026, 12, 2, 1, 2, 3, 0, time.UTC)
+	rec := &sarama.ConsumerMessage{Partition: 7, Offset: 4242, Timestamp: ts, Key: []byte("cell-9")}
+	ctx := withRecord(context.Background(), rec)
+	if p, ok := kafka.MessagePartitionFromCtx(ctx); !ok || p != 7 {
+		t.Errorf("partition %d %v", p, ok)
+	}
+	if o, ok := kafka.MessagePartitionOffsetFromCtx(ctx); !ok || o != 4242 {
+		t.Errorf("offset %d %v", o, ok)
+	}
+	if got, ok := kafka.MessageTimestampFromCtx(ctx); !ok || !got.Equal(ts) {
+		t.Errorf("timestamp %v %v", got, ok)
+	}
+	if k, ok := kafka.MessageKeyFromCtx(ctx); !ok || !bytes.Equal(k, []byte("cell-9")) {
+		t.Errorf("key %q %v", k, ok)
+	}
+	// The keys are four distinct ones, none of them ours.
+	k := recordKeys()
+	seen := map[any]bool{}
+	for _, key := range []any{k.partition, k.offset, k.timestamp, k.key} {
+		if key == nil || seen[key] {
+			t.Fatalf("context keys not learned: %#v", k)
+		}
+		seen[key] = true
+	}
+}
+
+func TestCompletedMetadata(t *testing.T) {
+	win := func(wm int64, done ...int64) []*keyDelivery {
+		var out []*keyDelivery
+		isDone := map[int64]bool{}
+		for _, d := range done {
+			isDone[d] = true
+		}
+		for off := wm; off < wm+40; off++ {
+			out = append(out, &keyDelivery{rec: &sarama.ConsumerMessage{Offset: off}, done: isDone[off]})
+		}
+		return out
+	}
+	if m := encodeCompleted(100, win(100)); m != "" {
+		t.Errorf("nothing done beyond the watermark: metadata %q", m)
+	}
+	meta := encodeCompleted(100, win(100, 101, 102, 117, 139))
+	if !strings.HasPrefix(meta, completedPrefix+"100:") || len(meta) > 40 {
+		t.Errorf("metadata %q", meta)
+	}
+	set, ok := decodeCompleted(100, meta)
+	if !ok {
+		t.Fatalf("decode %q failed", meta)
+	}
+	for off := int64(90); off < 150; off++ {
+		want := off == 101 || off == 102 || off == 117 || off == 139
+		if set.has(off) != want {
+			t.Errorf("offset %d: has %v, want %v", off, set.has(off), want)
+		}
+	}
+	for _, bad := range []struct {
+		off  int64
+		meta string
+	}{
+		{101, meta},              // committed elsewhere since
+		{100, ""},                // none
+		{100, "other-app-state"}, // not ours
+		{100, completedPrefix + "100"},
+		{100, completedPrefix + "x:AA"},
+		{100, completedPrefix + "100:%%"},
+	} {
+		if _, ok := decodeCompleted(bad.off, bad.meta); ok {
+			t.Errorf("decodeCompleted(%d, %q) accepted", bad.off, bad.meta)
+		}
+	}
+	// A huge span is cut, never over the brokers' metadata limit.
+	far := []*keyDelivery{
+		{rec: &sarama.ConsumerMessage{Offset: 0}},
+		{rec: &sarama.ConsumerMessage{Offset: 5}, done: true},
+		{rec: &sarama.ConsumerMessage{Offset: 1 << 40}, done: true},
+	}
+	m := encodeCompleted(0, far)
+	if len(m) > 4096 {
+		t.Errorf("metadata of %d bytes", len(m))
+	}
+	set, _ = decodeCompleted(0, m)
+	if !set.has(5) || set.has(1<<40) {
+		t.Errorf("cut span: has(5) %v has(far) %v", set.has(5), set.has(1<<40))
+	}
+}

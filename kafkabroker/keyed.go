@@ -1,0 +1,801 @@
+package kafkabroker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/spillway-go/spillway"
+)
+
+// KeySubscriber is the subscriber of consumer key ([ConsumerKey]): a
+// Watermill subscriber on a Sarama consumer group that hands over many
+// records of a partition at once, so the vertex budget, not the partition
+// count, bounds a member's concurrency. [Cluster.NewKeySubscriber] builds
+// one; the router does with kafka.consumer key.
+//
+// Handlers see the same *message.Message as with watermill-kafka: the
+// same unmarshaler builds it, and its context carries the partition,
+// offset, timestamp and key that kafka.MessagePartitionFromCtx and its
+// siblings read.
+//
+// Guarantees, per partition:
+//
+//   - Order per key: records with the same Kafka key are handed over one
+//     at a time, in offset order; the next is sent only once the previous
+//     one is acked. Records without a key share one order, the
+//     partition's. Different keys run concurrently.
+//   - Window: at most Config.WindowMessages records and
+//     Config.WindowBytes bytes are read but not yet committed. When the
+//     window is full the partition is paused (Sarama stops fetching it;
+//     heartbeats go on); a record larger than the whole window is
+//     admitted alone.
+//   - Commits: the committed offset is the contiguous completed
+//     watermark, never past a record that is unfinished or nacked. A
+//     nacked message blocks its key only and is sent again, in process,
+//     after Config.NackResendSleep.
+//   - Rebalance: as with partition mode and the [SessionTracker],
+//     messages still waiting for budget step aside when the session ends,
+//     admitted work finishes and is committed, and records that completed
+//     beyond the watermark are written in the commit's metadata so the
+//     next owner skips them.
+//   - Crash: the next owner starts from the committed watermark, so it
+//     processes again at most the window of each partition.
+//
+// Each Subscribe call joins the consumer group with a client of its own.
+// A KeySubscriber is safe for concurrent use.
+type KeySubscriber struct {
+	cfg       Config
+	brokers   []string
+	sarama    *sarama.Config
+	group     string
+	unmarshal kafka.Unmarshaler
+	tracker   *SessionTracker
+	logger    watermill.LoggerAdapter
+
+	closing   chan struct{}
+	closeOnce sync.Once
+	mu        sync.Mutex
+	closed    bool
+	wg        sync.WaitGroup // subscriptions
+}
+
+// errSubscriberClosed is returned by Subscribe after Close.
+var errSubscriberClosed = fmt.Errorf("kafkabroker: key subscriber: %w", spillway.ErrClosed)
+
+// NewKeySubscriber returns a [KeySubscriber] in consumer group group, and
+// the [SessionTracker] that makes budget admission on it revocation-aware
+// (as with [Cluster.NewSubscriber]). It uses Config.WindowMessages and
+// Config.WindowBytes whatever Config.Consumer says. The caller closes the
+// subscriber.
+func (c *Cluster) NewKeySubscriber(group string) (*KeySubscriber, *SessionTracker, error) {
+	hook := c.opts.saramaHook
+	scfg, err := c.cfg.subscriberSarama(func(sc *sarama.Config) error {
+		c.cfg.keyFetch(sc)
+		if hook != nil {
+			return hook(sc)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	if !scfg.Version.IsAtLeast(sarama.V0_10_2_0) {
+		return nil, nil, &spillway.FieldError{Field: "version", Value: c.cfg.Version, Reason: "must be at least 0.10.2 with consumer key (Sarama's consumer groups)"}
+	}
+	tr := newSessionTracker(c.opts.tracer, group, c.seen)
+	tr.observeOnly = c.opts.observeOnly
+	tr.keyed = true
+	s := &KeySubscriber{
+		cfg:       c.cfg,
+		brokers:   c.brokers,
+		sarama:    scfg,
+		group:     group,
+		unmarshal: c.marshaler,
+		tracker:   tr,
+		logger:    c.logger,
+		closing:   make(chan struct{}),
+	}
+	return s, tr, nil
+}
+
+// keyMaxWait bounds how long a fetch waits for new records in key mode.
+const keyMaxWait = 50 * time.Millisecond
+
+// defaultLargestRecord is the largest record a cluster accepts by default
+// (message.max.bytes is 1 MiB and a little), batch framing included.
+const defaultLargestRecord = 1<<20 + batchHeadroom
+
+// keyFetch sizes the fetch of consumer key: at least the largest record
+// the cluster accepts, so no record is ever fetched partially. A broker
+// returns a batch larger than a partition's fetch size only when it comes
+// first in the whole response, so such a record would wait until the other
+// partitions are drained. The byte window, not the fetch size, bounds
+// what the consumer holds: a paused partition is not fetched.
+func (k Config) keyFetch(c *sarama.Config) {
+	largest := k.batchLimit()
+	if largest == 0 {
+		largest = defaultLargestRecord
+	}
+	c.Consumer.Fetch.Default = max(c.Consumer.Fetch.Default, largest)
+	// A resumed partition is fetched only once the broker answers the
+	// fetch in flight for the others, which waits up to MaxWaitTime when
+	// they have nothing new: keep that short, since pausing is routine.
+	c.Consumer.MaxWaitTime = min(c.Consumer.MaxWaitTime, keyMaxWait)
+	if c.Consumer.Fetch.Max > 0 {
+		c.Consumer.Fetch.Default = min(c.Consumer.Fetch.Default, c.Consumer.Fetch.Max)
+	}
+}
+
+// Subscribe joins the consumer group on topic and returns the messages.
+// The channel closes after ctx ends or Close is called, once every
+// message handed over is settled.
+func (s *KeySubscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, errSubscriberClosed
+	}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	client, err := sarama.NewClient(s.brokers, s.sarama)
+	if err != nil {
+		s.wg.Done()
+		return nil, fmt.Errorf("kafkabroker: connecting to %v: %w", s.brokers, err)
+	}
+	group, err := sarama.NewConsumerGroupFromClient(s.group, client)
+	if err != nil {
+		_ = client.Close()
+		s.wg.Done()
+		return nil, fmt.Errorf("kafkabroker: consumer group %s: %w", s.group, err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	out := make(chan *message.Message)
+	h := &keyHandler{s: s, topic: topic, out: out, ctx: ctx, group: group, client: client,
+		logFields: watermill.LogFields{"consumer_group": s.group, "topic": topic}}
+	handler := s.tracker.tracer().WrapConsumerGroupHandler(h)
+	go func() {
+		select {
+		case <-s.closing:
+		case <-ctx.Done():
+		}
+		cancel()
+	}()
+	errsDone := make(chan struct{})
+	go func() {
+		defer close(errsDone)
+		for err := range group.Errors() {
+			s.logger.Error("Kafka consumer group error", err, h.logFields)
+		}
+	}()
+	go func() {
+		defer s.wg.Done()
+		defer close(out)
+		defer cancel()
+		for ctx.Err() == nil {
+			err := group.Consume(ctx, []string{topic}, handler)
+			if errors.Is(err, sarama.ErrClosedConsumerGroup) || ctx.Err() != nil {
+				break
+			}
+			if err != nil {
+				s.logger.Error("Kafka consumer group session failed, rejoining", err, h.logFields)
+				select {
+				case <-ctx.Done():
+				case <-time.After(time.Second):
+				}
+			}
+		}
+		if err := group.Close(); err != nil {
+			s.logger.Info("Closing the Kafka consumer group", h.logFields.Add(watermill.LogFields{"err": err.Error()}))
+		}
+		<-errsDone
+		_ = client.Close()
+	}()
+	return out, nil
+}
+
+// Close leaves the consumer groups and closes every subscription's
+// channel. Messages handed over and not yet acked are not committed: the
+// next owner of their partitions receives them again. Later calls return
+// nil.
+func (s *KeySubscriber) Close() error {
+	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		s.closed = true
+		s.mu.Unlock()
+		close(s.closing)
+	})
+	s.wg.Wait()
+	return nil
+}
+
+// keyHandler is the consumer group handler of one subscription.
+type keyHandler struct {
+	s         *KeySubscriber
+	topic     string
+	out       chan *message.Message
+	ctx       context.Context // the subscription's: ends with Close
+	group     sarama.ConsumerGroup
+	client    sarama.Client
+	logFields watermill.LogFields
+
+	mu   sync.Mutex
+	sess *keySession
+}
+
+// keySession is one consumer-group session of a subscription: its
+// partitions and the committer they share.
+type keySession struct {
+	sess sarama.ConsumerGroupSession
+	skip map[int32]completedSet // records the previous owner completed beyond its watermark
+
+	mu    sync.Mutex
+	parts map[int32]*keyPartition
+
+	nudge  chan struct{} // a partition marked a new watermark
+	urgent chan struct{} // ... and its window is a quarter full
+	stop   chan struct{}
+	done   chan struct{}
+}
+
+func (h *keyHandler) Setup(sess sarama.ConsumerGroupSession) error {
+	ks := &keySession{sess: sess, parts: make(map[int32]*keyPartition),
+		nudge: make(chan struct{}, 1), urgent: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	ks.skip = h.fetchCompleted(sess.Claims()[h.topic])
+	h.mu.Lock()
+	h.sess = ks
+	h.mu.Unlock()
+	go ks.commitLoop()
+	return nil
+}
+
+func (h *keyHandler) Cleanup(sess sarama.ConsumerGroupSession) error {
+	h.mu.Lock()
+	ks := h.sess
+	h.sess = nil
+	h.mu.Unlock()
+	if ks != nil {
+		close(ks.stop)
+		<-ks.done
+	}
+	// Every partition has marked its final watermark; Sarama commits
+	// again when it releases the session.
+	sess.Commit()
+	return nil
+}
+
+// commitInterval is how long a moved watermark may wait for its commit
+// while its window is less than a quarter full.
+const commitInterval = 50 * time.Millisecond
+
+// commitLoop commits the marked watermarks, one commit at a time: at once
+// when a window is a quarter full (the commit is what frees it), otherwise
+// within commitInterval of the first mark; then it tells the partitions
+// what is committed so they can release their window.
+func (ks *keySession) commitLoop() {
+	defer close(ks.done)
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	armed := false
+	for {
+		select {
+		case <-ks.stop:
+			return
+		case <-ks.nudge:
+			if !armed {
+				timer.Reset(commitInterval)
+				armed = true
+			}
+			continue
+		case <-timer.C:
+		case <-ks.urgent:
+			if armed {
+				timer.Stop()
+			}
+		}
+		armed = false
+		ks.mu.Lock()
+		parts := make([]*keyPartition, 0, len(ks.parts))
+		marks := make([]int64, 0, len(ks.parts))
+		for _, p := range ks.parts {
+			parts = append(parts, p)
+			marks = append(marks, p.marked.Load())
+		}
+		ks.mu.Unlock()
+		ks.sess.Commit()
+		for i, p := range parts {
+			if marks[i] > p.committed.Load() {
+				p.committed.Store(marks[i])
+				select {
+				case p.wake <- struct{}{}:
+				default:
+				}
+			}
+		}
+	}
+}
+
+// fetchCompleted reads the metadata of the group's committed offsets for
+// partitions: the records an earlier owner completed beyond its watermark.
+// Failing to read it costs only duplicates, so it is logged, not returned.
+func (h *keyHandler) fetchCompleted(partitions []int32) map[int32]completedSet {
+	out := make(map[int32]completedSet)
+	if len(partitions) == 0 {
+		return out
+	}
+	fail := func(err error) map[int32]completedSet {
+		h.s.logger.Info("Cannot read the committed metadata: records completed beyond the watermark will be processed again",
+			h.logFields.Add(watermill.LogFields{"err": err.Error()}))
+		return out
+	}
+	broker, err := h.client.Coordinator(h.s.group)
+	if err != nil {
+		return fail(err)
+	}
+	req := sarama.NewOffsetFetchRequest(h.client.Config().Version, h.s.group, map[string][]int32{h.topic: partitions})
+	resp, err := broker.FetchOffset(req)
+	if err != nil {
+		return fail(err)
+	}
+	for _, p := range partitions {
+		b := resp.GetBlock(h.topic, p)
+		if b == nil || b.Err != sarama.ErrNoError || b.Offset < 0 {
+			continue
+		}
+		if set, ok := decodeCompleted(b.Offset, b.Metadata); ok {
+			out[p] = set
+		}
+	}
+	return out
+}
+
+func (h *keyHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
+	h.mu.Lock()
+	ks := h.sess
+	h.mu.Unlock()
+	if ks == nil {
+		return nil
+	}
+	t := h.s.tracker
+	tp := topicPartition{claim.Topic(), claim.Partition()}
+	p := &keyPartition{
+		h:          h,
+		ks:         ks,
+		sess:       sess,
+		sessDone:   sess.Context().Done(),
+		topic:      tp.topic,
+		partition:  tp.partition,
+		seenBefore: t.seen.highest(groupPartition{t.group, tp}),
+		skip:       ks.skip[tp.partition],
+		lanes:      make(map[string]*keyLane),
+		events:     make(chan keyEvent, 64),
+		wake:       make(chan struct{}, 1),
+		maxMsgs:    h.s.cfg.WindowMessages,
+		maxBytes:   h.s.cfg.WindowBytes,
+		next:       claim.InitialOffset(),
+	}
+	p.marked.Store(-1)
+	p.committed.Store(claim.InitialOffset())
+	ks.mu.Lock()
+	ks.parts[tp.partition] = p
+	ks.mu.Unlock()
+	t.registerKeyed(tp, p)
+	defer t.unregisterKeyed(tp, p)
+	return p.run(claim)
+}
+
+// keyEvent settles one delivery.
+type keyEvent struct {
+	d    *keyDelivery
+	done bool // acked and counted; false: abandoned (the session or subscription ended)
+}
+
+// keyLane is one key's order: the delivery in flight, and the ones
+// waiting behind it.
+type keyLane struct {
+	waiting []*keyDelivery
+}
+
+// keyPartition is one claimed partition. Its fields below the line are
+// owned by the run goroutine.
+type keyPartition struct {
+	h          *keyHandler
+	ks         *keySession
+	sess       sarama.ConsumerGroupSession
+	sessDone   <-chan struct{}
+	topic      string
+	partition  int32
+	seenBefore int64 // highest offset an earlier session received, -1 none
+	maxMsgs    int
+	maxBytes   int
+
+	events chan keyEvent
+	wake   chan struct{}
+	wg     sync.WaitGroup // delivery goroutines
+
+	marked    atomic.Int64 // watermark marked, -1 none yet
+	committed atomic.Int64 // watermark committed
+	fill      atomic.Int64 // records in the window
+	fillBytes atomic.Int64 // their bytes
+
+	// ---- owned by run ----
+	skip     completedSet
+	next     int64 // offset after the last record read
+	win      []*keyDelivery
+	head     int // first record not known committed
+	mark     int // first record not done
+	count    int // records in the window: win[head:]
+	bytes    int
+	inflight int
+	lanes    map[string]*keyLane
+	queue    []*sarama.ConsumerMessage // read, waiting for room
+	paused   bool
+	stopping bool
+	stopErr  error
+	lastMark int64
+}
+
+// keyDelivery is one record in the window.
+type keyDelivery struct {
+	p      *keyPartition
+	rec    *sarama.ConsumerMessage
+	size   int
+	key    string
+	msg    *message.Message
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	// completed: the handler succeeded in this delivery attempt
+	// (SessionTracker.Completed), so an ack after the session ended still
+	// counts.
+	completed atomic.Bool
+
+	done bool // owned by run
+}
+
+func recordSize(m *sarama.ConsumerMessage) int {
+	n := len(m.Key) + len(m.Value)
+	for _, h := range m.Headers {
+		if h != nil {
+			n += len(h.Key) + len(h.Value)
+		}
+	}
+	return n
+}
+
+// run is the partition's loop: it reads records while the window has
+// room, hands them over key by key, settles deliveries, and marks the
+// watermark. It returns once the session or subscription ended and every
+// delivery is settled.
+func (p *keyPartition) run(claim sarama.ConsumerGroupClaim) error {
+	p.lastMark = claim.InitialOffset()
+	records := claim.Messages()
+	sessDone, subDone := p.sessDone, p.h.ctx.Done()
+	for {
+		var in <-chan *sarama.ConsumerMessage
+		if p.stopping {
+			// Closed channels would spin the loop while deliveries settle.
+			sessDone, subDone = nil, nil
+		} else {
+			// Read on even when the window is full: the partition is
+			// paused then, so only what Sarama had already fetched
+			// arrives, and a claim whose channel is not drained would
+			// hold up every partition of its broker's fetch loop.
+			in = records
+		}
+		select {
+		case rec, ok := <-in:
+			if !ok {
+				p.stop(nil)
+				break
+			}
+			p.queue = append(p.queue, rec)
+		case ev := <-p.events:
+			p.settle(ev)
+			p.settleReady()
+		case <-p.wake:
+			p.release()
+		case <-sessDone:
+			p.stop(nil)
+		case <-subDone:
+			p.stop(nil)
+		}
+		if !p.stopping {
+			p.admit()
+		}
+		p.markWatermark(false)
+		if p.stopping && p.inflight == 0 {
+			break
+		}
+		p.pauseIfFull()
+	}
+	p.markWatermark(true)
+	for _, l := range p.lanes {
+		for _, d := range l.waiting {
+			d.cancel()
+		}
+	}
+	p.wg.Wait()
+	return p.stopErr
+}
+
+// stop ends reading: no record is handed over any more; deliveries in
+// flight settle.
+func (p *keyPartition) stop(err error) {
+	if !p.stopping {
+		p.stopping = true
+		p.stopErr = err
+		clear(p.queue)
+		p.queue = nil
+	}
+}
+
+// fits reports whether a record of size bytes may enter the window now.
+func (p *keyPartition) fits(size int) bool {
+	if p.count == 0 {
+		return true // alone, whatever its size
+	}
+	return p.count < p.maxMsgs && p.bytes+size <= p.maxBytes
+}
+
+// admit moves the records read into the window while they fit.
+func (p *keyPartition) admit() {
+	n := 0
+	for n < len(p.queue) && !p.stopping {
+		rec := p.queue[n]
+		size := recordSize(rec)
+		if !p.fits(size) {
+			break
+		}
+		p.queue[n] = nil
+		n++
+		p.take(rec, size)
+	}
+	if p.stopping {
+		return
+	}
+	if n == len(p.queue) {
+		p.queue = p.queue[:0]
+	} else if n > 0 {
+		p.queue = p.queue[n:]
+	}
+}
+
+// take enters rec into the window and hands it over, or queues it behind
+// its key.
+func (p *keyPartition) take(rec *sarama.ConsumerMessage, size int) {
+	t := p.h.s.tracker
+	t.seen.receive(groupPartition{t.group, topicPartition{p.topic, p.partition}}, rec.Offset)
+	d := &keyDelivery{p: p, rec: rec, size: size, key: string(rec.Key)}
+	if p.skip.has(rec.Offset) {
+		// An earlier owner completed it beyond its watermark.
+		d.done = true
+		p.enter(d)
+		return
+	}
+	msg, err := p.h.s.unmarshal.Unmarshal(rec)
+	if err != nil {
+		// As watermill-kafka: a record that cannot be decoded stops the
+		// partition until the next session; it is not committed.
+		p.h.s.logger.Error("Cannot unmarshal a Kafka record, stopping the partition", err,
+			p.h.logFields.Add(watermill.LogFields{"kafka_partition": p.partition, "kafka_partition_offset": rec.Offset}))
+		p.stop(fmt.Errorf("kafkabroker: message unmarshal failed: %w", err))
+		return
+	}
+	p.enter(d)
+	d.ctx, d.cancel = context.WithCancel(&recordContext{Context: p.h.ctx, rec: rec, d: d})
+	msg.SetContext(d.ctx)
+	d.msg = msg
+	if l := p.lanes[d.key]; l != nil {
+		l.waiting = append(l.waiting, d)
+		return
+	}
+	p.lanes[d.key] = &keyLane{}
+	p.start(d)
+}
+
+// enter counts d in the window.
+func (p *keyPartition) enter(d *keyDelivery) {
+	p.win = append(p.win, d)
+	p.count++
+	p.bytes += d.size
+	p.next = d.rec.Offset + 1
+	p.fill.Store(int64(p.count))
+	p.fillBytes.Store(int64(p.bytes))
+}
+
+func (p *keyPartition) start(d *keyDelivery) {
+	p.inflight++
+	p.wg.Add(1)
+	go p.deliver(d)
+}
+
+// settleReady settles the deliveries that have reported already, so the
+// watermark is marked once for all of them.
+func (p *keyPartition) settleReady() {
+	for {
+		select {
+		case ev := <-p.events:
+			p.settle(ev)
+		default:
+			return
+		}
+	}
+}
+
+// settle records the outcome of a delivery and starts the next one of its
+// key.
+func (p *keyPartition) settle(ev keyEvent) {
+	d := ev.d
+	p.inflight--
+	d.cancel()
+	l := p.lanes[d.key]
+	if !ev.done {
+		// Abandoned: the session or subscription ended. The key stays
+		// blocked; nothing after it is handed over.
+		return
+	}
+	d.done = true
+	if p.stopping {
+		return
+	}
+	if l == nil {
+		return
+	}
+	if len(l.waiting) == 0 {
+		delete(p.lanes, d.key)
+		return
+	}
+	next := l.waiting[0]
+	l.waiting[0] = nil
+	l.waiting = l.waiting[1:]
+	p.start(next)
+}
+
+// markWatermark marks the offset after the contiguous completed records.
+// The final mark also writes, in the commit's metadata, the records that
+// completed beyond it.
+func (p *keyPartition) markWatermark(final bool) {
+	for p.mark < len(p.win) && p.win[p.mark].done {
+		p.mark++
+	}
+	wm := p.next
+	if p.mark < len(p.win) {
+		wm = p.win[p.mark].rec.Offset
+	}
+	if !final {
+		if wm > p.lastMark {
+			p.sess.MarkOffset(p.topic, p.partition, wm, "")
+			p.lastMark = wm
+			p.marked.Store(wm)
+			ch := p.ks.nudge
+			if 4*p.count >= p.maxMsgs || 4*p.bytes >= p.maxBytes {
+				ch = p.ks.urgent
+			}
+			select {
+			case ch <- struct{}{}:
+			default:
+			}
+		}
+		return
+	}
+	meta := encodeCompleted(wm, p.win[p.mark:])
+	if wm > p.lastMark {
+		p.sess.MarkOffset(p.topic, p.partition, wm, meta)
+	} else if meta != "" {
+		// Same offset, new metadata: MarkOffset only moves forward.
+		p.sess.ResetOffset(p.topic, p.partition, wm, meta)
+	}
+	p.lastMark = wm
+	p.marked.Store(wm)
+}
+
+// release drops committed records from the window.
+func (p *keyPartition) release() {
+	c := p.committed.Load()
+	for p.head < p.mark && p.win[p.head].rec.Offset < c {
+		d := p.win[p.head]
+		p.count--
+		p.bytes -= d.size
+		p.win[p.head] = nil
+		p.head++
+	}
+	if p.head > 64 && p.head*2 > len(p.win) {
+		n := copy(p.win, p.win[p.head:])
+		clear(p.win[n:])
+		p.win = p.win[:n]
+		p.mark -= p.head
+		p.head = 0
+	}
+	p.fill.Store(int64(p.count))
+	p.fillBytes.Store(int64(p.bytes))
+}
+
+// pauseIfFull pauses fetching while a record waits for room, and resumes
+// it when it entered.
+func (p *keyPartition) pauseIfFull() {
+	full := len(p.queue) > 0 || p.count >= p.maxMsgs || p.bytes >= p.maxBytes
+	if full == p.paused || p.stopping {
+		return
+	}
+	p.paused = full
+	parts := map[string][]int32{p.topic: {p.partition}}
+	if full {
+		p.h.group.Pause(parts)
+	} else {
+		p.h.group.Resume(parts)
+	}
+}
+
+// deliver hands d over and waits for its ack, sending it again after a
+// nack; then it reports to the partition's loop.
+func (p *keyPartition) deliver(d *keyDelivery) {
+	defer p.wg.Done()
+	done := p.attempts(d)
+	p.events <- keyEvent{d: d, done: done}
+}
+
+func (p *keyPartition) attempts(d *keyDelivery) bool {
+	msg := d.msg
+	observe := p.h.s.tracker.observeOnly
+	for {
+		select {
+		case p.h.out <- msg:
+		case <-p.sessDone:
+			return false // revoked before it was handed over
+		case <-d.ctx.Done():
+			return false
+		}
+		select {
+		case <-msg.Acked():
+			if p.sess.Context().Err() != nil {
+				// Late: counts only for work this attempt completed,
+				// not for a message that stepped aside.
+				if observe || !d.completed.Load() {
+					return false
+				}
+				p.h.s.tracker.marked.Add(1)
+			}
+			return true
+		case <-msg.Nacked():
+		case <-d.ctx.Done():
+			return false
+		}
+		if sleep := p.h.s.cfg.NackResendSleep; sleep > 0 {
+			timer := time.NewTimer(sleep)
+			select {
+			case <-timer.C:
+			case <-p.sessDone:
+				timer.Stop()
+				return false
+			case <-d.ctx.Done():
+				timer.Stop()
+				return false
+			}
+		}
+		if p.sess.Context().Err() != nil {
+			return false
+		}
+		msg = msg.Copy()
+		msg.SetContext(d.ctx)
+		d.completed.Store(false)
+	}
+}
+
+// keyDeliveryKey is the context key of a message's *keyDelivery.
+type keyDeliveryKey struct{}
+
+// deliveryOf returns the key-mode delivery msg belongs to, nil if none.
+func deliveryOf(msg *message.Message) *keyDelivery {
+	d, _ := msg.Context().Value(keyDeliveryKey{}).(*keyDelivery)
+	return d
+}

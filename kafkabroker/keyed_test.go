@@ -1,0 +1,418 @@
+package kafkabroker_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"go.uber.org/goleak"
+
+	"github.com/spillway-go/spillway/internal/kafkatest"
+	"github.com/spillway-go/spillway/kafkabroker"
+)
+
+// leakCheck fails t if, when it ends, goroutines run that did not run
+// when it started. go-metrics runs one process-wide ticker for Sarama's
+// meters, started on first use and never stopped; not per client.
+// Watermill's universal suite leaves some subscriptions of its own open,
+// which the snapshot at the start leaves out.
+func leakCheck(t *testing.T) {
+	opts := []goleak.Option{
+		goleak.IgnoreTopFunction("github.com/rcrowley/go-metrics.(*meterArbiter).tick"),
+		goleak.IgnoreAnyFunction("os/exec.(*Cmd).Start.func2"),
+		goleak.IgnoreCurrent(),
+	}
+	t.Cleanup(func() { goleak.VerifyNone(t, opts...) })
+}
+
+// keyCluster opens a Cluster in consumer key on a fresh broker.
+func keyCluster(t *testing.T, partitions int32, mutate func(*kafkabroker.Config)) *kafkabroker.Cluster {
+	t.Helper()
+	broker := kafkatest.Start(t, partitions)
+	cfg := kafkabroker.Config{
+		Brokers:           broker.Brokers(),
+		Version:           "2.3.0", // kfake's limit
+		Partitions:        partitions,
+		CreateTopics:      true,
+		Consumer:          kafkabroker.ConsumerKey,
+		HeartbeatInterval: 100 * time.Millisecond,
+		SessionTimeout:    6 * time.Second,
+		RebalanceTimeout:  4 * time.Second,
+		NackResendSleep:   5 * time.Millisecond,
+	}
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	cl, err := kafkabroker.Open(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cl.Close() })
+	return cl
+}
+
+// publishKeyed publishes n messages over keys keys: message i has key
+// "k<i%keys>" and, in metadata, its sequence number within its key.
+func publishKeyed(t *testing.T, cl *kafkabroker.Cluster, topic string, n, keys int, payload func(i int) []byte) {
+	t.Helper()
+	if err := cl.EnsureTopic(topic); err != nil {
+		t.Fatal(err)
+	}
+	pub, err := cl.NewPublisher()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	batch := make([]*message.Message, 0, 200)
+	for i := range n {
+		var body []byte
+		if payload != nil {
+			body = payload(i)
+		}
+		m := message.NewMessage(strconv.Itoa(i), body)
+		m.Metadata.Set("entity_id", "k"+strconv.Itoa(i%keys))
+		m.Metadata.Set("seq", strconv.Itoa(i/keys))
+		batch = append(batch, m)
+		if len(batch) == cap(batch) || i == n-1 {
+			if err := pub.Publish(topic, batch...); err != nil {
+				t.Fatal(err)
+			}
+			batch = batch[:0]
+		}
+	}
+}
+
+// member is one consumer of the group: it handles every message on a
+// goroutine of its own, as Watermill's router does, telling its tracker
+// when a handler succeeded, as the router's stack does.
+type member struct {
+	sub     *kafkabroker.KeySubscriber
+	tr      *kafkabroker.SessionTracker
+	leaving atomic.Bool
+	wg      sync.WaitGroup
+	done    chan struct{}
+}
+
+func join(t *testing.T, cl *kafkabroker.Cluster, group, topic string, handle func(*message.Message) bool) *member {
+	t.Helper()
+	sub, tr, err := cl.NewKeySubscriber(group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs, err := sub.Subscribe(context.Background(), topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &member{sub: sub, tr: tr, done: make(chan struct{})}
+	go func() {
+		defer close(m.done)
+		for msg := range msgs {
+			if m.leaving.Load() {
+				continue // never started: the next owner gets it
+			}
+			m.wg.Add(1)
+			go func() {
+				defer m.wg.Done()
+				tr.Begin(msg)
+				if handle(msg) {
+					tr.Completed(msg)
+					msg.Ack()
+				} else {
+					msg.Nack()
+				}
+			}()
+		}
+	}()
+	return m
+}
+
+// leave finishes the handlers already started, then closes the subscriber.
+func (m *member) leave(t *testing.T) {
+	m.leaving.Store(true)
+	m.wg.Wait()
+	if err := m.sub.Close(); err != nil {
+		t.Error(err)
+	}
+	<-m.done
+	m.wg.Wait()
+}
+
+// TestKeyOrder: thousands of keys, mixed cost, nacks, a second member
+// joining mid-stream and the first one leaving: for every key the handler
+// saw its messages one at a time, in offset order, each once.
+func TestKeyOrder(t *testing.T) {
+	leakCheck(t)
+	const (
+		topic = "order"
+		n     = 6000
+		keys  = 2000
+	)
+	cl := keyCluster(t, 4, func(c *kafkabroker.Config) { c.WindowMessages = 64 })
+	publishKeyed(t, cl, topic, n, keys, nil)
+
+	var (
+		mu        sync.Mutex
+		processed = map[string][]int{}
+		inFlight  = map[string]int{}
+		attempts  = map[string]int{}
+		total     atomic.Int64
+		overlap   atomic.Int64
+		nacks     atomic.Int64
+	)
+	handle := func(msg *message.Message) bool {
+		key := msg.Metadata.Get("entity_id")
+		seq, _ := strconv.Atoi(msg.Metadata.Get("seq"))
+		id := key + "/" + strconv.Itoa(seq)
+		mu.Lock()
+		inFlight[key]++
+		if inFlight[key] > 1 {
+			overlap.Add(1)
+		}
+		attempts[id]++
+		first := attempts[id] == 1
+		mu.Unlock()
+		// Mixed cost: mostly cheap, some heavy.
+		switch r := rand.IntN(100); {
+		case r < 5:
+			time.Sleep(time.Duration(5+rand.IntN(15)) * time.Millisecond)
+		case r < 50:
+			time.Sleep(time.Duration(rand.IntN(500)) * time.Microsecond)
+		}
+		ok := !(first && rand.IntN(100) < 3)
+		mu.Lock()
+		inFlight[key]--
+		if ok {
+			processed[key] = append(processed[key], seq)
+		}
+		mu.Unlock()
+		if ok {
+			total.Add(1)
+		} else {
+			nacks.Add(1)
+		}
+		return ok
+	}
+	a := join(t, cl, "g", topic, handle)
+	waitFor(t, 60*time.Second, func() bool { return total.Load() >= n/4 }, "a quarter processed")
+	b := join(t, cl, "g", topic, handle)
+	waitFor(t, 60*time.Second, func() bool { return total.Load() >= n*2/3 }, "two thirds processed")
+	a.leave(t)
+	waitFor(t, 60*time.Second, func() bool { return total.Load() >= n }, "everything processed")
+	time.Sleep(500 * time.Millisecond) // duplicates, if any, show up
+	b.leave(t)
+
+	if overlap.Load() != 0 {
+		t.Errorf("%d times two messages of one key were in flight together", overlap.Load())
+	}
+	if nacks.Load() == 0 {
+		t.Error("no nack: the test did not exercise redelivery")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	bad := 0
+	for k := range keys {
+		key := "k" + strconv.Itoa(k)
+		got := processed[key]
+		want := n / keys
+		ok := len(got) == want
+		for i := 0; ok && i < want; i++ {
+			ok = got[i] == i
+		}
+		if !ok {
+			bad++
+			if bad <= 5 {
+				t.Errorf("key %s processed %v, want 0..%d in order, once each", key, got, want-1)
+			}
+		}
+	}
+	if bad > 0 {
+		t.Errorf("%d of %d keys out of order, incomplete or duplicated", bad, keys)
+	}
+	t.Logf("%d processed, %d nacks, sessions a %d b %d, late marks a %d b %d",
+		total.Load(), nacks.Load(), len(a.tr.Events()), len(b.tr.Events()), a.tr.LateMarks(), b.tr.LateMarks())
+}
+
+func waitFor(t *testing.T, d time.Duration, cond func() bool, what string) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// lag is the group's total lag on topic.
+func lag(t *testing.T, cl *kafkabroker.Cluster, group, topic string) int64 {
+	t.Helper()
+	src, err := cl.LagSource(group, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	samples, err := src.Lag(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var total int64
+	for _, s := range samples {
+		total += s.Lag
+	}
+	return total
+}
+
+// TestKeyWatermark: a slow message at offset k holds the commit at k
+// while the ones after it complete; when its owner leaves before it
+// completes, the next owner receives k alone (the ones after it completed
+// and the commit's metadata says so), nothing before.
+func TestKeyWatermark(t *testing.T) {
+	leakCheck(t)
+	const topic = "watermark"
+	cl := keyCluster(t, 1, nil)
+	publishKeyed(t, cl, topic, 10, 10, nil)
+
+	release := make(chan struct{})
+	var done atomic.Int64
+	a := join(t, cl, "g", topic, func(msg *message.Message) bool {
+		if off, _ := kafka.MessagePartitionOffsetFromCtx(msg.Context()); off == 3 {
+			<-release
+			return false // never completes here
+		}
+		done.Add(1)
+		return true
+	})
+	waitFor(t, 20*time.Second, func() bool { return done.Load() == 9 }, "the nine fast messages")
+	// The commit stays at 3: seven messages of lag, however long we wait.
+	waitFor(t, 10*time.Second, func() bool { return lag(t, cl, "g", topic) == 7 }, "the commit at offset 3")
+	time.Sleep(1500 * time.Millisecond) // past Sarama's auto-commit interval
+	if l := lag(t, cl, "g", topic); l != 7 {
+		t.Errorf("lag %d with offset 3 unfinished, want 7", l)
+	}
+	a.leaving.Store(true)
+	close(release)
+	a.leave(t)
+
+	var (
+		mu   sync.Mutex
+		got  []int64
+		recv atomic.Int64
+	)
+	b := join(t, cl, "g", topic, func(msg *message.Message) bool {
+		off, _ := kafka.MessagePartitionOffsetFromCtx(msg.Context())
+		mu.Lock()
+		got = append(got, off)
+		mu.Unlock()
+		recv.Add(1)
+		return true
+	})
+	waitFor(t, 20*time.Second, func() bool { return recv.Load() >= 1 }, "the redelivery of offset 3")
+	time.Sleep(time.Second)
+	b.leave(t)
+	mu.Lock()
+	defer mu.Unlock()
+	if fmt.Sprint(got) != "[3]" {
+		t.Errorf("next owner received offsets %v, want [3]", got)
+	}
+	if l := lag(t, cl, "g", topic); l != 0 {
+		t.Errorf("lag %d after the redelivery, want 0", l)
+	}
+}
+
+// TestKeyWindow: the window bounds the records handed over and not yet
+// committed, in messages and in bytes; a record larger than the byte
+// window is admitted alone.
+func TestKeyWindow(t *testing.T) {
+	leakCheck(t)
+	cases := []struct {
+		name    string
+		msgs    int
+		bytes   int
+		payload func(i int) []byte
+		want    int // handed over while nothing is acked
+	}{
+		{"messages", 8, 0, nil, 8},
+		{"bytes", 0, 10 << 10, func(int) []byte { return make([]byte, 4<<10) }, 2},
+		{"oversized", 0, 10 << 10, func(int) []byte { return make([]byte, 64<<10) }, 1},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			leakCheck(t)
+			cl := keyCluster(t, 1, func(c *kafkabroker.Config) {
+				c.WindowMessages, c.WindowBytes = tc.msgs, tc.bytes
+			})
+			publishKeyed(t, cl, "w", 30, 30, tc.payload)
+			release := make(chan struct{})
+			var recv atomic.Int64
+			m := join(t, cl, "g", "w", func(*message.Message) bool {
+				recv.Add(1)
+				<-release
+				return true
+			})
+			waitFor(t, 20*time.Second, func() bool { return recv.Load() >= int64(tc.want) }, "the window")
+			time.Sleep(time.Second)
+			if got := recv.Load(); got != int64(tc.want) {
+				t.Errorf("%d handed over with nothing acked, want %d", got, tc.want)
+			}
+			close(release)
+			waitFor(t, 30*time.Second, func() bool { return recv.Load() == 30 }, "all 30 after the release")
+			m.leave(t)
+		})
+	}
+}
+
+// TestKeyLargeRecordPrompt: a record larger than fetch_default_bytes at the
+// head of its partition arrives while the other partitions are still
+// draining, not after them.
+func TestKeyLargeRecordPrompt(t *testing.T) {
+	leakCheck(t)
+	const (
+		topic = "large"
+		small = 3000
+	)
+	cl := keyCluster(t, 4, nil) // fetch_default_bytes: 256 KiB
+	if err := cl.EnsureTopic(topic); err != nil {
+		t.Fatal(err)
+	}
+	pub, err := cl.NewPublisher()
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := message.NewMessage("big", make([]byte, 400<<10))
+	big.Metadata.Set("entity_id", "big")
+	if err := pub.Publish(topic, big); err != nil {
+		t.Fatal(err)
+	}
+	_ = pub.Close()
+	publishKeyed(t, cl, topic, small, 500, func(int) []byte { return make([]byte, 1<<10) })
+
+	var (
+		handled  atomic.Int64
+		bigAfter atomic.Int64
+	)
+	bigAfter.Store(-1)
+	slots := make(chan struct{}, 8)
+	m := join(t, cl, "g", topic, func(msg *message.Message) bool {
+		if msg.UUID == "big" {
+			bigAfter.Store(handled.Load())
+			return true
+		}
+		slots <- struct{}{}
+		time.Sleep(2 * time.Millisecond)
+		<-slots
+		handled.Add(1)
+		return true
+	})
+	waitFor(t, 60*time.Second, func() bool { return handled.Load() == small && bigAfter.Load() >= 0 }, "every message")
+	m.leave(t)
+	if n := bigAfter.Load(); n > small/4 {
+		t.Errorf("the large record arrived after %d of %d small ones", n, small)
+	}
+	t.Logf("the large record arrived after %d of %d small ones", bigAfter.Load(), small)
+}

@@ -1,0 +1,173 @@
+package router
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"go.uber.org/goleak"
+
+	"github.com/spillway-go/spillway/cost"
+	"github.com/spillway-go/spillway/internal/kafkatest"
+	"github.com/spillway-go/spillway/kafkabroker"
+)
+
+// TestKeyRebalanceMidBurst is the heavy-burst rebalance (rebalance_test.go)
+// for kafka.consumer key, with handlers that sleep in proportion to the
+// vertices instead of burning CPU, so it runs alongside other tests: four
+// partitions carry a burst of heavy multipolygons and pings over many keys;
+// the budget admits a few heavies at once, so at any time many delivered
+// messages of each partition wait for budget. A second member joins
+// mid-burst under a short rebalance timeout. The messages waiting for
+// budget step aside, admitted work finishes and is committed, what
+// completed beyond the watermark is skipped by the next owner: every
+// message is processed exactly once, in order per key, nobody is evicted,
+// and the rebalance completes inside the timeout.
+func TestKeyRebalanceMidBurst(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t, leakOptions...) })
+	const (
+		topic     = "key-burst"
+		timeout   = 4 * time.Second
+		perVertex = 100 * time.Microsecond
+		n         = 600
+		keys      = 40
+	)
+	broker := kafkatest.Start(t, 4, topic)
+	cfg := Config{Broker: BrokerKafka, CloseTimeout: 15 * time.Second}
+	cfg.Budget.Vertices = 5_000 // two heavies (2,000+ vertices, 0.2 s) or many pings
+	cfg.Kafka.Brokers = broker.Brokers()
+	cfg.Kafka.Version = "2.3.0"
+	cfg.Kafka.ConsumerGroup = "key-burst"
+	cfg.Kafka.Partitions = 4
+	cfg.Kafka.RebalanceTimeout = timeout
+	cfg.Kafka.HeartbeatInterval = 250 * time.Millisecond
+	cfg.Kafka.Consumer = kafkabroker.ConsumerKey
+	cfg.Kafka.WindowMessages = 32
+
+	heavy := wkbPayload(t, heavyGeometry(t, 0, 2_000))
+	var (
+		mu        sync.Mutex
+		completed = map[string]int{}
+		order     = map[string][]int{}
+		inFlight  = map[string]int{}
+		overlap   int
+		total     atomic.Int64
+	)
+	handler := func(msg *message.Message) error {
+		key := msg.Metadata.Get("entity_id")
+		seq, _ := strconv.Atoi(msg.Metadata.Get("seq"))
+		mu.Lock()
+		if inFlight[key]++; inFlight[key] > 1 {
+			overlap++
+		}
+		mu.Unlock()
+		v, _ := strconv.Atoi(msg.Metadata.Get(cost.MetadataKey))
+		time.Sleep(time.Duration(v) * perVertex)
+		mu.Lock()
+		inFlight[key]--
+		completed[msg.UUID]++
+		order[key] = append(order[key], seq)
+		mu.Unlock()
+		total.Add(1)
+		return nil
+	}
+	type member struct {
+		r      *Router
+		logger *recordingLogger
+		runErr chan error
+	}
+	join := func() *member {
+		m := &member{logger: newRecordingLogger(t), runErr: make(chan error, 1)}
+		r, err := newRouter(cfg, m.logger, options{}, control{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.r = r
+		if _, err := r.AddConsumerHandler("geo", topic, handler); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	a := join()
+	for i := range n {
+		payload := pingPayload(i)
+		if i%10 == 0 {
+			payload = heavy
+		}
+		msg := message.NewMessage(fmt.Sprintf("m%04d", i), payload)
+		msg.Metadata.Set("entity_id", "e"+strconv.Itoa(i%keys))
+		msg.Metadata.Set("seq", strconv.Itoa(i/keys))
+		if err := a.r.Publisher().Publish(topic, msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	go func() { a.runErr <- a.r.Run(context.Background()) }()
+	waitUntil := func(d time.Duration, cond func() bool, what string) {
+		t.Helper()
+		deadline := time.Now().Add(d)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s (%d of %d processed)", what, total.Load(), n)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	waitUntil(60*time.Second, func() bool { return total.Load() >= n/4 }, "a quarter of the burst")
+	b := join()
+	joined := time.Now()
+	go func() { b.runErr <- b.r.Run(context.Background()) }()
+	waitUntil(90*time.Second, func() bool { return total.Load() >= n }, "the whole burst")
+	time.Sleep(time.Second) // a duplicate, if any, shows up now
+
+	var rebalance time.Duration
+	if ev := b.r.kafkaTracker("geo").Events(); len(ev) > 0 {
+		rebalance = ev[0].Started.Sub(joined)
+	}
+	sa, sb := a.r.Stats(), b.r.Stats()
+	for _, m := range []*member{b, a} {
+		if err := m.r.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+		<-m.runErr
+	}
+
+	mu.Lock()
+	defer mu.Unlock()
+	dups := 0
+	for _, k := range completed {
+		if k > 1 {
+			dups++
+		}
+	}
+	t.Logf("rebalance %s, duplicates %d, revocations %d, late marks %d, evictions %d, peak %d/%d",
+		rebalance.Round(time.Millisecond), dups, sa.Revocations+sb.Revocations, sa.LateMarks+sb.LateMarks,
+		sa.Evictions+sb.Evictions, max(sa.Budget.PeakInUse, sb.Budget.PeakInUse), cfg.Budget.Vertices)
+	if len(completed) != n || dups != 0 {
+		t.Errorf("%d of %d messages processed, %d of them more than once", len(completed), n, dups)
+	}
+	if ev := sa.Evictions + sb.Evictions; ev != 0 {
+		t.Errorf("%d evictions", ev)
+	}
+	if rebalance <= 0 || rebalance >= timeout {
+		t.Errorf("rebalance took %s, timeout %s", rebalance, timeout)
+	}
+	if sa.Revocations == 0 {
+		t.Error("no waiting message stepped aside: the test did not exercise revocation")
+	}
+	if overlap != 0 {
+		t.Errorf("%d times two messages of one key were in flight together", overlap)
+	}
+	for k, seqs := range order {
+		for i, s := range seqs {
+			if s != i {
+				t.Errorf("key %s processed in order %v", k, seqs)
+				break
+			}
+		}
+	}
+}
