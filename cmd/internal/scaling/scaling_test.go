@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/spillway-go/spillway/internal/serialtest"
 )
 
 // The sweep runs its Kafka broker as a child process of this test binary.
@@ -44,6 +46,9 @@ func TestTinyCurve(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs embedded Kafka and redis-server")
 	}
+	// It burns both cores for a while: not at the same time as the
+	// scenarios that calibrate their deadlines to this machine.
+	serialtest.Exclusive(t)
 	before := goleak.IgnoreCurrent() // the goroutines running now
 	defer func() {
 		// watermill-redisstream's read loop may still be in its pause
