@@ -61,8 +61,8 @@ type Lane struct {
 // WithLanes splits the budget into lanes (see [Lane]), in selection order.
 // No lanes, or one, is the plain FIFO budget. [NewVertexBudget] reports a
 // [*spillway.FieldError] for a lane without a name, a repeated name, a
-// negative weight or MaxCharge, a reserve outside [0, 1), or reserves
-// summing to 1 or more.
+// negative weight or MaxCharge, a reserve outside [0, 1), reserves
+// summing to 1 or more, or more than 65,536 lanes.
 func WithLanes(lanes ...Lane) Option {
 	return func(b *VertexBudget) {
 		if len(lanes) == 0 {
@@ -84,9 +84,16 @@ func WithLanes(lanes ...Lane) Option {
 	}
 }
 
+// maxLanes bounds the number of lanes; a [Permit] keeps its lane's index
+// in a few bits.
+const maxLanes = 1 << 16
+
 // validateLanes reports the first invalid lane of a [WithLanes] list as a
 // [*spillway.FieldError] whose field is lanes[i].key.
 func validateLanes(lanes []Lane) error {
+	if len(lanes) > maxLanes {
+		return &spillway.FieldError{Field: "lanes", Value: strconv.Itoa(len(lanes)), Reason: "at most " + strconv.Itoa(maxLanes) + " lanes"}
+	}
 	var sum float64
 	seen := make(map[string]bool, len(lanes))
 	for i, c := range lanes {
@@ -128,6 +135,7 @@ type lane struct {
 	maxCharge int64
 
 	reserve      int64 // share × capacity, in vertices
+	ceil         int64 // the capacity less the other lanes' reserves
 	inUse        int64
 	head, tail   *waiter
 	waiting      int
@@ -184,6 +192,10 @@ func (b *VertexBudget) setReservesLocked() {
 		}
 		b.reserved += l.reserve
 		b.idleReserve += max(0, l.reserve-l.inUse)
+	}
+	for i := range b.lanes {
+		l := &b.lanes[i]
+		l.ceil = b.capacity - (b.reserved - l.reserve)
 	}
 }
 

@@ -118,7 +118,7 @@ func TestLaneReservationHonoured(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := mustLanes(t, 1000, Lane{Name: "light", MaxCharge: 101, Reserve: 0.1}, Lane{Name: "heavy"})
 		held := mustAcquire(t, b, 5000) // clamped to the heavy ceiling, 900
-		if !held.clamped || held.vertices != 900 {
+		if !held.clamped() || held.vertices() != 900 {
 			t.Fatalf("heavy permit %+v, want clamped to 900", held)
 		}
 		go func() { mustAcquire(t, b, 500).Release() }()
@@ -172,8 +172,8 @@ func TestLaneBorrowing(t *testing.T) {
 	}
 	r := mustLanes(t, 1000, Lane{Name: "a", MaxCharge: 101, Reserve: 0.25}, Lane{Name: "b"})
 	p := mustAcquire(t, r, 2000)
-	if p.vertices != 750 || !p.clamped {
-		t.Fatalf("lane b alone got %d, want 750 (all but a's reservation)", p.vertices)
+	if p.vertices() != 750 || !p.clamped() {
+		t.Fatalf("lane b alone got %d, want 750 (all but a's reservation)", p.vertices())
 	}
 	if _, ok := r.tryAcquire(500); ok {
 		t.Fatal("lane b took lane a's reservation")
