@@ -255,6 +255,9 @@ func (b *VertexBudget) Acquire(ctx context.Context, vertices int64) (Permit, err
 // taken under one lock with a few comparisons and sums, and nothing else.
 // It reports false, holding nothing, when the general path must decide.
 func (b *VertexBudget) admitNow(li int, vertices, messages int64) (Permit, bool) {
+	// The lanes slice never changes after NewVertexBudget: the lane is
+	// found before the lock, off the critical section's path.
+	l := &b.lanes[li]
 	b.mu.Lock()
 	if b.waiting != 0 || b.messageLimit != 0 || vertices < 0 || messages < 0 {
 		b.mu.Unlock()
@@ -283,7 +286,6 @@ func (b *VertexBudget) admitNow(li int, vertices, messages int64) (Permit, bool)
 	// reservation, which it uses first.
 	// The sums are made in locals and stored once: reading back a field
 	// just written stalls on store forwarding.
-	l := &b.lanes[li]
 	laneInUse := l.inUse
 	own := max(0, l.reserve-laneInUse)
 	inUse, idle := b.inUse, b.idleReserve
@@ -459,6 +461,7 @@ func (b *VertexBudget) release(p Permit) {
 		panic("spillway: Release of a permit from another VertexBudget")
 	}
 	v := p.vertices()
+	l := &b.lanes[p.lane()] // fixed since NewVertexBudget: found before the lock
 	b.mu.Lock()
 	if b.single && b.waiting == 0 && b.saturatedSince.Load() == 0 && v <= b.inUse && p.messages <= b.inUseMsgs {
 		// The plain budget with nobody waiting and no saturation to end.
@@ -467,7 +470,6 @@ func (b *VertexBudget) release(p Permit) {
 		b.mu.Unlock()
 		return
 	}
-	l := &b.lanes[p.lane()]
 	if b.waiting == 0 && !b.laneSat && v <= l.inUse && p.messages <= b.inUseMsgs {
 		// Lanes, nobody waiting and no saturation to end (the budget's
 		// saturation implies a lane's: laneSat covers both). The lane's

@@ -127,6 +127,14 @@ func validateLanes(lanes []Lane) error {
 // lane is a lane's state, guarded by the budget's lock but for
 // saturatedSince.
 type lane struct {
+	// What the uncontended path reads and writes comes first, on one
+	// cache line.
+	reserve       int64 // share × capacity, in vertices
+	ceil          int64 // the capacity less the other lanes' reserves
+	inUse         int64
+	admitted      uint64
+	admittedVerts uint64
+
 	name      string
 	weight    int64
 	share     float64 // reserved share of the capacity
@@ -134,9 +142,6 @@ type lane struct {
 	topics    []string
 	maxCharge int64
 
-	reserve      int64 // share × capacity, in vertices
-	ceil         int64 // the capacity less the other lanes' reserves
-	inUse        int64
 	head, tail   *waiter
 	waiting      int
 	waitingVerts int64
@@ -145,11 +150,9 @@ type lane struct {
 	// least goes first.
 	served float64
 
-	admitted      uint64
-	admittedVerts uint64
-	waited        uint64
-	totalWait     time.Duration
-	maxWait       time.Duration
+	waited    uint64
+	totalWait time.Duration
+	maxWait   time.Duration
 
 	saturatedSince atomic.Int64 // as VertexBudget.saturatedSince
 }
