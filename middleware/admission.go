@@ -181,7 +181,13 @@ func (m *Budget) Middleware(h message.HandlerFunc) message.HandlerFunc {
 		if m.lanes {
 			lane = m.laneOf(msg, c)
 		}
-		p, ok := m.cfg.Budget.admitNow(lane, c.Vertices, c.Messages)
+		var p Permit
+		var ok bool
+		if m.lanes {
+			p, ok = m.cfg.Budget.admitLaneNow(lane, c.Vertices, c.Messages)
+		} else {
+			p, ok = m.cfg.Budget.admitNow(c.Vertices, c.Messages)
+		}
 		var err error
 		if !ok {
 			p, err = m.cfg.Budget.acquire(msg.Context(), lane, c.Vertices, c.Messages, abort)

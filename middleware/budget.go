@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -71,6 +72,11 @@ type VertexBudget struct {
 	// byCharge lists, in order, the lanes a charge without a message can
 	// select (no handler or topic selector), with their MaxCharge.
 	byCharge []chargeSel
+	// firstBelow and firstLane are byCharge's first selector, read
+	// without the loop: charges below firstBelow go to lane firstLane
+	// (MaxInt64 for a selector without MaxCharge, MinInt64 without any).
+	firstBelow int64
+	firstLane  int
 
 	waiters sync.Pool // recycled *waiter of this budget, with their channels
 
@@ -123,6 +129,14 @@ func NewVertexBudget(capacity int64, opts ...Option) (*VertexBudget, error) {
 	for i := range b.lanes {
 		if l := &b.lanes[i]; len(l.handlers) == 0 && len(l.topics) == 0 {
 			b.byCharge = append(b.byCharge, chargeSel{lane: int32(i), max: l.maxCharge})
+		}
+	}
+	b.firstBelow = math.MinInt64
+	if len(b.byCharge) > 0 {
+		c := b.byCharge[0]
+		b.firstBelow, b.firstLane = c.max, int(c.lane)
+		if c.max == 0 {
+			b.firstBelow = math.MaxInt64
 		}
 	}
 	b.setReservesLocked()
@@ -240,11 +254,14 @@ func (b *VertexBudget) recycle(w *waiter) {
 // [Lane.MaxCharge] admits it and that selects no handler or topic, or else
 // to the last lane.
 func (b *VertexBudget) Acquire(ctx context.Context, vertices int64) (Permit, error) {
-	var li int
-	if !b.single {
-		li = b.chargeLane(vertices)
+	if b.single {
+		if p, ok := b.admitNow(vertices, 1); ok {
+			return p, nil
+		}
+		return b.acquire(ctx, 0, vertices, 1, nil)
 	}
-	if p, ok := b.admitNow(li, vertices, 1); ok {
+	li := b.chargeLane(vertices)
+	if p, ok := b.admitLaneNow(li, vertices, 1); ok {
 		return p, nil
 	}
 	return b.acquire(ctx, li, vertices, 1, nil)
@@ -254,7 +271,32 @@ func (b *VertexBudget) Acquire(ctx context.Context, vertices int64) (Permit, err
 // nobody waiting and no message limit, a charge that fits unclamped is
 // taken under one lock with a few comparisons and sums, and nothing else.
 // It reports false, holding nothing, when the general path must decide.
-func (b *VertexBudget) admitNow(li int, vertices, messages int64) (Permit, bool) {
+// This one is for the budget without lanes, admitLaneNow for lanes.
+func (b *VertexBudget) admitNow(vertices, messages int64) (Permit, bool) {
+	b.mu.Lock()
+	if b.waiting != 0 || b.messageLimit != 0 || vertices < 0 || messages < 0 || vertices > b.capacity-b.inUse {
+		b.mu.Unlock()
+		return Permit{}, false
+	}
+	b.inUse += vertices
+	b.inUseMsgs += messages
+	b.admitted++
+	b.admittedVerts += uint64(vertices)
+	if b.inUse > b.peakInUse {
+		b.peakInUse = b.inUse
+	}
+	if b.inUse >= b.capacity {
+		b.updateSaturationLocked()
+	}
+	b.mu.Unlock()
+	return Permit{b: b, held: uint64(vertices), messages: messages}, true
+}
+
+// admitLaneNow is admitNow in lane li of a budget with lanes: the charge
+// must fit, unclamped, in the shared room (what is neither in use nor
+// reserved and idle) plus the lane's own idle reservation, which it uses
+// first.
+func (b *VertexBudget) admitLaneNow(li int, vertices, messages int64) (Permit, bool) {
 	// The lanes slice never changes after NewVertexBudget: the lane is
 	// found before the lock, off the critical section's path.
 	l := &b.lanes[li]
@@ -263,27 +305,6 @@ func (b *VertexBudget) admitNow(li int, vertices, messages int64) (Permit, bool)
 		b.mu.Unlock()
 		return Permit{}, false
 	}
-	if b.single {
-		if vertices > b.capacity-b.inUse {
-			b.mu.Unlock()
-			return Permit{}, false
-		}
-		b.inUse += vertices
-		b.inUseMsgs += messages
-		b.admitted++
-		b.admittedVerts += uint64(vertices)
-		if b.inUse > b.peakInUse {
-			b.peakInUse = b.inUse
-		}
-		if b.inUse >= b.capacity {
-			b.updateSaturationLocked()
-		}
-		b.mu.Unlock()
-		return Permit{b: b, held: uint64(vertices), messages: messages}, true
-	}
-	// With lanes the charge must fit, unclamped, in the shared room (what
-	// is neither in use nor reserved and idle) plus the lane's own idle
-	// reservation, which it uses first.
 	// The sums are made in locals and stored once: reading back a field
 	// just written stalls on store forwarding.
 	laneInUse := l.inUse
@@ -338,6 +359,15 @@ func (b *VertexBudget) acquire(ctx context.Context, li int, vertices, messages i
 // that selects no handler or topic and whose MaxCharge admits vertices, or
 // the last lane.
 func (b *VertexBudget) chargeLane(vertices int64) int {
+	if vertices < b.firstBelow {
+		return b.firstLane
+	}
+	return b.chargeLaneAfter(vertices)
+}
+
+// chargeLaneAfter is chargeLane past the first selector: the loop, kept
+// out of the inlined part.
+func (b *VertexBudget) chargeLaneAfter(vertices int64) int {
 	for _, c := range b.byCharge {
 		if c.max == 0 || vertices < c.max {
 			return int(c.lane)
