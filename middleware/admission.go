@@ -181,7 +181,17 @@ func (m *Budget) Middleware(h message.HandlerFunc) message.HandlerFunc {
 		if m.lanes {
 			lane = m.laneOf(msg, c)
 		}
-		p, err := m.cfg.Budget.acquire(msg.Context(), lane, c.Vertices, c.Messages, abort)
+		var p Permit
+		var ok bool
+		if m.lanes {
+			p, ok = m.cfg.Budget.admitLaneNow(lane, c.Vertices, c.Messages)
+		} else {
+			p, ok = m.cfg.Budget.admitNow(c.Vertices, c.Messages)
+		}
+		var err error
+		if !ok {
+			p, err = m.cfg.Budget.acquire(msg.Context(), lane, c.Vertices, c.Messages, abort)
+		}
 		if err != nil {
 			switch {
 			case errors.Is(err, errRevoked):
@@ -195,11 +205,12 @@ func (m *Budget) Middleware(h message.HandlerFunc) message.HandlerFunc {
 			}
 		}
 		defer m.cfg.Budget.release(p)
-		m.observe(msg, Admission{Charge: c, Granted: p.vertices, Clamped: p.clamped, Wait: p.wait, Outcome: Admitted})
+		if m.cfg.OnAdmission != nil {
+			m.cfg.OnAdmission(msg, Admission{Charge: c, Granted: p.vertices(), Clamped: p.clamped(), Wait: p.wait, Outcome: Admitted})
+		}
 		// The layers inside (the auto-sizer) read the granted charge
 		// instead of pricing the message again.
-		prev, had := granted.Set(msg, granted.Charge{Requested: c.Vertices, Vertices: p.vertices, Clamped: p.clamped, Source: c.Source})
-		defer granted.Restore(msg, prev, had)
+		defer granted.Set(msg, granted.Charge{Requested: c.Vertices, Vertices: p.vertices(), Clamped: p.clamped(), Source: c.Source}).Restore()
 		return h(msg)
 	}
 }

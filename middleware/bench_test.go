@@ -240,3 +240,42 @@ func median(xs []float64) float64 {
 	slices.Sort(s)
 	return s[len(s)/2]
 }
+
+// BenchmarkMiddlewareInterleaved is BenchmarkMiddleware's uncontended pair
+// in alternating rounds, as BenchmarkAcquireReleaseInterleaved does: each
+// round times a block of messages through the bare handler and the same
+// block through the Budget middleware, the order swapped every round. It
+// reports both costs per message (median over rounds) and the overhead
+// the middleware adds (median of the per-round differences).
+func BenchmarkMiddlewareInterleaved(b *testing.B) {
+	const block = 2000
+	handler := func(msg *message.Message) ([]*message.Message, error) { return nil, nil }
+	mw, err := NewBudget(BudgetConfig{Budget: mustVertexBudget(1 << 20)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	wrapped := mw.Middleware(handler)
+	msg := message.NewMessage("id", []byte("payload"))
+	msg.Metadata.Set(cost.MetadataKey, "1234")
+	impls := [2]message.HandlerFunc{wrapped, handler}
+	var perMsg [2][]float64
+	var added []float64
+	b.ReportAllocs()
+	for round := 0; b.Loop(); round++ {
+		var ns [2]float64
+		for k := range 2 {
+			i := (k + round) % 2
+			h := impls[i]
+			start := time.Now()
+			for range block {
+				_, _ = h(msg)
+			}
+			ns[i] = float64(time.Since(start).Nanoseconds()) / block
+			perMsg[i] = append(perMsg[i], ns[i])
+		}
+		added = append(added, ns[0]-ns[1])
+	}
+	b.ReportMetric(median(perMsg[0]), "budget-ns/msg")
+	b.ReportMetric(median(perMsg[1]), "bare-ns/msg")
+	b.ReportMetric(median(added), "added-ns/msg")
+}

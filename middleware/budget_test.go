@@ -147,7 +147,7 @@ func TestClampRunsAlone(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("oversized charge deadlocked")
 	}
-	if !big.clamped || big.vertices != 40_000 {
+	if !big.clamped() || big.vertices() != 40_000 {
 		t.Fatalf("permit = %+v, want clamped to 40000", big)
 	}
 	if _, ok := b.tryAcquire(1); ok {
@@ -338,19 +338,19 @@ func TestPeakNeverExceedsCapacity(t *testing.T) {
 			defer wg.Done()
 			p := mustAcquire(t, b, c)
 			mu.Lock()
-			inUse += p.vertices
+			inUse += p.vertices()
 			holders++
 			peak = max(peak, inUse)
 			if inUse > capacity {
 				bad = "in use exceeded capacity"
 			}
-			if p.clamped && holders != 1 {
+			if p.clamped() && holders != 1 {
 				bad = "clamped charge did not run alone"
 			}
 			mu.Unlock()
 			time.Sleep(time.Duration(c%500) * time.Microsecond)
 			mu.Lock()
-			inUse -= p.vertices
+			inUse -= p.vertices()
 			holders--
 			mu.Unlock()
 			p.Release()

@@ -61,8 +61,8 @@ type Lane struct {
 // WithLanes splits the budget into lanes (see [Lane]), in selection order.
 // No lanes, or one, is the plain FIFO budget. [NewVertexBudget] reports a
 // [*spillway.FieldError] for a lane without a name, a repeated name, a
-// negative weight or MaxCharge, a reserve outside [0, 1), or reserves
-// summing to 1 or more.
+// negative weight or MaxCharge, a reserve outside [0, 1), reserves
+// summing to 1 or more, or more than 65,536 lanes.
 func WithLanes(lanes ...Lane) Option {
 	return func(b *VertexBudget) {
 		if len(lanes) == 0 {
@@ -84,9 +84,16 @@ func WithLanes(lanes ...Lane) Option {
 	}
 }
 
+// maxLanes bounds the number of lanes; a [Permit] keeps its lane's index
+// in a few bits.
+const maxLanes = 1 << 16
+
 // validateLanes reports the first invalid lane of a [WithLanes] list as a
 // [*spillway.FieldError] whose field is lanes[i].key.
 func validateLanes(lanes []Lane) error {
+	if len(lanes) > maxLanes {
+		return &spillway.FieldError{Field: "lanes", Value: strconv.Itoa(len(lanes)), Reason: "at most " + strconv.Itoa(maxLanes) + " lanes"}
+	}
 	var sum float64
 	seen := make(map[string]bool, len(lanes))
 	for i, c := range lanes {
@@ -120,6 +127,14 @@ func validateLanes(lanes []Lane) error {
 // lane is a lane's state, guarded by the budget's lock but for
 // saturatedSince.
 type lane struct {
+	// What the uncontended path reads and writes comes first, on one
+	// cache line.
+	reserve       int64 // share × capacity, in vertices
+	ceil          int64 // the capacity less the other lanes' reserves
+	inUse         int64
+	admitted      uint64
+	admittedVerts uint64
+
 	name      string
 	weight    int64
 	share     float64 // reserved share of the capacity
@@ -127,8 +142,6 @@ type lane struct {
 	topics    []string
 	maxCharge int64
 
-	reserve      int64 // share × capacity, in vertices
-	inUse        int64
 	head, tail   *waiter
 	waiting      int
 	waitingVerts int64
@@ -137,11 +150,9 @@ type lane struct {
 	// least goes first.
 	served float64
 
-	admitted      uint64
-	admittedVerts uint64
-	waited        uint64
-	totalWait     time.Duration
-	maxWait       time.Duration
+	waited    uint64
+	totalWait time.Duration
+	maxWait   time.Duration
 
 	saturatedSince atomic.Int64 // as VertexBudget.saturatedSince
 }
@@ -184,6 +195,10 @@ func (b *VertexBudget) setReservesLocked() {
 		}
 		b.reserved += l.reserve
 		b.idleReserve += max(0, l.reserve-l.inUse)
+	}
+	for i := range b.lanes {
+		l := &b.lanes[i]
+		l.ceil = b.capacity - (b.reserved - l.reserve)
 	}
 }
 

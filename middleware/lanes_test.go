@@ -70,11 +70,34 @@ func TestLanesValidate(t *testing.T) {
 		{[]Lane{{Name: "a", Reserve: -0.1}}, "lanes[0].reserve"},
 		{[]Lane{{Name: "a", Reserve: 0.6}, {Name: "b", Reserve: 0.4}}, "lanes[1].reserve"},
 		{[]Lane{{Name: "a", MaxCharge: -1}}, "lanes[0].max_charge"},
+		{make([]Lane, maxLanes+1), "lanes"},
 	} {
 		b, err := NewVertexBudget(100, WithLanes(tt.lanes...))
 		var fe *spillway.FieldError
 		if b != nil || !errors.Is(err, spillway.ErrInvalidConfig) || !errors.As(err, &fe) || fe.Field != tt.field {
-			t.Errorf("lanes %+v: %v, %v; want a FieldError on %s", tt.lanes, b, err, tt.field)
+			t.Errorf("%d lanes %.200v: %v, %v; want a FieldError on %s", len(tt.lanes), tt.lanes, b, err, tt.field)
+		}
+	}
+}
+
+// A Permit packs its vertices, lane and clamping into one word: each reads
+// back as granted at the extremes.
+func TestPermitPacking(t *testing.T) {
+	b := mustVertexBudget(MaxCapacity)
+	for _, tt := range []struct {
+		v       int64
+		lane    int
+		clamped bool
+	}{
+		{0, 0, false},
+		{MaxCapacity, 0, true},
+		{MaxCapacity, maxLanes - 1, false},
+		{1, maxLanes - 1, true},
+	} {
+		p := b.permit(tt.v, 7, tt.lane, tt.clamped, time.Second)
+		if p.vertices() != tt.v || p.lane() != tt.lane || p.clamped() != tt.clamped || p.messages != 7 || p.Wait() != time.Second {
+			t.Errorf("permit(%d, lane %d, clamped %v) reads back %d, lane %d, clamped %v, %d messages, wait %v",
+				tt.v, tt.lane, tt.clamped, p.vertices(), p.lane(), p.clamped(), p.messages, p.Wait())
 		}
 	}
 }
@@ -118,7 +141,7 @@ func TestLaneReservationHonoured(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := mustLanes(t, 1000, Lane{Name: "light", MaxCharge: 101, Reserve: 0.1}, Lane{Name: "heavy"})
 		held := mustAcquire(t, b, 5000) // clamped to the heavy ceiling, 900
-		if !held.clamped || held.vertices != 900 {
+		if !held.clamped() || held.vertices() != 900 {
 			t.Fatalf("heavy permit %+v, want clamped to 900", held)
 		}
 		go func() { mustAcquire(t, b, 500).Release() }()
@@ -172,8 +195,8 @@ func TestLaneBorrowing(t *testing.T) {
 	}
 	r := mustLanes(t, 1000, Lane{Name: "a", MaxCharge: 101, Reserve: 0.25}, Lane{Name: "b"})
 	p := mustAcquire(t, r, 2000)
-	if p.vertices != 750 || !p.clamped {
-		t.Fatalf("lane b alone got %d, want 750 (all but a's reservation)", p.vertices)
+	if p.vertices() != 750 || !p.clamped() {
+		t.Fatalf("lane b alone got %d, want 750 (all but a's reservation)", p.vertices())
 	}
 	if _, ok := r.tryAcquire(500); ok {
 		t.Fatal("lane b took lane a's reservation")

@@ -10,7 +10,7 @@
 package granted
 
 import (
-	"hash/maphash"
+	"reflect"
 	"sync"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -32,47 +32,79 @@ type Charge struct {
 }
 
 // table maps a message being run by a budget middleware to its charge. It
-// is sharded by the message's address, each shard a plain map under its own
-// mutex: unlike a sync.Map, setting and deleting a key allocates nothing
-// once a shard's map has grown, and concurrent messages rarely share a
-// shard's lock.
+// is sharded by the message's address, each shard a short list under its
+// own mutex: only the messages in flight are in it, a handful per shard,
+// so a scan of the list is cheaper than hashing into a map, and setting
+// and removing an entry allocates nothing once the list has grown.
 var table [shards]shard
 
-const shards = 16
+const shards = 64
+
+type entry struct {
+	msg *message.Message
+	c   Charge
+}
 
 type shard struct {
-	mu sync.Mutex
-	m  map[*message.Message]Charge
-	_  [40]byte // keeps neighbouring shards' locks off one cache line
+	mu      sync.Mutex
+	entries []entry
+	_       [32]byte // keeps neighbouring shards' locks off one cache line
 }
 
-var seed = maphash.MakeSeed()
-
+// shardOf picks msg's shard from its address: heap objects do not move,
+// and a message handed to Set is on the heap (the table holds it).
 func shardOf(msg *message.Message) *shard {
-	return &table[maphash.Comparable(seed, msg)%shards]
+	p := uint64(reflect.ValueOf(msg).Pointer())
+	// Fibonacci hashing: the top bits of the product mix every bit of
+	// the address, including those above the allocator's size classes.
+	return &table[(p*0x9E3779B97F4A7C15)>>(64-6)]
 }
 
-// Set records c for msg and returns what it replaced, for [Restore].
-func Set(msg *message.Message, c Charge) (prev Charge, had bool) {
-	s := shardOf(msg)
-	s.mu.Lock()
-	if s.m == nil {
-		s.m = make(map[*message.Message]Charge)
+// find returns the index of msg's newest entry in s, or -1. Entries are
+// kept in the order they were set, so the scan goes backwards.
+func (s *shard) find(msg *message.Message) int {
+	for i := len(s.entries) - 1; i >= 0; i-- {
+		if s.entries[i].msg == msg {
+			return i
+		}
 	}
-	prev, had = s.m[msg]
-	s.m[msg] = c
-	s.mu.Unlock()
-	return prev, had
+	return -1
 }
 
-// Restore undoes a [Set]: it puts back what Set returned.
-func Restore(msg *message.Message, prev Charge, had bool) {
+// Record undoes a [Set]. It is two words, so that callers keep it in
+// registers.
+type Record struct {
+	s   *shard
+	msg *message.Message
+}
+
+// Set records c for msg, for as long as the caller runs msg's inner
+// handler; call Restore on the result when it returns. A message admitted
+// again inside (nested budgets) gets a newer entry, which [Get] reads
+// until its own Restore.
+func Set(msg *message.Message, c Charge) Record {
 	s := shardOf(msg)
 	s.mu.Lock()
-	if had {
-		s.m[msg] = prev
-	} else {
-		delete(s.m, msg)
+	s.entries = append(s.entries, entry{msg: msg, c: c})
+	s.mu.Unlock()
+	return Record{s: s, msg: msg}
+}
+
+// Restore removes the entry the Set that returned r added: the newest of
+// its message, since Sets and Restores of one message nest.
+func (r Record) Restore() {
+	s := r.s
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	if i := s.find(r.msg); i >= 0 {
+		// Keep the order (a nested entry stays after its outer one);
+		// the entries after i are the few messages set since.
+		last := len(s.entries) - 1
+		copy(s.entries[i:], s.entries[i+1:])
+		s.entries[last].msg = nil // drop the reference to the message
+		s.entries = s.entries[:last]
 	}
 	s.mu.Unlock()
 }
@@ -82,7 +114,11 @@ func Restore(msg *message.Message, prev Charge, had bool) {
 func Get(msg *message.Message) (Charge, bool) {
 	s := shardOf(msg)
 	s.mu.Lock()
-	c, ok := s.m[msg]
+	var c Charge
+	i := s.find(msg)
+	if i >= 0 {
+		c = s.entries[i].c
+	}
 	s.mu.Unlock()
-	return c, ok
+	return c, i >= 0
 }
