@@ -170,12 +170,15 @@ func (a *acker) flush(ctx context.Context) error {
 		// One stream per call: take the run of requests on todo[0]'s
 		// stream (consumers ack one stream at a time in practice).
 		stream := todo[0].stream
-		batch, rest := todo[:0:0], todo[:0:0]
-		for _, r := range todo {
-			if r.stream == stream && len(batch) < ackBatch {
-				batch = append(batch, r)
-			} else {
-				rest = append(rest, r)
+		batch, rest := todo, []ackReq(nil)
+		if !oneBatch(todo) {
+			batch = nil
+			for _, r := range todo {
+				if r.stream == stream && len(batch) < ackBatch {
+					batch = append(batch, r)
+				} else {
+					rest = append(rest, r)
+				}
 			}
 		}
 		todo = rest
@@ -215,7 +218,21 @@ func (a *acker) send(ctx context.Context, stream string, batch []ackReq) error {
 	}
 	for _, r := range batch {
 		a.ka.forget(r.sub, stream, r.consumer, r.id)
-		a.acks.xacked(stream, r.consumer, []string{r.id})
+		a.acks.xacked(stream, r.consumer, r.id)
 	}
 	return nil
+}
+
+// oneBatch reports whether reqs fit in one script call: one stream, at
+// most ackBatch entries (the usual case, with no copy needed).
+func oneBatch(reqs []ackReq) bool {
+	if len(reqs) > ackBatch {
+		return false
+	}
+	for _, r := range reqs[1:] {
+		if r.stream != reqs[0].stream {
+			return false
+		}
+	}
+	return true
 }

@@ -316,6 +316,9 @@ func (k *keepAlive) watch(key kaKey) <-chan struct{} {
 // attempt starts a new delivery attempt of key: it is handed over (again,
 // after a nack), so what the previous attempt completed no longer counts.
 func (k *keepAlive) attempt(key kaKey) {
+	if k.disabled {
+		return // nothing is tracked
+	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if st := k.states[key]; st != nil {

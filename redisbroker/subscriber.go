@@ -381,8 +381,8 @@ func (s *Subscriber) forward(ctx context.Context, in <-chan *message.Message, ou
 		// Recorded before the handover: the XACK can follow the Ack
 		// before this goroutine runs again. A message never handed over is
 		// never acked, and Close does not wait for it.
-		s.acks.handed(msg)
 		if e, ok := entryOf(msg); ok {
+			s.acks.handed(msg, e)
 			s.keepAlive.attempt(kaKey{stream: e.Stream, id: e.ID, consumer: e.Consumer})
 		}
 		select {
