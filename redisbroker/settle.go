@@ -10,12 +10,12 @@ import (
 )
 
 // ackTable makes sure an Ack given before Close reaches Redis. Upstream
-// acknowledges an entry (XACK) on its own goroutine after the message's
-// Ack, with the message's context, and gives up when that context ends or
+// asks for the XACK (which the acker then sends) on its own goroutine
+// after the message's Ack, and skips it when the message's context ends or
 // the subscriber closes first: a message acked just before Close (or just
 // before Watermill's router cancels its subscriptions) would stay pending,
 // and a peer would claim and redo finished work. Close settles such entries
-// itself once upstream has stopped.
+// itself once upstream has stopped and the acker has sent its queue.
 //
 // Upstream hands over one message at a time per consumer name and stream,
 // so the table keeps the last message handed over for each, and whether its
