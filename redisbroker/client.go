@@ -76,7 +76,7 @@ type entryClient struct {
 	redis.UniversalClient
 	consumer  string
 	keepAlive *keepAlive
-	acks      *ackTable
+	acker     *acker
 
 	mu      sync.Mutex
 	counted map[string]int64 // stream + "\x00" + ID → delivery count, from the claim loop's last XPENDING
@@ -128,16 +128,16 @@ func (c *entryClient) XClaim(ctx context.Context, a *redis.XClaimArgs) *redis.XM
 	return cmd
 }
 
-// XAck acknowledges entries this consumer still owns and whose ack may
-// reach Redis (see revState): never over a peer's claim, never for a
-// message that stepped aside after its entry was revoked. Entries it
-// skips stay pending, for their owner or the idle claim.
-func (c *entryClient) XAck(ctx context.Context, stream, group string, ids ...string) *redis.IntCmd {
-	cmd := ackOwned(ctx, c.UniversalClient, c.keepAlive, stream, group, c.consumer, ids)
-	if cmd.Err() == nil {
-		c.keepAlive.forget(subscriptionOf(ctx), stream, c.consumer, ids...)
-		c.acks.xacked(stream, c.consumer, ids)
-	}
+// XAck queues the entries for the subscriber's acker and returns at once,
+// so the consumer hands over its next message without waiting for the
+// round trip. The acker acknowledges entries this consumer still owns and
+// whose ack may reach Redis (see revState): never over a peer's claim,
+// never for a message that stepped aside after its entry was revoked.
+// Entries it skips stay pending, for their owner or the idle claim.
+func (c *entryClient) XAck(ctx context.Context, stream, _ string, ids ...string) *redis.IntCmd {
+	c.acker.enqueue(subscriptionOf(ctx), stream, c.consumer, ids...)
+	cmd := redis.NewIntCmd(ctx)
+	cmd.SetVal(int64(len(ids)))
 	return cmd
 }
 
@@ -156,15 +156,17 @@ func (c *entryClient) delivered(ctx context.Context, stream, consumer string, ms
 	c.keepAlive.track(subscriptionOf(ctx), stream, consumer, ids...)
 }
 
-// ackScript acknowledges the entries (ARGV[3:]) of stream KEYS[1] in group
-// ARGV[1] that are pending for consumer ARGV[2], atomically: an entry a
-// peer has claimed is left to it. Returns how many were acknowledged.
+// ackScript acknowledges entries of stream KEYS[1] in group ARGV[1] that
+// are still pending for the consumer they were delivered to, atomically:
+// an entry a peer has claimed is left to it. ARGV[2:] are consumer/ID
+// pairs. Returns how many were acknowledged.
 var ackScript = redis.NewScript(`
 local n = 0
-for i = 3, #ARGV do
-  local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1)
-  if #p > 0 and p[1][2] == ARGV[2] then
-    n = n + redis.call('XACK', KEYS[1], ARGV[1], ARGV[i])
+for i = 2, #ARGV, 2 do
+  local consumer, id = ARGV[i], ARGV[i + 1]
+  local p = redis.call('XPENDING', KEYS[1], ARGV[1], id, id, 1)
+  if #p > 0 and p[1][2] == consumer then
+    n = n + redis.call('XACK', KEYS[1], ARGV[1], id)
   end
 end
 return n
@@ -173,20 +175,19 @@ return n
 // ackOwned acknowledges ids for consumer with ackScript, leaving out those
 // the keep-alive says must not be acknowledged.
 func ackOwned(ctx context.Context, c redis.UniversalClient, k *keepAlive, stream, group, consumer string, ids []string) *redis.IntCmd {
-	args := make([]any, 0, len(ids)+2)
-	args = append(args, group, consumer)
+	args := make([]any, 0, 2*len(ids)+1)
+	args = append(args, group)
 	for _, id := range ids {
 		if k.mayAck(kaKey{stream: stream, id: id, consumer: consumer}) {
-			args = append(args, id)
+			args = append(args, consumer, id)
 		}
 	}
-	if len(args) == 2 {
-		cmd := redis.NewIntCmd(ctx)
+	cmd := redis.NewIntCmd(ctx)
+	if len(args) == 1 {
 		cmd.SetVal(0)
 		return cmd
 	}
 	res, err := ackScript.Run(ctx, c, []string{stream}, args...).Int64()
-	cmd := redis.NewIntCmd(ctx)
 	if err != nil {
 		cmd.SetErr(err)
 	} else {

@@ -5,6 +5,9 @@ import "context"
 // RefreshScript exposes the keep-alive's refresh script to the tests.
 var RefreshScript = refreshScript
 
+// AckScript exposes the acker's owner-checked ack script to the tests.
+var AckScript = ackScript
+
 // Unexported names the external tests read.
 const (
 	DefaultConsumers       = defaultConsumers

@@ -64,6 +64,13 @@ type revState struct {
 	completed bool // Completed was called in the current attempt
 }
 
+// kaTracked holds the two records track makes for an entry, which live in
+// two maps (an entry can stop being kept alive long before it is acked).
+type kaTracked struct {
+	kaEntry
+	revState
+}
+
 // subscription identifies one Subscribe call. Upstream passes a context
 // derived from the subscription's to every read, claim and ack, so the
 // client can tell which subscription an entry was delivered to. Its fields
@@ -198,8 +205,10 @@ func (k *keepAlive) track(sub *subscription, stream, consumer string, ids ...str
 		if _, dup := k.entries[key]; dup {
 			k.dropLocked(key)
 		}
-		k.entries[key] = &kaEntry{sub: sub, refreshed: now}
-		k.states[key] = &revState{} // delivered again: a new life
+		// One allocation for both records of the entry.
+		t := &kaTracked{kaEntry: kaEntry{sub: sub, refreshed: now}}
+		k.entries[key] = &t.kaEntry
+		k.states[key] = &t.revState // delivered again: a new life
 		p.held++
 	}
 }
@@ -316,6 +325,9 @@ func (k *keepAlive) watch(key kaKey) <-chan struct{} {
 // attempt starts a new delivery attempt of key: it is handed over (again,
 // after a nack), so what the previous attempt completed no longer counts.
 func (k *keepAlive) attempt(key kaKey) {
+	if k.disabled {
+		return // nothing is tracked
+	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if st := k.states[key]; st != nil {

@@ -2,7 +2,6 @@ package redisbroker
 
 import (
 	"context"
-	"slices"
 	"sync"
 	"time"
 
@@ -11,12 +10,12 @@ import (
 )
 
 // ackTable makes sure an Ack given before Close reaches Redis. Upstream
-// acknowledges an entry (XACK) on its own goroutine after the message's
-// Ack, with the message's context, and gives up when that context ends or
+// asks for the XACK (which the acker then sends) on its own goroutine
+// after the message's Ack, and skips it when the message's context ends or
 // the subscriber closes first: a message acked just before Close (or just
 // before Watermill's router cancels its subscriptions) would stay pending,
 // and a peer would claim and redo finished work. Close settles such entries
-// itself once upstream has stopped.
+// itself once upstream has stopped and the acker has sent its queue.
 //
 // Upstream hands over one message at a time per consumer name and stream,
 // so the table keeps the last message handed over for each, and whether its
@@ -34,25 +33,27 @@ type ackState struct {
 	xacked bool
 }
 
-// handed records msg as the message now out with the subscriber's user.
-func (t *ackTable) handed(msg *message.Message) {
-	e, ok := entryOf(msg)
-	if !ok {
-		return
-	}
+// handed records msg, delivered from e, as the message now out with the
+// subscriber's user.
+func (t *ackTable) handed(msg *message.Message, e entry) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.last == nil {
 		t.last = make(map[ackSlot]*ackState)
 	}
-	t.last[ackSlot{e.Stream, e.Consumer}] = &ackState{msg: msg, id: e.ID}
+	slot := ackSlot{e.Stream, e.Consumer}
+	if st := t.last[slot]; st != nil {
+		*st = ackState{msg: msg, id: e.ID}
+		return
+	}
+	t.last[slot] = &ackState{msg: msg, id: e.ID}
 }
 
-// xacked records a successful XACK of ids on stream by consumer.
-func (t *ackTable) xacked(stream, consumer string, ids []string) {
+// xacked records a successful XACK of id on stream by consumer.
+func (t *ackTable) xacked(stream, consumer, id string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if st := t.last[ackSlot{stream, consumer}]; st != nil && slices.Contains(ids, st.id) {
+	if st := t.last[ackSlot{stream, consumer}]; st != nil && st.id == id {
 		st.xacked = true
 	}
 }
@@ -86,7 +87,7 @@ func (t *ackTable) settle(c redis.UniversalClient, k *keepAlive, group string, t
 		if err := ackOwned(ctx, c, k, slot.stream, group, slot.consumer, ids[i:i+1]).Err(); err != nil && first == nil {
 			first = err
 		} else if err == nil {
-			t.xacked(slot.stream, slot.consumer, ids[i:i+1])
+			t.xacked(slot.stream, slot.consumer, ids[i])
 		}
 	}
 	return first

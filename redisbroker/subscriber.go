@@ -56,6 +56,7 @@ type Subscriber struct {
 	control redis.UniversalClient
 
 	keepAlive *keepAlive
+	acker     *acker
 	malformed atomic.Uint64
 
 	mu      sync.Mutex // held through Subscribe, so Close never races it
@@ -105,6 +106,7 @@ func NewSubscriber(cfg Config, logger watermill.LoggerAdapter, opts ...Option) (
 	}
 	upLogger := quietLogger{LoggerAdapter: logger, closing: s.closing}
 	s.keepAlive = newKeepAlive(s.control, cfg, logger)
+	s.acker = newAcker(s.control, cfg.ConsumerGroup, s.keepAlive, &s.acks, logger)
 	for _, name := range s.names {
 		c, err := o.newClient(cfg, "spillway-"+name)
 		if err != nil {
@@ -112,7 +114,7 @@ func NewSubscriber(cfg Config, logger watermill.LoggerAdapter, opts ...Option) (
 			return nil, err
 		}
 		up, err := redisstream.NewSubscriber(redisstream.SubscriberConfig{
-			Client: &entryClient{UniversalClient: c, consumer: name, keepAlive: s.keepAlive, acks: &s.acks}, // upstream closes it
+			Client: &entryClient{UniversalClient: c, consumer: name, keepAlive: s.keepAlive, acker: s.acker}, // upstream closes it
 			Unmarshaller: safeUnmarshaller{
 				inner:         redisstream.DefaultMarshallerUnmarshaller{},
 				group:         cfg.ConsumerGroup,
@@ -144,6 +146,9 @@ func NewSubscriber(cfg Config, logger watermill.LoggerAdapter, opts ...Option) (
 func (s *Subscriber) closeClients() {
 	for _, up := range s.ups {
 		_ = up.Close()
+	}
+	if s.acker != nil {
+		_ = s.acker.close()
 	}
 	if s.keepAlive != nil {
 		s.keepAlive.close()
@@ -376,8 +381,8 @@ func (s *Subscriber) forward(ctx context.Context, in <-chan *message.Message, ou
 		// Recorded before the handover: the XACK can follow the Ack
 		// before this goroutine runs again. A message never handed over is
 		// never acked, and Close does not wait for it.
-		s.acks.handed(msg)
 		if e, ok := entryOf(msg); ok {
+			s.acks.handed(msg, e)
 			s.keepAlive.attempt(kaKey{stream: e.Stream, id: e.ID, consumer: e.Consumer})
 		}
 		select {
@@ -509,6 +514,10 @@ func (s *Subscriber) Close() error {
 	}
 	wg.Wait()
 	s.wg.Wait()
+	// Upstream has stopped: nothing is queued for the acker any more.
+	if err := s.acker.close(); err != nil {
+		errs = append(errs, fmt.Errorf("redisbroker: acknowledging acked messages on close: %w", err))
+	}
 	if err := s.acks.settle(s.control, s.keepAlive, s.cfg.ConsumerGroup, 5*time.Second); err != nil {
 		errs = append(errs, fmt.Errorf("redisbroker: acknowledging acked messages on close: %w", err))
 	}
