@@ -5,7 +5,6 @@ import (
 	"encoding/base64"
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/IBM/sarama"
 	"github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
@@ -39,14 +38,27 @@ func recordKey(read func(context.Context)) any {
 	return r.key
 }
 
-// recordKeys are watermill-kafka's message context keys, learned once.
-var recordKeys = sync.OnceValue(func() (k struct{ partition, offset, timestamp, key any }) {
+// recordKeySet is watermill-kafka's message context keys.
+type recordKeySet struct{ partition, offset, timestamp, key any }
+
+// theRecordKeys is learned once, at package initialisation: a plain
+// variable rather than a sync.OnceValue, because recordContext.Value runs
+// at the bottom of every context lookup a handler makes, often on a small
+// stack, where the extra frames of the OnceValue call were what made the
+// goroutine's stack grow (a copy of every frame above it, measured as most
+// of key mode's extra CPU per message).
+var theRecordKeys = learnRecordKeys()
+
+// recordKeys returns watermill-kafka's message context keys.
+func recordKeys() recordKeySet { return theRecordKeys }
+
+func learnRecordKeys() (k recordKeySet) {
 	k.partition = recordKey(func(c context.Context) { _, _ = kafka.MessagePartitionFromCtx(c) })
 	k.offset = recordKey(func(c context.Context) { _, _ = kafka.MessagePartitionOffsetFromCtx(c) })
 	k.timestamp = recordKey(func(c context.Context) { _, _ = kafka.MessageTimestampFromCtx(c) })
 	k.key = recordKey(func(c context.Context) { _, _ = kafka.MessageKeyFromCtx(c) })
 	return k
-})
+}
 
 // withRecord returns ctx carrying rec's partition, offset, timestamp and
 // key as watermill-kafka's subscriber does.
@@ -65,7 +77,7 @@ type recordContext struct {
 }
 
 func (c *recordContext) Value(key any) any {
-	k := recordKeys()
+	k := &theRecordKeys
 	switch {
 	case key == nil:
 	case key == k.partition:

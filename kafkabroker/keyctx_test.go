@@ -100,3 +100,19 @@ func TestCompletedMetadata(t *testing.T) {
 		t.Errorf("cut span: has(5) %v has(far) %v", set.has(5), set.has(1<<40))
 	}
 }
+
+// Lookups of other keys (a tracing span, the router's own) pass through
+// the record context on their way to its parent, for every message: that
+// pass must not allocate.
+func TestRecordContextPassThroughAllocates0(t *testing.T) {
+	type otherKey struct{}
+	rec := &sarama.ConsumerMessage{Partition: 3, Offset: 42, Key: []byte("k")}
+	ctx := withRecord(context.WithValue(context.Background(), otherKey{}, "v"), rec)
+	n := testing.AllocsPerRun(100, func() {
+		_ = ctx.Value(otherKey{})
+		_ = ctx.Value(keyDeliveryKey{})
+	})
+	if n != 0 {
+		t.Fatalf("a lookup through the record context allocates %v times", n)
+	}
+}

@@ -377,7 +377,7 @@ func (h *keyHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sarama
 		seenBefore: t.seen.highest(groupPartition{t.group, tp}),
 		skip:       ks.skip[tp.partition],
 		lanes:      make(map[string]*keyLane),
-		events:     make(chan keyEvent, 64),
+		settled:    make(chan struct{}, 1),
 		wake:       make(chan struct{}, 1),
 		maxMsgs:    h.s.cfg.WindowMessages,
 		maxBytes:   h.s.cfg.WindowBytes,
@@ -418,9 +418,14 @@ type keyPartition struct {
 	maxMsgs    int
 	maxBytes   int
 
-	events chan keyEvent
-	wake   chan struct{}
-	wg     sync.WaitGroup // delivery goroutines
+	// Deliveries report to the loop through reports: the loop is woken
+	// once per batch of reports rather than once per delivery.
+	reportMu sync.Mutex
+	reports  []keyEvent
+	spare    []keyEvent    // the loop's emptied batch, reused
+	settled  chan struct{} // reports went from empty to not empty
+	wake     chan struct{}
+	wg       sync.WaitGroup // delivery goroutines
 
 	marked    atomic.Int64 // watermark marked, -1 none yet
 	committed atomic.Int64 // watermark committed
@@ -451,7 +456,7 @@ type keyDelivery struct {
 	size   int
 	key    string
 	msg    *message.Message
-	ctx    context.Context
+	ctx    context.Context // cancelled once settled, as Watermill expects after an ack
 	cancel context.CancelFunc
 
 	// completed: the handler succeeded in this delivery attempt
@@ -499,8 +504,8 @@ func (p *keyPartition) run(claim sarama.ConsumerGroupClaim) error {
 				break
 			}
 			p.queue = append(p.queue, rec)
-		case ev := <-p.events:
-			p.settle(ev)
+			p.readReady(in)
+		case <-p.settled:
 			p.settleReady()
 		case <-p.wake:
 			p.release()
@@ -619,17 +624,54 @@ func (p *keyPartition) start(d *keyDelivery) {
 	go p.deliver(d)
 }
 
-// settleReady settles the deliveries that have reported already, so the
-// watermark is marked once for all of them.
-func (p *keyPartition) settleReady() {
-	for {
+// readReadyMax bounds the records readReady takes in one go, so that
+// settling is not held up behind a long fetch.
+const readReadyMax = 256
+
+// readReady queues the records Sarama has ready without blocking, so a
+// batch of records costs one pass of the loop rather than one each.
+func (p *keyPartition) readReady(in <-chan *sarama.ConsumerMessage) {
+	for range readReadyMax {
 		select {
-		case ev := <-p.events:
-			p.settle(ev)
+		case rec, ok := <-in:
+			if !ok {
+				p.stop(nil)
+				return
+			}
+			p.queue = append(p.queue, rec)
 		default:
 			return
 		}
 	}
+}
+
+// report hands a delivery's outcome to the loop, waking it only when it
+// has no batch pending already.
+func (p *keyPartition) report(ev keyEvent) {
+	p.reportMu.Lock()
+	first := len(p.reports) == 0
+	p.reports = append(p.reports, ev)
+	p.reportMu.Unlock()
+	if first {
+		select {
+		case p.settled <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// settleReady settles the deliveries that have reported, so the
+// watermark is marked once for all of them.
+func (p *keyPartition) settleReady() {
+	p.reportMu.Lock()
+	batch := p.reports
+	p.reports = p.spare[:0]
+	p.reportMu.Unlock()
+	for i, ev := range batch {
+		p.settle(ev)
+		batch[i] = keyEvent{}
+	}
+	p.spare = batch[:0]
 }
 
 // settle records the outcome of a delivery and starts the next one of its
@@ -740,8 +782,7 @@ func (p *keyPartition) pauseIfFull() {
 // nack; then it reports to the partition's loop.
 func (p *keyPartition) deliver(d *keyDelivery) {
 	defer p.wg.Done()
-	done := p.attempts(d)
-	p.events <- keyEvent{d: d, done: done}
+	p.report(keyEvent{d: d, done: p.attempts(d)})
 }
 
 func (p *keyPartition) attempts(d *keyDelivery) bool {
