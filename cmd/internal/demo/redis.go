@@ -4,11 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"os"
-	"os/exec"
-	"strconv"
 	"time"
+
+	"github.com/spillway-go/spillway/cmd/internal/redisproc"
 
 	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -28,50 +26,23 @@ var ErrNoRedisServer = errors.New("demo: --broker redis needs redis-server on PA
 // redisEnv is a real redis-server on a free loopback port, in a temporary
 // directory, without persistence.
 type redisEnv struct {
-	o      Options
-	dir    string
-	cmd    *exec.Cmd
-	addr   string
-	pub    *redisstream.Publisher
+	o    Options
+	srv  *redisproc.Server
+	addr string
+	pub  *redisstream.Publisher
+	// client is srv's client.
 	client *redis.Client
 }
 
 func newRedisEnv(o Options) (*redisEnv, error) {
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
+	srv, err := redisproc.Start("spillway-demo-redis-")
+	if errors.Is(err, redisproc.ErrNotFound) {
 		return nil, ErrNoRedisServer
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("demo: %w", err)
 	}
-	port := l.Addr().(*net.TCPAddr).Port
-	_ = l.Close()
-	dir, err := os.MkdirTemp("", "spillway-demo-redis-")
-	if err != nil {
-		return nil, err
-	}
-	e := &redisEnv{o: o, dir: dir, addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}
-	e.cmd = exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-		"--dir", dir, "--logfile", "")
-	if err := e.cmd.Start(); err != nil {
-		_ = os.RemoveAll(dir)
-		return nil, fmt.Errorf("demo: starting redis-server: %w", err)
-	}
-	e.client = redis.NewClient(&redis.Options{Addr: e.addr})
-	for ready := time.Now().Add(10 * time.Second); ; {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		err := e.client.Ping(ctx).Err()
-		cancel()
-		if err == nil {
-			break
-		}
-		if time.Now().After(ready) {
-			e.close()
-			return nil, fmt.Errorf("demo: redis-server on %s did not answer: %w", e.addr, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	e := &redisEnv{o: o, srv: srv, addr: srv.Addr, client: srv.Client}
 	e.pub, err = redisstream.NewPublisher(redisstream.PublisherConfig{Client: redis.NewClient(&redis.Options{Addr: e.addr})}, nil)
 	if err != nil {
 		e.close()
@@ -145,12 +116,5 @@ func (e *redisEnv) close() {
 	if e.pub != nil {
 		_ = e.pub.Close()
 	}
-	if e.client != nil {
-		_ = e.client.Close()
-	}
-	if e.cmd != nil && e.cmd.Process != nil {
-		_ = e.cmd.Process.Kill()
-		_ = e.cmd.Wait()
-	}
-	_ = os.RemoveAll(e.dir)
+	e.srv.Close()
 }

@@ -6,13 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/spillway-go/spillway/cmd/internal/redisproc"
 
 	"github.com/IBM/sarama"
 	"github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
@@ -162,59 +163,26 @@ func publishKafka(brokers []string, topic string, msgs []*message.Message) error
 // redisServer is a real redis-server on a free loopback port, without
 // persistence.
 type redisServer struct {
-	cmd    *exec.Cmd
-	dir    string
+	*redisproc.Server
 	addr   string
 	client *redis.Client
 }
 
 func startRedis() (*redisServer, error) {
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
+	srv, err := redisproc.Start("spillway-bench-redis-", "--maxclients", "4096")
+	if errors.Is(err, redisproc.ErrNotFound) {
 		return nil, ErrNoRedisServer
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("scaling: %w", err)
 	}
-	port := l.Addr().(*net.TCPAddr).Port
-	_ = l.Close()
-	dir, err := os.MkdirTemp("", "spillway-bench-redis-")
-	if err != nil {
-		return nil, err
-	}
-	s := &redisServer{dir: dir, addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}
-	s.cmd = exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-		"--dir", dir, "--logfile", "", "--maxclients", "4096")
-	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := s.cmd.Start(); err != nil {
-		_ = os.RemoveAll(dir)
-		return nil, fmt.Errorf("scaling: starting redis-server: %w", err)
-	}
-	s.client = redis.NewClient(&redis.Options{Addr: s.addr})
-	for ready := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		err := s.client.Ping(ctx).Err()
-		cancel()
-		if err == nil {
-			return s, nil
-		}
-		if time.Now().After(ready) {
-			s.close()
-			return nil, fmt.Errorf("scaling: redis-server on %s did not answer: %w", s.addr, err)
-		}
-	}
+	return &redisServer{Server: srv, addr: srv.Addr, client: srv.Client}, nil
 }
 
 // flush empties the server between cells.
 func (s *redisServer) flush(ctx context.Context) error { return s.client.FlushAll(ctx).Err() }
 
-func (s *redisServer) close() {
-	_ = s.client.Close()
-	_ = s.cmd.Process.Kill()
-	_ = s.cmd.Wait()
-	_ = os.RemoveAll(s.dir)
-}
+func (s *redisServer) close() { s.Close() }
 
 // publishRedis appends msgs to the stream topic in pipelined batches, in
 // watermill-redisstream's encoding.
