@@ -39,18 +39,26 @@ import (
 //	consumer=spillway-key       the Spillway router with kafka.consumer key
 //	                            (kafkabroker.KeySubscriber instead of
 //	                            watermill-kafka's subscriber)
-func BenchmarkKafkaConsume(b *testing.B) {
-	cl, err := startCluster(12)
+//
+// benchCluster starts an embedded Kafka cluster with partitions per topic
+// and a stamping publisher to it; both close when b ends.
+func benchCluster(b *testing.B, partitions int) (*cluster, message.Publisher) {
+	b.Helper()
+	cl, err := startCluster(partitions)
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer cl.close()
+	b.Cleanup(cl.close)
 	prod, err := newBatchPublisher(cl.brokers, 10*time.Second)
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer prod.Close()
-	pub := cost.NewStampingPublisher(prod)
+	b.Cleanup(func() { _ = prod.Close() })
+	return cl, cost.NewStampingPublisher(prod)
+}
+
+func BenchmarkKafkaConsume(b *testing.B) {
+	cl, pub := benchCluster(b, 12)
 	var seq atomic.Int64
 	for _, c := range []string{"upstream-defaults", "upstream", "spillway", "spillway-no-otel", "spillway-key"} {
 		b.Run("consumer="+c, func(b *testing.B) {

@@ -118,17 +118,7 @@ func ping(i int) []byte {
 
 func BenchmarkKafkaKeyGoodput(b *testing.B) {
 	mix := loadMix(b)
-	cl, err := startCluster(12)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer cl.close()
-	prod, err := newBatchPublisher(cl.brokers, 10*time.Second)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer prod.Close()
-	pub := cost.NewStampingPublisher(prod)
+	cl, pub := benchCluster(b, 12)
 	var seq atomic.Int64
 	for _, c := range []struct {
 		name       string
@@ -200,17 +190,7 @@ func BenchmarkKafkaKeyGoodput(b *testing.B) {
 
 func BenchmarkKafkaKeyPingLatency(b *testing.B) {
 	mix := loadMix(b)
-	cl, err := startCluster(1)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer cl.close()
-	prod, err := newBatchPublisher(cl.brokers, 10*time.Second)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer prod.Close()
-	pub := cost.NewStampingPublisher(prod)
+	cl, pub := benchCluster(b, 1)
 	const rate = 400 // messages per second
 	var seq atomic.Int64
 	// budget 200000 (the default) admits every heavy of the window at
