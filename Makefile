@@ -74,12 +74,12 @@ bench-report:
 # redis-server (make deps installs it; without it Redis is skipped), with
 # the Spillway router and with the bare upstream subscriber, over
 # partitions/consumers, handlers, message cost and budget; prints the table
-# and the verdict, writes bench-curve.json and docs/scaling-chart.svg
+# and the verdict, writes docs/scaling-curve.json and docs/scaling-chart.svg
 # (docs/benchmarks.md, "Scaling curve"). About half an hour on two cores;
 # make bench-curve CURVE_FLAGS=--quick for a short one.
 CURVE_FLAGS ?=
 bench-curve:
-	$(GO) run ./cmd/spillway bench --chart docs/scaling-chart.svg --results bench-curve.json $(CURVE_FLAGS)
+	$(GO) run ./cmd/spillway bench --chart docs/scaling-chart.svg --results docs/scaling-curve.json $(CURVE_FLAGS)
 
 lint:
 	$(GO) vet $(PKGS)

@@ -20,6 +20,7 @@ type benchOptions struct {
 	o       scaling.Options
 	quick   bool
 	json    bool
+	md      bool
 	chart   string
 	results string
 	strict  bool
@@ -92,6 +93,7 @@ docs/benchmarks.md ("Scaling curve") shows a full run.`,
 	f.Float64Var(&o.o.Tolerance, "tolerance", def.Tolerance, "how much the CPU ratio may rise along an axis (a share of its value at the smallest setting) before the check fails")
 	f.DurationVar(&o.o.RunTimeout, "run-timeout", def.RunTimeout, "the most one consumer run may take to consume its backlog")
 	f.BoolVar(&o.json, "json", false, "print the report as JSON on stdout instead of the table")
+	f.BoolVar(&o.md, "markdown", false, "print the table as Markdown (one row per cell, as docs/benchmarks.md shows it) instead of plain text")
 	f.StringVar(&o.chart, "chart", "scaling-chart.svg", `write the SVG chart here ("" for none)`)
 	f.StringVar(&o.results, "results", "", "also write the JSON report to this file")
 	f.BoolVar(&o.strict, "strict", false, "exit 1 when the verdict is FAIL")
@@ -109,6 +111,9 @@ func runBench(ctx context.Context, e *env, o *benchOptions) error {
 	}
 	if err := o.o.Validate(); err != nil {
 		return inputError{err}
+	}
+	if o.json && o.md {
+		return badInput("--json and --markdown: choose one")
 	}
 	// Fail on an unwritable output before the sweep rather than after.
 	pending := map[string]*pendingFile{}
@@ -169,9 +174,12 @@ func runBench(ctx context.Context, e *env, o *benchOptions) error {
 			return err
 		}
 	}
-	if o.json {
+	switch {
+	case o.json:
 		_, err = e.stdout.Write(js)
-	} else {
+	case o.md:
+		err = rep.WriteMarkdown(e.stdout)
+	default:
 		err = rep.WriteTable(e.stdout)
 	}
 	if err != nil {

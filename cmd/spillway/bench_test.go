@@ -36,6 +36,7 @@ func TestBenchBadInput(t *testing.T) {
 		"positional":  {[]string{"bench", "extra"}, "unknown command"},
 		"from":        {[]string{"bench", "--from", filepath.Join(dir, "none.json"), "--chart", ""}, "--from: open"},
 		"from json":   {[]string{"bench", "--from", "bench_test.go", "--chart", ""}, "is not a report written by --results"},
+		"two formats": {[]string{"bench", "--json", "--markdown", "--chart", ""}, "--json and --markdown: choose one"},
 	} {
 		code, stdout, stderr := runCLI(t, tc.args...)
 		if code != exitBadInput {
@@ -93,5 +94,21 @@ func TestBenchTiny(t *testing.T) {
 	}
 	if b, err := os.ReadFile(again); err != nil || !strings.Contains(string(b), "<svg") {
 		t.Errorf("--from chart: %v %.200s", err, b)
+	}
+
+	// --markdown: the docs' table, one row per cell, the verdict last.
+	code, stdout, stderr = runCLI(t, "bench", "--from", results, "--chart", "", "--markdown")
+	lines := strings.Split(strings.TrimSpace(stdout), "\n")
+	cells := 0
+	for _, l := range lines {
+		if strings.HasPrefix(l, "| kafka | ") || strings.HasPrefix(l, "| redis | ") {
+			cells++
+			if strings.Count(l, " | ") != 10 {
+				t.Errorf("--markdown row %q: want 11 columns", l)
+			}
+		}
+	}
+	if code != exitOK || stderr != "" || cells != len(rep.Results)/2 || lines[len(lines)-1] != rep.Verdict {
+		t.Errorf("--markdown: exit %d, stderr %q, %d cells for %d results, stdout:\n%s", code, stderr, cells, len(rep.Results), stdout)
 	}
 }
