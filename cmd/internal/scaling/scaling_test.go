@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"math"
 	"os"
 	"os/exec"
 	"strings"
@@ -119,8 +120,11 @@ func TestTinyCurve(t *testing.T) {
 // A ratio that rises along an axis beyond the tolerance fails the check,
 // within it passes, and the verdict names the worst case.
 func TestCheckGrowth(t *testing.T) {
+	// The bare subscriber takes 100 µs per message in every cell, so the
+	// extra CPU per message is 100 × (ratio − 1) µs.
 	row := func(p, h int, budget int64, ratio float64) Result {
-		return Result{Broker: BrokerKafka, Parallelism: p, Handlers: h, Cost: CostPing, Consumer: ConsumerSpillway, Budget: budget, CPURatio: ratio}
+		return Result{Broker: BrokerKafka, Parallelism: p, Handlers: h, Cost: CostPing, Consumer: ConsumerSpillway, Budget: budget,
+			CPURatio: ratio, CPUPerMessage: 100 * ratio, CPUNoise: 5}
 	}
 	rep := &Report{Results: []Result{
 		{Broker: BrokerKafka, Parallelism: 1, Handlers: 1, Cost: CostPing, Consumer: ConsumerBare}, // no ratio: ignored
@@ -142,12 +146,27 @@ func TestCheckGrowth(t *testing.T) {
 	if c := got["handlers partitions 1, budget 1000"]; c.Grew || c.To != 8 {
 		t.Errorf("handlers check %+v", c)
 	}
-	if c := got["budget partitions 1, handlers 1"]; !c.Grew || c.From != 1000 || c.To != 9000 {
-		t.Errorf("budget check %+v, want growth", c)
+	if c := got["budget partitions 1, handlers 1"]; !c.Grew || c.From != 1000 || c.To != 9000 || math.Abs(c.Growth-40) > 1e-9 || c.Noise != 5 {
+		t.Errorf("budget check %+v, want growth of 40 µs over noise 5", c)
 	}
 	if rep.Pass || !strings.HasPrefix(rep.Verdict, "verdict: FAIL") || !strings.Contains(rep.Verdict, "grows with budget in 1 of 3 checks") {
 		t.Errorf("verdict %q", rep.Verdict)
 	}
+
+	// The same rise is no growth when the runs of one cell differ by more
+	// than it: a heavy cell where the handler's milliseconds swamp
+	// Spillway's microseconds.
+	rep.Results[5].CPUNoise = 41
+	rep.check(0.25)
+	if !rep.Pass || !strings.HasPrefix(rep.Verdict, "verdict: PASS") {
+		t.Errorf("with a rise inside the noise: %q %+v", rep.Verdict, rep.Checks)
+	}
+	rep.Results[5].CPUNoise = 39
+	rep.check(0.25)
+	if rep.Pass {
+		t.Errorf("with a rise just above the noise: %q", rep.Verdict)
+	}
+
 	rep.check(0.5)
 	if !rep.Pass || !strings.HasPrefix(rep.Verdict, "verdict: PASS") {
 		t.Errorf("with tolerance 50%%: %q", rep.Verdict)

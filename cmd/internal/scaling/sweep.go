@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"runtime"
 	"slices"
 	"strconv"
@@ -69,6 +70,11 @@ type Result struct {
 	// only).
 	CPURatio        float64 `json:"cpu_ratio,omitempty"`
 	ThroughputRatio float64 `json:"throughput_ratio,omitempty"`
+	// CPUNoise (Spillway rows only) is how far apart the runs of one
+	// consumer in this cell were, in CPU µs per message: the larger of the
+	// spread (highest minus lowest) of Spillway's runs and of the bare
+	// subscriber's. Zero with one run.
+	CPUNoise float64 `json:"cpu_noise_us,omitempty"`
 	// Failures counts payloads the handler could not decode (none
 	// expected).
 	Failures int64 `json:"failures,omitempty"`
@@ -243,10 +249,25 @@ func runCell(ctx context.Context, o *Options, work refwork.Func, pl *payloads, r
 		if v.consumer == ConsumerSpillway && rows[0].CPUPerMessage > 0 && rows[0].MessagesPerSecond > 0 {
 			r.CPURatio = r.CPUPerMessage / rows[0].CPUPerMessage
 			r.ThroughputRatio = r.MessagesPerSecond / rows[0].MessagesPerSecond
+			r.CPUNoise = max(cpuSpread(ss), cpuSpread(samples[variants[0]]))
 		}
 		rows = append(rows, r)
 	}
 	return rows, nil
+}
+
+// cpuSpread is the highest CPU µs per message of the runs in ss minus the
+// lowest.
+func cpuSpread(ss []sample) float64 {
+	if len(ss) < 2 {
+		return 0
+	}
+	lo, hi := math.Inf(1), math.Inf(-1)
+	for _, s := range ss {
+		v := 1e6 * s.cpuSeconds / float64(s.messages)
+		lo, hi = min(lo, v), max(hi, v)
+	}
+	return hi - lo
 }
 
 // median returns the median of f over ss (the mean of the middle two for
