@@ -154,6 +154,11 @@ func decodeCompleted(offset int64, meta string) (completedSet, bool) {
 	if err != nil || wm != offset {
 		return completedSet{}, false
 	}
+	// Spillway never writes a longer span; a longer one was written by
+	// something else and skips nothing.
+	if base64.RawURLEncoding.DecodedLen(len(enc)) > maxCompletedSpan/8 {
+		return completedSet{}, false
+	}
 	bits, err := base64.RawURLEncoding.DecodeString(enc)
 	if err != nil {
 		return completedSet{}, false
