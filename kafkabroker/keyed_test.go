@@ -367,6 +367,52 @@ func TestKeyWindow(t *testing.T) {
 	}
 }
 
+// TestKeySpan: records that finish behind a slow one leave the window, so
+// the slow one does not hold the window's records; but at most eight times
+// the window is read and not yet committed, so reading stops there until
+// the slow one completes.
+func TestKeySpan(t *testing.T) {
+	leakCheck(t)
+	const (
+		topic  = "span"
+		window = 4
+		span   = 8 * window
+		n      = 100
+	)
+	cl := keyCluster(t, 1, func(c *kafkabroker.Config) { c.WindowMessages = window })
+	publishKeyed(t, cl, topic, n, n, func(int) []byte { return make([]byte, 100) })
+	release := make(chan struct{})
+	var recv, done atomic.Int64
+	m := join(t, cl, "g", topic, func(msg *message.Message) bool {
+		recv.Add(1)
+		if off, _ := kafka.MessagePartitionOffsetFromCtx(msg.Context()); off == 0 {
+			<-release
+		}
+		done.Add(1)
+		return true
+	})
+	waitFor(t, 20*time.Second, func() bool { return done.Load() >= span-1 }, "the span behind the slow record")
+	time.Sleep(time.Second)
+	if got := recv.Load(); got != span {
+		t.Errorf("%d handed over while offset 0 is unfinished, want the span, %d (window %d)", got, span, window)
+	}
+	// Only offset 0 is unfinished: the window holds it alone (its payload
+	// and its metadata headers).
+	if recs, bytes := m.tr.Window(); recs != 1 || bytes < 100 || bytes > 1000 {
+		t.Errorf("window %d records, %d bytes with only offset 0 unfinished, want 1 record of 100 to 1000 bytes", recs, bytes)
+	}
+	if l := lag(t, cl, "g", topic); l != n {
+		t.Errorf("lag %d with offset 0 unfinished, want %d", l, n)
+	}
+	close(release)
+	waitFor(t, 30*time.Second, func() bool { return done.Load() == n }, "all after the release")
+	waitFor(t, 10*time.Second, func() bool { return lag(t, cl, "g", topic) == 0 }, "the commit of everything")
+	if recs, bytes := m.tr.Window(); recs != 0 || bytes != 0 {
+		t.Errorf("window %d records, %d bytes once everything is done, want 0", recs, bytes)
+	}
+	m.leave(t)
+}
+
 // TestKeyLargeRecordPrompt: a record larger than fetch_default_bytes at the
 // head of its partition arrives while the other partitions are still
 // draining, not after them.
