@@ -413,6 +413,52 @@ func TestKeySpan(t *testing.T) {
 	m.leave(t)
 }
 
+// TestKeyPartitionWindows: the window's fill is reported per partition,
+// and Window is their sum.
+func TestKeyPartitionWindows(t *testing.T) {
+	leakCheck(t)
+	const (
+		topic  = "perpart"
+		window = 8
+	)
+	cl := keyCluster(t, 4, func(c *kafkabroker.Config) { c.WindowMessages = window })
+	publishKeyed(t, cl, topic, 400, 400, func(int) []byte { return make([]byte, 10) })
+	release := make(chan struct{})
+	var recv atomic.Int64
+	m := join(t, cl, "g", topic, func(*message.Message) bool {
+		recv.Add(1)
+		<-release
+		return true
+	})
+	waitFor(t, 20*time.Second, func() bool { return recv.Load() >= 4*window }, "every partition's window")
+	type fill struct {
+		topic     string
+		partition int32
+		records   int64
+	}
+	var got []fill
+	var sumBytes int64
+	m.tr.PartitionWindows(func(topic string, partition int32, records, bytes int64) {
+		got = append(got, fill{topic, partition, records})
+		sumBytes += bytes
+	})
+	want := []fill{{topic, 0, window}, {topic, 1, window}, {topic, 2, window}, {topic, 3, window}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("PartitionWindows reported %v, want %v", got, want)
+	}
+	if recs, bytes := m.tr.Window(); recs != 4*window || bytes != sumBytes || bytes == 0 {
+		t.Errorf("Window() = %d records, %d bytes; the partitions sum to %d records, %d bytes", recs, bytes, 4*window, sumBytes)
+	}
+	close(release)
+	waitFor(t, 30*time.Second, func() bool { return recv.Load() == 400 }, "all after the release")
+	m.leave(t)
+	n := 0
+	m.tr.PartitionWindows(func(string, int32, int64, int64) { n++ })
+	if n != 0 {
+		t.Errorf("%d partitions reported after the member left, want none", n)
+	}
+}
+
 // TestKeyLargeRecordPrompt: a record larger than fetch_default_bytes at the
 // head of its partition arrives while the other partitions are still
 // draining, not after them.
