@@ -606,8 +606,6 @@ func (p *keyPartition) admit() {
 // take enters rec into the window and hands it over, or queues it behind
 // its key.
 func (p *keyPartition) take(rec *sarama.ConsumerMessage, size int) {
-	t := p.h.s.tracker
-	t.seen.receive(groupPartition{t.group, topicPartition{p.topic, p.partition}}, rec.Offset)
 	d := &keyDelivery{p: p, off: rec.Offset, rec: rec, size: size, key: string(rec.Key)}
 	if p.skip.has(rec.Offset) {
 		// An earlier owner completed it beyond its watermark.
@@ -660,7 +658,14 @@ func (p *keyPartition) finish(d *keyDelivery) {
 	p.fillBytes.Store(int64(p.bytes))
 }
 
+// start hands d over on a goroutine of its own. Only then does the
+// cluster remember its offset as received ([SessionTracker.Redelivered]):
+// a record merely read into the window, or waiting behind its key, was
+// never seen by a handler, so the next session must not take it for a
+// redelivery (the retry gate defers redeliveries under pressure).
 func (p *keyPartition) start(d *keyDelivery) {
+	t := p.h.s.tracker
+	t.seen.receive(groupPartition{t.group, topicPartition{p.topic, p.partition}}, d.off)
 	p.inflight++
 	p.wg.Add(1)
 	go p.deliver(d)

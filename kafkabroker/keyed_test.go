@@ -459,6 +459,64 @@ func TestKeyPartitionWindows(t *testing.T) {
 	}
 }
 
+// TestKeyReadIsNotRedelivered: after a rebalance, only the records a
+// handler was given in an earlier session count as redeliveries
+// (SessionTracker.Redelivered, which the retry gate defers under
+// pressure), not the ones merely read into the window behind them.
+func TestKeyReadIsNotRedelivered(t *testing.T) {
+	leakCheck(t)
+	const (
+		topic = "redelivered"
+		n     = 10
+	)
+	cl := keyCluster(t, 2, func(c *kafkabroker.Config) { c.WindowMessages = 8 })
+	publishKeyed(t, cl, topic, n, 1, nil) // one key: offset 0 first, the rest behind it
+
+	var (
+		rebalanced atomic.Bool
+		mu         sync.Mutex
+		redeliv    = map[int64]bool{}
+		trs        [2]atomic.Pointer[kafkabroker.SessionTracker]
+	)
+	handler := func(i int) func(*message.Message) bool {
+		return func(msg *message.Message) bool {
+			tr := trs[i].Load()
+			if !rebalanced.Load() {
+				// The first session: hold offset 0 until the rebalance
+				// revokes it, with the rest of the key read behind it.
+				for tr == nil {
+					time.Sleep(time.Millisecond)
+					tr = trs[i].Load()
+				}
+				<-tr.Revoked(msg)
+				return false
+			}
+			off, _ := kafka.MessagePartitionOffsetFromCtx(msg.Context())
+			mu.Lock()
+			redeliv[off] = tr.Redelivered(msg)
+			mu.Unlock()
+			return true
+		}
+	}
+	a := join(t, cl, "g", topic, handler(0))
+	trs[0].Store(a.tr)
+	waitFor(t, 20*time.Second, func() bool { recs, _ := a.tr.Window(); return recs >= 8 }, "the window behind offset 0")
+	rebalanced.Store(true)
+	b := join(t, cl, "g", topic, handler(1))
+	trs[1].Store(b.tr)
+	waitFor(t, 30*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(redeliv) == n }, "every offset after the rebalance")
+	b.leave(t)
+	a.leave(t)
+
+	mu.Lock()
+	defer mu.Unlock()
+	for off := range int64(n) {
+		if want := off == 0; redeliv[off] != want {
+			t.Errorf("offset %d: Redelivered %v after the rebalance, want %v (only offset 0 was handed over)", off, redeliv[off], want)
+		}
+	}
+}
+
 // TestKeyLargeRecordPrompt: a record larger than fetch_default_bytes at the
 // head of its partition arrives while the other partitions are still
 // draining, not after them.
