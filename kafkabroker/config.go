@@ -153,14 +153,15 @@ type Config struct {
 	Consumer string `yaml:"consumer" env:"CONSUMER"`
 
 	// WindowMessages bounds, with consumer key, the records of one
-	// partition read but not yet committed: admitted, waiting, or finished
-	// behind an unfinished one. Reading the partition pauses while it is
-	// full; it is also the most a crashed member's successor processes
-	// twice. Default 128.
+	// partition read but not yet finished: handed over, or waiting behind
+	// their key. Reading the partition pauses while it is full, and while
+	// eight times as many records are read and not yet committed (the
+	// span: finished behind an unfinished one included), the most a
+	// crashed member's successor processes twice. Default 128.
 	WindowMessages int `yaml:"window_messages" env:"WINDOW_MESSAGES"`
 
-	// WindowBytes bounds the same records in bytes (key, value and
-	// headers). A record larger than the whole window is admitted alone.
+	// WindowBytes bounds the records of the window in bytes (key, value
+	// and headers). A record larger than the whole window is admitted alone.
 	// Default 4194304 (4 MiB).
 	WindowBytes int `yaml:"window_bytes" env:"WINDOW_BYTES"`
 

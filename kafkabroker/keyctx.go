@@ -123,8 +123,8 @@ const maxCompletedSpan = 3000 * 8
 func encodeCompleted(wm int64, win []*keyDelivery) string {
 	var last int64 = -1
 	for _, d := range win {
-		if d.done && d.rec.Offset-wm < maxCompletedSpan {
-			last = d.rec.Offset
+		if d.done && d.off-wm < maxCompletedSpan {
+			last = d.off
 		}
 	}
 	if last < wm {
@@ -132,7 +132,7 @@ func encodeCompleted(wm int64, win []*keyDelivery) string {
 	}
 	bits := make([]byte, (last-wm)/8+1)
 	for _, d := range win {
-		if i := d.rec.Offset - wm; d.done && i >= 0 && i < maxCompletedSpan {
+		if i := d.off - wm; d.done && i >= 0 && i < maxCompletedSpan {
 			bits[i/8] |= 1 << (i % 8)
 		}
 	}

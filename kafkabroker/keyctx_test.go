@@ -49,7 +49,7 @@ func TestCompletedMetadata(t *testing.T) {
 			isDone[d] = true
 		}
 		for off := wm; off < wm+40; off++ {
-			out = append(out, &keyDelivery{rec: &sarama.ConsumerMessage{Offset: off}, done: isDone[off]})
+			out = append(out, &keyDelivery{off: off, done: isDone[off]})
 		}
 		return out
 	}
@@ -87,9 +87,9 @@ func TestCompletedMetadata(t *testing.T) {
 	}
 	// A huge span is cut, never over the brokers' metadata limit.
 	far := []*keyDelivery{
-		{rec: &sarama.ConsumerMessage{Offset: 0}},
-		{rec: &sarama.ConsumerMessage{Offset: 5}, done: true},
-		{rec: &sarama.ConsumerMessage{Offset: 1 << 40}, done: true},
+		{off: 0},
+		{off: 5, done: true},
+		{off: 1 << 40, done: true},
 	}
 	m := encodeCompleted(0, far)
 	if len(m) > 4096 {

@@ -34,8 +34,12 @@ import (
 //     one is acked. Records without a key share one order, the
 //     partition's. Different keys run concurrently.
 //   - Window: at most Config.WindowMessages records and
-//     Config.WindowBytes bytes are read but not yet committed. When the
-//     window is full the partition is paused (Sarama stops fetching it;
+//     Config.WindowBytes bytes are read but not yet finished (handed
+//     over, or waiting behind their key). A record that finished behind an
+//     unfinished one leaves the window at once (it is kept as an offset
+//     until the watermark passes it), but at most eight times
+//     Config.WindowMessages records are read and not yet committed. When
+//     either is full the partition is paused (Sarama stops fetching it;
 //     heartbeats go on); a record larger than the whole window is
 //     admitted alone.
 //   - Commits: the committed offset is the contiguous completed
@@ -48,7 +52,8 @@ import (
 //     beyond the watermark are written in the commit's metadata so the
 //     next owner skips them.
 //   - Crash: the next owner starts from the committed watermark, so it
-//     processes again at most the window of each partition.
+//     processes again at most the span of each partition: eight times
+//     Config.WindowMessages records.
 //
 // Each Subscribe call joins the consumer group with a client of its own.
 // A KeySubscriber is safe for concurrent use.
@@ -381,6 +386,7 @@ func (h *keyHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sarama
 		wake:       make(chan struct{}, 1),
 		maxMsgs:    h.s.cfg.WindowMessages,
 		maxBytes:   h.s.cfg.WindowBytes,
+		maxSpan:    spanLimit(h.s.cfg.WindowMessages),
 		next:       claim.InitialOffset(),
 	}
 	p.marked.Store(-1)
@@ -415,8 +421,9 @@ type keyPartition struct {
 	topic      string
 	partition  int32
 	seenBefore int64 // highest offset an earlier session received, -1 none
-	maxMsgs    int
-	maxBytes   int
+	maxMsgs    int   // records read and not finished
+	maxBytes   int   // their bytes
+	maxSpan    int   // records read and not committed, finished ones included
 
 	// Deliveries report to the loop through reports: the loop is woken
 	// once per batch of reports rather than once per delivery.
@@ -429,7 +436,7 @@ type keyPartition struct {
 
 	marked    atomic.Int64 // watermark marked, -1 none yet
 	committed atomic.Int64 // watermark committed
-	fill      atomic.Int64 // records in the window
+	fill      atomic.Int64 // records in the window: read and not finished
 	fillBytes atomic.Int64 // their bytes
 
 	// ---- owned by run ----
@@ -438,8 +445,8 @@ type keyPartition struct {
 	win      []*keyDelivery
 	head     int // first record not known committed
 	mark     int // first record not done
-	count    int // records in the window: win[head:]
-	bytes    int
+	count    int // records in the window: not done, in win[mark:]
+	bytes    int // their bytes
 	inflight int
 	lanes    map[string]*keyLane
 	queue    []*sarama.ConsumerMessage // read, waiting for room
@@ -449,9 +456,11 @@ type keyPartition struct {
 	lastMark int64
 }
 
-// keyDelivery is one record in the window.
+// keyDelivery is one record read and not yet committed. Once done, only
+// its offset matters: the message and the record's value are let go.
 type keyDelivery struct {
 	p      *keyPartition
+	off    int64
 	rec    *sarama.ConsumerMessage
 	size   int
 	key    string
@@ -544,8 +553,27 @@ func (p *keyPartition) stop(err error) {
 	}
 }
 
+// spanFactor is how many times the window's records may be read and not
+// yet committed, finished ones included: a slow record at the watermark
+// lets the records behind it finish and leave the window, up to this
+// bound, which also bounds what a crash makes the next owner repeat and
+// the commit metadata that lists the finished ones.
+const spanFactor = 8
+
+// spanLimit is the span of a window of msgs records: spanFactor times
+// it, within what the commit metadata can describe.
+func spanLimit(msgs int) int {
+	return max(1, min(spanFactor*msgs, maxCompletedSpan))
+}
+
+// span is the records read and not known committed.
+func (p *keyPartition) span() int { return len(p.win) - p.head }
+
 // fits reports whether a record of size bytes may enter the window now.
 func (p *keyPartition) fits(size int) bool {
+	if p.span() >= p.maxSpan {
+		return false // a commit makes room
+	}
 	if p.count == 0 {
 		return true // alone, whatever its size
 	}
@@ -578,13 +606,11 @@ func (p *keyPartition) admit() {
 // take enters rec into the window and hands it over, or queues it behind
 // its key.
 func (p *keyPartition) take(rec *sarama.ConsumerMessage, size int) {
-	t := p.h.s.tracker
-	t.seen.receive(groupPartition{t.group, topicPartition{p.topic, p.partition}}, rec.Offset)
-	d := &keyDelivery{p: p, rec: rec, size: size, key: string(rec.Key)}
+	d := &keyDelivery{p: p, off: rec.Offset, rec: rec, size: size, key: string(rec.Key)}
 	if p.skip.has(rec.Offset) {
 		// An earlier owner completed it beyond its watermark.
-		d.done = true
 		p.enter(d)
+		p.finish(d)
 		return
 	}
 	msg, err := p.h.s.unmarshal.Unmarshal(rec)
@@ -613,12 +639,33 @@ func (p *keyPartition) enter(d *keyDelivery) {
 	p.win = append(p.win, d)
 	p.count++
 	p.bytes += d.size
-	p.next = d.rec.Offset + 1
+	p.next = d.off + 1
 	p.fill.Store(int64(p.count))
 	p.fillBytes.Store(int64(p.bytes))
 }
 
+// finish marks d done: it leaves the window, and only its offset stays
+// until the watermark passes it and is committed. The record's value and
+// headers are let go (its other fields stay: the message's context and
+// the tracker may still read them).
+func (p *keyPartition) finish(d *keyDelivery) {
+	d.done = true
+	d.msg = nil
+	d.rec.Value, d.rec.Headers = nil, nil
+	p.count--
+	p.bytes -= d.size
+	p.fill.Store(int64(p.count))
+	p.fillBytes.Store(int64(p.bytes))
+}
+
+// start hands d over on a goroutine of its own. Only then does the
+// cluster remember its offset as received ([SessionTracker.Redelivered]):
+// a record merely read into the window, or waiting behind its key, was
+// never seen by a handler, so the next session must not take it for a
+// redelivery (the retry gate defers redeliveries under pressure).
 func (p *keyPartition) start(d *keyDelivery) {
+	t := p.h.s.tracker
+	t.seen.receive(groupPartition{t.group, topicPartition{p.topic, p.partition}}, d.off)
 	p.inflight++
 	p.wg.Add(1)
 	go p.deliver(d)
@@ -686,7 +733,7 @@ func (p *keyPartition) settle(ev keyEvent) {
 		// blocked; nothing after it is handed over.
 		return
 	}
-	d.done = true
+	p.finish(d)
 	if p.stopping {
 		return
 	}
@@ -712,7 +759,7 @@ func (p *keyPartition) markWatermark(final bool) {
 	}
 	wm := p.next
 	if p.mark < len(p.win) {
-		wm = p.win[p.mark].rec.Offset
+		wm = p.win[p.mark].off
 	}
 	if !final {
 		if wm > p.lastMark {
@@ -720,7 +767,7 @@ func (p *keyPartition) markWatermark(final bool) {
 			p.lastMark = wm
 			p.marked.Store(wm)
 			ch := p.ks.nudge
-			if 4*p.count >= p.maxMsgs || 4*p.bytes >= p.maxBytes {
+			if 4*p.span() >= p.maxSpan {
 				ch = p.ks.urgent
 			}
 			select {
@@ -741,13 +788,10 @@ func (p *keyPartition) markWatermark(final bool) {
 	p.marked.Store(wm)
 }
 
-// release drops committed records from the window.
+// release drops committed records, all done, from the span.
 func (p *keyPartition) release() {
 	c := p.committed.Load()
-	for p.head < p.mark && p.win[p.head].rec.Offset < c {
-		d := p.win[p.head]
-		p.count--
-		p.bytes -= d.size
+	for p.head < p.mark && p.win[p.head].off < c {
 		p.win[p.head] = nil
 		p.head++
 	}
@@ -758,14 +802,12 @@ func (p *keyPartition) release() {
 		p.mark -= p.head
 		p.head = 0
 	}
-	p.fill.Store(int64(p.count))
-	p.fillBytes.Store(int64(p.bytes))
 }
 
 // pauseIfFull pauses fetching while a record waits for room, and resumes
 // it when it entered.
 func (p *keyPartition) pauseIfFull() {
-	full := len(p.queue) > 0 || p.count >= p.maxMsgs || p.bytes >= p.maxBytes
+	full := len(p.queue) > 0 || p.count >= p.maxMsgs || p.bytes >= p.maxBytes || p.span() >= p.maxSpan
 	if full == p.paused || p.stopping {
 		return
 	}

@@ -367,6 +367,156 @@ func TestKeyWindow(t *testing.T) {
 	}
 }
 
+// TestKeySpan: records that finish behind a slow one leave the window, so
+// the slow one does not hold the window's records; but at most eight times
+// the window is read and not yet committed, so reading stops there until
+// the slow one completes.
+func TestKeySpan(t *testing.T) {
+	leakCheck(t)
+	const (
+		topic  = "span"
+		window = 4
+		span   = 8 * window
+		n      = 100
+	)
+	cl := keyCluster(t, 1, func(c *kafkabroker.Config) { c.WindowMessages = window })
+	publishKeyed(t, cl, topic, n, n, func(int) []byte { return make([]byte, 100) })
+	release := make(chan struct{})
+	var recv, done atomic.Int64
+	m := join(t, cl, "g", topic, func(msg *message.Message) bool {
+		recv.Add(1)
+		if off, _ := kafka.MessagePartitionOffsetFromCtx(msg.Context()); off == 0 {
+			<-release
+		}
+		done.Add(1)
+		return true
+	})
+	waitFor(t, 20*time.Second, func() bool { return done.Load() >= span-1 }, "the span behind the slow record")
+	time.Sleep(time.Second)
+	if got := recv.Load(); got != span {
+		t.Errorf("%d handed over while offset 0 is unfinished, want the span, %d (window %d)", got, span, window)
+	}
+	// Only offset 0 is unfinished: the window holds it alone (its payload
+	// and its metadata headers).
+	if recs, bytes := m.tr.Window(); recs != 1 || bytes < 100 || bytes > 1000 {
+		t.Errorf("window %d records, %d bytes with only offset 0 unfinished, want 1 record of 100 to 1000 bytes", recs, bytes)
+	}
+	if l := lag(t, cl, "g", topic); l != n {
+		t.Errorf("lag %d with offset 0 unfinished, want %d", l, n)
+	}
+	close(release)
+	waitFor(t, 30*time.Second, func() bool { return done.Load() == n }, "all after the release")
+	waitFor(t, 10*time.Second, func() bool { return lag(t, cl, "g", topic) == 0 }, "the commit of everything")
+	if recs, bytes := m.tr.Window(); recs != 0 || bytes != 0 {
+		t.Errorf("window %d records, %d bytes once everything is done, want 0", recs, bytes)
+	}
+	m.leave(t)
+}
+
+// TestKeyPartitionWindows: the window's fill is reported per partition,
+// and Window is their sum.
+func TestKeyPartitionWindows(t *testing.T) {
+	leakCheck(t)
+	const (
+		topic  = "perpart"
+		window = 8
+	)
+	cl := keyCluster(t, 4, func(c *kafkabroker.Config) { c.WindowMessages = window })
+	publishKeyed(t, cl, topic, 400, 400, func(int) []byte { return make([]byte, 10) })
+	release := make(chan struct{})
+	var recv atomic.Int64
+	m := join(t, cl, "g", topic, func(*message.Message) bool {
+		recv.Add(1)
+		<-release
+		return true
+	})
+	waitFor(t, 20*time.Second, func() bool { return recv.Load() >= 4*window }, "every partition's window")
+	type fill struct {
+		topic     string
+		partition int32
+		records   int64
+	}
+	var got []fill
+	var sumBytes int64
+	m.tr.PartitionWindows(func(topic string, partition int32, records, bytes int64) {
+		got = append(got, fill{topic, partition, records})
+		sumBytes += bytes
+	})
+	want := []fill{{topic, 0, window}, {topic, 1, window}, {topic, 2, window}, {topic, 3, window}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("PartitionWindows reported %v, want %v", got, want)
+	}
+	if recs, bytes := m.tr.Window(); recs != 4*window || bytes != sumBytes || bytes == 0 {
+		t.Errorf("Window() = %d records, %d bytes; the partitions sum to %d records, %d bytes", recs, bytes, 4*window, sumBytes)
+	}
+	close(release)
+	waitFor(t, 30*time.Second, func() bool { return recv.Load() == 400 }, "all after the release")
+	m.leave(t)
+	n := 0
+	m.tr.PartitionWindows(func(string, int32, int64, int64) { n++ })
+	if n != 0 {
+		t.Errorf("%d partitions reported after the member left, want none", n)
+	}
+}
+
+// TestKeyReadIsNotRedelivered: after a rebalance, only the records a
+// handler was given in an earlier session count as redeliveries
+// (SessionTracker.Redelivered, which the retry gate defers under
+// pressure), not the ones merely read into the window behind them.
+func TestKeyReadIsNotRedelivered(t *testing.T) {
+	leakCheck(t)
+	const (
+		topic = "redelivered"
+		n     = 10
+	)
+	cl := keyCluster(t, 2, func(c *kafkabroker.Config) { c.WindowMessages = 8 })
+	publishKeyed(t, cl, topic, n, 1, nil) // one key: offset 0 first, the rest behind it
+
+	var (
+		rebalanced atomic.Bool
+		mu         sync.Mutex
+		redeliv    = map[int64]bool{}
+		trs        [2]atomic.Pointer[kafkabroker.SessionTracker]
+	)
+	handler := func(i int) func(*message.Message) bool {
+		return func(msg *message.Message) bool {
+			tr := trs[i].Load()
+			if !rebalanced.Load() {
+				// The first session: hold offset 0 until the rebalance
+				// revokes it, with the rest of the key read behind it.
+				for tr == nil {
+					time.Sleep(time.Millisecond)
+					tr = trs[i].Load()
+				}
+				<-tr.Revoked(msg)
+				return false
+			}
+			off, _ := kafka.MessagePartitionOffsetFromCtx(msg.Context())
+			mu.Lock()
+			redeliv[off] = tr.Redelivered(msg)
+			mu.Unlock()
+			return true
+		}
+	}
+	a := join(t, cl, "g", topic, handler(0))
+	trs[0].Store(a.tr)
+	waitFor(t, 20*time.Second, func() bool { recs, _ := a.tr.Window(); return recs >= 8 }, "the window behind offset 0")
+	rebalanced.Store(true)
+	b := join(t, cl, "g", topic, handler(1))
+	trs[1].Store(b.tr)
+	waitFor(t, 30*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(redeliv) == n }, "every offset after the rebalance")
+	b.leave(t)
+	a.leave(t)
+
+	mu.Lock()
+	defer mu.Unlock()
+	for off := range int64(n) {
+		if want := off == 0; redeliv[off] != want {
+			t.Errorf("offset %d: Redelivered %v after the rebalance, want %v (only offset 0 was handed over)", off, redeliv[off], want)
+		}
+	}
+}
+
 // TestKeyLargeRecordPrompt: a record larger than fetch_default_bytes at the
 // head of its partition arrives while the other partitions are still
 // draining, not after them.

@@ -82,12 +82,12 @@ func (r *Router) observeInternals() error {
 	}
 
 	winRecords, err := m.Int64ObservableGauge(metricKafkaWindowRecords, metric.WithUnit("{record}"),
-		metric.WithDescription("Kafka records read and not yet committed, in the windows of the partitions this router owns (kafka.consumer key)."))
+		metric.WithDescription("Kafka records read and not yet finished in the window of each partition this router owns (kafka.consumer key)."))
 	if err := add(winRecords, err); err != nil {
 		return err
 	}
 	winBytes, err := m.Int64ObservableGauge(metricKafkaWindowBytes, metric.WithUnit("By"),
-		metric.WithDescription("Bytes of the Kafka records in the windows (kafka.consumer key)."))
+		metric.WithDescription("Bytes of the Kafka records in the window of each partition (kafka.consumer key)."))
 	if err := add(winBytes, err); err != nil {
 		return err
 	}
@@ -117,10 +117,11 @@ func (r *Router) observeInternals() error {
 			o.ObserveInt64(lost, int64(ka.Revoked), set(attribute.String("reason", "revoked")))
 			o.ObserveInt64(errs, int64(ka.RefreshErrors), set())
 		}
-		if recs, bytes, ok := r.keyWindow(); ok {
-			o.ObserveInt64(winRecords, recs, set())
-			o.ObserveInt64(winBytes, bytes, set())
-		}
+		r.keyWindows(func(group, topic string, partition int32, records, bytes int64) {
+			at := set(attribute.String("topic", topic), attribute.String("group", group), attribute.Int("partition", int(partition)))
+			o.ObserveInt64(winRecords, records, at)
+			o.ObserveInt64(winBytes, bytes, at)
+		})
 		return nil
 	}, insts...)
 	if err != nil {

@@ -129,24 +129,25 @@ func (b *kafkaBackend) system() string { return "kafka" }
 
 func (b *kafkaBackend) close() error { return b.cluster.Close() }
 
-// keyWindow sums the windows of the router's Kafka handlers with
-// kafka.consumer key: records read and not yet committed, and their
-// bytes. False unless the router runs on Kafka in consumer key.
-func (r *Router) keyWindow() (records, bytes int64, ok bool) {
+// keyWindows calls f with the window of every partition the router's
+// Kafka handlers own with kafka.consumer key (records read and not yet
+// finished, and their bytes), with the handler's consumer group. It
+// calls f for nothing unless the router runs on Kafka in consumer key.
+func (r *Router) keyWindows(f func(group, topic string, partition int32, records, bytes int64)) {
 	b, isKafka := r.back.(*kafkaBackend)
 	if !isKafka || b.cfg.Consumer != kafkabroker.ConsumerKey {
-		return 0, 0, false
+		return
 	}
 	m := r.trackers.Load()
 	if m == nil {
-		return 0, 0, true
+		return
 	}
-	for _, t := range *m {
+	for handler, t := range *m {
 		if kt, isKT := t.(*kafkabroker.SessionTracker); isKT {
-			n, by := kt.Window()
-			records += n
-			bytes += by
+			group := b.group(handler)
+			kt.PartitionWindows(func(topic string, partition int32, records, bytes int64) {
+				f(group, topic, partition, records, bytes)
+			})
 		}
 	}
-	return records, bytes, true
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.uber.org/goleak"
 
 	"github.com/spillway-go/spillway/cost"
@@ -168,6 +169,62 @@ func TestKeyRebalanceMidBurst(t *testing.T) {
 				t.Errorf("key %s processed in order %v", k, seqs)
 				break
 			}
+		}
+	}
+}
+
+// TestKeyWindowGauges: with kafka.consumer key the router exports the
+// window's fill per partition, with the topic, consumer group and
+// partition as attributes (as the lag gauge).
+func TestKeyWindowGauges(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t, leakOptions...) })
+	const (
+		topic  = "key-gauges"
+		window = 4
+	)
+	broker := kafkatest.Start(t, 2, topic)
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer func() { _ = mp.Shutdown(context.Background()) }()
+	cfg := Config{Broker: BrokerKafka, CloseTimeout: 15 * time.Second}
+	cfg.Kafka.Brokers = broker.Brokers()
+	cfg.Kafka.Version = "2.3.0"
+	cfg.Kafka.ConsumerGroup = "gauges"
+	cfg.Kafka.Partitions = 2
+	cfg.Kafka.Consumer = kafkabroker.ConsumerKey
+	cfg.Kafka.WindowMessages = window
+	r, err := New(cfg, nil, WithMeterProvider(mp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	var held atomic.Int64
+	if _, err := r.AddConsumerHandler("h", topic, func(*message.Message) error {
+		held.Add(1)
+		<-release
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 60 {
+		publishCosted(t, r, topic, "m"+strconv.Itoa(i), 1)
+	}
+	errc := runRouter(t, r)
+	deadline := time.Now().Add(30 * time.Second)
+	for held.Load() < 2*window && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	got := series(t, reader)
+	close(release)
+	closeRouter(t, r, errc)
+
+	for p := range 2 {
+		at := "group=gauges.h partition=" + strconv.Itoa(p) + " topic=" + topic + " "
+		if n := got["spillway.kafka.window.records"][at]; n != window {
+			t.Errorf("spillway.kafka.window.records{%s} = %v, want %d (series %v)", at, n, window, got["spillway.kafka.window.records"])
+		}
+		if n := got["spillway.kafka.window.bytes"][at]; n <= 0 {
+			t.Errorf("spillway.kafka.window.bytes{%s} = %v, want > 0 (series %v)", at, n, got["spillway.kafka.window.bytes"])
 		}
 	}
 }

@@ -23,11 +23,16 @@ import (
 //
 //	go test -run '^$' -bench 'KafkaKey' -benchtime 3000x -count 3 ./internal/demo/
 //
+// (3,000 messages time about 0.4 s of goodput: on a busy machine use
+// -benchtime 20000x for KafkaKeyGoodput, and alternate builds as
+// docs/benchmarks.md does.)
+//
 // BenchmarkKafkaKeyGoodput: the demo's mixed geometry (one heavy
 // multipolygon of 5,000+ vertices in 100 messages, a county parcel in 5,
 // pings otherwise) over 1,000 keys, published before the consumer starts;
-// the handler runs the reference work (area, centroid, hull) once. Key
-// mode on one partition against partition mode on twelve, same budget.
+// the handler runs the reference work (area, centroid, hull) once, or six
+// times (-passes6). Key mode on one partition against partition mode on
+// twelve, same budget.
 //
 // BenchmarkKafkaKeyPingLatency: one partition that carries heavy
 // multipolygons (one in ten messages) and pings (the rest, each its own
@@ -124,7 +129,13 @@ func BenchmarkKafkaKeyGoodput(b *testing.B) {
 		name       string
 		consumer   string
 		partitions int32
-	}{{"partition-12p", "partition", 12}, {"key-1p", "key", 1}} {
+		passes     int // of the reference work per message
+	}{
+		{"partition-12p", "partition", 12, 1}, {"key-1p", "key", 1, 1},
+		// A handler six times heavier: the work, not the hand-over of
+		// one partition's records into the router, is then the limit.
+		{"partition-12p-passes6", "partition", 12, 6}, {"key-1p-passes6", "key", 1, 6},
+	} {
 		b.Run(c.name, func(b *testing.B) {
 			topic := fmt.Sprintf("goodput-%s-%d", c.name, seq.Add(1))
 			ensureTopic(b, cl.brokers, topic, c.partitions)
@@ -154,7 +165,7 @@ func BenchmarkKafkaKeyGoodput(b *testing.B) {
 			// four heavy multipolygons, or a few hundred parcels, at once.
 			r := keyBenchRouter(b, cl.brokers, c.consumer, c.partitions, 20_000, topic, func(msg *message.Message) error {
 				once.Do(func() { close(first) })
-				if _, err := refwork.Process(refwork.Full, msg.Payload, 1); err != nil {
+				if _, err := refwork.Process(refwork.Full, msg.Payload, c.passes); err != nil {
 					return err
 				}
 				if handled.Add(1) == int64(b.N) {
