@@ -320,7 +320,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		// flight.
 		pipe := s.control.Pipeline()
 		group := pipe.XGroupCreateMkStream(ctx, topic, s.cfg.ConsumerGroup, "0")
-		ackScript.Load(ctx, pipe)
+		pipe.ScriptLoad(ctx, ackScriptSource)
 		_, _ = pipe.Exec(ctx) // each command's error is read on its own
 		if err := groupCreated(group.Err(), s.cfg.ConsumerGroup, topic); err != nil {
 			warmed.Wait()
