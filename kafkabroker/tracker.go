@@ -2,6 +2,7 @@ package kafkabroker
 
 import (
 	"context"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -73,14 +74,20 @@ type SessionTracker struct {
 	keyed bool
 
 	mu       sync.Mutex
-	claims   map[topicPartition]*claimState
+	claims   map[topicPartition]*claimState // under mu; readers use claimsView
 	keyParts map[topicPartition]*keyPartition
+	// claimsView is a copy of claims, replaced whenever claims changes
+	// (a claim starts or ends: rare), so the per-message paths read it
+	// without taking mu.
+	claimsView atomic.Pointer[map[topicPartition]*claimState]
 	// delivering maps the message each live claim is delivering now to
 	// its claim and offset, so the hooks the router calls for every
 	// message (Begin, Revoked, Completed) find the claim without reading
 	// partition, offset and topic from the message context. A message it
 	// does not hold (a copy resent after a nack) is looked up the long way.
-	delivering map[*message.Message]delivered
+	// Sharded by the message's address, so that the claims' goroutines
+	// and the message goroutines do not queue for one lock.
+	delivering [deliveringShards]deliveringShard
 
 	ended       atomic.Uint64 // sessions whose context ended
 	marked      atomic.Uint64 // acks marked after their session ended
@@ -121,13 +128,86 @@ type claimState struct {
 	current   int64 // offset watermill-kafka is delivering, -1 before the first
 	completed int64 // offset whose handler succeeded in the current attempt, -1 none
 
-	msg *message.Message // the message unmarshalled for current; under SessionTracker.mu
+	msg *message.Message // the message unmarshalled for current; only the claim's goroutine uses it
+
+	high *atomic.Int64 // the offset memory's slot of this claim's group and partition
 }
 
 // delivered is what SessionTracker.delivering holds for a message.
 type delivered struct {
 	c      *claimState
 	offset int64
+}
+
+const deliveringShards = 16
+
+// deliveringShard is one share of SessionTracker.delivering.
+type deliveringShard struct {
+	mu sync.Mutex
+	m  map[*message.Message]delivered
+	_  [48]byte // one shard per 64-byte cache line
+}
+
+// deliveringOf returns msg's shard of t.delivering, picked from msg's
+// address (heap objects do not move).
+func (t *SessionTracker) deliveringOf(msg *message.Message) *deliveringShard {
+	p := uint64(reflect.ValueOf(msg).Pointer())
+	// Fibonacci hashing: the top bits of the product mix every bit.
+	return &t.delivering[(p*0x9E3779B97F4A7C15)>>(64-4)]
+}
+
+// setDelivering records that c is delivering msg at offset.
+func (t *SessionTracker) setDelivering(msg *message.Message, d delivered) {
+	sh := t.deliveringOf(msg)
+	sh.mu.Lock()
+	sh.m[msg] = d
+	sh.mu.Unlock()
+}
+
+// dropDelivering forgets msg.
+func (t *SessionTracker) dropDelivering(msg *message.Message) {
+	sh := t.deliveringOf(msg)
+	sh.mu.Lock()
+	delete(sh.m, msg)
+	sh.mu.Unlock()
+}
+
+// deliveringCount returns how many messages t holds as being delivered.
+func (t *SessionTracker) deliveringCount() int {
+	n := 0
+	for i := range t.delivering {
+		sh := &t.delivering[i]
+		sh.mu.Lock()
+		n += len(sh.m)
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// setClaimLocked registers c as the live claim of key, or, with c nil, removes
+// key's claim if it is still old; it publishes the new claimsView. The
+// caller holds t.mu.
+func (t *SessionTracker) setClaimLocked(key topicPartition, c, old *claimState) {
+	if c != nil {
+		t.claims[key] = c
+	} else if t.claims[key] == old {
+		delete(t.claims, key)
+	} else {
+		return
+	}
+	view := make(map[topicPartition]*claimState, len(t.claims))
+	for k, v := range t.claims {
+		view[k] = v
+	}
+	t.claimsView.Store(&view)
+}
+
+// claimOf returns the live claim of key, nil if none, without locking.
+func (t *SessionTracker) claimOf(key topicPartition) *claimState {
+	if v := t.claimsView.Load(); v != nil {
+		return (*v)[key]
+	}
+	return nil
 }
 
 // newSessionTracker returns a tracker for consumer group group that
@@ -137,16 +217,22 @@ func newSessionTracker(inner kafka.SaramaTracer, group string, seen *offsetMemor
 	if seen == nil {
 		seen = newOffsetMemory()
 	}
-	return &SessionTracker{inner: inner, group: group, seen: seen, claims: make(map[topicPartition]*claimState),
-		delivering: make(map[*message.Message]delivered)}
+	t := &SessionTracker{inner: inner, group: group, seen: seen, claims: make(map[topicPartition]*claimState)}
+	for i := range t.delivering {
+		t.delivering[i].m = make(map[*message.Message]delivered)
+	}
+	return t
 }
 
 // offsetMemory is, per consumer group and partition, the highest offset
 // received by any session of a [Cluster]'s subscribers. Its size is bounded
 // by the partitions consumed.
+//
+// Each entry is an atomic slot, so that a claim, which looks its slot up
+// once, records every offset it receives without the memory's lock.
 type offsetMemory struct {
 	mu   sync.Mutex
-	high map[groupPartition]int64
+	high map[groupPartition]*atomic.Int64
 }
 
 type groupPartition struct {
@@ -155,7 +241,7 @@ type groupPartition struct {
 }
 
 func newOffsetMemory() *offsetMemory {
-	return &offsetMemory{high: make(map[groupPartition]int64)}
+	return &offsetMemory{high: make(map[groupPartition]*atomic.Int64)}
 }
 
 // highest returns the highest offset received for k, -1 none.
@@ -163,18 +249,37 @@ func (m *offsetMemory) highest(k groupPartition) int64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if v, ok := m.high[k]; ok {
-		return v
+		return v.Load()
 	}
 	return -1
 }
 
+// slot returns k's slot, created holding -1 (none received) if k has none.
+func (m *offsetMemory) slot(k groupPartition) *atomic.Int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	v, ok := m.high[k]
+	if !ok {
+		v = new(atomic.Int64)
+		v.Store(-1)
+		m.high[k] = v
+	}
+	return v
+}
+
 // receive records that offset of k was received.
 func (m *offsetMemory) receive(k groupPartition, offset int64) {
-	m.mu.Lock()
-	if v, ok := m.high[k]; !ok || offset > v {
-		m.high[k] = offset
+	raise(m.slot(k), offset)
+}
+
+// raise sets v to offset if offset is higher.
+func raise(v *atomic.Int64, offset int64) {
+	for {
+		cur := v.Load()
+		if offset <= cur || v.CompareAndSwap(cur, offset) {
+			return
+		}
 	}
-	m.mu.Unlock()
 }
 
 // sessionTracer is the watermill-kafka tracer of a SessionTracker: the
@@ -319,9 +424,10 @@ func (t *SessionTracker) unregisterKeyed(tp topicPartition, p *keyPartition) {
 // lookup finds the claim msg was delivered from and msg's offset, provided
 // it is the message that claim is delivering now.
 func (t *SessionTracker) lookup(msg *message.Message) (*claimState, int64, bool) {
-	t.mu.Lock()
-	d, ok := t.delivering[msg]
-	t.mu.Unlock()
+	sh := t.deliveringOf(msg)
+	sh.mu.Lock()
+	d, ok := sh.m[msg]
+	sh.mu.Unlock()
 	if ok {
 		d.c.mu.Lock()
 		cur := d.c.current
@@ -345,9 +451,7 @@ func (t *SessionTracker) lookup(msg *message.Message) (*claimState, int64, bool)
 		c, ok := t.lookupByOffset(partition, offset)
 		return c, offset, ok
 	}
-	t.mu.Lock()
-	c := t.claims[topicPartition{topic, partition}]
-	t.mu.Unlock()
+	c := t.claimOf(topicPartition{topic, partition})
 	if c == nil {
 		return nil, 0, false
 	}
@@ -477,21 +581,20 @@ func (h *trackedHandler) ConsumeClaim(s sarama.ConsumerGroupSession, claim saram
 	if t.keyed {
 		return h.next.ConsumeClaim(s, claim)
 	}
+	gp := groupPartition{t.group, key}
 	c := &claimState{sess: s.Context(), current: -1, completed: -1,
-		seenBefore: t.seen.highest(groupPartition{t.group, key})}
+		seenBefore: t.seen.highest(gp), high: t.seen.slot(gp)}
 	t.mu.Lock()
-	t.claims[key] = c
+	t.setClaimLocked(key, c, nil)
 	t.mu.Unlock()
 	defer func() {
 		t.mu.Lock()
-		if t.claims[key] == c {
-			delete(t.claims, key)
-		}
+		t.setClaimLocked(key, nil, c)
+		t.mu.Unlock()
 		if c.msg != nil {
-			delete(t.delivering, c.msg)
+			t.dropDelivering(c.msg)
 			c.msg = nil
 		}
-		t.mu.Unlock()
 	}()
 	if t.observeOnly {
 		return h.next.ConsumeClaim(s, claim)
@@ -542,11 +645,16 @@ type trackedUnmarshaler struct {
 	next kafka.Unmarshaler
 }
 
+// Unmarshal runs on the goroutine of the claim m comes from (watermill-kafka
+// unmarshals in ConsumeClaim), so the claim's msg needs no lock.
 func (u trackedUnmarshaler) Unmarshal(m *sarama.ConsumerMessage) (*message.Message, error) {
-	u.t.seen.receive(groupPartition{u.t.group, topicPartition{m.Topic, m.Partition}}, m.Offset)
-	u.t.mu.Lock()
-	c := u.t.claims[topicPartition{m.Topic, m.Partition}]
-	u.t.mu.Unlock()
+	key := topicPartition{m.Topic, m.Partition}
+	c := u.t.claimOf(key)
+	if c != nil && c.high != nil {
+		raise(c.high, m.Offset)
+	} else {
+		u.t.seen.receive(groupPartition{u.t.group, key}, m.Offset)
+	}
 	if c != nil {
 		c.mu.Lock()
 		if c.current != m.Offset {
@@ -557,17 +665,14 @@ func (u trackedUnmarshaler) Unmarshal(m *sarama.ConsumerMessage) (*message.Messa
 	}
 	msg, err := u.next.Unmarshal(m)
 	if c != nil {
-		key := topicPartition{m.Topic, m.Partition}
-		u.t.mu.Lock()
 		if c.msg != nil {
-			delete(u.t.delivering, c.msg)
+			u.t.dropDelivering(c.msg)
 			c.msg = nil
 		}
-		if err == nil && msg != nil && u.t.claims[key] == c {
+		if err == nil && msg != nil && u.t.claimOf(key) == c {
 			c.msg = msg
-			u.t.delivering[msg] = delivered{c: c, offset: m.Offset}
+			u.t.setDelivering(msg, delivered{c: c, offset: m.Offset})
 		}
-		u.t.mu.Unlock()
 	}
 	return msg, err
 }

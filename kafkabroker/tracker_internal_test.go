@@ -16,7 +16,9 @@ func TestTrackerDeliveringByMessage(t *testing.T) {
 	tr := newSessionTracker(nil, "g", nil)
 	key := topicPartition{"t", 3}
 	c := &claimState{sess: context.Background(), current: -1, completed: -1, seenBefore: 4}
-	tr.claims[key] = c
+	tr.mu.Lock()
+	tr.setClaimLocked(key, c, nil)
+	tr.mu.Unlock()
 	u := tr.wrapUnmarshaler(kafka.DefaultMarshaler{})
 
 	deliver := func(offset int64) *message.Message {
@@ -46,8 +48,8 @@ func TestTrackerDeliveringByMessage(t *testing.T) {
 	}
 
 	second := deliver(5)
-	if len(tr.delivering) != 1 {
-		t.Fatalf("tracker holds %d messages, want 1 (the claim's current)", len(tr.delivering))
+	if n := tr.deliveringCount(); n != 1 {
+		t.Fatalf("tracker holds %d messages, want 1 (the claim's current)", n)
 	}
 	if _, _, ok := tr.lookup(first); ok {
 		t.Fatal("the claim moved on: the first message must no longer be current")

@@ -160,7 +160,13 @@ func (c *entryClient) delivered(ctx context.Context, stream, consumer string, ms
 // are still pending for the consumer they were delivered to, atomically:
 // an entry a peer has claimed is left to it. ARGV[2:] are consumer/ID
 // pairs. Returns how many were acknowledged.
-var ackScript = redis.NewScript(`
+var ackScript = redis.NewScript(ackScriptSource)
+
+// ackScriptSource is ackScript's Lua. Load it through a pipeline with
+// ScriptLoad(ackScriptSource), never ackScript.Load: that stores the
+// command's value as the script's hash before the pipeline has run, an
+// empty hash, and every ack would then fall back from EVALSHA to EVAL.
+const ackScriptSource = `
 local n = 0
 for i = 2, #ARGV, 2 do
   local consumer, id = ARGV[i], ARGV[i + 1]
@@ -170,7 +176,7 @@ for i = 2, #ARGV, 2 do
   end
 end
 return n
-`)
+`
 
 // ackOwned acknowledges ids for consumer with ackScript, leaving out those
 // the keep-alive says must not be acknowledged.

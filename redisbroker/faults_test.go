@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/spillway-go/spillway/internal/redistest"
 	"github.com/spillway-go/spillway/redisbroker"
@@ -209,4 +210,94 @@ func TestRestartedConsumerRecoversItsPendingEntriesAtOnce(t *testing.T) {
 	})
 	waitFor(t, "the restarted consumer to recover its entries", 30*time.Second, func() bool { return len(c.missing(want)) == 0 })
 	t.Logf("recovered %d entries in %s (MaxIdleTime %s)", len(want), time.Since(start).Round(time.Millisecond), cfg.MaxIdleTime)
+}
+
+// Restart recovery asks for every consumer's pending entries at once and
+// pages through a consumer holding more than one page: every entry left
+// pending for any of the subscriber's names, and only those, is made
+// claimable (idle past MaxIdleTime) by the first Subscribe.
+func TestRestartRecoveryCoversEveryConsumerAndPage(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	cfg := testConfig(srv)
+	cfg.Consumers = 3
+	cfg.MaxIdleTime = 10 * time.Minute
+	topic := uniq("recover-pages")
+	ctx := testCtx(t)
+	raw := rawClient(t, srv)
+	if err := raw.XGroupCreateMkStream(ctx, topic, cfg.ConsumerGroup, "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	names := cfg.ConsumerNames()
+	// names[0] holds more than one XPENDING page (500), names[2] a few,
+	// names[1] none; a stranger holds some too.
+	held := map[string]int{names[0]: 1100, names[2]: 7, "stranger": 5}
+	for _, who := range []string{names[0], names[2], "stranger"} {
+		pipe := raw.Pipeline()
+		for range held[who] {
+			pipe.XAdd(ctx, &redis.XAddArgs{Stream: topic, Values: map[string]any{"payload": "x"}})
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := raw.XReadGroup(ctx, &redis.XReadGroupArgs{Group: cfg.ConsumerGroup, Consumer: who, Streams: []string{topic, ">"}, Count: int64(held[who])}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	sub := newSubscriber(t, cfg)
+	subCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if _, err := sub.Subscribe(subCtx, topic); err != nil {
+		t.Fatal(err)
+	}
+	// Stopped, so that nothing moves while the entries are counted.
+	cancel()
+	if err := sub.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Upstream's first claim pass may already have taken a few of them
+	// over (claimed to its own consumer name, one by one, stopping at the
+	// first it cannot hand over: nobody reads here), which resets their
+	// idle time: allow two per consumer. Counted over all the
+	// subscriber's names, since a claim moves an entry between them.
+	slack := 2 * cfg.Consumers
+	var ours, oursPending, oursRecovered int
+	for who, n := range held {
+		pending, err := raw.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: topic, Group: cfg.ConsumerGroup, Start: "-", End: "+", Count: 10_000, Consumer: who}).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		recovered := 0
+		for _, p := range pending {
+			if p.Idle >= cfg.MaxIdleTime {
+				recovered++
+			}
+		}
+		if who == "stranger" {
+			if len(pending) != n || recovered != 0 {
+				t.Fatalf("a stranger's entries were touched: %d pending (want %d), %d made claimable", len(pending), n, recovered)
+			}
+			continue
+		}
+		ours += n
+	}
+	for _, name := range names {
+		pending, err := raw.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: topic, Group: cfg.ConsumerGroup, Start: "-", End: "+", Count: 10_000, Consumer: name}).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		oursPending += len(pending)
+		for _, p := range pending {
+			if p.Idle >= cfg.MaxIdleTime {
+				oursRecovered++
+			}
+		}
+	}
+	if oursPending != ours {
+		t.Fatalf("%d entries pending for the subscriber's consumers, want %d", oursPending, ours)
+	}
+	if oursRecovered < ours-slack {
+		t.Fatalf("%d of %d pending entries made claimable", oursRecovered, ours)
+	}
 }

@@ -53,6 +53,7 @@ type Subscriber struct {
 	logger  watermill.LoggerAdapter
 	names   []string
 	ups     []*redisstream.Subscriber
+	clients []redis.UniversalClient // ups' clients, in order
 	control redis.UniversalClient
 
 	keepAlive *keepAlive
@@ -138,6 +139,7 @@ func NewSubscriber(cfg Config, logger watermill.LoggerAdapter, opts ...Option) (
 			return nil, err
 		}
 		s.ups = append(s.ups, up)
+		s.clients = append(s.clients, c)
 	}
 	return s, nil
 }
@@ -278,9 +280,14 @@ func (s *Subscriber) SubscribeInitialize(topic string) error {
 }
 
 func (s *Subscriber) createGroup(ctx context.Context, topic string) error {
-	err := s.control.XGroupCreateMkStream(ctx, topic, s.cfg.ConsumerGroup, "0").Err()
+	return groupCreated(s.control.XGroupCreateMkStream(ctx, topic, s.cfg.ConsumerGroup, "0").Err(), s.cfg.ConsumerGroup, topic)
+}
+
+// groupCreated is the error of creating group on topic: nil when it was
+// created or already there.
+func groupCreated(err error, group, topic string) error {
 	if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
-		return fmt.Errorf("redisbroker: creating group %q on %q: %w", s.cfg.ConsumerGroup, topic, err)
+		return fmt.Errorf("redisbroker: creating group %q on %q: %w", group, topic, err)
 	}
 	return nil
 }
@@ -296,17 +303,33 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	if s.closed {
 		return nil, errClosed
 	}
+	// The first subscription connects every consumer's client while the
+	// group is set up, instead of each consumer after it (connections
+	// are opened lazily): on a busy machine each of these round trips is
+	// slow, and the router subscribes its handlers one after the other.
+	var warmed sync.WaitGroup
+	if len(s.topics) == 0 {
+		for _, c := range s.clients {
+			warmed.Go(func() { _ = c.Ping(ctx).Err() }) // best effort
+		}
+	}
 	if !s.topics[topic] {
-		if err := s.createGroup(ctx, topic); err != nil {
+		// One round trip: the group, and the ack script, best effort:
+		// with the script cached, no ack pays the NOSCRIPT round trip,
+		// which widens the window in which Close cancels an ack in
+		// flight.
+		pipe := s.control.Pipeline()
+		group := pipe.XGroupCreateMkStream(ctx, topic, s.cfg.ConsumerGroup, "0")
+		pipe.ScriptLoad(ctx, ackScriptSource)
+		_, _ = pipe.Exec(ctx) // each command's error is read on its own
+		if err := groupCreated(group.Err(), s.cfg.ConsumerGroup, topic); err != nil {
+			warmed.Wait()
 			return nil, err
 		}
 		s.recoverOwnPending(ctx, topic)
-		// Best effort: with the ack script cached, no ack pays the
-		// NOSCRIPT round trip, which widens the window in which Close
-		// cancels an ack in flight.
-		_ = ackScript.Load(ctx, s.control).Err()
 		s.topics[topic] = true
 	}
+	warmed.Wait()
 	sub := &subscription{}
 	subCtx, cancel := context.WithCancel(withSubscription(ctx, sub))
 	// Each upstream consumer makes its own round trip to Redis before it
@@ -404,18 +427,46 @@ func (s *Subscriber) forward(ctx context.Context, in <-chan *message.Message, ou
 func (s *Subscriber) recoverOwnPending(ctx context.Context, topic string) {
 	idle := strconv.FormatInt((2 * s.cfg.MaxIdleTime).Milliseconds(), 10)
 	total := 0
+	// One round trip asks for every consumer's page (and one claims what
+	// they hold), not one per consumer: the router subscribes its handlers
+	// one after the other, and with 48 consumers, on a Redis busy serving
+	// the handlers already running, those round trips one by one held each
+	// later handler's start back by a few hundred milliseconds.
+	starts := make(map[string]string, len(s.names))
 	for _, name := range s.names {
-		start := "-"
-		for {
-			pending, err := s.control.XPendingExt(ctx, &redis.XPendingExtArgs{
-				Stream: topic, Group: s.cfg.ConsumerGroup, Start: start, End: "+", Count: recoverPageSize, Consumer: name,
-			}).Result()
+		starts[name] = "-"
+	}
+	for len(starts) > 0 {
+		names := make([]string, 0, len(starts))
+		for _, name := range s.names {
+			if _, ok := starts[name]; ok {
+				names = append(names, name)
+			}
+		}
+		pipe := s.control.Pipeline()
+		cmds := make([]*redis.XPendingExtCmd, len(names))
+		for i, name := range names {
+			cmds[i] = pipe.XPendingExt(ctx, &redis.XPendingExtArgs{
+				Stream: topic, Group: s.cfg.ConsumerGroup, Start: starts[name], End: "+", Count: recoverPageSize, Consumer: name,
+			})
+		}
+		_, _ = pipe.Exec(ctx) // each command's error is read below
+		claim := s.control.Pipeline()
+		var (
+			claims  []*redis.Cmd
+			claimed []string
+			counts  []int
+		)
+		for i, name := range names {
+			pending, err := cmds[i].Result()
 			if err != nil {
 				s.logger.Error("Looking for own pending entries failed", err, watermill.LogFields{"topic": topic, "consumer": name})
-				break
+				delete(starts, name)
+				continue
 			}
 			if len(pending) == 0 {
-				break
+				delete(starts, name)
+				continue
 			}
 			args := make([]any, 0, len(pending)+8)
 			args = append(args, "XCLAIM", topic, s.cfg.ConsumerGroup, name, 0)
@@ -423,15 +474,26 @@ func (s *Subscriber) recoverOwnPending(ctx context.Context, topic string) {
 				args = append(args, p.ID)
 			}
 			args = append(args, "IDLE", idle, "JUSTID")
-			if err := s.control.Do(ctx, args...).Err(); err != nil {
-				s.logger.Error("Recovering own pending entries failed", err, watermill.LogFields{"topic": topic, "consumer": name})
-				break
-			}
-			total += len(pending)
+			claims = append(claims, claim.Do(ctx, args...))
+			claimed = append(claimed, name)
+			counts = append(counts, len(pending))
 			if len(pending) < recoverPageSize {
-				break
+				delete(starts, name)
+			} else {
+				starts[name] = "(" + pending[len(pending)-1].ID
 			}
-			start = "(" + pending[len(pending)-1].ID
+		}
+		if len(claims) == 0 {
+			continue
+		}
+		_, _ = claim.Exec(ctx)
+		for i, c := range claims {
+			if err := c.Err(); err != nil {
+				s.logger.Error("Recovering own pending entries failed", err, watermill.LogFields{"topic": topic, "consumer": claimed[i]})
+				delete(starts, claimed[i])
+				continue
+			}
+			total += counts[i]
 		}
 	}
 	if total > 0 {
