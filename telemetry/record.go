@@ -91,6 +91,13 @@ const (
 type record struct {
 	topic string
 
+	// span identifies the consumer span of the tracing middleware that
+	// created the record, when it records: that middleware sets the
+	// admission's attributes on it as it ends, with the rest, so that
+	// RecordAdmission leaves it alone. Set before the message enters the
+	// chain; invalid otherwise.
+	span trace.SpanContext
+
 	mu        sync.Mutex
 	outcome   Outcome
 	reason    string
@@ -104,15 +111,27 @@ type recordKey struct{}
 // record's allocation: one object per message instead of two. Done, Err and
 // Deadline are the parent's, so the context package still recognises a
 // cancellable parent and derived contexts start no extra goroutine.
+//
+// The tracing middleware may also store the producer's span context in it
+// (hasRemote): the context then answers OpenTelemetry's span lookups
+// (spanKey) with it, as the context propagation.TraceContext's Extract
+// returns would, without the two allocations that makes.
 type recordContext struct {
 	context.Context
-	rec record
+	rec       record
+	remote    remoteSpan
+	hasRemote bool
 }
 
-// Value returns the record for recordKey and asks the parent otherwise.
+// Value returns the record for recordKey, the producer's span for
+// OpenTelemetry's span key when the context carries one, and asks the
+// parent otherwise.
 func (c *recordContext) Value(key any) any {
 	if _, ok := key.(recordKey); ok {
 		return &c.rec
+	}
+	if c.hasRemote && key == spanKey() {
+		return &c.remote
 	}
 	return c.Context.Value(key)
 }
@@ -132,6 +151,16 @@ func ensureRecord(msg *message.Message, topic string) *record {
 	c := &recordContext{Context: ctx, rec: record{topic: topic}}
 	msg.SetContext(c)
 	return &c.rec
+}
+
+// ownsSpan reports whether span is the consumer span whose attributes the
+// tracing middleware that created r sets as it ends.
+func (r *record) ownsSpan(span trace.Span) bool {
+	if r == nil || !r.span.IsValid() {
+		return false
+	}
+	sc := span.SpanContext()
+	return sc.SpanID() == r.span.SpanID() && sc.TraceID() == r.span.TraceID()
 }
 
 func (r *record) setOutcome(o Outcome, reason string) {
@@ -221,7 +250,8 @@ func RecordAdmission(msg *message.Message, a middleware.Admission) {
 	}
 	ctx := msg.Context()
 	o, reason := admissionOutcome(a.Outcome)
-	if r := recordFrom(ctx); r != nil {
+	r := recordFrom(ctx)
+	if r != nil {
 		r.mu.Lock()
 		r.admission, r.admitted = a, true
 		if o != "" {
@@ -229,7 +259,9 @@ func RecordAdmission(msg *message.Message, a middleware.Admission) {
 		}
 		r.mu.Unlock()
 	}
-	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+	// The tracing middleware's own span gets these attributes as it ends,
+	// in the same call as the others.
+	if span := trace.SpanFromContext(ctx); span.IsRecording() && !r.ownsSpan(span) {
 		annotateAdmission(span, a, o)
 	}
 }
@@ -237,7 +269,15 @@ func RecordAdmission(msg *message.Message, a middleware.Admission) {
 // annotateAdmission is kept out of RecordAdmission so that the common,
 // non-recording path has a small stack frame.
 func annotateAdmission(span trace.Span, a middleware.Admission, o Outcome) {
-	attrs := make([]attribute.KeyValue, 0, 7)
+	attrs := appendAdmission(make([]attribute.KeyValue, 0, 7), a)
+	if o != "" {
+		attrs = append(attrs, keyOutcome.String(string(o)))
+	}
+	span.SetAttributes(attrs...)
+}
+
+// appendAdmission appends the span attributes that describe admission a.
+func appendAdmission(attrs []attribute.KeyValue, a middleware.Admission) []attribute.KeyValue {
 	if n, ok := knownVertices(a); ok {
 		attrs = append(attrs, keyVertices.Int64(n))
 	}
@@ -249,10 +289,7 @@ func annotateAdmission(span trace.Span, a middleware.Admission, o Outcome) {
 	if a.Outcome == middleware.Admitted {
 		attrs = append(attrs, keyVerticesGranted.Int64(a.Granted), keyAdmissionClamped.Bool(a.Clamped))
 	}
-	if o != "" {
-		attrs = append(attrs, keyOutcome.String(string(o)))
-	}
-	span.SetAttributes(attrs...)
+	return attrs
 }
 
 func admissionOutcome(o middleware.Outcome) (Outcome, string) {
