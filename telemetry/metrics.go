@@ -8,8 +8,10 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+	noopmetric "go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/spillway-go/spillway/internal/stackroom"
 	"github.com/spillway-go/spillway/middleware"
@@ -94,6 +96,11 @@ type Metrics struct {
 	cfg   config
 	meter metric.Meter
 
+	// noop: the meter is OpenTelemetry's no-op meter; placeholder: it
+	// came from OpenTelemetry's global provider before any provider was
+	// installed. See idle.
+	noop, placeholder bool
+
 	duration       metric.Float64Histogram
 	vertices       metric.Int64Histogram
 	processedMsgs  metric.Int64Counter
@@ -135,6 +142,8 @@ func NewMetrics(opts ...Option) (*Metrics, error) {
 	cfg := newConfig(opts)
 	m := &Metrics{cfg: cfg, meter: meter(cfg.meterProvider)}
 	mt := m.meter
+	_, m.noop = mt.(noopmetric.Meter)
+	m.placeholder = globalDelegate(mt, "meter")
 	var errs []error
 	check := func(err error) {
 		if err != nil {
@@ -250,6 +259,16 @@ func NewMetrics(opts ...Option) (*Metrics, error) {
 	return m, nil
 }
 
+// idle reports whether measurements would go nowhere, so that the
+// per-message instruments need not be fed (nor their label sets looked
+// up): the meter is OpenTelemetry's no-op meter, or the global
+// placeholder while the application has still not installed a provider
+// (the global provider is the one the meter came from; instruments made
+// before then forward to the provider installed later, from then on).
+func (m *Metrics) idle() bool {
+	return m.noop || m.placeholder && otel.GetMeterProvider() == m.cfg.meterProvider
+}
+
 // attrKey identifies a cached attribute set.
 type attrKey struct {
 	shape uint8 // which of the fields below are labels
@@ -347,6 +366,9 @@ func (m *Metrics) attrs(shape uint8, topic, value string) *measureOpts {
 // error of its own and never alters the chain's result.
 func (m *Metrics) Middleware(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) (out []*message.Message, err error) {
+		if m.idle() {
+			return h(msg)
+		}
 		rec := recordFrom(msg.Context())
 		if rec == nil {
 			// Outermost (no tracing): grow the goroutine's stack while
@@ -396,6 +418,9 @@ func (m *Metrics) OnAdmission(msg *message.Message, a middleware.Admission) {
 		return
 	}
 	RecordAdmission(msg, a)
+	if m.idle() {
+		return
+	}
 	ctx := msg.Context()
 	topic := m.topicOf(msg)
 	m.admissionWait.Record(ctx, a.Wait.Seconds(), m.attrs(shapeAdmission, topic, string(a.Outcome)).rec...)
@@ -447,7 +472,7 @@ func (m *Metrics) OnRetryOutcome(e retrygate.Event) {
 // error, ...) are ignored. Safe for concurrent use.
 func (m *Metrics) count(ctx context.Context, outcome Outcome, topic, reason string, n int64) {
 	c, ok := m.outcomes[outcome]
-	if !ok || n == 0 {
+	if !ok || n == 0 || m.idle() {
 		return
 	}
 	if ctx == nil {
