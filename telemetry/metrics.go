@@ -365,46 +365,55 @@ func (m *Metrics) attrs(shape uint8, topic, value string) *measureOpts {
 // tracing) so the duration covers the whole stack. It never returns an
 // error of its own and never alters the chain's result.
 func (m *Metrics) Middleware(h message.HandlerFunc) message.HandlerFunc {
-	return func(msg *message.Message) (out []*message.Message, err error) {
+	return func(msg *message.Message) ([]*message.Message, error) {
 		if m.idle() {
+			// A small frame on the goroutine's stack while the chain
+			// runs: measure's is not there.
 			return h(msg)
 		}
-		rec := recordFrom(msg.Context())
-		if rec == nil {
-			// Outermost (no tracing): grow the goroutine's stack while
-			// it is shallow.
-			stackroom.Reserve()
-			rec = ensureRecord(msg, m.cfg.topicOf(msg))
-		}
-		topic := rec.topic
-		ctx := msg.Context()
-		start := time.Now()
-		returned := false
-		defer func() {
-			o, _, adm, hasAdm := rec.final(err)
-			if !returned {
-				o = outcomePanic
-			}
-			opt := m.attrs(shapeOutcome, topic, string(o))
-			m.duration.Record(ctx, time.Since(start).Seconds(), opt.rec...)
-			m.processedMsgs.Add(ctx, 1, opt.add...)
-			var n int64
-			var known bool
-			if hasAdm {
-				n, known = countedVertices(adm)
-			} else {
-				n, known = headerVertices(msg)
-				n = min(n, middleware.MaxCapacity)
-			}
-			if known {
-				m.processedVerts.Add(ctx, n, opt.add...)
-				m.vertices.Record(ctx, n, m.attrs(shapeTopic, topic, "").rec...)
-			}
-		}()
-		out, err = h(msg)
-		returned = true
-		return out, err
+		return m.measure(h, msg)
 	}
+}
+
+// measure runs h and measures msg; see [Metrics.Middleware].
+//
+//go:noinline
+func (m *Metrics) measure(h message.HandlerFunc, msg *message.Message) (out []*message.Message, err error) {
+	rec := recordFrom(msg.Context())
+	if rec == nil {
+		// Outermost (no tracing): grow the goroutine's stack while
+		// it is shallow.
+		stackroom.Reserve()
+		rec = ensureRecord(msg, m.cfg.topicOf(msg))
+	}
+	topic := rec.topic
+	ctx := msg.Context()
+	start := time.Now()
+	returned := false
+	defer func() {
+		o, _, adm, hasAdm := rec.final(err)
+		if !returned {
+			o = outcomePanic
+		}
+		opt := m.attrs(shapeOutcome, topic, string(o))
+		m.duration.Record(ctx, time.Since(start).Seconds(), opt.rec...)
+		m.processedMsgs.Add(ctx, 1, opt.add...)
+		var n int64
+		var known bool
+		if hasAdm {
+			n, known = countedVertices(adm)
+		} else {
+			n, known = headerVertices(msg)
+			n = min(n, middleware.MaxCapacity)
+		}
+		if known {
+			m.processedVerts.Add(ctx, n, opt.add...)
+			m.vertices.Record(ctx, n, m.attrs(shapeTopic, topic, "").rec...)
+		}
+	}()
+	out, err = h(msg)
+	returned = true
+	return out, err
 }
 
 // OnAdmission records a budget admission: the spillway.admission.wait

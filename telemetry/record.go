@@ -91,12 +91,14 @@ const (
 type record struct {
 	topic string
 
-	// span identifies the consumer span of the tracing middleware that
-	// created the record, when it records: that middleware sets the
-	// admission's attributes on it as it ends, with the rest, so that
-	// RecordAdmission leaves it alone. Set before the message enters the
-	// chain; invalid otherwise.
-	span trace.SpanContext
+	// spanTrace and spanID identify the consumer span of the tracing
+	// middleware that created the record, when it records: that
+	// middleware sets the admission's attributes on it as it ends, with
+	// the rest, so that RecordAdmission leaves it alone. Set before the
+	// message enters the chain; zero otherwise (no valid span has a zero
+	// ID).
+	spanTrace trace.TraceID
+	spanID    trace.SpanID
 
 	mu        sync.Mutex
 	outcome   Outcome
@@ -156,11 +158,17 @@ func ensureRecord(msg *message.Message, topic string) *record {
 // ownsSpan reports whether span is the consumer span whose attributes the
 // tracing middleware that created r sets as it ends.
 func (r *record) ownsSpan(span trace.Span) bool {
-	if r == nil || !r.span.IsValid() {
+	if r == nil || !r.spanID.IsValid() {
 		return false
 	}
 	sc := span.SpanContext()
-	return sc.SpanID() == r.span.SpanID() && sc.TraceID() == r.span.TraceID()
+	return sc.SpanID() == r.spanID && sc.TraceID() == r.spanTrace
+}
+
+// own records that span is the tracing middleware's own consumer span.
+func (r *record) own(span trace.Span) {
+	sc := span.SpanContext()
+	r.spanTrace, r.spanID = sc.TraceID(), sc.SpanID()
 }
 
 func (r *record) setOutcome(o Outcome, reason string) {

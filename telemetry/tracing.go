@@ -143,100 +143,150 @@ func (t *tracing) carriesContext(msg *message.Message) bool {
 }
 
 // middleware wraps h in a consumer span.
+//
+// Its frame stays on the goroutine's stack while the chain runs, so it is
+// kept small: the work before and after the chain is done in begin and
+// finish, whose frames are gone by then. Watermill starts each message's
+// goroutine with a small stack, and a chain that outgrows it has the whole
+// stack copied.
 func (t *tracing) middleware(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) (out []*message.Message, err error) {
-		// Outermost: grow the goroutine's stack while it is shallow.
-		stackroom.Reserve()
-		topic := t.cfg.topicOf(msg)
-		st := t.starts.get(topic, t.newStart)
-		parent, opts := msg.Context(), st.opts
-		// The message's record, made here unless an outer telemetry
-		// middleware made it: the span starts under it, so that the
-		// record can carry the producer's span context too.
-		var rc *recordContext
-		rec := recordFrom(parent)
-		if rec == nil {
-			rc = &recordContext{Context: parent, rec: record{topic: topic}}
-			rec, parent = &rc.rec, rc
-		}
-		if t.carriesContext(msg) {
-			var sc trace.SpanContext
-			if t.w3c && rc != nil {
-				sc = parseTraceContext(msg)
-				if sc.IsValid() && !t.cfg.linkProducer {
-					rc.remote.sc, rc.hasRemote = sc, true
-				}
-			} else {
-				remote := t.cfg.propagator.Extract(parent, metadataCarrier{msg})
-				if !t.cfg.linkProducer {
-					parent = remote
-				} else {
-					sc = trace.SpanContextFromContext(remote)
-				}
-			}
-			if t.cfg.linkProducer && sc.IsValid() {
-				opts = append(slices.Clip(opts), trace.WithLinks(trace.Link{SpanContext: sc}))
-			}
-		}
-		var (
-			ctx  context.Context
-			span trace.Span
-		)
-		if t.startless(parent) {
-			// The parent's span context stays in ctx for the handler
-			// and for propagation, as the placeholder's span would
-			// carry it; the middleware's own span calls do nothing.
-			ctx, span = parent, noSpan
+		// Outermost: grow the goroutine's stack while it is shallow. The
+		// chain below outgrows Watermill's initial stack even without a
+		// span to start (the budget's and the hooks' frames), and a
+		// copy made here moves the fewest frames. A tracer that may
+		// record (the SDK's) needs twice the room: its sampler runs
+		// deep below.
+		if t.noop || t.placeholder {
+			stackroom.Reserve()
 		} else {
-			ctx, span = t.tracer.Start(parent, st.name, opts...)
+			stackroom.ReserveDeep()
 		}
-		// Read now, set as the span ends, with the admission and the
-		// outcome, in one call: every call grows the span's attribute
-		// slice.
-		var (
-			buf   *attrBuf
-			attrs []attribute.KeyValue
-			owned bool
-		)
-		if span.IsRecording() {
-			buf = getAttrBuf()
-			attrs = t.appendMessageAttributes(buf.s, msg)
-			if rc != nil {
-				rec.span, owned = span.SpanContext(), true
-			}
-		}
-		msg.SetContext(ctx)
-
+		var cs consumerSpan
+		t.begin(msg, &cs)
 		returned := false
 		defer func() {
 			if !returned {
 				// A panic, or runtime.Goexit (recover returns nil then).
 				v := recover()
-				if v == nil {
-					span.SetStatus(codes.Error, "handler goroutine exited")
-					endSpan(span, rec, owned, buf, attrs, "")
-					return
+				cs.abort(v)
+				if v != nil {
+					panic(v)
 				}
-				span.SetStatus(codes.Error, fmt.Sprintf("panic: %v", v))
-				endSpan(span, rec, owned, buf, attrs, outcomePanic)
-				panic(v)
-			}
-			if buf == nil {
-				span.End()
 				return
 			}
-			if err != nil {
-				span.RecordError(err)
-				span.SetStatus(codes.Error, err.Error())
-				attrs = append(attrs, semconv.ErrorType(err))
-			}
-			o, _, _, _ := rec.final(err)
-			endSpan(span, rec, owned, buf, attrs, o)
+			cs.finish(err)
 		}()
 		out, err = h(msg)
 		returned = true
 		return out, err
 	}
+}
+
+// consumerSpan is what the tracing middleware keeps of a message while the
+// chain runs.
+type consumerSpan struct {
+	span trace.Span
+	rec  *record
+	// buf holds attrs, the per-message attributes read as the span
+	// started, set as it ends with the admission and the outcome, in one
+	// call: every call grows the span's attribute slice. nil when the span
+	// does not record.
+	buf   *attrBuf
+	attrs []attribute.KeyValue
+	// owned: the middleware made the record, and the admission's
+	// attributes are its to set (see RecordAdmission).
+	owned bool
+}
+
+// begin starts msg's consumer span and puts it, with the record, into the
+// message's context.
+//
+//go:noinline
+func (t *tracing) begin(msg *message.Message, cs *consumerSpan) {
+	skip := t.startless(msg.Context())
+	topic := t.cfg.topicOf(msg)
+	st := t.starts.get(topic, t.newStart)
+	parent, opts := msg.Context(), st.opts
+	// The message's record, made here unless an outer telemetry
+	// middleware made it: the span starts under it, so that the record
+	// can carry the producer's span context too.
+	var rc *recordContext
+	rec := recordFrom(parent)
+	if rec == nil {
+		rc = &recordContext{Context: parent, rec: record{topic: topic}}
+		rec, parent = &rc.rec, rc
+	}
+	if t.carriesContext(msg) {
+		var sc trace.SpanContext
+		if t.w3c && rc != nil {
+			sc = parseTraceContext(msg)
+			if sc.IsValid() && !t.cfg.linkProducer {
+				rc.remote.sc, rc.hasRemote = sc, true
+			}
+		} else {
+			remote := t.cfg.propagator.Extract(parent, metadataCarrier{msg})
+			if !t.cfg.linkProducer {
+				parent = remote
+			} else {
+				sc = trace.SpanContextFromContext(remote)
+			}
+		}
+		if t.cfg.linkProducer && sc.IsValid() {
+			opts = append(slices.Clip(opts), trace.WithLinks(trace.Link{SpanContext: sc}))
+		}
+	}
+	var (
+		ctx  context.Context
+		span trace.Span
+	)
+	if skip {
+		// The parent's span context stays in ctx for the handler and
+		// for propagation, as the placeholder's span would carry it;
+		// the middleware's own span calls do nothing.
+		ctx, span = parent, noSpan
+	} else {
+		ctx, span = t.tracer.Start(parent, st.name, opts...)
+	}
+	cs.span, cs.rec = span, rec
+	if span.IsRecording() {
+		cs.buf = getAttrBuf()
+		cs.attrs = t.appendMessageAttributes(cs.buf.s, msg)
+		if rc != nil {
+			rec.own(span)
+			cs.owned = true
+		}
+	}
+	msg.SetContext(ctx)
+}
+
+// finish ends the span once the chain has returned err.
+//
+//go:noinline
+func (cs *consumerSpan) finish(err error) {
+	if cs.buf == nil {
+		cs.span.End()
+		return
+	}
+	if err != nil {
+		cs.span.RecordError(err)
+		cs.span.SetStatus(codes.Error, err.Error())
+		cs.attrs = append(cs.attrs, semconv.ErrorType(err))
+	}
+	o, _, _, _ := cs.rec.final(err)
+	endSpan(cs.span, cs.rec, cs.owned, cs.buf, cs.attrs, o)
+}
+
+// abort ends the span when the chain panicked with v, or its goroutine
+// exited (v nil).
+func (cs *consumerSpan) abort(v any) {
+	if v == nil {
+		cs.span.SetStatus(codes.Error, "handler goroutine exited")
+		endSpan(cs.span, cs.rec, cs.owned, cs.buf, cs.attrs, "")
+		return
+	}
+	cs.span.SetStatus(codes.Error, fmt.Sprintf("panic: %v", v))
+	endSpan(cs.span, cs.rec, cs.owned, cs.buf, cs.attrs, outcomePanic)
 }
 
 // endSpan sets attrs on a recording consumer span, with the admission's
