@@ -6,8 +6,10 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/embedded"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 )
 
@@ -46,13 +48,25 @@ func (p *keyProbe) Value(key any) any {
 
 // remoteSpan is the producer's span as the consumer side knows it: a span
 // context and nothing else, like the span the propagator would store. It
-// never records.
+// never records; its methods other than SpanContext do nothing. (It does
+// not embed the no-op span, which would carry a second span context.)
 type remoteSpan struct {
-	tracenoop.Span
+	embedded.Span
 	sc trace.SpanContext
 }
 
-func (s *remoteSpan) SpanContext() trace.SpanContext { return s.sc }
+var _ trace.Span = (*remoteSpan)(nil)
+
+func (s *remoteSpan) SpanContext() trace.SpanContext        { return s.sc }
+func (*remoteSpan) IsRecording() bool                       { return false }
+func (*remoteSpan) End(...trace.SpanEndOption)              {}
+func (*remoteSpan) AddEvent(string, ...trace.EventOption)   {}
+func (*remoteSpan) AddLink(trace.Link)                      {}
+func (*remoteSpan) RecordError(error, ...trace.EventOption) {}
+func (*remoteSpan) SetStatus(codes.Code, string)            {}
+func (*remoteSpan) SetName(string)                          {}
+func (*remoteSpan) SetAttributes(...attribute.KeyValue)     {}
+func (*remoteSpan) TracerProvider() trace.TracerProvider    { return tracenoop.NewTracerProvider() }
 
 // isW3C reports whether p is OpenTelemetry's W3C trace context propagator,
 // whose work the tracing middleware can do itself (see parseTraceContext).

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
@@ -105,7 +107,20 @@ func TestTracingW3CParentInContext(t *testing.T) {
 				telemetry.WithTopicFunc(func(*message.Message) string { return "t" }))
 			var seen trace.SpanContext
 			h := mw(func(msg *message.Message) ([]*message.Message, error) {
-				seen = trace.SpanContextFromContext(msg.Context())
+				span := trace.SpanFromContext(msg.Context())
+				seen = span.SpanContext()
+				if spans == nil {
+					// The producer's span as the handler finds it:
+					// not recording, its calls do nothing.
+					span.SetAttributes(attribute.String("k", "v"))
+					span.AddEvent("e")
+					span.SetStatus(codes.Error, "x")
+					span.End()
+					if span.IsRecording() || span.TracerProvider() == nil {
+						t.Errorf("producer's span in the handler's context: recording %t, provider %v",
+							span.IsRecording(), span.TracerProvider())
+					}
+				}
 				return nil, nil
 			})
 			msg := message.NewMessage("m", nil)
