@@ -144,43 +144,72 @@ func (t *tracing) carriesContext(msg *message.Message) bool {
 
 // middleware wraps h in a consumer span.
 //
-// Its frame stays on the goroutine's stack while the chain runs, so it is
-// kept small: the work before and after the chain is done in begin and
-// finish, whose frames are gone by then. Watermill starts each message's
-// goroutine with a small stack, and a chain that outgrows it has the whole
-// stack copied.
+// Its frames stay on the goroutine's stack while the chain runs, so they
+// are kept small: the work before and after the chain is done in helpers
+// whose frames are gone by then. Watermill starts each message's goroutine
+// with a small stack, and a chain that outgrows it has the whole stack
+// copied (about 1–2 µs per message).
 func (t *tracing) middleware(h message.HandlerFunc) message.HandlerFunc {
-	return func(msg *message.Message) (out []*message.Message, err error) {
-		// Outermost: grow the goroutine's stack while it is shallow. The
-		// chain below outgrows Watermill's initial stack even without a
-		// span to start (the budget's and the hooks' frames), and a
-		// copy made here moves the fewest frames. A tracer that may
-		// record (the SDK's) needs twice the room: its sampler runs
-		// deep below.
-		if t.noop || t.placeholder {
-			stackroom.Reserve()
-		} else {
-			stackroom.ReserveDeep()
+	return func(msg *message.Message) ([]*message.Message, error) {
+		if t.startless(msg.Context()) {
+			t.quiet(msg)
+			return h(msg)
 		}
-		var cs consumerSpan
-		t.begin(msg, &cs)
-		returned := false
-		defer func() {
-			if !returned {
-				// A panic, or runtime.Goexit (recover returns nil then).
-				v := recover()
-				cs.abort(v)
-				if v != nil {
-					panic(v)
-				}
-				return
-			}
-			cs.finish(err)
-		}()
-		out, err = h(msg)
-		returned = true
-		return out, err
+		return t.traced(h, msg)
 	}
+}
+
+// quiet is the middleware's work when no span is to be started (see
+// startless): the producer's span context, when the message carries one,
+// goes into the message's context, for the handler and for propagation,
+// as the no-op tracer's or the placeholder's span would carry it. No
+// record is made: the metrics middleware makes its own when it measures.
+//
+//go:noinline
+func (t *tracing) quiet(msg *message.Message) {
+	if t.cfg.linkProducer || !t.carriesContext(msg) {
+		return
+	}
+	parent := msg.Context()
+	if t.w3c {
+		if sc := parseTraceContext(msg); sc.IsValid() {
+			msg.SetContext(&remoteContext{Context: parent, span: remoteSpan{sc: sc}})
+		}
+		return
+	}
+	msg.SetContext(t.cfg.propagator.Extract(parent, metadataCarrier{msg}))
+}
+
+// traced runs h with msg in a consumer span.
+//
+//go:noinline
+func (t *tracing) traced(h message.HandlerFunc, msg *message.Message) (out []*message.Message, err error) {
+	// Outermost: grow the goroutine's stack while it is shallow; a copy
+	// made here moves the fewest frames. A tracer that may record (the
+	// SDK's) needs 8 KiB: its sampler runs deep below.
+	if t.noop {
+		stackroom.Reserve()
+	} else {
+		stackroom.ReserveDeep()
+	}
+	var cs consumerSpan
+	t.begin(msg, &cs)
+	returned := false
+	defer func() {
+		if !returned {
+			// A panic, or runtime.Goexit (recover returns nil then).
+			v := recover()
+			cs.abort(v)
+			if v != nil {
+				panic(v)
+			}
+			return
+		}
+		cs.finish(err)
+	}()
+	out, err = h(msg)
+	returned = true
+	return out, err
 }
 
 // consumerSpan is what the tracing middleware keeps of a message while the
