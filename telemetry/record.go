@@ -270,25 +270,52 @@ func recordOutcome(msg *message.Message, outcome Outcome, reason string, attrs [
 // cancelled, revoked or invalid admission also sets the message's outcome.
 // Safe to call from any goroutine; it never blocks.
 func RecordAdmission(msg *message.Message, a middleware.Admission) {
-	if msg == nil {
+	if msg != nil {
+		recordAdmission(msg, &a)
+	}
+}
+
+// recordAdmission is RecordAdmission. It runs below the budget's frames,
+// where a message's goroutine is close to outgrowing its initial stack, so
+// its frame is kept small: the admission by pointer, the span's side in
+// annotateUnowned.
+//
+//go:noinline
+func recordAdmission(msg *message.Message, a *middleware.Admission) {
+	ctx := msg.Context()
+	if r := recordFrom(ctx); r != nil {
+		r.setAdmission(a)
+	}
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		annotateUnowned(ctx, span, a)
+	}
+}
+
+// setAdmission stores a in r, and its outcome when it decides the
+// message's.
+//
+//go:noinline
+func (r *record) setAdmission(a *middleware.Admission) {
+	o, reason := admissionOutcome(a.Outcome)
+	r.mu.Lock()
+	r.admission, r.admitted = *a, true
+	if o != "" {
+		r.outcome, r.reason = o, reason
+	}
+	r.mu.Unlock()
+}
+
+// annotateUnowned sets a's attributes on span, unless span is the tracing
+// middleware's own consumer span, which gets them as it ends, in the same
+// call as the others.
+//
+//go:noinline
+func annotateUnowned(ctx context.Context, span trace.Span, a *middleware.Admission) {
+	if recordFrom(ctx).ownsSpan(span) {
 		return
 	}
-	ctx := msg.Context()
-	o, reason := admissionOutcome(a.Outcome)
-	r := recordFrom(ctx)
-	if r != nil {
-		r.mu.Lock()
-		r.admission, r.admitted = a, true
-		if o != "" {
-			r.outcome, r.reason = o, reason
-		}
-		r.mu.Unlock()
-	}
-	// The tracing middleware's own span gets these attributes as it ends,
-	// in the same call as the others.
-	if span := trace.SpanFromContext(ctx); span.IsRecording() && !r.ownsSpan(span) {
-		annotateAdmission(span, a, o)
-	}
+	o, _ := admissionOutcome(a.Outcome)
+	annotateAdmission(span, *a, o)
 }
 
 // annotateAdmission is kept out of RecordAdmission so that the common,
