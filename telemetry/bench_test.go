@@ -36,13 +36,30 @@ type benchStack struct {
 
 func sdkProviders() (func() trace.TracerProvider, func() metric.MeterProvider) {
 	return func() trace.TracerProvider {
-			// Every span sampled and handed to an exporter that drops it.
+			// Every span sampled and handed to an exporter that drops it,
+			// synchronously (SimpleSpanProcessor: one export call under a
+			// lock per span, documented as not meant for production).
 			return sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(
 				sdktrace.NewSimpleSpanProcessor(tracetest.NewNoopExporter())))
 		}, func() metric.MeterProvider {
 			mp, _ := newMeterProvider()
 			return mp
 		}
+}
+
+// batchTracerProvider samples every span and exports it to an exporter
+// that drops it through the batch span processor, as a production setup
+// would; WithBlocking makes the processor wait for room in its queue
+// rather than drop spans, so every span is exported.
+func batchTracerProvider() trace.TracerProvider {
+	return sdktrace.NewTracerProvider(sdktrace.WithBatcher(tracetest.NewNoopExporter(), sdktrace.WithBlocking()))
+}
+
+// shutdown stops what a provider runs (the batch processor's goroutine).
+func shutdown(p any) {
+	if s, ok := p.(interface{ Shutdown(context.Context) error }); ok {
+		_ = s.Shutdown(context.Background())
+	}
 }
 
 // BenchmarkStack measures end-to-end throughput of a Watermill router over
@@ -58,8 +75,12 @@ func sdkProviders() (func() trace.TracerProvider, func() metric.MeterProvider) {
 //	stack=budget+otel-noop + Tracing, Metrics, OnAdmission, TracingPublisher
 //	                         with no-op tracer and meter providers
 //	stack=budget+otel-sdk  the same with the SDK: every span sampled and
-//	                         exported to a no-op exporter, metrics aggregated
-//	                         by a manual reader
+//	                         exported to a no-op exporter through
+//	                         SimpleSpanProcessor (synchronously), metrics
+//	                         aggregated by a manual reader
+//	stack=budget+otel-sdk-batch  the same through the batch span processor
+//	                         (blocking when its queue is full: no span
+//	                         dropped), the processor production uses
 func BenchmarkStack(b *testing.B) {
 	sdkTP, sdkMP := sdkProviders()
 	for _, s := range []benchStack{
@@ -69,6 +90,7 @@ func BenchmarkStack(b *testing.B) {
 			tp: func() trace.TracerProvider { return nooptrace.NewTracerProvider() },
 			mp: func() metric.MeterProvider { return noopmetric.NewMeterProvider() }},
 		{name: "budget+otel-sdk", budget: true, telemetry: true, tp: sdkTP, mp: sdkMP},
+		{name: "budget+otel-sdk-batch", budget: true, telemetry: true, tp: batchTracerProvider, mp: sdkMP},
 	} {
 		for _, h := range []string{"empty", "decode"} {
 			b.Run("handler="+h+"/stack="+s.name, func(b *testing.B) { runStack(b, s, h == "decode") })
@@ -86,8 +108,10 @@ func runStack(b *testing.B, s benchStack, decode bool) {
 	var pub message.Publisher = pubSub
 	var onAdmission func(*message.Message, middleware.Admission)
 	if s.telemetry {
+		tp := s.tp()
+		defer shutdown(tp)
 		opts := []telemetry.Option{
-			telemetry.WithTracerProvider(s.tp()), telemetry.WithMeterProvider(s.mp()),
+			telemetry.WithTracerProvider(tp), telemetry.WithMeterProvider(s.mp()),
 			telemetry.WithPropagator(propagation.TraceContext{}), telemetry.WithMessagingSystem("gochannel"),
 		}
 		metrics, err := telemetry.NewMetrics(opts...)
@@ -174,12 +198,15 @@ func BenchmarkMiddlewareChain(b *testing.B) {
 		{"budget+otel-noop", func() trace.TracerProvider { return nooptrace.NewTracerProvider() },
 			func() metric.MeterProvider { return noopmetric.NewMeterProvider() }},
 		{"budget+otel-sdk", sdkTP, sdkMP},
+		{"budget+otel-sdk-batch", batchTracerProvider, sdkMP},
 	} {
 		b.Run("stack="+c.name, func(b *testing.B) {
 			cfg := middleware.BudgetConfig{Budget: mustVertexBudget(1 << 40)}
 			var wrap []message.HandlerMiddleware
 			if c.tp != nil {
-				opts := []telemetry.Option{telemetry.WithTracerProvider(c.tp()), telemetry.WithMeterProvider(c.mp()),
+				tp := c.tp()
+				defer shutdown(tp)
+				opts := []telemetry.Option{telemetry.WithTracerProvider(tp), telemetry.WithMeterProvider(c.mp()),
 					telemetry.WithPropagator(propagation.TraceContext{}),
 					telemetry.WithTopicFunc(func(*message.Message) string { return "bench" })}
 				metrics, err := telemetry.NewMetrics(opts...)

@@ -8,8 +8,10 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+	noopmetric "go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/spillway-go/spillway/internal/stackroom"
 	"github.com/spillway-go/spillway/middleware"
@@ -88,11 +90,18 @@ var (
 // [Metrics.ObserveBounds], [Metrics.ObserveLag]).
 //
 // A Metrics is safe for concurrent use. Recording never fails and never
-// blocks a message; label sets are built once per combination and reused,
-// so with a no-op meter provider a measurement costs a map lookup.
+// blocks a message; label sets are built once per combination and reused.
+// With OpenTelemetry's no-op meter provider, or its global one while the
+// application has installed none, nothing is measured per message (the
+// no-op meter's [Metrics.Middleware] is the handler itself).
 type Metrics struct {
 	cfg   config
 	meter metric.Meter
+
+	// noop: the meter is OpenTelemetry's no-op meter; placeholder: it
+	// came from OpenTelemetry's global provider before any provider was
+	// installed. See idle.
+	noop, placeholder bool
 
 	duration       metric.Float64Histogram
 	vertices       metric.Int64Histogram
@@ -135,6 +144,8 @@ func NewMetrics(opts ...Option) (*Metrics, error) {
 	cfg := newConfig(opts)
 	m := &Metrics{cfg: cfg, meter: meter(cfg.meterProvider)}
 	mt := m.meter
+	_, m.noop = mt.(noopmetric.Meter)
+	m.placeholder = globalDelegate(mt, "meter")
 	var errs []error
 	check := func(err error) {
 		if err != nil {
@@ -250,6 +261,16 @@ func NewMetrics(opts ...Option) (*Metrics, error) {
 	return m, nil
 }
 
+// idle reports whether measurements would go nowhere, so that the
+// per-message instruments need not be fed (nor their label sets looked
+// up): the meter is OpenTelemetry's no-op meter, or the global
+// placeholder while the application has still not installed a provider
+// (the global provider is the one the meter came from; instruments made
+// before then forward to the provider installed later, from then on).
+func (m *Metrics) idle() bool {
+	return m.noop || m.placeholder && otel.GetMeterProvider() == m.cfg.meterProvider
+}
+
 // attrKey identifies a cached attribute set.
 type attrKey struct {
 	shape uint8 // which of the fields below are labels
@@ -346,43 +367,59 @@ func (m *Metrics) attrs(shape uint8, topic, value string) *measureOpts {
 // tracing) so the duration covers the whole stack. It never returns an
 // error of its own and never alters the chain's result.
 func (m *Metrics) Middleware(h message.HandlerFunc) message.HandlerFunc {
-	return func(msg *message.Message) (out []*message.Message, err error) {
-		rec := recordFrom(msg.Context())
-		if rec == nil {
-			// Outermost (no tracing): grow the goroutine's stack while
-			// it is shallow.
-			stackroom.Reserve()
-			rec = ensureRecord(msg, m.cfg.topicOf(msg))
-		}
-		topic := rec.topic
-		ctx := msg.Context()
-		start := time.Now()
-		returned := false
-		defer func() {
-			o, _, adm, hasAdm := rec.final(err)
-			if !returned {
-				o = outcomePanic
-			}
-			opt := m.attrs(shapeOutcome, topic, string(o))
-			m.duration.Record(ctx, time.Since(start).Seconds(), opt.rec...)
-			m.processedMsgs.Add(ctx, 1, opt.add...)
-			var n int64
-			var known bool
-			if hasAdm {
-				n, known = countedVertices(adm)
-			} else {
-				n, known = headerVertices(msg)
-				n = min(n, middleware.MaxCapacity)
-			}
-			if known {
-				m.processedVerts.Add(ctx, n, opt.add...)
-				m.vertices.Record(ctx, n, m.attrs(shapeTopic, topic, "").rec...)
-			}
-		}()
-		out, err = h(msg)
-		returned = true
-		return out, err
+	if m.noop {
+		// OpenTelemetry's no-op meter: nothing to measure, ever.
+		return h
 	}
+	return func(msg *message.Message) ([]*message.Message, error) {
+		if m.idle() {
+			// A small frame on the goroutine's stack while the chain
+			// runs: measure's is not there.
+			return h(msg)
+		}
+		return m.measure(h, msg)
+	}
+}
+
+// measure runs h and measures msg; see [Metrics.Middleware].
+//
+//go:noinline
+func (m *Metrics) measure(h message.HandlerFunc, msg *message.Message) (out []*message.Message, err error) {
+	rec := recordFrom(msg.Context())
+	if rec == nil {
+		// Outermost (no tracing): grow the goroutine's stack while
+		// it is shallow.
+		stackroom.Reserve()
+		rec = ensureRecord(msg, m.cfg.topicOf(msg))
+	}
+	topic := rec.topic
+	ctx := msg.Context()
+	start := time.Now()
+	returned := false
+	defer func() {
+		o, _, adm, hasAdm := rec.final(err)
+		if !returned {
+			o = outcomePanic
+		}
+		opt := m.attrs(shapeOutcome, topic, string(o))
+		m.duration.Record(ctx, time.Since(start).Seconds(), opt.rec...)
+		m.processedMsgs.Add(ctx, 1, opt.add...)
+		var n int64
+		var known bool
+		if hasAdm {
+			n, known = countedVertices(adm)
+		} else {
+			n, known = headerVertices(msg)
+			n = min(n, middleware.MaxCapacity)
+		}
+		if known {
+			m.processedVerts.Add(ctx, n, opt.add...)
+			m.vertices.Record(ctx, n, m.attrs(shapeTopic, topic, "").rec...)
+		}
+	}()
+	out, err = h(msg)
+	returned = true
+	return out, err
 }
 
 // OnAdmission records a budget admission: the spillway.admission.wait
@@ -395,7 +432,18 @@ func (m *Metrics) OnAdmission(msg *message.Message, a middleware.Admission) {
 	if msg == nil {
 		return
 	}
-	RecordAdmission(msg, a)
+	recordAdmission(msg, &a)
+	if !m.idle() {
+		m.admission(msg, &a)
+	}
+}
+
+// admission measures a; see [Metrics.OnAdmission]. Kept apart so that
+// OnAdmission's frame, below the budget's on every message's stack, stays
+// small.
+//
+//go:noinline
+func (m *Metrics) admission(msg *message.Message, a *middleware.Admission) {
 	ctx := msg.Context()
 	topic := m.topicOf(msg)
 	m.admissionWait.Record(ctx, a.Wait.Seconds(), m.attrs(shapeAdmission, topic, string(a.Outcome)).rec...)
@@ -447,7 +495,7 @@ func (m *Metrics) OnRetryOutcome(e retrygate.Event) {
 // error, ...) are ignored. Safe for concurrent use.
 func (m *Metrics) count(ctx context.Context, outcome Outcome, topic, reason string, n int64) {
 	c, ok := m.outcomes[outcome]
-	if !ok || n == 0 {
+	if !ok || n == 0 || m.idle() {
 		return
 	}
 	if ctx == nil {

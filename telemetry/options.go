@@ -102,7 +102,8 @@ func WithConsumerGroup(group string) Option {
 }
 
 // WithAttributes adds attributes computed from each message to its consumer
-// span (at start, so samplers see them) and to its producer span. Use it for
+// span (computed as the span starts, set with its outcome as it ends, in
+// one call) and to its producer span. Use it for
 // broker-specific attributes such as a Kafka partition, offset and key; the
 // kafkatel subpackage provides that function for watermill-kafka. f is
 // called from the message's goroutine and must be safe for concurrent use.

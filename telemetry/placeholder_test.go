@@ -26,8 +26,9 @@ const traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 // With OpenTelemetry's global provider and nothing installed, the tracing
 // middleware starts no span (it would be a non-recording copy of the
 // parent's span context) but leaves the producer's span context in the
-// message's context, for the handler and for propagation. Once the
-// application installs a provider, the same middleware records spans.
+// message's context, for the handler and for propagation, and the metrics
+// middleware measures nothing. Once the application installs providers,
+// the same middlewares record spans and measurements.
 func TestGlobalPlaceholder(t *testing.T) {
 	if os.Getenv(envPlaceholderChild) == "1" {
 		placeholderAfterInstall(t)
@@ -37,11 +38,15 @@ func TestGlobalPlaceholder(t *testing.T) {
 		t.Skip("a global provider is installed")
 	}
 	mw := telemetry.NewTracing(telemetry.WithPropagator(propagation.TraceContext{}))
+	metrics, err := telemetry.NewMetrics()
+	if err != nil {
+		t.Fatal(err)
+	}
 	var seen trace.SpanContext
-	h := mw(func(msg *message.Message) ([]*message.Message, error) {
+	h := mw(metrics.Middleware(func(msg *message.Message) ([]*message.Message, error) {
 		seen = trace.SpanContextFromContext(msg.Context())
 		return nil, nil
-	})
+	}))
 	msg := message.NewMessage("1", nil)
 	msg.Metadata.Set("traceparent", traceparent)
 	if _, err := h(msg); err != nil {
@@ -54,11 +59,13 @@ func TestGlobalPlaceholder(t *testing.T) {
 		msg.SetContext(context.Background())
 		_, _ = h(msg)
 	})
-	// 3: the record and the extracted span context; starting a span on
-	// the placeholder made it 6. More means the placeholder was not
-	// recognised (OpenTelemetry renamed its global tracer?).
-	if allocs > 3 {
-		t.Errorf("%v allocations per message with the global placeholder, want at most 3", allocs)
+	// 1: the record, which carries the extracted span context too (the
+	// propagator's context made it 3); starting a span on the placeholder
+	// made it 6. More means the placeholder was not recognised
+	// (OpenTelemetry renamed its global tracer or meter?), or the trace
+	// context went through the propagator.
+	if allocs > 1 {
+		t.Errorf("%v allocations per message with the global placeholders, want at most 1", allocs)
 	}
 
 	cmd := exec.Command(os.Args[0], "-test.run", "^TestGlobalPlaceholder$", "-test.count=1")
@@ -70,7 +77,11 @@ func TestGlobalPlaceholder(t *testing.T) {
 
 func placeholderAfterInstall(t *testing.T) {
 	mw := telemetry.NewTracing(telemetry.WithPropagator(propagation.TraceContext{}))
-	h := mw(func(*message.Message) ([]*message.Message, error) { return nil, nil })
+	metrics, err := telemetry.NewMetrics()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := mw(metrics.Middleware(func(*message.Message) ([]*message.Message, error) { return nil, nil }))
 	run := func() {
 		msg := message.NewMessage("1", nil)
 		msg.Metadata.Set("traceparent", traceparent)
@@ -78,10 +89,15 @@ func placeholderAfterInstall(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	run() // nothing installed yet: no span
+	run() // nothing installed yet: no span, no measurement
 	rec := tracetest.NewSpanRecorder()
 	otel.SetTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec)))
+	mp, reader := newMeterProvider()
+	otel.SetMeterProvider(mp)
 	run()
+	if n := mustPoint(t, collect(t, reader), "spillway.processed.messages", map[string]string{"topic": "", "outcome": "handled"}); n != 1 {
+		t.Fatalf("%v messages counted after the meter provider was installed, want 1", n)
+	}
 	spans := rec.Ended()
 	if len(spans) != 1 {
 		t.Fatalf("%d spans ended after the provider was installed, want 1", len(spans))

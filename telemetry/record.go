@@ -91,6 +91,15 @@ const (
 type record struct {
 	topic string
 
+	// spanTrace and spanID identify the consumer span of the tracing
+	// middleware that created the record, when it records: that
+	// middleware sets the admission's attributes on it as it ends, with
+	// the rest, so that RecordAdmission leaves it alone. Set before the
+	// message enters the chain; zero otherwise (no valid span has a zero
+	// ID).
+	spanTrace trace.TraceID
+	spanID    trace.SpanID
+
 	mu        sync.Mutex
 	outcome   Outcome
 	reason    string
@@ -104,15 +113,44 @@ type recordKey struct{}
 // record's allocation: one object per message instead of two. Done, Err and
 // Deadline are the parent's, so the context package still recognises a
 // cancellable parent and derived contexts start no extra goroutine.
+//
+// The tracing middleware may also store the producer's span context in it
+// (hasRemote): the context then answers OpenTelemetry's span lookups
+// (spanKey) with it, as the context propagation.TraceContext's Extract
+// returns would, without the two allocations that makes.
 type recordContext struct {
 	context.Context
-	rec record
+	rec       record
+	remote    remoteSpan
+	hasRemote bool
 }
 
-// Value returns the record for recordKey and asks the parent otherwise.
+// Value returns the record for recordKey, the producer's span for
+// OpenTelemetry's span key when the context carries one, and asks the
+// parent otherwise.
 func (c *recordContext) Value(key any) any {
 	if _, ok := key.(recordKey); ok {
 		return &c.rec
+	}
+	if c.hasRemote && key == spanKey() {
+		return &c.remote
+	}
+	return c.Context.Value(key)
+}
+
+// remoteContext carries the producer's span context alone, as the context
+// propagation.TraceContext's Extract returns would, in one allocation
+// instead of two: the tracing middleware's context when it starts no span.
+type remoteContext struct {
+	context.Context
+	span remoteSpan
+}
+
+// Value returns the producer's span for OpenTelemetry's span key and asks
+// the parent otherwise.
+func (c *remoteContext) Value(key any) any {
+	if key == spanKey() {
+		return &c.span
 	}
 	return c.Context.Value(key)
 }
@@ -132,6 +170,22 @@ func ensureRecord(msg *message.Message, topic string) *record {
 	c := &recordContext{Context: ctx, rec: record{topic: topic}}
 	msg.SetContext(c)
 	return &c.rec
+}
+
+// ownsSpan reports whether span is the consumer span whose attributes the
+// tracing middleware that created r sets as it ends.
+func (r *record) ownsSpan(span trace.Span) bool {
+	if r == nil || !r.spanID.IsValid() {
+		return false
+	}
+	sc := span.SpanContext()
+	return sc.SpanID() == r.spanID && sc.TraceID() == r.spanTrace
+}
+
+// own records that span is the tracing middleware's own consumer span.
+func (r *record) own(span trace.Span) {
+	sc := span.SpanContext()
+	r.spanTrace, r.spanID = sc.TraceID(), sc.SpanID()
 }
 
 func (r *record) setOutcome(o Outcome, reason string) {
@@ -216,28 +270,66 @@ func recordOutcome(msg *message.Message, outcome Outcome, reason string, attrs [
 // cancelled, revoked or invalid admission also sets the message's outcome.
 // Safe to call from any goroutine; it never blocks.
 func RecordAdmission(msg *message.Message, a middleware.Admission) {
-	if msg == nil {
-		return
+	if msg != nil {
+		recordAdmission(msg, &a)
 	}
+}
+
+// recordAdmission is RecordAdmission. It runs below the budget's frames,
+// where a message's goroutine is close to outgrowing its initial stack, so
+// its frame is kept small: the admission by pointer, the span's side in
+// annotateUnowned.
+//
+//go:noinline
+func recordAdmission(msg *message.Message, a *middleware.Admission) {
 	ctx := msg.Context()
-	o, reason := admissionOutcome(a.Outcome)
 	if r := recordFrom(ctx); r != nil {
-		r.mu.Lock()
-		r.admission, r.admitted = a, true
-		if o != "" {
-			r.outcome, r.reason = o, reason
-		}
-		r.mu.Unlock()
+		r.setAdmission(a)
 	}
 	if span := trace.SpanFromContext(ctx); span.IsRecording() {
-		annotateAdmission(span, a, o)
+		annotateUnowned(ctx, span, a)
 	}
+}
+
+// setAdmission stores a in r, and its outcome when it decides the
+// message's.
+//
+//go:noinline
+func (r *record) setAdmission(a *middleware.Admission) {
+	o, reason := admissionOutcome(a.Outcome)
+	r.mu.Lock()
+	r.admission, r.admitted = *a, true
+	if o != "" {
+		r.outcome, r.reason = o, reason
+	}
+	r.mu.Unlock()
+}
+
+// annotateUnowned sets a's attributes on span, unless span is the tracing
+// middleware's own consumer span, which gets them as it ends, in the same
+// call as the others.
+//
+//go:noinline
+func annotateUnowned(ctx context.Context, span trace.Span, a *middleware.Admission) {
+	if recordFrom(ctx).ownsSpan(span) {
+		return
+	}
+	o, _ := admissionOutcome(a.Outcome)
+	annotateAdmission(span, *a, o)
 }
 
 // annotateAdmission is kept out of RecordAdmission so that the common,
 // non-recording path has a small stack frame.
 func annotateAdmission(span trace.Span, a middleware.Admission, o Outcome) {
-	attrs := make([]attribute.KeyValue, 0, 7)
+	attrs := appendAdmission(make([]attribute.KeyValue, 0, 7), a)
+	if o != "" {
+		attrs = append(attrs, keyOutcome.String(string(o)))
+	}
+	span.SetAttributes(attrs...)
+}
+
+// appendAdmission appends the span attributes that describe admission a.
+func appendAdmission(attrs []attribute.KeyValue, a middleware.Admission) []attribute.KeyValue {
 	if n, ok := knownVertices(a); ok {
 		attrs = append(attrs, keyVertices.Int64(n))
 	}
@@ -249,10 +341,7 @@ func annotateAdmission(span trace.Span, a middleware.Admission, o Outcome) {
 	if a.Outcome == middleware.Admitted {
 		attrs = append(attrs, keyVerticesGranted.Int64(a.Granted), keyAdmissionClamped.Bool(a.Clamped))
 	}
-	if o != "" {
-		attrs = append(attrs, keyOutcome.String(string(o)))
-	}
-	span.SetAttributes(attrs...)
+	return attrs
 }
 
 func admissionOutcome(o middleware.Outcome) (Outcome, string) {

@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/spillway-go/spillway/internal/stackroom"
 )
@@ -25,6 +26,10 @@ type tracing struct {
 	cfg    config
 	tracer trace.Tracer
 	fields []string // the metadata keys the propagator reads
+	// w3c: the propagator is propagation.TraceContext, and the middleware
+	// reads traceparent itself (parseTraceContext) into the message's
+	// record context.
+	w3c    bool
 	starts startCache
 
 	// placeholder is set when tracer came from OpenTelemetry's global
@@ -33,6 +38,8 @@ type tracing struct {
 	// are non-recording copies of the parent's span context, which the
 	// message's context carries already. See startless.
 	placeholder bool
+	// noop is set when tracer is OpenTelemetry's no-op tracer.
+	noop bool
 }
 
 // noSpan is a span that does nothing.
@@ -42,17 +49,37 @@ var noSpan = trace.SpanFromContext(context.Background())
 // provider hands out while no provider is installed (a delegating tracer
 // of its internal global package).
 func globalPlaceholder(tr trace.Tracer) bool {
-	t := reflect.TypeOf(tr)
-	return t != nil && t.Kind() == reflect.Pointer && t.Elem().Name() == "tracer" &&
+	return globalDelegate(tr, "tracer")
+}
+
+// globalDelegate reports whether v is a pointer to the type named name of
+// OpenTelemetry's internal global package: the delegating tracers and
+// meters its global providers hand out.
+func globalDelegate(v any, name string) bool {
+	t := reflect.TypeOf(v)
+	return t != nil && t.Kind() == reflect.Pointer && t.Elem().Name() == name &&
 		t.Elem().PkgPath() == "go.opentelemetry.io/otel/internal/global"
 }
 
-// startless reports whether a span need not be started for a message: the
-// tracer is the global placeholder and the application has still not
-// installed a provider (the global provider is the one the tracer came
-// from). Starting one would only allocate a non-recording span.
-func (t *tracing) startless() bool {
+// startless reports whether a span need not be started for a message
+// whose context is parent: the tracer is the global placeholder and the
+// application has still not installed a provider (the global provider is
+// the one the tracer came from), or it is OpenTelemetry's no-op tracer
+// and parent's span does not record (that tracer would return parent's
+// span, or a no-op span, in a new context). Starting one would only
+// allocate a non-recording span.
+func (t *tracing) startless(parent context.Context) bool {
+	if t.noop {
+		return !trace.SpanFromContext(parent).IsRecording()
+	}
 	return t.placeholder && otel.GetTracerProvider() == t.cfg.tracerProvider
+}
+
+// isNoopTracer reports whether tr is OpenTelemetry's no-op tracer (package
+// trace/noop), whose spans never record.
+func isNoopTracer(tr trace.Tracer) bool {
+	_, ok := tr.(tracenoop.Tracer)
+	return ok
 }
 
 // NewTracing returns the consumer side of Spillway's tracing: a Watermill
@@ -91,6 +118,8 @@ func NewTracing(opts ...Option) message.HandlerMiddleware {
 		fields: cfg.propagator.Fields(),
 	}
 	t.placeholder = globalPlaceholder(t.tracer)
+	t.w3c = isW3C(cfg.propagator)
+	t.noop = isNoopTracer(t.tracer)
 	return t.middleware
 }
 
@@ -114,74 +143,209 @@ func (t *tracing) carriesContext(msg *message.Message) bool {
 }
 
 // middleware wraps h in a consumer span.
+//
+// Its frames stay on the goroutine's stack while the chain runs, so they
+// are kept small: the work before and after the chain is done in helpers
+// whose frames are gone by then. Watermill starts each message's goroutine
+// with a small stack, and a chain that outgrows it has the whole stack
+// copied (about 1–2 µs per message).
 func (t *tracing) middleware(h message.HandlerFunc) message.HandlerFunc {
-	return func(msg *message.Message) (out []*message.Message, err error) {
-		// Outermost: grow the goroutine's stack while it is shallow.
+	return func(msg *message.Message) ([]*message.Message, error) {
+		if t.startless(msg.Context()) {
+			t.quiet(msg)
+			return h(msg)
+		}
+		return t.traced(h, msg)
+	}
+}
+
+// quiet is the middleware's work when no span is to be started (see
+// startless): the producer's span context, when the message carries one,
+// goes into the message's context, for the handler and for propagation,
+// as the no-op tracer's or the placeholder's span would carry it. No
+// record is made: the metrics middleware makes its own when it measures.
+//
+//go:noinline
+func (t *tracing) quiet(msg *message.Message) {
+	if t.cfg.linkProducer || !t.carriesContext(msg) {
+		return
+	}
+	parent := msg.Context()
+	if t.w3c {
+		if sc := parseTraceContext(msg); sc.IsValid() {
+			msg.SetContext(&remoteContext{Context: parent, span: remoteSpan{sc: sc}})
+		}
+		return
+	}
+	msg.SetContext(t.cfg.propagator.Extract(parent, metadataCarrier{msg}))
+}
+
+// traced runs h with msg in a consumer span.
+//
+//go:noinline
+func (t *tracing) traced(h message.HandlerFunc, msg *message.Message) (out []*message.Message, err error) {
+	// Outermost: grow the goroutine's stack while it is shallow; a copy
+	// made here moves the fewest frames. A tracer that may record (the
+	// SDK's) needs 8 KiB: its sampler runs deep below.
+	if t.noop {
 		stackroom.Reserve()
-		topic := t.cfg.topicOf(msg)
-		st := t.starts.get(topic, t.newStart)
-		parent, opts := msg.Context(), st.opts
-		if t.carriesContext(msg) {
+	} else {
+		stackroom.ReserveDeep()
+	}
+	var cs consumerSpan
+	t.begin(msg, &cs)
+	returned := false
+	defer func() {
+		if !returned {
+			// A panic, or runtime.Goexit (recover returns nil then).
+			v := recover()
+			cs.abort(v)
+			if v != nil {
+				panic(v)
+			}
+			return
+		}
+		cs.finish(err)
+	}()
+	out, err = h(msg)
+	returned = true
+	return out, err
+}
+
+// consumerSpan is what the tracing middleware keeps of a message while the
+// chain runs.
+type consumerSpan struct {
+	span trace.Span
+	rec  *record
+	// buf holds attrs, the per-message attributes read as the span
+	// started, set as it ends with the admission and the outcome, in one
+	// call: every call grows the span's attribute slice. nil when the span
+	// does not record.
+	buf   *attrBuf
+	attrs []attribute.KeyValue
+	// owned: the middleware made the record, and the admission's
+	// attributes are its to set (see RecordAdmission).
+	owned bool
+}
+
+// begin starts msg's consumer span and puts it, with the record, into the
+// message's context.
+//
+//go:noinline
+func (t *tracing) begin(msg *message.Message, cs *consumerSpan) {
+	skip := t.startless(msg.Context())
+	topic := t.cfg.topicOf(msg)
+	st := t.starts.get(topic, t.newStart)
+	parent, opts := msg.Context(), st.opts
+	// The message's record, made here unless an outer telemetry
+	// middleware made it: the span starts under it, so that the record
+	// can carry the producer's span context too.
+	var rc *recordContext
+	rec := recordFrom(parent)
+	if rec == nil {
+		rc = &recordContext{Context: parent, rec: record{topic: topic}}
+		rec, parent = &rc.rec, rc
+	}
+	if t.carriesContext(msg) {
+		var sc trace.SpanContext
+		if t.w3c && rc != nil {
+			sc = parseTraceContext(msg)
+			if sc.IsValid() && !t.cfg.linkProducer {
+				rc.remote.sc, rc.hasRemote = sc, true
+			}
+		} else {
 			remote := t.cfg.propagator.Extract(parent, metadataCarrier{msg})
 			if !t.cfg.linkProducer {
 				parent = remote
-			} else if sc := trace.SpanContextFromContext(remote); sc.IsValid() {
-				opts = append(slices.Clip(opts), trace.WithLinks(trace.Link{SpanContext: sc}))
+			} else {
+				sc = trace.SpanContextFromContext(remote)
 			}
 		}
-		var (
-			ctx  context.Context
-			span trace.Span
-		)
-		if t.startless() {
-			// The parent's span context stays in ctx for the handler
-			// and for propagation, as the placeholder's span would
-			// carry it; the middleware's own span calls do nothing.
-			ctx, span = parent, noSpan
-		} else {
-			ctx, span = t.tracer.Start(parent, st.name, opts...)
+		if t.cfg.linkProducer && sc.IsValid() {
+			opts = append(slices.Clip(opts), trace.WithLinks(trace.Link{SpanContext: sc}))
 		}
-		// Read now, set as the span ends, with the outcome in one call:
-		// every call grows the span's attribute slice.
-		var attrs []attribute.KeyValue
-		if span.IsRecording() {
-			attrs = t.messageAttributes(msg, 2)
+	}
+	var (
+		ctx  context.Context
+		span trace.Span
+	)
+	if skip {
+		// The parent's span context stays in ctx for the handler and
+		// for propagation, as the placeholder's span would carry it;
+		// the middleware's own span calls do nothing.
+		ctx, span = parent, noSpan
+	} else {
+		ctx, span = t.tracer.Start(parent, st.name, opts...)
+	}
+	cs.span, cs.rec = span, rec
+	if span.IsRecording() {
+		cs.buf = getAttrBuf()
+		cs.attrs = t.appendMessageAttributes(cs.buf.s, msg)
+		if rc != nil {
+			rec.own(span)
+			cs.owned = true
 		}
-		msg.SetContext(ctx)
-		rec := ensureRecord(msg, topic)
+	}
+	msg.SetContext(ctx)
+}
 
-		returned := false
-		defer func() {
-			if !returned {
-				// A panic, or runtime.Goexit (recover returns nil then).
-				v := recover()
-				if v == nil {
-					span.SetAttributes(attrs...)
-					span.SetStatus(codes.Error, "handler goroutine exited")
-					span.End()
-					return
-				}
-				span.SetAttributes(append(attrs, keyOutcome.String(string(outcomePanic)))...)
-				span.SetStatus(codes.Error, fmt.Sprintf("panic: %v", v))
-				span.End()
-				panic(v)
+// finish ends the span once the chain has returned err.
+//
+//go:noinline
+func (cs *consumerSpan) finish(err error) {
+	if cs.buf == nil {
+		cs.span.End()
+		return
+	}
+	if err != nil {
+		cs.span.RecordError(err)
+		cs.span.SetStatus(codes.Error, err.Error())
+		cs.attrs = append(cs.attrs, semconv.ErrorType(err))
+	}
+	o, _, _, _ := cs.rec.final(err)
+	endSpan(cs.span, cs.rec, cs.owned, cs.buf, cs.attrs, o)
+}
+
+// abort ends the span when the chain panicked with v, or its goroutine
+// exited (v nil).
+func (cs *consumerSpan) abort(v any) {
+	if v == nil {
+		cs.span.SetStatus(codes.Error, "handler goroutine exited")
+		endSpan(cs.span, cs.rec, cs.owned, cs.buf, cs.attrs, "")
+		return
+	}
+	cs.span.SetStatus(codes.Error, fmt.Sprintf("panic: %v", v))
+	endSpan(cs.span, cs.rec, cs.owned, cs.buf, cs.attrs, outcomePanic)
+}
+
+// endSpan sets attrs on a recording consumer span, with the admission's
+// attributes when the middleware owns the span (owned: RecordAdmission
+// left them to it) and spillway.outcome o (when set), in one call, ends
+// the span and returns buf, which attrs was appended to, to its pool.
+func endSpan(span trace.Span, rec *record, owned bool, buf *attrBuf, attrs []attribute.KeyValue, o Outcome) {
+	if !span.IsRecording() {
+		// Ended already (by a stage that should not have): nothing to set.
+		span.End()
+		if buf != nil {
+			putAttrBuf(buf, attrs)
+		}
+		return
+	}
+	if owned {
+		if _, _, a, ok := rec.final(nil); ok {
+			attrs = appendAdmission(attrs, a)
+			if ao, _ := admissionOutcome(a.Outcome); ao != "" && o == "" {
+				o = ao
 			}
-			if !span.IsRecording() {
-				span.End()
-				return
-			}
-			if err != nil {
-				span.RecordError(err)
-				span.SetStatus(codes.Error, err.Error())
-				attrs = append(attrs, semconv.ErrorType(err))
-			}
-			o, _, _, _ := rec.final(err)
-			span.SetAttributes(append(attrs, keyOutcome.String(string(o)))...)
-			span.End()
-		}()
-		out, err = h(msg)
-		returned = true
-		return out, err
+		}
+	}
+	if o != "" {
+		attrs = append(attrs, keyOutcome.String(string(o)))
+	}
+	span.SetAttributes(attrs...)
+	span.End()
+	if buf != nil {
+		putAttrBuf(buf, attrs)
 	}
 }
 
@@ -208,10 +372,9 @@ func (t *tracing) newStart(topic string) *spanStart {
 	}
 }
 
-// messageAttributes are the per-message attributes, added only to spans
-// that record; the slice has room for extra more.
-func (t *tracing) messageAttributes(msg *message.Message, extra int) []attribute.KeyValue {
-	attrs := make([]attribute.KeyValue, 0, 3+extra)
+// appendMessageAttributes appends the per-message attributes, added only
+// to spans that record.
+func (t *tracing) appendMessageAttributes(attrs []attribute.KeyValue, msg *message.Message) []attribute.KeyValue {
 	attrs = append(attrs,
 		semconv.MessagingMessageID(msg.UUID),
 		semconv.MessagingMessageBodySize(len(msg.Payload)),
@@ -272,6 +435,7 @@ type tracingPublisher struct {
 	cfg    config
 	tracer trace.Tracer
 	starts startCache
+	noop   bool // tracer is OpenTelemetry's no-op tracer
 }
 
 // NewTracingPublisher returns the producer side of Spillway's tracing: pub
@@ -299,12 +463,16 @@ func NewTracingPublisher(pub message.Publisher, opts ...Option) message.Publishe
 		panic("telemetry: NewTracingPublisher: nil publisher")
 	}
 	cfg := newConfig(opts)
-	return &tracingPublisher{pub: pub, cfg: cfg, tracer: tracer(cfg.tracerProvider)}
+	tr := tracer(cfg.tracerProvider)
+	return &tracingPublisher{pub: pub, cfg: cfg, tracer: tr, noop: isNoopTracer(tr)}
 }
 
 // Publish traces and publishes messages; see [NewTracingPublisher].
 func (p *tracingPublisher) Publish(topic string, messages ...*message.Message) error {
-	if !p.cfg.producerSpans {
+	if !p.cfg.producerSpans || p.noop && !anyRecording(messages) {
+		// Without producer spans, or with the no-op tracer, whose span
+		// would be the one in msg.Context() (or none) in a new context:
+		// inject msg.Context() as it is.
 		for _, msg := range messages {
 			if msg != nil {
 				p.cfg.propagator.Inject(msg.Context(), metadataCarrier{msg})
@@ -325,9 +493,6 @@ func (p *tracingPublisher) Publish(topic string, messages ...*message.Message) e
 			continue
 		}
 		ctx, span := p.tracer.Start(msg.Context(), st.name, st.opts...)
-		if span.IsRecording() {
-			span.SetAttributes(p.messageAttributes(msg, len(messages))...)
-		}
 		p.cfg.propagator.Inject(ctx, metadataCarrier{msg})
 		spans = append(spans, span)
 	}
@@ -339,14 +504,20 @@ func (p *tracingPublisher) Publish(topic string, messages ...*message.Message) e
 			continue
 		}
 		if span.IsRecording() {
+			// Every per-message attribute in one call: each call grows
+			// the span's attribute slice.
+			buf := getAttrBuf()
+			attrs := p.appendMessageAttributes(buf.s, messages[i], len(messages))
 			if n, ok := headerVertices(messages[i]); ok {
-				span.SetAttributes(keyVertices.Int64(n))
+				attrs = append(attrs, keyVertices.Int64(n))
 			}
 			if err != nil {
 				span.RecordError(err)
 				span.SetStatus(codes.Error, err.Error())
-				span.SetAttributes(semconv.ErrorType(err))
+				attrs = append(attrs, semconv.ErrorType(err))
 			}
+			span.SetAttributes(attrs...)
+			putAttrBuf(buf, attrs)
 		}
 		span.End()
 	}
@@ -368,8 +539,20 @@ func (p *tracingPublisher) newStart(topic string) *spanStart {
 	}
 }
 
-func (p *tracingPublisher) messageAttributes(msg *message.Message, batch int) []attribute.KeyValue {
-	attrs := make([]attribute.KeyValue, 0, 4)
+// anyRecording reports whether the context of any of messages carries a
+// recording span.
+func anyRecording(messages []*message.Message) bool {
+	for _, msg := range messages {
+		if msg != nil && trace.SpanFromContext(msg.Context()).IsRecording() {
+			return true
+		}
+	}
+	return false
+}
+
+// appendMessageAttributes appends the per-message attributes of a
+// producer span.
+func (p *tracingPublisher) appendMessageAttributes(attrs []attribute.KeyValue, msg *message.Message, batch int) []attribute.KeyValue {
 	attrs = append(attrs,
 		semconv.MessagingMessageID(msg.UUID),
 		semconv.MessagingMessageBodySize(len(msg.Payload)),

@@ -33,3 +33,22 @@ func Reserve() {
 //
 //go:noinline
 func use(room *[frame]byte) byte { return room[frame-1] }
+
+// deepFrame is ReserveDeep's frame size: a 2 KiB stack grows to 8 KiB at
+// once, in one copy.
+const deepFrame = 4 << 10
+
+// ReserveDeep is [Reserve] for chains that need more than 4 KiB: those that
+// start a span with OpenTelemetry's SDK, whose sampler and span setup sit
+// deep below the middleware (measured: with 4 KiB the stack grew a second
+// time there, inside the sampler, for every message). It makes sure about
+// 4 KiB are free below the caller's frame.
+//
+//go:noinline
+func ReserveDeep() {
+	var room [deepFrame]byte
+	useDeep(&room)
+}
+
+//go:noinline
+func useDeep(room *[deepFrame]byte) byte { return room[deepFrame-1] }

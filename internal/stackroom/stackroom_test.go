@@ -10,6 +10,7 @@ func TestReserve(t *testing.T) {
 		go func() {
 			defer func() { done <- struct{}{} }()
 			Reserve()
+			ReserveDeep()
 		}()
 	}
 	for range 8 {
@@ -17,6 +18,9 @@ func TestReserve(t *testing.T) {
 	}
 	if n := testing.AllocsPerRun(100, Reserve); n != 0 {
 		t.Fatalf("Reserve allocates %v times", n)
+	}
+	if n := testing.AllocsPerRun(100, ReserveDeep); n != 0 {
+		t.Fatalf("ReserveDeep allocates %v times", n)
 	}
 }
 

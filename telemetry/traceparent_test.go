@@ -1,0 +1,236 @@
+package telemetry_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+	nooptrace "go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/spillway-go/spillway/cost"
+	"github.com/spillway-go/spillway/middleware"
+	"github.com/spillway-go/spillway/telemetry"
+)
+
+// The tracing middleware reads traceparent itself when the propagator is
+// propagation.TraceContext: it must accept and reject exactly what that
+// propagator does, and produce the same span context.
+func TestParseTraceContextMatchesPropagator(t *testing.T) {
+	const (
+		tid = "0af7651916cd43dd8448eb211c80319c"
+		sid = "b7ad6b7169203331"
+	)
+	parents := []string{
+		"",
+		"00-" + tid + "-" + sid + "-01",
+		"00-" + tid + "-" + sid + "-00",
+		"00-" + tid + "-" + sid + "-02",
+		"00-" + tid + "-" + sid + "-03",
+		"00-" + tid + "-" + sid + "-04",
+		"00-" + tid + "-" + sid + "-ff",
+		"00-" + tid + "-" + sid + "-01-extra",
+		"00-" + tid + "-" + sid + "-01-",
+		"00-" + tid + "-" + sid + "-1",
+		"00-" + tid + "-" + sid + "-011",
+		"01-" + tid + "-" + sid + "-01",
+		"01-" + tid + "-" + sid + "-09",
+		"01-" + tid + "-" + sid + "-01-extra-fields",
+		"01-" + tid + "-" + sid + "-01x",
+		"01-" + tid + "-" + sid + "-01-",
+		"fe-" + tid + "-" + sid + "-01",
+		"ff-" + tid + "-" + sid + "-01",
+		"0-" + tid + "-" + sid + "-01",
+		"000-" + tid + "-" + sid + "-01",
+		"00-0AF7651916CD43DD8448EB211C80319C-" + sid + "-01",
+		"00-" + tid + "-B7AD6B7169203331-01",
+		"00-00000000000000000000000000000000-" + sid + "-01",
+		"00-" + tid + "-0000000000000000-01",
+		"00-" + tid[:31] + "-" + sid + "-01",
+		"00-" + tid + "0-" + sid + "-01",
+		"00-" + tid + "-" + sid[:15] + "-01",
+		"00_" + tid + "-" + sid + "-01",
+		"00-" + tid + "_" + sid + "-01",
+		"00-" + tid + "-" + sid + "_01",
+		"00-" + tid[:30] + "zz-" + sid + "-01",
+		"00-" + tid + "-" + sid + "-0g",
+		"0x-" + tid + "-" + sid + "-01",
+		" 00-" + tid + "-" + sid + "-01",
+		"00-" + tid + "-" + sid + "-01 ",
+	}
+	states := []string{"", "rojo=00f067aa0ba902b7,congo=t61rcWkgMzE", "not a valid=state==", "a=1"}
+	for _, tp := range parents {
+		for _, ts := range states {
+			msg := message.NewMessage("id", nil)
+			if tp != "" {
+				msg.Metadata.Set("traceparent", tp)
+			}
+			if ts != "" {
+				msg.Metadata.Set("tracestate", ts)
+			}
+			want := trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(),
+				propagation.MapCarrier(msg.Metadata)))
+			got := telemetry.ParseTraceContext(msg)
+			if !got.Equal(want) || got.IsRemote() != want.IsRemote() {
+				t.Errorf("traceparent %q tracestate %q: got %v (remote %t), want %v (remote %t)",
+					tp, ts, got, got.IsRemote(), want, want.IsRemote())
+			}
+		}
+	}
+}
+
+// With the W3C propagator the record context answers OpenTelemetry's span
+// lookups with the producer's span context: the consumer span is its
+// child, and with the no-op tracer (no span started) the handler sees it.
+func TestTracingW3CParentInContext(t *testing.T) {
+	const tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	want := trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(),
+		propagation.MapCarrier{"traceparent": tp}))
+
+	for _, name := range []string{"noop", "sdk"} {
+		t.Run(name, func(t *testing.T) {
+			var (
+				tp0   trace.TracerProvider = nooptrace.NewTracerProvider()
+				spans func() []sdktrace.ReadOnlySpan
+			)
+			if name == "sdk" {
+				sdk, rec := newTracerProvider()
+				tp0, spans = sdk, rec.Ended
+			}
+			mw := telemetry.NewTracing(telemetry.WithTracerProvider(tp0),
+				telemetry.WithPropagator(propagation.TraceContext{}),
+				telemetry.WithTopicFunc(func(*message.Message) string { return "t" }))
+			var seen trace.SpanContext
+			h := mw(func(msg *message.Message) ([]*message.Message, error) {
+				span := trace.SpanFromContext(msg.Context())
+				seen = span.SpanContext()
+				if spans == nil {
+					// The producer's span as the handler finds it:
+					// not recording, its calls do nothing.
+					span.SetAttributes(attribute.String("k", "v"))
+					span.AddEvent("e")
+					span.SetStatus(codes.Error, "x")
+					span.End()
+					if span.IsRecording() || span.TracerProvider() == nil {
+						t.Errorf("producer's span in the handler's context: recording %t, provider %v",
+							span.IsRecording(), span.TracerProvider())
+					}
+				}
+				return nil, nil
+			})
+			msg := message.NewMessage("m", nil)
+			msg.Metadata.Set("traceparent", tp)
+			if _, err := h(msg); err != nil {
+				t.Fatal(err)
+			}
+			if spans == nil {
+				if !seen.Equal(want) || !seen.IsRemote() {
+					t.Fatalf("handler saw %v (remote %t), want the producer's %v", seen, seen.IsRemote(), want)
+				}
+				return
+			}
+			ended := spans()
+			if len(ended) != 1 {
+				t.Fatalf("%d spans ended, want 1", len(ended))
+			}
+			s := ended[0]
+			if !s.Parent().Equal(want) || !s.Parent().IsRemote() {
+				t.Fatalf("consumer span's parent = %v, want the producer's %v", s.Parent(), want)
+			}
+			if !seen.Equal(s.SpanContext()) {
+				t.Fatalf("handler saw %v, want the consumer span %v", seen, s.SpanContext())
+			}
+		})
+	}
+}
+
+// With the no-op tracer the publisher starts no span but still injects the
+// span context the message's context carries.
+func TestTracingPublisherNoopTracerInjects(t *testing.T) {
+	sdk, _ := newTracerProvider()
+	ctx, span := sdk.Tracer("test").Start(context.Background(), "parent")
+	defer span.End()
+	var rec recorder
+	pub := telemetry.NewTracingPublisher(&rec, telemetry.WithTracerProvider(nooptrace.NewTracerProvider()),
+		telemetry.WithPropagator(propagation.TraceContext{}))
+	withSpan := message.NewMessage("a", nil)
+	withSpan.SetContext(ctx)
+	plain := message.NewMessage("b", nil)
+	if err := pub.Publish("t", withSpan, plain); err != nil {
+		t.Fatal(err)
+	}
+	got := trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(),
+		propagation.MapCarrier(withSpan.Metadata)))
+	if !got.Equal(span.SpanContext().WithRemote(true)) {
+		t.Fatalf("injected %v, want the context's span %v", got, span.SpanContext())
+	}
+	if v := plain.Metadata.Get("traceparent"); v != "" {
+		t.Fatalf("message without a span got traceparent %q", v)
+	}
+}
+
+// The consumer span gets the admission's attributes as it ends; an
+// admission recorded while another span is current (a stage of the
+// application's own) still goes onto that span at once.
+func TestRecordAdmissionOnOwnAndOtherSpans(t *testing.T) {
+	sdk, rec := newTracerProvider()
+	mw := telemetry.NewTracing(telemetry.WithTracerProvider(sdk),
+		telemetry.WithTopicFunc(func(*message.Message) string { return "t" }))
+	adm := middleware.Admission{Outcome: middleware.Admitted, Granted: 7, Wait: time.Millisecond,
+		Charge: cost.Charge{Vertices: 7, Source: cost.SourceHeader}}
+	h := mw(func(msg *message.Message) ([]*message.Message, error) {
+		if msg.UUID == "inner" {
+			ctx, span := sdk.Tracer("app").Start(msg.Context(), "inner stage")
+			msg.SetContext(ctx)
+			telemetry.RecordAdmission(msg, adm)
+			span.End()
+			return nil, nil
+		}
+		telemetry.RecordAdmission(msg, adm)
+		return nil, nil
+	})
+	for _, id := range []string{"own", "inner"} {
+		if _, err := h(message.NewMessage(id, nil)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	own := attrMap(spanByMessage(t, rec.Ended(), "process t", "own").Attributes())
+	if own["spillway.vertices.granted"] != int64(7) || own["spillway.admission.outcome"] != "admitted" ||
+		own["spillway.outcome"] != "handled" {
+		t.Fatalf("consumer span attributes = %v", own)
+	}
+	for _, s := range rec.Ended() {
+		if s.Name() != "inner stage" {
+			continue
+		}
+		a := attrMap(s.Attributes())
+		if a["spillway.vertices.granted"] != int64(7) {
+			t.Fatalf("inner stage span attributes = %v, want the admission", a)
+		}
+		return
+	}
+	t.Fatal("no inner stage span")
+}
+
+// FuzzParseTraceContext compares the middleware's traceparent reader with
+// propagation.TraceContext on arbitrary input (go test -fuzz).
+func FuzzParseTraceContext(f *testing.F) {
+	f.Add("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "a=1")
+	f.Add("01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-09-x", "")
+	f.Add("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-", "bad==")
+	f.Fuzz(func(t *testing.T, tp, ts string) {
+		msg := message.NewMessage("id", nil)
+		msg.Metadata.Set("traceparent", tp)
+		msg.Metadata.Set("tracestate", ts)
+		want := trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(),
+			propagation.MapCarrier(msg.Metadata)))
+		if got := telemetry.ParseTraceContext(msg); !got.Equal(want) || got.IsRemote() != want.IsRemote() {
+			t.Fatalf("traceparent %q tracestate %q: got %v, want %v", tp, ts, got, want)
+		}
+	})
+}
