@@ -39,9 +39,18 @@ const settleShards = 16
 // settleShard is one share of the messages that left the stack.
 type settleShard struct {
 	mu    sync.Mutex
-	left  []*message.Message // left the stack, maybe not settled yet
-	limit int                // prune left when it reaches this length
-	_     [24]byte           // one shard per 64-byte cache line
+	left  []settleEntry // left the stack, maybe not settled yet
+	limit int           // prune left when it reaches this length
+	_     [24]byte      // one shard per 64-byte cache line
+}
+
+// settleEntry is what the settling layer keeps of a message that left the
+// stack: its ack and nack signals, not the message. A settled message
+// waits in its shard until the next prune, and keeping the message would
+// keep its payload (a heavy geometry) alive beyond what the vertex budget
+// admits.
+type settleEntry struct {
+	acked, nacked <-chan struct{}
 }
 
 // shardOf picks msg's shard from its address (heap objects do not move).
@@ -76,16 +85,16 @@ func (s *settling) leave(msg *message.Message) {
 		// many messages are unsettled at once.
 		sh.limit = max(16, 2*len(sh.left))
 	}
-	sh.left = append(sh.left, msg)
+	sh.left = append(sh.left, settleEntry{acked: msg.Acked(), nacked: msg.Nacked()})
 	sh.mu.Unlock()
 }
 
-// isSettled reports whether Watermill has acked or nacked msg.
-func isSettled(msg *message.Message) bool {
+// settled reports whether Watermill has acked or nacked the message.
+func (e settleEntry) settled() bool {
 	select {
-	case <-msg.Acked():
+	case <-e.acked:
 		return true
-	case <-msg.Nacked():
+	case <-e.nacked:
 		return true
 	default:
 		return false
@@ -94,9 +103,9 @@ func isSettled(msg *message.Message) bool {
 
 func (s *settleShard) pruneLocked() {
 	keep := s.left[:0]
-	for _, m := range s.left {
-		if !isSettled(m) {
-			keep = append(keep, m)
+	for _, e := range s.left {
+		if !e.settled() {
+			keep = append(keep, e)
 		}
 	}
 	clear(s.left[len(keep):])
