@@ -2,6 +2,7 @@ package retrygate
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -68,6 +69,19 @@ type Options struct {
 	// AttemptKey metadata is positive is a redelivery whatever it says.
 	// Optional.
 	IsRedelivery func(*message.Message) bool
+
+	// Revoked, if set, returns a channel that is closed when msg's delivery
+	// has been revoked: its Kafka session ended in a rebalance, or a peer
+	// claimed its Redis entry. A message waiting in the gate when that
+	// happens (the backoff before a retry in process, or a redelivered
+	// message held until its due time) stops waiting at once: the gate
+	// acks it without running the handler again and records it Deferred,
+	// cause "revoked". The broker does not commit the ack of a revoked
+	// delivery, so the next owner retries it. Without it such a wait holds
+	// the partition (and the rebalance, against Kafka's Rebalance.Timeout)
+	// until it ends. The gate asks only when a message is about to wait.
+	// A nil channel means the delivery cannot be revoked.
+	Revoked func(msg *message.Message) <-chan struct{}
 
 	// OnOutcome, if set, is called once per delivery when its outcome is
 	// decided, from the message's goroutine, before the middleware
@@ -307,7 +321,9 @@ func (d *delivery) run(h message.HandlerFunc) ([]*message.Message, error) {
 	if !d.redelivered {
 		g.budget.earn()
 	}
-	if err := d.holdUntilDue(); err != nil {
+	if err := d.holdUntilDue(); errors.Is(err, errRevoked) {
+		return d.stepAside()
+	} else if err != nil {
 		return d.nack(causeContextDone, err)
 	}
 	if d.redelivered {
@@ -352,7 +368,9 @@ func (d *delivery) run(h message.HandlerFunc) ([]*message.Message, error) {
 			g.counts.get(d.topic).budgetDenied.Add(1)
 			return d.deferMsg(causeRetryBudget, wait)
 		}
-		if err := sleep(d.ctx, wait); err != nil {
+		if err := sleep(d.ctx, wait, d.revoked()); errors.Is(err, errRevoked) {
+			return d.stepAside()
+		} else if err != nil {
 			return d.nack(causeContextDone, err)
 		}
 		if g.saturated(d.msg) {
@@ -376,13 +394,42 @@ func (d *delivery) holdUntilDue() error {
 	if err != nil {
 		return nil
 	}
-	return sleep(d.ctx, min(time.Until(due), d.g.maxHold))
+	wait := min(time.Until(due), d.g.maxHold)
+	if wait <= 0 {
+		return nil
+	}
+	return sleep(d.ctx, wait, d.revoked())
 }
 
-// sleep waits for d or until ctx ends, returning ctx.Err() in that case.
-func sleep(ctx context.Context, d time.Duration) error {
+// errRevoked ends a wait whose delivery was revoked (Options.Revoked).
+var errRevoked = errors.New("retrygate: delivery revoked")
+
+// revoked returns the delivery's revocation channel, nil when it cannot
+// be revoked.
+func (d *delivery) revoked() <-chan struct{} {
+	if f := d.g.opts.Revoked; f != nil {
+		return f(d.msg)
+	}
+	return nil
+}
+
+// stepAside ends a revoked delivery: acked, not run again, and not
+// committed by the broker, so the next owner retries it.
+func (d *delivery) stepAside() ([]*message.Message, error) {
+	d.end(Deferred, causeRevoked, "", nil)
+	return nil, nil
+}
+
+// sleep waits for d or until ctx ends, returning ctx.Err() in that case,
+// or until revoked is closed, returning errRevoked.
+func sleep(ctx context.Context, d time.Duration, revoked <-chan struct{}) error {
 	if err := ctx.Err(); err != nil {
 		return err
+	}
+	select {
+	case <-revoked:
+		return errRevoked
+	default:
 	}
 	if d <= 0 {
 		return nil
@@ -394,6 +441,8 @@ func sleep(ctx context.Context, d time.Duration) error {
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
+	case <-revoked:
+		return errRevoked
 	}
 }
 

@@ -509,3 +509,70 @@ func TestCanceledBelowGateNacks(t *testing.T) {
 		t.Fatalf("event = %+v", e)
 	}
 }
+
+// A delivery revoked while it waits in the gate (its Kafka session ended,
+// a peer claimed its Redis entry) stops waiting at once, is acked without
+// running the handler again, and is recorded deferred, cause "revoked":
+// both in the backoff before a retry and while a redelivery is held until
+// its due time. The channel is asked for only when a message waits.
+func TestRevokedWaitStepsAside(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		pub := newRecPub(nil)
+		ev := &events{}
+		cfg := noJitter()
+		cfg.InitialInterval, cfg.MaxInterval = time.Hour, time.Hour
+		cfg.MaxElapsedTime = 10 * time.Hour
+		revoke := make(chan struct{})
+		var asked atomic.Int64
+		g := mustNew(t, cfg, Options{Publisher: pub, OnOutcome: ev.add,
+			Revoked: func(*message.Message) <-chan struct{} { asked.Add(1); return revoke }})
+
+		// Handled at once: no wait, no question.
+		var runs atomic.Int64
+		if err := call(g.Middleware, failFirst(0, &runs), newMsg("ok")); err != nil || asked.Load() != 0 {
+			t.Fatalf("a handled message: err %v, Revoked asked %d times", err, asked.Load())
+		}
+
+		for _, tc := range []struct {
+			name string
+			msg  func() *message.Message
+			runs int64
+		}{
+			{"backoff", func() *message.Message { return newMsg("b") }, 1},
+			{"held until due", func() *message.Message {
+				m := newMsg("h")
+				m.Metadata.Set(AttemptKey, "1")
+				m.Metadata.Set(notBeforeKey, time.Now().Add(time.Hour).UTC().Format(time.RFC3339Nano))
+				return m
+			}, 0},
+		} {
+			revoke = make(chan struct{})
+			runs.Store(0)
+			msg := tc.msg()
+			errc := make(chan error, 1)
+			start := time.Now()
+			go func() { errc <- call(g.Middleware, failFirst(100, &runs), msg) }()
+			synctest.Wait() // waiting in the gate
+			time.Sleep(time.Minute)
+			close(revoke)
+			if err := <-errc; err != nil {
+				t.Fatalf("%s: err = %v, want an ack (nil)", tc.name, err)
+			}
+			if d := time.Since(start); d != time.Minute {
+				t.Errorf("%s: returned after %v, want at once on revocation (1m)", tc.name, d)
+			}
+			if runs.Load() != tc.runs || pub.n.Load() != 0 {
+				t.Errorf("%s: runs = %d, publishes = %d; want %d, 0", tc.name, runs.Load(), pub.n.Load(), tc.runs)
+			}
+			if e := lastEvent(t, ev); e.Outcome != Deferred || e.Cause != causeRevoked || e.Message != msg {
+				t.Errorf("%s: event = %v/%v, want deferred/revoked", tc.name, e.Outcome, e.Cause)
+			}
+		}
+
+		// Revoked before the wait begins: no wait at all.
+		start := time.Now()
+		if err := call(g.Middleware, failFirst(100, &runs), newMsg("late")); err != nil || time.Since(start) != 0 {
+			t.Fatalf("already revoked: err %v, waited %v", err, time.Since(start))
+		}
+	})
+}

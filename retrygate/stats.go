@@ -21,7 +21,9 @@ const (
 	Handled Outcome = "handled"
 	// Deferred: the message was handed back for a later retry, either
 	// republished to the retry topic (the original acked) or, with
-	// DeferNack, nacked for the broker to redeliver.
+	// DeferNack, nacked for the broker to redeliver; or, revoked while it
+	// waited in the gate (Options.Revoked), acked without running again
+	// and left, uncommitted, to the next owner.
 	Deferred Outcome = "deferred"
 	// DeadLettered: the message failed for good and was published to the
 	// dead-letter topic; the original is acked.
@@ -49,6 +51,9 @@ const (
 	// causeMaxElapsed: the next backoff wait would have ended past
 	// Config.MaxElapsedTime.
 	causeMaxElapsed = "max_elapsed"
+	// causeRevoked: the delivery was revoked (its Kafka session ended, a
+	// peer claimed its Redis entry) while it waited in the gate.
+	causeRevoked = "revoked"
 	// causePermanent: the error was classified permanent.
 	causePermanent = "permanent"
 	// causeAttemptsExhausted: the message failed Config.MaxAttempts times.
@@ -75,9 +80,9 @@ type Event struct {
 
 	Outcome Outcome
 	// Cause is why the delivery ended in its outcome, in snake case: empty
-	// when handled; "saturated", "saturated_on_arrival", "retry_budget" or
-	// "max_elapsed" when deferred; "permanent" or "attempts_exhausted" when
-	// dead-lettered; "context_done", "publish_failed" or "panic" when
+	// when handled; "saturated", "saturated_on_arrival", "retry_budget",
+	// "max_elapsed" or "revoked" when deferred; "permanent" or
+	// "attempts_exhausted" when dead-lettered; "context_done", "publish_failed" or "panic" when
 	// nacked (a failed publish nacks whatever the cause was going to be).
 	Cause string
 

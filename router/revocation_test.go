@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/spillway-go/spillway"
 	"github.com/spillway-go/spillway/cost"
 	"github.com/spillway-go/spillway/internal/kafkatest"
+	"github.com/spillway-go/spillway/kafkabroker"
 )
 
 // TestRevocationStepAsideAndLateCommit pins the mechanism down without any
@@ -205,5 +207,103 @@ func TestTracerComposes(t *testing.T) {
 	}
 	if r.tracker("h") == nil || len(r.kafkaTracker("h").Events()) == 0 {
 		t.Error("session tracker bypassed")
+	}
+}
+
+// TestRevocationEndsRetryBackoff: a message backing off in the retry gate
+// when its session ends steps aside at once, as a budget waiter does: the
+// rebalance does not wait for the backoff, the next session runs the
+// message again, and it succeeds exactly once.
+func TestRevocationEndsRetryBackoff(t *testing.T) {
+	for _, mode := range []string{kafkabroker.ConsumerPartition, kafkabroker.ConsumerKey} {
+		t.Run(mode, func(t *testing.T) { testRevocationEndsRetryBackoff(t, mode) })
+	}
+}
+
+func testRevocationEndsRetryBackoff(t *testing.T, mode string) {
+	defer goleak.VerifyNone(t, leakOptions...)
+	cluster := kafkatest.Start(t, 2, "rb")
+
+	cfg := Config{Broker: BrokerKafka, CloseTimeout: 10 * time.Second}
+	cfg.Budget.Vertices = 100
+	cfg.Kafka.Brokers = cluster.Brokers()
+	cfg.Kafka.Version = "2.3.0" // kfake's limit
+	cfg.Kafka.Partitions = 2
+	cfg.Kafka.Consumer = mode
+	cfg.Kafka.RebalanceTimeout = 60 * time.Second
+	cfg.Kafka.HeartbeatInterval = 100 * time.Millisecond
+	cfg.Retry.Enabled = true
+	cfg.Retry.InitialInterval = 15 * time.Second // a backoff far longer than a rebalance
+	cfg.Retry.MaxInterval = 15 * time.Second
+	cfg.Retry.MaxElapsedTime = 25 * time.Second
+	cfg.Retry.Jitter = spillway.Off
+
+	var (
+		mu       sync.Mutex
+		attempts int
+		handled  int
+		failed   = make(chan struct{})
+		once     sync.Once
+	)
+	handler := func(*message.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		attempts++
+		if attempts == 1 {
+			once.Do(func() { close(failed) })
+			return errors.New("transient")
+		}
+		handled++
+		return nil
+	}
+	newMember := func() *Router {
+		r, err := New(cfg, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.AddConsumerHandler("geo", "rb", handler); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	a := newMember()
+	msg := message.NewMessage("x", pingPayload(0))
+	msg.Metadata.Set(cost.MetadataKey, "1")
+	if err := a.Publisher().Publish("rb", msg); err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 2)
+	go func() { errs <- a.Run(context.Background()) }()
+	<-failed // the first attempt failed: the message now backs off for 15 s
+
+	b := newMember()
+	joined := time.Now()
+	go func() { errs <- b.Run(context.Background()) }()
+	waitFor(t, "the message to be handled after the rebalance", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return handled == 1
+	})
+	if d := time.Since(joined); d > 10*time.Second {
+		t.Errorf("handled %v after the second member joined: the rebalance waited for the 15 s backoff", d.Round(time.Millisecond))
+	}
+	time.Sleep(time.Second) // room for a duplicate to show up
+	if st := a.Stats(); st.Revocations != 1 || st.Retry == nil || st.Evictions+b.Stats().Evictions != 0 {
+		t.Errorf("revocations = %d (want 1: the backing-off message stepped aside), evictions %d", st.Revocations, st.Evictions+b.Stats().Evictions)
+	}
+	for _, r := range []*Router{b, a} {
+		if err := r.Close(); err != nil {
+			t.Error(err)
+		}
+	}
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if handled != 1 || attempts != 2 {
+		t.Errorf("attempts = %d, handled = %d; want 2 and 1", attempts, handled)
 	}
 }

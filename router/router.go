@@ -337,12 +337,19 @@ func newRouter(cfg Config, logger watermill.LoggerAdapter, o options, ctl contro
 	}
 
 	if cfg.Retry.Enabled {
+		// A message waiting in the gate steps aside when its Kafka session
+		// ends or its Redis entry is lost, as a budget waiter does.
+		var retryRevoked func(*message.Message) <-chan struct{}
+		if (cfg.Broker == BrokerKafka || cfg.Broker == BrokerRedis) && !ctl.noRevocation {
+			retryRevoked = r.revoked
+		}
 		r.retry, err = retrygate.New(cfg.Retry.Config, retrygate.Options{
 			Publisher:    nopClosePublisher{r.copies},
 			Pressure:     budgetPressure{r},
 			IsPermanent:  o.isPermanent,
 			IsRedelivery: r.isRedelivery,
-			OnOutcome:    hs.onRetryOutcome,
+			Revoked:      retryRevoked,
+			OnOutcome:    r.countRetryOutcome(hs.onRetryOutcome),
 			Logger:       logger,
 		})
 		if err != nil {
@@ -728,7 +735,7 @@ func (r *Router) close() error {
 // Stats is a snapshot of the router's admission state.
 type Stats struct {
 	Budget        middleware.BudgetStats
-	Revocations   uint64 // waiting messages that stepped aside (Kafka rebalance, Redis entry lost, or superseded)
+	Revocations   uint64 // messages waiting for budget or in the retry gate that stepped aside (Kafka rebalance, Redis entry lost, or superseded)
 	Cancellations uint64 // waiting messages that gave up (shutdown)
 	LateMarks     uint64 // acks committed after their session ended (Kafka)
 	Evictions     uint64 // times a member came back under a new member id (Kafka)
@@ -757,6 +764,20 @@ func (r *Router) countAdmission(next func(*message.Message, middleware.Admission
 		}
 		if next != nil {
 			next(msg, a)
+		}
+	}
+}
+
+// countRetryOutcome returns the retry gate's outcome hook: it counts the
+// messages that stepped aside while they waited in the gate for
+// [Router.Stats], then calls next (nil when no hook listens).
+func (r *Router) countRetryOutcome(next func(retrygate.Event)) func(retrygate.Event) {
+	return func(e retrygate.Event) {
+		if e.Outcome == retrygate.Deferred && e.Cause == "revoked" {
+			r.revocations.Add(1)
+		}
+		if next != nil {
+			next(e)
 		}
 	}
 }
