@@ -146,11 +146,27 @@ func TestEdgeRedisWaiterStepsAsideWhenEntryLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	errc := runRouter(t, r)
+	group := r.ConsumerGroup("h")
+	ctx := context.Background()
+	// Both consumers blocked in their first read (Redis lists a consumer
+	// in XINFO CONSUMERS only once it has read something) before anything is
+	// published: b must reach the consumer that is not busy with a. On a
+	// loaded machine the second consumer's first read can come late, and
+	// the first consumer, back from handing a over, would read b itself,
+	// where it waits for a's ack instead of for budget.
+	waitUntil(t, "both consumers to block in a read", 10*time.Second, func() bool {
+		list, err := rc.ClientList(ctx).Result()
+		blocked := 0
+		for line := range strings.Lines(list) {
+			if strings.Contains(line, " flags=b ") && strings.Contains(line, " cmd=xreadgroup ") {
+				blocked++
+			}
+		}
+		return err == nil && blocked >= 2
+	})
 	publishCosted(t, r, "jobs", "a", 10)
 	<-started
 	publishCosted(t, r, "jobs", "b", 10)
-	group := r.ConsumerGroup("h")
-	ctx := context.Background()
 	waitUntil(t, "b to be delivered and wait for budget", 10*time.Second, func() bool {
 		n, err := rc.XPending(ctx, "jobs", group).Result()
 		return err == nil && n.Count == 2 && r.Stats().Budget.Waiting == 1
