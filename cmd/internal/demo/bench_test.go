@@ -87,18 +87,9 @@ func publishBench(b *testing.B, pub message.Publisher, topic string, n int) {
 
 func benchConsume(b *testing.B, consumer string, brokers []string, topic string) {
 	b.StopTimer()
-	var (
-		handled atomic.Int64
-		first   = make(chan struct{})
-		done    = make(chan struct{})
-		once    sync.Once
-		target  = int64(b.N)
-	)
+	ct := newConsumeTimer(b.N)
 	handler := func(*message.Message) error {
-		once.Do(func() { close(first) })
-		if handled.Add(1) == target {
-			close(done)
-		}
+		ct.seen()
 		return nil
 	}
 	var (
@@ -148,10 +139,40 @@ func benchConsume(b *testing.B, consumer string, brokers []string, topic string)
 		wm.AddConsumerHandler("h", topic, sub, handler)
 		run, close = wm.Run, wm.Close
 	}
+	ct.measure(b, run, close)
+}
+
+// consumeTimer times a consume benchmark whose backlog of b.N messages is
+// published before the consumer starts: first closes at the first message
+// handled, done at the b.N-th.
+type consumeTimer struct {
+	handled     atomic.Int64
+	target      int64
+	first, done chan struct{}
+	once        sync.Once
+}
+
+func newConsumeTimer(n int) *consumeTimer {
+	return &consumeTimer{target: int64(n), first: make(chan struct{}), done: make(chan struct{})}
+}
+
+// seen counts one handled message; handlers call it.
+func (t *consumeTimer) seen() {
+	t.once.Do(func() { close(t.first) })
+	if t.handled.Add(1) == t.target {
+		close(t.done)
+	}
+}
+
+// measure runs the consumer, waits untimed for its first message (group
+// joins and subscriptions are behind it), times the rest and stops the
+// consumer. It reports msgs/s and cpu-ns/msg and returns the timed span.
+func (t *consumeTimer) measure(b *testing.B, run func(context.Context) error, stop func() error) time.Duration {
+	b.Helper()
 	errc := make(chan error, 1)
 	go func() { errc <- run(context.Background()) }()
 	select {
-	case <-first:
+	case <-t.first:
 	case err := <-errc:
 		b.Fatalf("consumer stopped: %v", err)
 	case <-time.After(60 * time.Second):
@@ -162,18 +183,20 @@ func benchConsume(b *testing.B, consumer string, brokers []string, topic string)
 	start := time.Now()
 	b.StartTimer()
 	select {
-	case <-done:
+	case <-t.done:
 	case <-time.After(5 * time.Minute):
-		b.Fatalf("only %d of %d messages consumed", handled.Load(), b.N)
+		b.Fatalf("only %d of %d messages consumed", t.handled.Load(), t.target)
 	}
 	b.StopTimer()
 	elapsed, cpu := time.Since(start), processCPU()-cpu0
-	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "msgs/s")
-	// CPU of the whole process (broker included) per message: unlike
-	// msgs/s it does not depend much on what else the machine runs.
-	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/msg")
-	_ = close()
+	b.ReportMetric(float64(t.target)/elapsed.Seconds(), "msgs/s")
+	// CPU of the whole process (an in-process broker included) per
+	// message: unlike msgs/s it does not depend much on what else the
+	// machine runs.
+	b.ReportMetric(float64(cpu.Nanoseconds())/float64(t.target), "cpu-ns/msg")
+	_ = stop()
 	<-errc
+	return elapsed
 }
 
 // processCPU returns the user and system CPU time the process has used.

@@ -155,46 +155,19 @@ func BenchmarkKafkaKeyGoodput(b *testing.B) {
 					vertices += v
 				}
 			}
-			var (
-				handled atomic.Int64
-				first   = make(chan struct{})
-				done    = make(chan struct{})
-				once    sync.Once
-			)
+			ct := newConsumeTimer(b.N)
 			// A budget sized to the machine rather than to the partitions:
 			// four heavy multipolygons, or a few hundred parcels, at once.
 			r := keyBenchRouter(b, cl.brokers, c.consumer, c.partitions, 20_000, topic, func(msg *message.Message) error {
-				once.Do(func() { close(first) })
 				if _, err := refwork.Process(refwork.Full, msg.Payload, c.passes); err != nil {
 					return err
 				}
-				if handled.Add(1) == int64(b.N) {
-					close(done)
-				}
+				ct.seen()
 				return nil
 			})
 			b.StopTimer()
-			errc := make(chan error, 1)
-			go func() { errc <- r.Run(context.Background()) }()
-			select {
-			case <-first:
-			case <-time.After(60 * time.Second):
-				b.Fatal("no message consumed within 60s")
-			}
-			b.ReportAllocs()
-			start := time.Now()
-			b.StartTimer()
-			select {
-			case <-done:
-			case <-time.After(5 * time.Minute):
-				b.Fatalf("only %d of %d messages consumed", handled.Load(), b.N)
-			}
-			b.StopTimer()
-			elapsed := time.Since(start)
-			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "msgs/s")
+			elapsed := ct.measure(b, r.Run, r.Close)
 			b.ReportMetric(float64(vertices)/elapsed.Seconds(), "vertices/s")
-			_ = r.Close()
-			<-errc
 		})
 	}
 }

@@ -3,7 +3,6 @@ package demo
 import (
 	"context"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -82,18 +81,9 @@ func fillRedis(b *testing.B, raw *redis.Client, topic string, n int) {
 
 func benchRedisConsume(b *testing.B, consumer string, consumers int, addr, topic string) {
 	b.StopTimer()
-	var (
-		handled atomic.Int64
-		first   = make(chan struct{})
-		done    = make(chan struct{})
-		once    sync.Once
-		target  = int64(b.N)
-	)
+	ct := newConsumeTimer(b.N)
 	handler := func(*message.Message) error {
-		once.Do(func() { close(first) })
-		if handled.Add(1) == target {
-			close(done)
-		}
+		ct.seen()
 		return nil
 	}
 	var (
@@ -139,28 +129,5 @@ func benchRedisConsume(b *testing.B, consumer string, consumers int, addr, topic
 		}
 		run, close = wm.Run, wm.Close
 	}
-	errc := make(chan error, 1)
-	go func() { errc <- run(context.Background()) }()
-	select {
-	case <-first:
-	case err := <-errc:
-		b.Fatalf("consumer stopped: %v", err)
-	case <-time.After(60 * time.Second):
-		b.Fatal("no message consumed within 60s")
-	}
-	b.ReportAllocs()
-	cpu0 := processCPU()
-	start := time.Now()
-	b.StartTimer()
-	select {
-	case <-done:
-	case <-time.After(5 * time.Minute):
-		b.Fatalf("only %d of %d messages consumed", handled.Load(), b.N)
-	}
-	b.StopTimer()
-	elapsed, cpu := time.Since(start), processCPU()-cpu0
-	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "msgs/s")
-	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/msg")
-	_ = close()
-	<-errc
+	ct.measure(b, run, close)
 }
