@@ -55,16 +55,7 @@ func TestRevocationStepAsideAndLateCommit(t *testing.T) {
 		mu.Unlock()
 		return nil
 	}
-	newMember := func() *Router {
-		r, err := New(cfg, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := r.AddConsumerHandler("geo", "r", handler); err != nil {
-			t.Fatal(err)
-		}
-		return r
-	}
+	newMember := func() *Router { return groupMember(t, cfg, "r", handler) }
 	a := newMember()
 	for i, uuid := range []string{"x", "y"} {
 		msg := message.NewMessage(uuid, pingPayload(i))
@@ -111,20 +102,41 @@ func TestRevocationStepAsideAndLateCommit(t *testing.T) {
 	if st.Evictions+b.Stats().Evictions != 0 {
 		t.Errorf("evictions: %d", st.Evictions+b.Stats().Evictions)
 	}
-	for _, r := range []*Router{b, a} {
-		if err := r.Close(); err != nil {
-			t.Error(err)
-		}
-	}
-	for range 2 {
-		if err := <-errs; err != nil {
-			t.Error(err)
-		}
-	}
+	closeMembers(t, errs, b, a)
 	mu.Lock()
 	defer mu.Unlock()
 	if runs[admitted] != 1 || runs[waiting] != 1 {
 		t.Errorf("runs = %v, want each message once", runs)
+	}
+}
+
+// groupMember is a Kafka router of cfg's consumer group with one handler,
+// "geo", on topic.
+func groupMember(t *testing.T, cfg Config, topic string, h message.NoPublishHandlerFunc) *Router {
+	t.Helper()
+	r, err := New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.AddConsumerHandler("geo", topic, h); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// closeMembers closes the routers in order and checks what each Run,
+// reporting on errs, returned.
+func closeMembers(t *testing.T, errs <-chan error, members ...*Router) {
+	t.Helper()
+	for _, r := range members {
+		if err := r.Close(); err != nil {
+			t.Error(err)
+		}
+	}
+	for range members {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
 	}
 }
 
@@ -256,16 +268,7 @@ func testRevocationEndsRetryBackoff(t *testing.T, mode string) {
 		handled++
 		return nil
 	}
-	newMember := func() *Router {
-		r, err := New(cfg, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := r.AddConsumerHandler("geo", "rb", handler); err != nil {
-			t.Fatal(err)
-		}
-		return r
-	}
+	newMember := func() *Router { return groupMember(t, cfg, "rb", handler) }
 	a := newMember()
 	msg := message.NewMessage("x", pingPayload(0))
 	msg.Metadata.Set(cost.MetadataKey, "1")
@@ -291,16 +294,7 @@ func testRevocationEndsRetryBackoff(t *testing.T, mode string) {
 	if st := a.Stats(); st.Revocations != 1 || st.Retry == nil || st.Evictions+b.Stats().Evictions != 0 {
 		t.Errorf("revocations = %d (want 1: the backing-off message stepped aside), evictions %d", st.Revocations, st.Evictions+b.Stats().Evictions)
 	}
-	for _, r := range []*Router{b, a} {
-		if err := r.Close(); err != nil {
-			t.Error(err)
-		}
-	}
-	for range 2 {
-		if err := <-errs; err != nil {
-			t.Error(err)
-		}
-	}
+	closeMembers(t, errs, b, a)
 	mu.Lock()
 	defer mu.Unlock()
 	if handled != 1 || attempts != 2 {
