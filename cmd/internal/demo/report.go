@@ -92,7 +92,7 @@ func (r *Recording) timeAxis(p *plot.Plot, top float64) error {
 	bottom := p.Y.Min
 	p.X.Label.Text = "seconds since production started"
 	p.X.Min, p.X.Max = 0, r.endTime()
-	p.X.Tick.Marker = plotstyle.RoundTicks(compact)
+	p.X.Tick.Marker = plotstyle.RoundTicks(Compact)
 	marks := []struct {
 		t     float64
 		label string
@@ -159,7 +159,7 @@ func addLine(p *plot.Plot, xys plotter.XYs, c color.Color, width float64, dashes
 func (r *Recording) inflightChart() (*plot.Plot, string, error) {
 	p := newPlot()
 	p.Y.Label.Text = "vertices in handlers"
-	p.Y.Tick.Marker = plotstyle.RoundTicks(compact)
+	p.Y.Tick.Marker = plotstyle.RoundTicks(Compact)
 	top := float64(r.Calibration.MemoryBound)
 	for _, g := range r.Groups {
 		var in, bud plotter.XYs
@@ -266,7 +266,7 @@ func (r *Recording) latencyChart() (*plot.Plot, string, error) {
 func (r *Recording) lagChart() (*plot.Plot, string, error) {
 	p := newPlot()
 	p.Y.Label.Text = "messages not yet committed"
-	p.Y.Tick.Marker = plotstyle.RoundTicks(compact)
+	p.Y.Tick.Marker = plotstyle.RoundTicks(Compact)
 	top := 10.0
 	for _, g := range r.Groups {
 		var xys plotter.XYs
@@ -436,14 +436,14 @@ func WriteReport(w io.Writer, r *Recording) error {
 		{"broker", brokerLine(o)},
 		{"stream", fmt.Sprintf("%d messages over %s: %d pings from %d vehicles (%s), %d parcels (%s), a burst of %d heavy multipolygons "+
 			"of ~%s vertices at %s; %.0f %% of first attempts fail", r.Stream.Messages, o.Duration, r.Stream.Pings, o.Vehicles,
-			TopicPositions, r.Stream.Parcels, TopicBoundaries, r.Stream.Heavies, compact(float64(o.HeavyVertices)), o.BurstAt, 100*o.FailRate)},
+			TopicPositions, r.Stream.Parcels, TopicBoundaries, r.Stream.Heavies, Compact(float64(o.HeavyVertices)), o.BurstAt, 100*o.FailRate)},
 		{"handler", fmt.Sprintf("decode, then area, centroid and convex hull %d times: one heavy message takes %.2fs alone on one core",
 			c.Passes, c.HeavySeconds)},
 		{"redelivery deadline", deadlineLine(o)},
 		{"calibration", fmt.Sprintf("%s vertices/s on %d cores, %.0f bytes per in-flight vertex; deadline bound %s, memory bound %s "+
-			"(%s for in-flight geometry): Spillway starts at %s vertices (%s binds)", compact(c.VerticesPerSecond), c.Cores,
-			c.BytesPerVertex, compact(float64(c.DeadlineBound)), compact(float64(c.MemoryBound)), formatMiB(c.MemoryBytes),
-			compact(float64(c.Budget)), c.Binding)},
+			"(%s for in-flight geometry): Spillway starts at %s vertices (%s binds)", Compact(c.VerticesPerSecond), c.Cores,
+			c.BytesPerVertex, Compact(float64(c.DeadlineBound)), Compact(float64(c.MemoryBound)), formatMiB(c.MemoryBytes),
+			Compact(float64(c.Budget)), c.Binding)},
 	}
 	for _, g := range r.Groups {
 		for _, e := range g.Events {
@@ -465,7 +465,7 @@ func (g GroupSummary) Verdict(deadline time.Duration) string {
 	}
 	if g.Duplicates > 0 {
 		bad = append(bad, fmt.Sprintf("%s processed twice (%s vertices of work redone)", plural(g.Duplicates, "message", "messages"),
-			compact(float64(g.DupVertices))))
+			Compact(float64(g.DupVertices))))
 	}
 	if g.Unprocessed > 0 {
 		bad = append(bad, plural(g.Unprocessed, "message", "messages")+" still not done at the end")
@@ -482,7 +482,7 @@ func (g GroupSummary) Verdict(deadline time.Duration) string {
 		reb = fmt.Sprintf(", the rebalance took %.1fs", g.RebalanceSeconds)
 	}
 	return fmt.Sprintf("%s held: no eviction, no duplicate%s, %s; at most %s vertices in flight.", g.Name, reb, done,
-		compact(float64(g.MaxInflightVertices)))
+		Compact(float64(g.MaxInflightVertices)))
 }
 
 var reportTemplate = template.Must(template.New("report").Parse(`<!DOCTYPE html>

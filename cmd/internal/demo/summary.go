@@ -149,7 +149,7 @@ func (s Summary) Table() [][]string {
 	row("dead-lettered", func(g GroupSummary) string { return fmt.Sprint(g.DeadLettered) })
 	row("not done at the end", func(g GroupSummary) string { return fmt.Sprint(g.Unprocessed) })
 	row("duplicates (work done twice)", func(g GroupSummary) string {
-		return fmt.Sprintf("%d (%s vertices)", g.Duplicates, compact(float64(g.DupVertices)))
+		return fmt.Sprintf("%d (%s vertices)", g.Duplicates, Compact(float64(g.DupVertices)))
 	})
 	row("retries after a failed attempt", func(g GroupSummary) string { return fmt.Sprint(g.Retries) })
 	row("redeliveries (rebalance, lost ack)", func(g GroupSummary) string { return fmt.Sprint(g.Redeliveries) })
@@ -164,12 +164,12 @@ func (s Summary) Table() [][]string {
 		}
 		return fmt.Sprintf("%.1fs%s", g.RebalanceSeconds, late)
 	})
-	row("max in-flight vertices", func(g GroupSummary) string { return compact(float64(g.MaxInflightVertices)) })
+	row("max in-flight vertices", func(g GroupSummary) string { return Compact(float64(g.MaxInflightVertices)) })
 	row("budget, all members: start -> end", func(g GroupSummary) string {
 		if g.StartBudget == 0 {
 			return "none"
 		}
-		return compact(float64(g.StartBudget)) + " -> " + compact(float64(g.EndBudget))
+		return Compact(float64(g.StartBudget)) + " -> " + Compact(float64(g.EndBudget))
 	})
 	row("peak heap", func(g GroupSummary) string { return fmt.Sprintf("%.0f MiB", float64(g.PeakHeapBytes)/(1<<20)) })
 	row("peak lag (messages)", func(g GroupSummary) string { return fmt.Sprint(g.PeakLag) })
@@ -185,7 +185,7 @@ func (s Summary) Table() [][]string {
 		}
 		return fmt.Sprintf("%.1fs", g.DrainSeconds)
 	})
-	row("vertices/s (distinct work)", func(g GroupSummary) string { return compact(g.VerticesPerSecond) })
+	row("vertices/s (distinct work)", func(g GroupSummary) string { return Compact(g.VerticesPerSecond) })
 	return out
 }
 
@@ -219,8 +219,9 @@ func secs(s float64) string {
 	return fmt.Sprintf("%.1fs", s)
 }
 
-// compact writes n with a k or M suffix.
-func compact(n float64) string {
+// Compact writes n with a k or M suffix (1.5k, 12M), as the demo's and the
+// scaling sweep's tables show counts and rates.
+func Compact(n float64) string {
 	switch a := math.Abs(n); {
 	case a >= 10e6:
 		return fmt.Sprintf("%.0fM", n/1e6)

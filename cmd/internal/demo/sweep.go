@@ -395,23 +395,23 @@ func (s *SweepResult) Within(share float64) (bool, error) {
 func (s *SweepResult) WriteTable(w io.Writer) error {
 	fmt.Fprintf(w, "%d messages, %s vertices (about 2/3 in heavy multipolygons of %s vertices); deadline %s; "+
 		"calibrated %s vertices/s on %d cores, spread %.2f, drain share %.2f, deadline bound %s vertices; medians of %d rounds\n\n",
-		s.Messages, compact(float64(s.Vertices)), compact(float64(s.Options.HeavyVertices)), s.Options.Deadline,
-		compact(s.RatePS), s.Machine.GOMAXPROCS, s.Spread, s.DrainShare, compact(float64(s.DeadlineBnd)), s.Options.Rounds)
+		s.Messages, Compact(float64(s.Vertices)), Compact(float64(s.Options.HeavyVertices)), s.Options.Deadline,
+		Compact(s.RatePS), s.Machine.GOMAXPROCS, s.Spread, s.DrainShare, Compact(float64(s.DeadlineBnd)), s.Options.Rounds)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "budget\tvertices\tvertices/s\tgoodput/s\tmax processing (worst)\tp99 processing\tlate\tof best\t")
 	for i, r := range s.Runs {
 		name := fmt.Sprintf("fixed, %g heavy", r.Factor)
-		budget := compact(float64(r.Budget))
+		budget := Compact(float64(r.Budget))
 		if r.Name != "fixed" {
 			name = r.Name
-			budget = fmt.Sprintf("%s -> %s (mean %s)", compact(float64(r.Budget)), compact(float64(r.EndBudget)), compact(r.MeanBudget))
+			budget = fmt.Sprintf("%s -> %s (mean %s)", Compact(float64(r.Budget)), Compact(float64(r.EndBudget)), Compact(r.MeanBudget))
 		}
 		mark := ""
 		if i == s.BestFixed {
 			mark = " (best fixed)"
 		}
-		fmt.Fprintf(tw, "%s%s\t%s\t%s\t%s\t%.2fs (%.2fs)\t%.2fs\t%d\t%.0f %%\t\n", name, mark, budget, compact(r.VerticesPS),
-			compact(r.GoodputPS), r.MaxProcess, r.WorstProcess, r.P99Process, r.Late, 100*r.ShareOfBest)
+		fmt.Fprintf(tw, "%s%s\t%s\t%s\t%s\t%.2fs (%.2fs)\t%.2fs\t%d\t%.0f %%\t\n", name, mark, budget, Compact(r.VerticesPS),
+			Compact(r.GoodputPS), r.MaxProcess, r.WorstProcess, r.P99Process, r.Late, 100*r.ShareOfBest)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -13,6 +13,7 @@ import (
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 
+	"github.com/spillway-go/spillway/cmd/internal/demo"
 	"github.com/spillway-go/spillway/cmd/internal/plotstyle"
 )
 
@@ -96,7 +97,7 @@ func (rep *Report) WriteChart(w io.Writer) error {
 		for bi, bu := range o.Budgets {
 			s, _ := plotter.NewScatter(plotter.XYs{{X: 1, Y: 1}})
 			s.GlyphStyle = draw.GlyphStyle{Color: grey, Radius: vg.Points(3), Shape: glyphs[bi%len(glyphs)]}
-			ratio.Legend.Add("budget "+si(float64(bu)), s)
+			ratio.Legend.Add("budget "+demo.Compact(float64(bu)), s)
 		}
 		// Headroom above the data for the legends at the top.
 		for _, p := range []*plot.Plot{tput, cpu} {

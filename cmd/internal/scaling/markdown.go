@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/spillway-go/spillway/cmd/internal/demo"
 )
 
 // WriteMarkdown writes the report as the Markdown table docs/benchmarks.md
@@ -15,7 +17,7 @@ func (rep *Report) WriteMarkdown(w io.Writer) error {
 	budgets := rep.Options.Budgets
 	names := make([]string, len(budgets))
 	for i, b := range budgets {
-		names[i] = si(float64(b))
+		names[i] = demo.Compact(float64(b))
 	}
 	first := "-"
 	if len(names) > 0 {
@@ -41,7 +43,7 @@ func (rep *Report) WriteMarkdown(w io.Writer) error {
 		}
 		who := ConsumerBare
 		if r.Consumer == ConsumerSpillway {
-			who = si(float64(r.Budget))
+			who = demo.Compact(float64(r.Budget))
 		}
 		cells[k][who] = r
 	}
@@ -60,7 +62,7 @@ func (rep *Report) WriteMarkdown(w io.Writer) error {
 		bare, hasBare := c[ConsumerBare]
 		bareTput, bareCPU, bareHeap, bareN := "-", "-", "-", "-"
 		if hasBare {
-			bareTput = si(bare.MessagesPerSecond)
+			bareTput = demo.Compact(bare.MessagesPerSecond)
 			bareCPU = fmt.Sprintf("%.0f", bare.CPUPerMessage)
 			bareHeap = fmt.Sprintf("%.0f", float64(bare.PeakHeapBytes)/(1<<20))
 			bareN = fmt.Sprint(bare.Messages)

@@ -5,6 +5,8 @@ import (
 	"io"
 	"strconv"
 	"text/tabwriter"
+
+	"github.com/spillway-go/spillway/cmd/internal/demo"
 )
 
 // WriteTable writes the report as plain-text tables: the machine, one row
@@ -28,7 +30,7 @@ func (rep *Report) WriteTable(w io.Writer) error {
 	for _, r := range rep.Results {
 		budget, ratio, tput := "-", "-", "-"
 		if r.Consumer == ConsumerSpillway {
-			budget = si(float64(r.Budget))
+			budget = demo.Compact(float64(r.Budget))
 			if r.CPURatio > 0 {
 				ratio = fmt.Sprintf("%.2fx", r.CPURatio)
 				tput = fmt.Sprintf("%.2fx", r.ThroughputRatio)
@@ -36,7 +38,7 @@ func (rep *Report) WriteTable(w io.Writer) error {
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%d\t%s\t%s\t%.1f\t%s\t%s\t%s\t\n",
 			r.Broker, r.Parallelism, r.Handlers, r.Cost, r.Consumer, budget, r.Messages,
-			si(r.MessagesPerSecond), si(r.VerticesPerSecond), r.CPUPerMessage, ratio, tput, mib(r.PeakHeapBytes))
+			demo.Compact(r.MessagesPerSecond), demo.Compact(r.VerticesPerSecond), r.CPUPerMessage, ratio, tput, mib(r.PeakHeapBytes))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -62,21 +64,6 @@ func (rep *Report) WriteTable(w io.Writer) error {
 	}
 	fmt.Fprintf(ew, "\n%s\n", rep.Verdict)
 	return ew.err
-}
-
-// si writes v with a k or M suffix.
-func si(v float64) string {
-	switch {
-	case v >= 10e6:
-		return fmt.Sprintf("%.0fM", v/1e6)
-	case v >= 1e6:
-		return fmt.Sprintf("%.1fM", v/1e6)
-	case v >= 10e3:
-		return fmt.Sprintf("%.0fk", v/1e3)
-	case v >= 1e3:
-		return fmt.Sprintf("%.1fk", v/1e3)
-	}
-	return fmt.Sprintf("%.0f", v)
 }
 
 // mib writes b in MiB.
