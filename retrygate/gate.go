@@ -145,6 +145,7 @@ func (g *Gate) Stats() Stats {
 		DeadLettered: c.deadLettered,
 		Nacked:       c.nacked,
 		Retries:      c.retries,
+		Revoked:      c.revoked,
 		RetryTokens:  g.budget.tokens(),
 	}
 }
@@ -416,6 +417,7 @@ func (d *delivery) revoked() <-chan struct{} {
 // stepAside ends a revoked delivery: acked, not run again, and not
 // committed by the broker, so the next owner retries it.
 func (d *delivery) stepAside() ([]*message.Message, error) {
+	d.g.counts.get(d.topic).revoked.Add(1)
 	d.end(Deferred, causeRevoked, "", nil)
 	return nil, nil
 }

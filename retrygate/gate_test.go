@@ -569,6 +569,10 @@ func TestRevokedWaitStepsAside(t *testing.T) {
 			}
 		}
 
+		if st := g.Stats(); st.Revoked != 2 || st.Deferred != 2 {
+			t.Errorf("stats: revoked %d, deferred %d; want 2 and 2", st.Revoked, st.Deferred)
+		}
+
 		// Revoked before the wait begins: no wait at all.
 		start := time.Now()
 		if err := call(g.Middleware, failFirst(100, &runs), newMsg("late")); err != nil || time.Since(start) != 0 {

@@ -116,6 +116,10 @@ type Stats struct {
 	// one delivery.
 	Retries uint64
 
+	// Revoked counts the deliveries that stepped aside while they waited
+	// in the gate (Options.Revoked); they are among Deferred.
+	Revoked uint64
+
 	// RetryTokens is the number of retries the budget would grant now
 	// (+Inf when it is unlimited).
 	RetryTokens float64
@@ -127,11 +131,13 @@ type Stats struct {
 type counts struct {
 	handled, deferred, deadLettered, nacked uint64
 	retries, onArrival, budgetDenied        uint64
+	revoked                                 uint64
 }
 
 type counters struct {
 	handled, deferred, deadLettered, nacked atomic.Uint64
 	retries, onArrival, budgetDenied        atomic.Uint64
+	revoked                                 atomic.Uint64
 }
 
 func (c *counters) snapshot() counts {
@@ -143,6 +149,7 @@ func (c *counters) snapshot() counts {
 		retries:      c.retries.Load(),
 		onArrival:    c.onArrival.Load(),
 		budgetDenied: c.budgetDenied.Load(),
+		revoked:      c.revoked.Load(),
 	}
 }
 
@@ -171,6 +178,7 @@ func (t *topicCounters) snapshot() counts {
 		total.retries += c.retries
 		total.onArrival += c.onArrival
 		total.budgetDenied += c.budgetDenied
+		total.revoked += c.revoked
 		return true
 	})
 	return total

@@ -349,7 +349,7 @@ func newRouter(cfg Config, logger watermill.LoggerAdapter, o options, ctl contro
 			IsPermanent:  o.isPermanent,
 			IsRedelivery: r.isRedelivery,
 			Revoked:      retryRevoked,
-			OnOutcome:    r.countRetryOutcome(hs.onRetryOutcome),
+			OnOutcome:    hs.onRetryOutcome,
 			Logger:       logger,
 		})
 		if err != nil {
@@ -768,20 +768,6 @@ func (r *Router) countAdmission(next func(*message.Message, middleware.Admission
 	}
 }
 
-// countRetryOutcome returns the retry gate's outcome hook: it counts the
-// messages that stepped aside while they waited in the gate for
-// [Router.Stats], then calls next (nil when no hook listens).
-func (r *Router) countRetryOutcome(next func(retrygate.Event)) func(retrygate.Event) {
-	return func(e retrygate.Event) {
-		if e.Outcome == retrygate.Deferred && e.Cause == "revoked" {
-			r.revocations.Add(1)
-		}
-		if next != nil {
-			next(e)
-		}
-	}
-}
-
 // Stats returns a snapshot.
 func (r *Router) Stats() Stats {
 	s := Stats{Budget: r.budget.Stats(), DeadLettered: r.deadLettered()}
@@ -793,6 +779,7 @@ func (r *Router) Stats() Stats {
 	if r.retry != nil {
 		st := r.retry.Stats()
 		s.Retry = &st
+		s.Revocations += st.Revoked
 	}
 	if r.sizer != nil {
 		b := r.sizer.Bounds()
