@@ -154,14 +154,18 @@ type Config struct {
 
 	// WindowMessages bounds, with consumer key, the records of one
 	// partition read but not yet finished: handed over, or waiting behind
-	// their key. Reading the partition pauses while it is full, and while
+	// their key. No record enters the window while it is full, or while
 	// eight times as many records are read and not yet committed (the
 	// span: finished behind an unfinished one included), the most a
-	// crashed member's successor processes twice. Default 128.
+	// crashed member's successor processes twice. Records read wait for
+	// room in a read-ahead of 32 times as many records (and WindowBytes);
+	// reading the partition pauses while the read-ahead is full and
+	// resumes when it is half empty. Default 128.
 	WindowMessages int `yaml:"window_messages" env:"WINDOW_MESSAGES"`
 
 	// WindowBytes bounds the records of the window in bytes (key, value
-	// and headers). A record larger than the whole window is admitted alone.
+	// and headers), and those of the read-ahead. A record larger than the
+	// whole window is admitted alone.
 	// Default 4194304 (4 MiB).
 	WindowBytes int `yaml:"window_bytes" env:"WINDOW_BYTES"`
 

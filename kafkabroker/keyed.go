@@ -85,6 +85,11 @@ func (c *Cluster) NewKeySubscriber(group string) (*KeySubscriber, *SessionTracke
 	hook := c.opts.saramaHook
 	scfg, err := c.cfg.subscriberSarama(func(sc *sarama.Config) error {
 		c.cfg.keyFetch(sc)
+		// The partitions' loops commit their watermarks themselves
+		// (keySession.commitLoop), on a connection of their own: an
+		// automatic commit on the consumer's connection would only add
+		// a second, slower path that can land after a newer commit.
+		sc.Consumer.Offsets.AutoCommit.Enable = false
 		if hook != nil {
 			return hook(sc)
 		}
@@ -156,8 +161,15 @@ func (s *KeySubscriber) Subscribe(ctx context.Context, topic string) (<-chan *me
 		s.wg.Done()
 		return nil, fmt.Errorf("kafkabroker: connecting to %v: %w", s.brokers, err)
 	}
+	commitClient, err := sarama.NewClient(s.brokers, s.sarama)
+	if err != nil {
+		_ = client.Close()
+		s.wg.Done()
+		return nil, fmt.Errorf("kafkabroker: connecting to %v: %w", s.brokers, err)
+	}
 	group, err := sarama.NewConsumerGroupFromClient(s.group, client)
 	if err != nil {
+		_ = commitClient.Close()
 		_ = client.Close()
 		s.wg.Done()
 		return nil, fmt.Errorf("kafkabroker: consumer group %s: %w", s.group, err)
@@ -165,6 +177,7 @@ func (s *KeySubscriber) Subscribe(ctx context.Context, topic string) (<-chan *me
 	ctx, cancel := context.WithCancel(ctx)
 	out := make(chan *message.Message)
 	h := &keyHandler{s: s, topic: topic, out: out, ctx: ctx, group: group, client: client,
+		commits:   &committer{client: commitClient, group: s.group, conf: s.sarama},
 		logFields: watermill.LogFields{"consumer_group": s.group, "topic": topic}}
 	handler := s.tracker.tracer().WrapConsumerGroupHandler(h)
 	go func() {
@@ -202,6 +215,7 @@ func (s *KeySubscriber) Subscribe(ctx context.Context, topic string) (<-chan *me
 			s.logger.Info("Closing the Kafka consumer group", h.logFields.Add(watermill.LogFields{"err": err.Error()}))
 		}
 		<-errsDone
+		_ = commitClient.Close()
 		_ = client.Close()
 	}()
 	return out, nil
@@ -230,6 +244,7 @@ type keyHandler struct {
 	ctx       context.Context // the subscription's: ends with Close
 	group     sarama.ConsumerGroup
 	client    sarama.Client
+	commits   *committer
 	logFields watermill.LogFields
 
 	mu   sync.Mutex
@@ -239,6 +254,7 @@ type keyHandler struct {
 // keySession is one consumer-group session of a subscription: its
 // partitions and the committer they share.
 type keySession struct {
+	h    *keyHandler
 	sess sarama.ConsumerGroupSession
 	skip map[int32]completedSet // records the previous owner completed beyond its watermark
 
@@ -252,7 +268,7 @@ type keySession struct {
 }
 
 func (h *keyHandler) Setup(sess sarama.ConsumerGroupSession) error {
-	ks := &keySession{sess: sess, parts: make(map[int32]*keyPartition),
+	ks := &keySession{h: h, sess: sess, parts: make(map[int32]*keyPartition),
 		nudge: make(chan struct{}, 1), urgent: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	ks.skip = h.fetchCompleted(sess.Claims()[h.topic])
 	h.mu.Lock()
@@ -316,7 +332,7 @@ func (ks *keySession) commitLoop() {
 			marks = append(marks, p.marked.Load())
 		}
 		ks.mu.Unlock()
-		ks.sess.Commit()
+		ks.commit(parts, marks)
 		for i, p := range parts {
 			if marks[i] > p.committed.Load() {
 				p.committed.Store(marks[i])
@@ -326,6 +342,27 @@ func (ks *keySession) commitLoop() {
 				}
 			}
 		}
+	}
+}
+
+// commit commits the watermarks marks of parts that moved since their
+// last commit, on the committer's own connection; if that fails, through
+// the session's offset manager, which commits every marked offset on the
+// consumer's connection.
+func (ks *keySession) commit(parts []*keyPartition, marks []int64) {
+	offsets := make(map[int32]int64, len(parts))
+	for i, p := range parts {
+		if marks[i] > p.committed.Load() {
+			offsets[p.partition] = marks[i]
+		}
+	}
+	if len(offsets) == 0 {
+		return
+	}
+	h := ks.h
+	if err := h.commits.commit(ks.sess, h.topic, offsets); err != nil {
+		h.s.logger.Debug("Committing on the commit connection failed, committing through the session", h.logFields.Add(watermill.LogFields{"err": err.Error()}))
+		ks.sess.Commit()
 	}
 }
 
@@ -449,7 +486,8 @@ type keyPartition struct {
 	bytes    int // their bytes
 	inflight int
 	lanes    map[string]*keyLane
-	queue    []*sarama.ConsumerMessage // read, waiting for room
+	queue    []*sarama.ConsumerMessage // read ahead: read, waiting for room
+	qbytes   int                       // their bytes
 	paused   bool
 	stopping bool
 	stopErr  error
@@ -512,7 +550,7 @@ func (p *keyPartition) run(claim sarama.ConsumerGroupClaim) error {
 				p.stop(nil)
 				break
 			}
-			p.queue = append(p.queue, rec)
+			p.readAhead(rec)
 			p.readReady(in)
 		case <-p.settled:
 			p.settleReady()
@@ -549,7 +587,7 @@ func (p *keyPartition) stop(err error) {
 		p.stopping = true
 		p.stopErr = err
 		clear(p.queue)
-		p.queue = nil
+		p.queue, p.qbytes = nil, 0
 	}
 }
 
@@ -590,6 +628,7 @@ func (p *keyPartition) admit() {
 			break
 		}
 		p.queue[n] = nil
+		p.qbytes -= size
 		n++
 		p.take(rec, size)
 	}
@@ -685,7 +724,7 @@ func (p *keyPartition) readReady(in <-chan *sarama.ConsumerMessage) {
 				p.stop(nil)
 				return
 			}
-			p.queue = append(p.queue, rec)
+			p.readAhead(rec)
 		default:
 			return
 		}
@@ -804,10 +843,34 @@ func (p *keyPartition) release() {
 	}
 }
 
-// pauseIfFull pauses fetching while a record waits for room, and resumes
-// it when it entered.
+// readAheadFactor is how many times the window's records may be read
+// ahead of it: read and waiting for room in the window.
+const readAheadFactor = 32
+
+// readAhead queues rec, read, until it fits in the window.
+func (p *keyPartition) readAhead(rec *sarama.ConsumerMessage) {
+	p.queue = append(p.queue, rec)
+	p.qbytes += recordSize(rec)
+}
+
+// pauseIfFull pauses fetching when the read-ahead is full, and resumes it
+// once the read-ahead is down to half of that: readAheadFactor times
+// window_messages records, or window_bytes bytes.
+//
+// Resuming before the read-ahead runs dry is what keeps a partition busy.
+// When every partition a broker connection fetches is paused, Sarama's
+// fetch loop sleeps 100 ms before it looks again (v1.43.3,
+// partitionConsumersBatchTimeout), so a consumer that paused whenever a
+// record waited, and resumed once none did, idled through that sleep
+// after each fetch: with one partition, most of the time
+// (docs/benchmarks.md, "Key mode"). Half the read-ahead covers the sleep
+// at tens of thousands of light records a second.
 func (p *keyPartition) pauseIfFull() {
-	full := len(p.queue) > 0 || p.count >= p.maxMsgs || p.bytes >= p.maxBytes || p.span() >= p.maxSpan
+	limit, limitBytes := readAheadFactor*p.maxMsgs, p.maxBytes
+	if p.paused {
+		limit, limitBytes = limit/2, limitBytes/2
+	}
+	full := len(p.queue) >= limit || p.qbytes >= limitBytes
 	if full == p.paused || p.stopping {
 		return
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/IBM/sarama"
 	"github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"go.uber.org/goleak"
@@ -33,7 +34,7 @@ func leakCheck(t *testing.T) {
 }
 
 // keyCluster opens a Cluster in consumer key on a fresh broker.
-func keyCluster(t *testing.T, partitions int32, mutate func(*kafkabroker.Config)) *kafkabroker.Cluster {
+func keyCluster(t *testing.T, partitions int32, mutate func(*kafkabroker.Config), opts ...kafkabroker.Option) *kafkabroker.Cluster {
 	t.Helper()
 	broker := kafkatest.Start(t, partitions)
 	cfg := kafkabroker.Config{
@@ -50,7 +51,7 @@ func keyCluster(t *testing.T, partitions int32, mutate func(*kafkabroker.Config)
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	cl, err := kafkabroker.Open(cfg, nil)
+	cl, err := kafkabroker.Open(cfg, nil, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -565,4 +566,36 @@ func TestKeyLargeRecordPrompt(t *testing.T) {
 		t.Errorf("the large record arrived after %d of %d small ones", n, small)
 	}
 	t.Logf("the large record arrived after %d of %d small ones", bigAfter.Load(), small)
+}
+
+// TestKeyCommitNotBehindFetch: the watermark is committed on a connection
+// the consumer does not fetch on. A broker answers one connection's
+// requests in order, and a caught-up consumer's fetch waits at the broker
+// for up to MaxWaitTime (3 s here): a commit sent behind it on the same
+// connection lands only when the fetch returns.
+func TestKeyCommitNotBehindFetch(t *testing.T) {
+	leakCheck(t)
+	const (
+		topic   = "commit-connection"
+		maxWait = 3 * time.Second
+	)
+	cl := keyCluster(t, 1, nil, kafkabroker.WithSaramaConfig(func(c *sarama.Config) error {
+		c.Consumer.MaxWaitTime = maxWait
+		return nil
+	}))
+	publishKeyed(t, cl, topic, 5, 5, nil)
+	var done atomic.Int64
+	m := join(t, cl, "g", topic, func(*message.Message) bool {
+		done.Add(1)
+		return true
+	})
+	waitFor(t, 20*time.Second, func() bool { return done.Load() == 5 }, "the five messages")
+	start := time.Now()
+	waitFor(t, 10*time.Second, func() bool { return lag(t, cl, "g", topic) == 0 }, "the commit")
+	took := time.Since(start)
+	m.leave(t)
+	if took > maxWait/2 {
+		t.Errorf("the watermark was committed %v after the last message was handled: behind the parked fetch", took.Round(time.Millisecond))
+	}
+	t.Logf("committed %v after the last message was handled", took.Round(time.Millisecond))
 }

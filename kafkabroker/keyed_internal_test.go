@@ -1,0 +1,87 @@
+package kafkabroker
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/IBM/sarama"
+)
+
+// pauseRecorder is a consumer group that records Pause and Resume.
+type pauseRecorder struct {
+	sarama.ConsumerGroup
+	calls []string
+}
+
+func (r *pauseRecorder) Pause(parts map[string][]int32) {
+	r.calls = append(r.calls, fmt.Sprint("pause ", parts))
+}
+
+func (r *pauseRecorder) Resume(parts map[string][]int32) {
+	r.calls = append(r.calls, fmt.Sprint("resume ", parts))
+}
+
+// A partition reads ahead of its window: a record waiting for room does
+// not pause it, a full read-ahead does (in records or in bytes), and it
+// resumes once the read-ahead is down to half, so that the next fetch
+// comes before the window runs dry.
+func TestKeyReadAheadPausesWithHysteresis(t *testing.T) {
+	group := &pauseRecorder{}
+	p := &keyPartition{
+		h:     &keyHandler{group: group},
+		topic: "t", partition: 2,
+		maxMsgs: 4, maxBytes: 1000, maxSpan: spanLimit(4),
+	}
+	rec := func(size int) *sarama.ConsumerMessage {
+		return &sarama.ConsumerMessage{Value: make([]byte, size)}
+	}
+	step := func(what string, want string) {
+		t.Helper()
+		p.pauseIfFull()
+		got := ""
+		if len(group.calls) > 0 {
+			got = group.calls[len(group.calls)-1]
+		}
+		group.calls = group.calls[:0]
+		if got != want {
+			t.Errorf("%s: got %q, want %q", what, got, want)
+		}
+	}
+
+	// The window is full (count == maxMsgs) and records wait: reading goes on.
+	p.count = p.maxMsgs
+	for range 10 {
+		p.readAhead(rec(1))
+	}
+	step("10 records waiting for a full window", "")
+	limit := readAheadFactor * p.maxMsgs // 128
+	for len(p.queue) < limit-1 {
+		p.readAhead(rec(1))
+	}
+	step("one record short of the read-ahead", "")
+	p.readAhead(rec(1))
+	step("a full read-ahead", "pause map[t:[2]]")
+	step("still full", "")
+
+	drop := func(n int) {
+		for range n {
+			p.qbytes -= recordSize(p.queue[0])
+			p.queue = p.queue[1:]
+		}
+	}
+	drop(limit/2 - 1)
+	step("read-ahead above half", "")
+	drop(1)
+	step("read-ahead down to half", "")
+	drop(1)
+	step("read-ahead below half", "resume map[t:[2]]")
+
+	// Bytes: a few large records fill it as well.
+	drop(len(p.queue))
+	p.readAhead(rec(600))
+	step("600 of 1000 bytes", "")
+	p.readAhead(rec(400))
+	step("1000 of 1000 bytes", "pause map[t:[2]]")
+	drop(1)
+	step("400 bytes left, below half", "resume map[t:[2]]")
+}
