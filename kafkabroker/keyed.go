@@ -414,6 +414,7 @@ func (h *keyHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sarama
 		ks:         ks,
 		sess:       sess,
 		sessDone:   sess.Context().Done(),
+		subDone:    h.ctx.Done(),
 		topic:      tp.topic,
 		partition:  tp.partition,
 		seenBefore: t.seen.highest(groupPartition{t.group, tp}),
@@ -455,6 +456,7 @@ type keyPartition struct {
 	ks         *keySession
 	sess       sarama.ConsumerGroupSession
 	sessDone   <-chan struct{}
+	subDone    <-chan struct{} // the subscription's context ended
 	topic      string
 	partition  int32
 	seenBefore int64 // highest offset an earlier session received, -1 none
@@ -538,10 +540,11 @@ func (p *keyPartition) run(claim sarama.ConsumerGroupClaim) error {
 			// Closed channels would spin the loop while deliveries settle.
 			sessDone, subDone = nil, nil
 		} else {
-			// Read on even when the window is full: the partition is
-			// paused then, so only what Sarama had already fetched
-			// arrives, and a claim whose channel is not drained would
-			// hold up every partition of its broker's fetch loop.
+			// Read on even when the window is full: records wait in
+			// the read-ahead, and once that is full the partition is
+			// paused, so only what Sarama had already fetched arrives;
+			// a claim whose channel is not drained would hold up every
+			// partition of its broker's fetch loop.
 			in = records
 		}
 		select {
@@ -890,6 +893,9 @@ func (p *keyPartition) deliver(d *keyDelivery) {
 	p.report(keyEvent{d: d, done: p.attempts(d)})
 }
 
+// attempts watches the session's and the subscription's channels, not
+// d.ctx: until d settles, d.ctx ends only with the subscription's context,
+// and asking a fresh context for its Done channel makes one, per message.
 func (p *keyPartition) attempts(d *keyDelivery) bool {
 	msg := d.msg
 	observe := p.h.s.tracker.observeOnly
@@ -898,7 +904,7 @@ func (p *keyPartition) attempts(d *keyDelivery) bool {
 		case p.h.out <- msg:
 		case <-p.sessDone:
 			return false // revoked before it was handed over
-		case <-d.ctx.Done():
+		case <-p.subDone:
 			return false
 		}
 		select {
@@ -913,7 +919,7 @@ func (p *keyPartition) attempts(d *keyDelivery) bool {
 			}
 			return true
 		case <-msg.Nacked():
-		case <-d.ctx.Done():
+		case <-p.subDone:
 			return false
 		}
 		if sleep := p.h.s.cfg.NackResendSleep; sleep > 0 {
@@ -923,7 +929,7 @@ func (p *keyPartition) attempts(d *keyDelivery) bool {
 			case <-p.sessDone:
 				timer.Stop()
 				return false
-			case <-d.ctx.Done():
+			case <-p.subDone:
 				timer.Stop()
 				return false
 			}
