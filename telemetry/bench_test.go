@@ -32,6 +32,13 @@ type benchStack struct {
 	telemetry bool
 	tp        func() trace.TracerProvider
 	mp        func() metric.MeterProvider
+	// oneSpan: no Spillway middleware, only one SDK span per message
+	// started and ended around the handler (the floor for any stack
+	// that traces each message).
+	oneSpan bool
+	// plainPublisher: the messages are published without
+	// TracingPublisher, so only the consumer's side is traced.
+	plainPublisher bool
 }
 
 func sdkProviders() (func() trace.TracerProvider, func() metric.MeterProvider) {
@@ -81,6 +88,14 @@ func shutdown(p any) {
 //	stack=budget+otel-sdk-batch  the same through the batch span processor
 //	                         (blocking when its queue is full: no span
 //	                         dropped), the processor production uses
+//	stack=budget+otel-sdk-consumer  stack=budget+otel-sdk without
+//	                         TracingPublisher: the consumer's side alone
+//	                         (one span per message, no trace context in
+//	                         the message to continue)
+//	stack=bare+one-sdk-span  no Spillway code: one SDK span per message,
+//	                         no attributes, as stack=budget+otel-sdk
+//	                         exports it; what tracing each message costs
+//	                         at the least
 func BenchmarkStack(b *testing.B) {
 	sdkTP, sdkMP := sdkProviders()
 	for _, s := range []benchStack{
@@ -91,6 +106,8 @@ func BenchmarkStack(b *testing.B) {
 			mp: func() metric.MeterProvider { return noopmetric.NewMeterProvider() }},
 		{name: "budget+otel-sdk", budget: true, telemetry: true, tp: sdkTP, mp: sdkMP},
 		{name: "budget+otel-sdk-batch", budget: true, telemetry: true, tp: batchTracerProvider, mp: sdkMP},
+		{name: "budget+otel-sdk-consumer", budget: true, telemetry: true, tp: sdkTP, mp: sdkMP, plainPublisher: true},
+		{name: "bare+one-sdk-span", oneSpan: true, tp: sdkTP},
 	} {
 		for _, h := range []string{"empty", "decode"} {
 			b.Run("handler="+h+"/stack="+s.name, func(b *testing.B) { runStack(b, s, h == "decode") })
@@ -120,7 +137,21 @@ func runStack(b *testing.B, s benchStack, decode bool) {
 		}
 		router.AddMiddleware(telemetry.NewTracing(opts...), metrics.Middleware)
 		onAdmission = metrics.OnAdmission
-		pub = telemetry.NewTracingPublisher(pubSub, opts...)
+		if !s.plainPublisher {
+			pub = telemetry.NewTracingPublisher(pubSub, opts...)
+		}
+	}
+	if s.oneSpan {
+		tp := s.tp()
+		defer shutdown(tp)
+		tracer := tp.Tracer("bench")
+		router.AddMiddleware(func(h message.HandlerFunc) message.HandlerFunc {
+			return func(msg *message.Message) ([]*message.Message, error) {
+				_, span := tracer.Start(msg.Context(), "handle")
+				defer span.End()
+				return h(msg)
+			}
+		})
 	}
 	if s.budget {
 		admission, err := middleware.NewBudget(middleware.BudgetConfig{
