@@ -5,6 +5,9 @@ import (
 	"testing"
 
 	"github.com/IBM/sarama"
+	"github.com/ThreeDotsLabs/watermill"
+
+	"github.com/spillway-go/spillway/internal/kafkatest"
 )
 
 // pauseRecorder is a consumer group that records Pause and Resume.
@@ -84,4 +87,50 @@ func TestKeyReadAheadPausesWithHysteresis(t *testing.T) {
 	step("1000 of 1000 bytes", "pause map[t:[2]]")
 	drop(1)
 	step("400 bytes left, below half", "resume map[t:[2]]")
+}
+
+// sessionRecorder is a consumer-group session that counts Commit calls.
+type sessionRecorder struct {
+	sarama.ConsumerGroupSession
+	commits int
+}
+
+func (s *sessionRecorder) Commit()             { s.commits++ }
+func (s *sessionRecorder) MemberID() string    { return "member" }
+func (s *sessionRecorder) GenerationID() int32 { return 1 }
+
+// A watermark that moved is committed through the session's offset
+// manager when the commit client cannot commit it (here: closed), and one
+// that did not move is not committed at all.
+func TestKeyCommitFallsBackToSession(t *testing.T) {
+	broker := kafkatest.Start(t, 1)
+	conf := sarama.NewConfig()
+	conf.Version = sarama.V2_3_0_0
+	client, err := sarama.NewClient(broker.Brokers(), conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := client.Close(); err != nil {
+		t.Fatal(err)
+	}
+	sess := &sessionRecorder{}
+	ks := &keySession{sess: sess, h: &keyHandler{
+		s:       &KeySubscriber{logger: watermill.NopLogger{}},
+		topic:   "t",
+		commits: &committer{client: client, group: "g", conf: conf},
+	}}
+	p := &keyPartition{partition: 0}
+	p.committed.Store(5)
+
+	ks.commit([]*keyPartition{p}, []int64{5})
+	if sess.commits != 0 {
+		t.Fatalf("a watermark that did not move was committed %d times", sess.commits)
+	}
+	if err := ks.h.commits.commit(sess, "t", map[int32]int64{0: 9}); err == nil {
+		t.Fatal("a commit on a closed client succeeded")
+	}
+	ks.commit([]*keyPartition{p}, []int64{9})
+	if sess.commits != 1 {
+		t.Fatalf("the session committed %d times after the commit client failed, want 1", sess.commits)
+	}
 }
