@@ -23,7 +23,9 @@
 //   - [KeySubscriber] ([Cluster.NewKeySubscriber], Config.Consumer key):
 //     many messages of a partition in flight at once, one at a time per
 //     record key, within a per-partition window; the committed offset is
-//     the contiguous completed watermark. docs/kafka.md, "Consumer key".
+//     the contiguous completed watermark, committed on a Sarama client of
+//     its own so that commits never wait behind fetches. docs/kafka.md,
+//     "Consumer key".
 //   - Durability: the publisher waits for all in-sync replicas and is
 //     idempotent (Kafka 0.11 and later), and [Cluster.EnsureTopic] warns
 //     about a single-replica topic on an external cluster.

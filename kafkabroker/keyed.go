@@ -147,7 +147,9 @@ func (k Config) keyFetch(c *sarama.Config) {
 
 // Subscribe joins the consumer group on topic and returns the messages.
 // The channel closes after ctx ends or Close is called, once every
-// message handed over is settled.
+// message handed over is settled. Each subscription opens two Sarama
+// clients: one consumes, the other commits the watermarks (a commit on
+// the consuming connection would wait behind its fetches).
 func (s *KeySubscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	s.mu.Lock()
 	if s.closed {
