@@ -128,8 +128,9 @@ const defaultLargestRecord = 1<<20 + batchHeadroom
 // the cluster accepts, so no record is ever fetched partially. A broker
 // returns a batch larger than a partition's fetch size only when it comes
 // first in the whole response, so such a record would wait until the other
-// partitions are drained. The byte window, not the fetch size, bounds
-// what the consumer holds: a paused partition is not fetched.
+// partitions are drained. The byte window and the read-ahead, not the
+// fetch size, bound what the consumer holds: a paused partition is not
+// fetched.
 func (k Config) keyFetch(c *sarama.Config) {
 	largest := k.batchLimit()
 	if largest == 0 {
