@@ -480,6 +480,8 @@ type keyPartition struct {
 	committed atomic.Int64 // watermark committed
 	fill      atomic.Int64 // records in the window: read and not finished
 	fillBytes atomic.Int64 // their bytes
+	ahead     atomic.Int64 // records read ahead: waiting for room in the window
+	aheadB    atomic.Int64 // their bytes
 
 	// ---- owned by run ----
 	skip     completedSet
@@ -594,6 +596,7 @@ func (p *keyPartition) stop(err error) {
 		p.stopErr = err
 		clear(p.queue)
 		p.queue, p.qbytes = nil, 0
+		p.noteReadAhead()
 	}
 }
 
@@ -645,6 +648,9 @@ func (p *keyPartition) admit() {
 		p.queue = p.queue[:0]
 	} else if n > 0 {
 		p.queue = p.queue[n:]
+	}
+	if n > 0 {
+		p.noteReadAhead()
 	}
 }
 
@@ -857,6 +863,14 @@ const readAheadFactor = 32
 func (p *keyPartition) readAhead(rec *sarama.ConsumerMessage) {
 	p.queue = append(p.queue, rec)
 	p.qbytes += recordSize(rec)
+	p.noteReadAhead()
+}
+
+// noteReadAhead publishes the read-ahead's fill for
+// [SessionTracker.PartitionReadAheads].
+func (p *keyPartition) noteReadAhead() {
+	p.ahead.Store(int64(len(p.queue)))
+	p.aheadB.Store(int64(p.qbytes))
 }
 
 // pauseIfFull pauses fetching when the read-ahead is full, and resumes it

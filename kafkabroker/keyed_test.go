@@ -415,7 +415,7 @@ func TestKeySpan(t *testing.T) {
 }
 
 // TestKeyPartitionWindows: the window's fill is reported per partition,
-// and Window is their sum.
+// and Window is their sum; so is the read-ahead's.
 func TestKeyPartitionWindows(t *testing.T) {
 	leakCheck(t)
 	const (
@@ -450,11 +450,28 @@ func TestKeyPartitionWindows(t *testing.T) {
 	if recs, bytes := m.tr.Window(); recs != 4*window || bytes != sumBytes || bytes == 0 {
 		t.Errorf("Window() = %d records, %d bytes; the partitions sum to %d records, %d bytes", recs, bytes, 4*window, sumBytes)
 	}
+	// Every record not in a window waits in its partition's read-ahead
+	// (at most 32 x 8 records), once fetched: 400 - 4 x 8 in all.
+	var ahead []fill
+	waitFor(t, 20*time.Second, func() bool {
+		ahead = ahead[:0]
+		var sum int64
+		m.tr.PartitionReadAheads(func(topic string, partition int32, records, bytes int64) {
+			if bytes < 10*records || records > 32*window {
+				t.Errorf("read-ahead of partition %d: %d records in %d bytes", partition, records, bytes)
+			}
+			ahead = append(ahead, fill{topic, partition, records})
+			sum += records
+		})
+		return len(ahead) == 4 && sum == 400-4*window
+	}, "every record not in a window in a read-ahead")
+	t.Logf("read-aheads: %v", ahead)
 	close(release)
 	waitFor(t, 30*time.Second, func() bool { return recv.Load() == 400 }, "all after the release")
 	m.leave(t)
 	n := 0
 	m.tr.PartitionWindows(func(string, int32, int64, int64) { n++ })
+	m.tr.PartitionReadAheads(func(string, int32, int64, int64) { n++ })
 	if n != 0 {
 		t.Errorf("%d partitions reported after the member left, want none", n)
 	}

@@ -12,6 +12,22 @@ import (
 // consumer partition, or before the member owns any. [SessionTracker.Window]
 // is their sum. f runs after the tracker's lock is released.
 func (t *SessionTracker) PartitionWindows(f func(topic string, partition int32, records, bytes int64)) {
+	t.eachKeyPartition(func(p *keyPartition) (int64, int64) { return p.fill.Load(), p.fillBytes.Load() }, f)
+}
+
+// PartitionReadAheads is [SessionTracker.PartitionWindows] for the
+// read-ahead: the records of each partition read and waiting for room in
+// the window, and their bytes. Reading a partition pauses when its
+// read-ahead reaches 32 times Config.WindowMessages records or
+// Config.WindowBytes bytes.
+func (t *SessionTracker) PartitionReadAheads(f func(topic string, partition int32, records, bytes int64)) {
+	t.eachKeyPartition(func(p *keyPartition) (int64, int64) { return p.ahead.Load(), p.aheadB.Load() }, f)
+}
+
+// eachKeyPartition calls f with read's two numbers for every partition the
+// member owns in consumer key, in topic and partition order, after the
+// tracker's lock is released.
+func (t *SessionTracker) eachKeyPartition(read func(*keyPartition) (int64, int64), f func(topic string, partition int32, records, bytes int64)) {
 	type fill struct {
 		tp             topicPartition
 		records, bytes int64
@@ -19,7 +35,8 @@ func (t *SessionTracker) PartitionWindows(f func(topic string, partition int32, 
 	t.mu.Lock()
 	fills := make([]fill, 0, len(t.keyParts))
 	for tp, p := range t.keyParts {
-		fills = append(fills, fill{tp, p.fill.Load(), p.fillBytes.Load()})
+		r, b := read(p)
+		fills = append(fills, fill{tp, r, b})
 	}
 	t.mu.Unlock()
 	slices.SortFunc(fills, func(a, b fill) int {

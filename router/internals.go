@@ -26,6 +26,8 @@ const (
 	metricKeepAliveErrors    = "spillway.redis.keep_alive.errors"
 	metricKafkaWindowRecords = "spillway.kafka.window.records"
 	metricKafkaWindowBytes   = "spillway.kafka.window.bytes"
+	metricKafkaAheadRecords  = "spillway.kafka.readahead.records"
+	metricKafkaAheadBytes    = "spillway.kafka.readahead.bytes"
 )
 
 // observeInternals registers the observable series of the producer
@@ -91,6 +93,16 @@ func (r *Router) observeInternals() error {
 	if err := add(winBytes, err); err != nil {
 		return err
 	}
+	aheadRecords, err := m.Int64ObservableGauge(metricKafkaAheadRecords, metric.WithUnit("{record}"),
+		metric.WithDescription("Kafka records read ahead of the window of each partition this router owns, waiting for room (kafka.consumer key)."))
+	if err := add(aheadRecords, err); err != nil {
+		return err
+	}
+	aheadBytes, err := m.Int64ObservableGauge(metricKafkaAheadBytes, metric.WithUnit("By"),
+		metric.WithDescription("Bytes of the Kafka records read ahead of the window of each partition (kafka.consumer key)."))
+	if err := add(aheadBytes, err); err != nil {
+		return err
+	}
 
 	name := attribute.String("budget", r.cfg.Telemetry.Name)
 	set := func(kv ...attribute.KeyValue) metric.MeasurementOption {
@@ -117,10 +129,12 @@ func (r *Router) observeInternals() error {
 			o.ObserveInt64(lost, int64(ka.Revoked), set(attribute.String("reason", "revoked")))
 			o.ObserveInt64(errs, int64(ka.RefreshErrors), set())
 		}
-		r.keyWindows(func(group, topic string, partition int32, records, bytes int64) {
+		r.keyWindows(func(group, topic string, partition int32, win, ahead windowFill) {
 			at := set(attribute.String("topic", topic), attribute.String("group", group), attribute.Int("partition", int(partition)))
-			o.ObserveInt64(winRecords, records, at)
-			o.ObserveInt64(winBytes, bytes, at)
+			o.ObserveInt64(winRecords, win.records, at)
+			o.ObserveInt64(winBytes, win.bytes, at)
+			o.ObserveInt64(aheadRecords, ahead.records, at)
+			o.ObserveInt64(aheadBytes, ahead.bytes, at)
 		})
 		return nil
 	}, insts...)

@@ -129,11 +129,12 @@ func (b *kafkaBackend) system() string { return "kafka" }
 
 func (b *kafkaBackend) close() error { return b.cluster.Close() }
 
-// keyWindows calls f with the window of every partition the router's
-// Kafka handlers own with kafka.consumer key (records read and not yet
-// finished, and their bytes), with the handler's consumer group. It
-// calls f for nothing unless the router runs on Kafka in consumer key.
-func (r *Router) keyWindows(f func(group, topic string, partition int32, records, bytes int64)) {
+// keyWindows calls f with the window and the read-ahead of every
+// partition the router's Kafka handlers own with kafka.consumer key (records
+// read and not yet finished, records read and waiting for room, and their
+// bytes), with the handler's consumer group. It calls f for nothing unless
+// the router runs on Kafka in consumer key.
+func (r *Router) keyWindows(f func(group, topic string, partition int32, win, ahead windowFill)) {
 	b, isKafka := r.back.(*kafkaBackend)
 	if !isKafka || b.cfg.Consumer != kafkabroker.ConsumerKey {
 		return
@@ -142,12 +143,25 @@ func (r *Router) keyWindows(f func(group, topic string, partition int32, records
 	if m == nil {
 		return
 	}
+	type tp struct {
+		topic     string
+		partition int32
+	}
 	for handler, t := range *m {
-		if kt, isKT := t.(*kafkabroker.SessionTracker); isKT {
-			group := b.group(handler)
-			kt.PartitionWindows(func(topic string, partition int32, records, bytes int64) {
-				f(group, topic, partition, records, bytes)
-			})
+		kt, isKT := t.(*kafkabroker.SessionTracker)
+		if !isKT {
+			continue
 		}
+		group := b.group(handler)
+		ahead := make(map[tp]windowFill)
+		kt.PartitionReadAheads(func(topic string, partition int32, records, bytes int64) {
+			ahead[tp{topic, partition}] = windowFill{records, bytes}
+		})
+		kt.PartitionWindows(func(topic string, partition int32, records, bytes int64) {
+			f(group, topic, partition, windowFill{records, bytes}, ahead[tp{topic, partition}])
+		})
 	}
 }
+
+// windowFill is a count of records and their bytes.
+type windowFill struct{ records, bytes int64 }

@@ -226,5 +226,13 @@ func TestKeyWindowGauges(t *testing.T) {
 		if n := got["spillway.kafka.window.bytes"][at]; n <= 0 {
 			t.Errorf("spillway.kafka.window.bytes{%s} = %v, want > 0 (series %v)", at, n, got["spillway.kafka.window.bytes"])
 		}
+		// The rest of the partition's records wait in the read-ahead;
+		// how many have been fetched by now is Sarama's affair.
+		if _, ok := got["spillway.kafka.readahead.records"][at]; !ok {
+			t.Errorf("no spillway.kafka.readahead.records{%s} (series %v)", at, got["spillway.kafka.readahead.records"])
+		}
+		if _, ok := got["spillway.kafka.readahead.bytes"][at]; !ok {
+			t.Errorf("no spillway.kafka.readahead.bytes{%s} (series %v)", at, got["spillway.kafka.readahead.bytes"])
+		}
 	}
 }
