@@ -560,6 +560,7 @@ func (p *keyPartition) run(claim sarama.ConsumerGroupClaim) error {
 			}
 			p.readAhead(rec)
 			p.readReady(in)
+			p.noteReadAhead()
 		case <-p.settled:
 			p.settleReady()
 		case <-p.wake:
@@ -863,11 +864,10 @@ const readAheadFactor = 32
 func (p *keyPartition) readAhead(rec *sarama.ConsumerMessage) {
 	p.queue = append(p.queue, rec)
 	p.qbytes += recordSize(rec)
-	p.noteReadAhead()
 }
 
 // noteReadAhead publishes the read-ahead's fill for
-// [SessionTracker.PartitionReadAheads].
+// [SessionTracker.PartitionReadAheads], once per batch read or admitted.
 func (p *keyPartition) noteReadAhead() {
 	p.ahead.Store(int64(len(p.queue)))
 	p.aheadB.Store(int64(p.qbytes))

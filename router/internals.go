@@ -7,6 +7,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/spillway-go/spillway/kafkabroker"
 	"github.com/spillway-go/spillway/redisbroker"
 	"github.com/spillway-go/spillway/telemetry"
 )
@@ -129,12 +130,16 @@ func (r *Router) observeInternals() error {
 			o.ObserveInt64(lost, int64(ka.Revoked), set(attribute.String("reason", "revoked")))
 			o.ObserveInt64(errs, int64(ka.RefreshErrors), set())
 		}
-		r.keyWindows(func(group, topic string, partition int32, win, ahead windowFill) {
-			at := set(attribute.String("topic", topic), attribute.String("group", group), attribute.Int("partition", int(partition)))
-			o.ObserveInt64(winRecords, win.records, at)
-			o.ObserveInt64(winBytes, win.bytes, at)
-			o.ObserveInt64(aheadRecords, ahead.records, at)
-			o.ObserveInt64(aheadBytes, ahead.bytes, at)
+		r.keyWindows(func(group string, kt *kafkabroker.SessionTracker) {
+			observe := func(records, bytes metric.Int64Observable) func(string, int32, int64, int64) {
+				return func(topic string, partition int32, n, size int64) {
+					at := set(attribute.String("topic", topic), attribute.String("group", group), attribute.Int("partition", int(partition)))
+					o.ObserveInt64(records, n, at)
+					o.ObserveInt64(bytes, size, at)
+				}
+			}
+			kt.PartitionWindows(observe(winRecords, winBytes))
+			kt.PartitionReadAheads(observe(aheadRecords, aheadBytes))
 		})
 		return nil
 	}, insts...)

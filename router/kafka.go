@@ -129,12 +129,11 @@ func (b *kafkaBackend) system() string { return "kafka" }
 
 func (b *kafkaBackend) close() error { return b.cluster.Close() }
 
-// keyWindows calls f with the window and the read-ahead of every
-// partition the router's Kafka handlers own with kafka.consumer key (records
-// read and not yet finished, records read and waiting for room, and their
-// bytes), with the handler's consumer group. It calls f for nothing unless
-// the router runs on Kafka in consumer key.
-func (r *Router) keyWindows(f func(group, topic string, partition int32, win, ahead windowFill)) {
+// keyWindows calls f with the session tracker of every handler of the
+// router that runs on Kafka in consumer key, and the handler's consumer
+// group; the tracker reports each partition's window and read-ahead. It
+// calls f for nothing unless the router runs on Kafka in consumer key.
+func (r *Router) keyWindows(f func(group string, kt *kafkabroker.SessionTracker)) {
 	b, isKafka := r.back.(*kafkaBackend)
 	if !isKafka || b.cfg.Consumer != kafkabroker.ConsumerKey {
 		return
@@ -143,25 +142,9 @@ func (r *Router) keyWindows(f func(group, topic string, partition int32, win, ah
 	if m == nil {
 		return
 	}
-	type tp struct {
-		topic     string
-		partition int32
-	}
 	for handler, t := range *m {
-		kt, isKT := t.(*kafkabroker.SessionTracker)
-		if !isKT {
-			continue
+		if kt, isKT := t.(*kafkabroker.SessionTracker); isKT {
+			f(b.group(handler), kt)
 		}
-		group := b.group(handler)
-		ahead := make(map[tp]windowFill)
-		kt.PartitionReadAheads(func(topic string, partition int32, records, bytes int64) {
-			ahead[tp{topic, partition}] = windowFill{records, bytes}
-		})
-		kt.PartitionWindows(func(topic string, partition int32, records, bytes int64) {
-			f(group, topic, partition, windowFill{records, bytes}, ahead[tp{topic, partition}])
-		})
 	}
 }
-
-// windowFill is a count of records and their bytes.
-type windowFill struct{ records, bytes int64 }
