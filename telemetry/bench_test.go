@@ -36,6 +36,11 @@ type benchStack struct {
 	// started and ended around the handler (the floor for any stack
 	// that traces each message).
 	oneSpan bool
+	// twoSpans: as oneSpan, plus a producer span around each publish
+	// whose context travels in the metadata (W3C traceparent), so the
+	// consumer span is its child: the floor for a stack that traces both
+	// ends, as stack=budget+otel-sdk does.
+	twoSpans bool
 	// plainPublisher: the messages are published without
 	// TracingPublisher, so only the consumer's side is traced.
 	plainPublisher bool
@@ -96,6 +101,10 @@ func shutdown(p any) {
 //	                         no attributes, as stack=budget+otel-sdk
 //	                         exports it; what tracing each message costs
 //	                         at the least
+//	stack=bare+two-sdk-spans  no Spillway code: a producer span per
+//	                         publish, injected into the metadata, and a
+//	                         consumer span continuing it, no attributes;
+//	                         the least that tracing both ends costs
 func BenchmarkStack(b *testing.B) {
 	sdkTP, sdkMP := sdkProviders()
 	for _, s := range []benchStack{
@@ -108,6 +117,7 @@ func BenchmarkStack(b *testing.B) {
 		{name: "budget+otel-sdk-batch", budget: true, telemetry: true, tp: batchTracerProvider, mp: sdkMP},
 		{name: "budget+otel-sdk-consumer", budget: true, telemetry: true, tp: sdkTP, mp: sdkMP, plainPublisher: true},
 		{name: "bare+one-sdk-span", oneSpan: true, tp: sdkTP},
+		{name: "bare+two-sdk-spans", oneSpan: true, twoSpans: true, tp: sdkTP},
 	} {
 		for _, h := range []string{"empty", "decode"} {
 			b.Run("handler="+h+"/stack="+s.name, func(b *testing.B) { runStack(b, s, h == "decode") })
@@ -145,13 +155,21 @@ func runStack(b *testing.B, s benchStack, decode bool) {
 		tp := s.tp()
 		defer shutdown(tp)
 		tracer := tp.Tracer("bench")
+		var prop propagation.TraceContext
 		router.AddMiddleware(func(h message.HandlerFunc) message.HandlerFunc {
 			return func(msg *message.Message) ([]*message.Message, error) {
-				_, span := tracer.Start(msg.Context(), "handle")
+				ctx := msg.Context()
+				if s.twoSpans {
+					ctx = prop.Extract(ctx, propagation.MapCarrier(msg.Metadata))
+				}
+				_, span := tracer.Start(ctx, "handle")
 				defer span.End()
 				return h(msg)
 			}
 		})
+		if s.twoSpans {
+			pub = spanPublisher{Publisher: pubSub, tracer: tracer}
+		}
 	}
 	if s.budget {
 		admission, err := middleware.NewBudget(middleware.BudgetConfig{
@@ -204,6 +222,27 @@ func runStack(b *testing.B, s benchStack, decode bool) {
 	_ = router.Close()
 	<-runErr
 	_ = pubSub.Close()
+}
+
+// spanPublisher starts a producer span around each publish and injects
+// its context into the message's metadata: no attributes, nothing else.
+type spanPublisher struct {
+	message.Publisher
+	tracer trace.Tracer
+}
+
+func (p spanPublisher) Publish(topic string, msgs ...*message.Message) error {
+	var prop propagation.TraceContext
+	for _, m := range msgs {
+		ctx, span := p.tracer.Start(m.Context(), "send", trace.WithSpanKind(trace.SpanKindProducer))
+		prop.Inject(ctx, propagation.MapCarrier(m.Metadata))
+		err := p.Publisher.Publish(topic, m)
+		span.End()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // processCPU returns the user and system CPU time the process has used.
