@@ -58,10 +58,12 @@ func benchCluster(b *testing.B, partitions int) (*cluster, message.Publisher) {
 }
 
 func BenchmarkKafkaConsume(b *testing.B) {
-	cl, pub := benchCluster(b, 12)
 	var seq atomic.Int64
 	for _, c := range []string{"upstream-defaults", "upstream", "spillway", "spillway-no-otel", "spillway-key"} {
 		b.Run("consumer="+c, func(b *testing.B) {
+			// A broker of its own: the consumers after the first would
+			// otherwise run next to every earlier one's messages.
+			cl, pub := benchCluster(b, 12)
 			topic := fmt.Sprintf("bench-%s-%d", c, seq.Add(1))
 			publishBench(b, pub, topic, b.N)
 			benchConsume(b, c, cl.brokers, topic)
