@@ -245,23 +245,24 @@ func BenchmarkKafkaKeyPingLatency(b *testing.B) {
 			go func() { errc <- r.Run(context.Background()) }()
 			<-r.Running()
 			// stream publishes n messages at rate, a heavy every tenth,
-			// the others pings; warm-up marks them all "warm-up".
-			stream := func(n int, warmUp bool) {
+			// the others pings; warming marks them all "warm-up".
+			stream := func(n int, warming bool) {
 				tick := time.NewTicker(time.Second / rate)
 				defer tick.Stop()
 				for i := 0; i < n; i++ {
 					<-tick.C
-					var m *message.Message
+					var payload []byte
+					kind := "ping"
 					if i%10 == 0 {
-						m = message.NewMessage(strconv.Itoa(i), mix.heavy[(i/10)%len(mix.heavy)])
-						m.Metadata.Set("kind", "heavy")
+						payload, kind = mix.heavy[(i/10)%len(mix.heavy)], "heavy"
 					} else {
-						m = message.NewMessage(strconv.Itoa(i), ping(i))
-						m.Metadata.Set("kind", "ping")
+						payload = ping(i)
 					}
-					if warmUp {
-						m.Metadata.Set("kind", "warm-up")
+					if warming {
+						kind = "warm-up"
 					}
+					m := message.NewMessage(strconv.Itoa(i), payload)
+					m.Metadata.Set("kind", kind)
 					m.Metadata.Set(MetaEntity, "vehicle-"+strconv.Itoa(i))
 					m.Metadata.Set("sent_ns", strconv.FormatInt(time.Now().UnixNano(), 10))
 					if err := pub.Publish(topic, m); err != nil {
