@@ -156,63 +156,95 @@ func NewBudget(cfg BudgetConfig) (*Budget, error) {
 // while it waits, the handler is not run and ctx.Err() is returned, so the
 // router nacks the message and it is redelivered rather than lost.
 func (m *Budget) Middleware(h message.HandlerFunc) message.HandlerFunc {
-	return func(msg *message.Message) ([]*message.Message, error) {
-		if n := m.cfg.MaxPayloadBytes; n > 0 && len(msg.Payload) > n {
-			// Not priced: the estimator may have to parse it.
-			return m.oversize(msg, cost.Charge{Vertices: cost.FullBudget, Messages: 1, Source: cost.SourceMissing},
-				fmt.Sprintf("payload of %d bytes, limit %d", len(msg.Payload), n))
+	// The closure is kept small: everything up to admission happens in
+	// admit, so that the frame that stays on the message goroutine's
+	// stack while the handler runs holds little more than the permit.
+	// Watermill runs each message on a new goroutine, whose stack starts
+	// small; what the middlewares keep on it is taken from the handler.
+	return func(msg *message.Message) (out []*message.Message, err error) {
+		p, rec, err := m.admit(msg)
+		if p.b == nil {
+			// Refused, stepped aside or cancelled: not run.
+			return nil, err
 		}
-		c := m.cfg.Estimator.Estimate(msg)
-		if n := m.cfg.MaxVertices; n > 0 && c.Vertices > n && (c.Source == cost.SourceHeader || c.Source == cost.SourceComputed) {
-			return m.oversize(msg, c, fmt.Sprintf("charge of %d vertices, limit %d", c.Vertices, n))
-		}
-		var abort <-chan struct{}
-		if m.cfg.Revoked != nil {
-			abort = m.cfg.Revoked(msg)
-			if abort != nil {
-				select {
-				case <-abort:
-					return m.stepAside(msg, c, 0)
-				default:
-				}
-			}
-		}
-		var lane int
-		if m.lanes {
-			lane = m.laneOf(msg, c)
-		}
-		var p Permit
-		var ok bool
-		if m.lanes {
-			p, ok = m.cfg.Budget.admitLaneNow(lane, c.Vertices, c.Messages)
-		} else {
-			p, ok = m.cfg.Budget.admitNow(c.Vertices, c.Messages)
-		}
-		var err error
-		if !ok {
-			p, err = m.cfg.Budget.acquire(msg.Context(), lane, c.Vertices, c.Messages, abort)
-		}
-		if err != nil {
-			switch {
-			case errors.Is(err, errRevoked):
-				return m.stepAside(msg, c, p.wait)
-			case errors.Is(err, ErrNegativeCost):
-				m.observe(msg, Admission{Charge: c, Outcome: Invalid})
-				return nil, fmt.Errorf("spillway: admitting message %s: %w", msg.UUID, err)
+		defer func() { m.done(p, rec) }()
+		out, err = h(msg)
+		return out, err
+	}
+}
+
+// done ends an admission: the granted record is dropped and the charge
+// refunded, once the handler has returned, failed or panicked.
+func (m *Budget) done(p Permit, rec granted.Record) {
+	rec.Restore()
+	m.cfg.Budget.release(p)
+}
+
+// admit prices msg and waits for its charge. A permit without a budget
+// means msg is not to be run; the error (nil after a step aside or an
+// accepted oversize) is the middleware's result then. The record is the
+// granted charge published for the layers inside (the auto-sizer), to be
+// restored when the handler returns.
+func (m *Budget) admit(msg *message.Message) (Permit, granted.Record, error) {
+	if n := m.cfg.MaxPayloadBytes; n > 0 && len(msg.Payload) > n {
+		// Not priced: the estimator may have to parse it.
+		return Permit{}, granted.Record{}, m.oversize(msg, cost.Charge{Vertices: cost.FullBudget, Messages: 1, Source: cost.SourceMissing},
+			fmt.Sprintf("payload of %d bytes, limit %d", len(msg.Payload), n))
+	}
+	c := m.cfg.Estimator.Estimate(msg)
+	if n := m.cfg.MaxVertices; n > 0 && c.Vertices > n && (c.Source == cost.SourceHeader || c.Source == cost.SourceComputed) {
+		return Permit{}, granted.Record{}, m.oversize(msg, c, fmt.Sprintf("charge of %d vertices, limit %d", c.Vertices, n))
+	}
+	var abort <-chan struct{}
+	if m.cfg.Revoked != nil {
+		abort = m.cfg.Revoked(msg)
+		if abort != nil {
+			select {
+			case <-abort:
+				m.stepAside(msg, c, 0)
+				return Permit{}, granted.Record{}, nil
 			default:
-				m.observe(msg, Admission{Charge: c, Wait: p.wait, Outcome: Cancelled})
-				return nil, err
 			}
 		}
-		defer m.cfg.Budget.release(p)
-		if m.cfg.OnAdmission != nil {
-			m.cfg.OnAdmission(msg, Admission{Charge: c, Granted: p.vertices(), Clamped: p.clamped(), Wait: p.wait, Outcome: Admitted})
+	}
+	var lane int
+	if m.lanes {
+		lane = m.laneOf(msg, c)
+	}
+	var p Permit
+	var ok bool
+	if m.lanes {
+		p, ok = m.cfg.Budget.admitLaneNow(lane, c.Vertices, c.Messages)
+	} else {
+		p, ok = m.cfg.Budget.admitNow(c.Vertices, c.Messages)
+	}
+	var err error
+	if !ok {
+		p, err = m.cfg.Budget.acquire(msg.Context(), lane, c.Vertices, c.Messages, abort)
+	}
+	if err != nil {
+		switch {
+		case errors.Is(err, errRevoked):
+			m.stepAside(msg, c, p.wait)
+			return Permit{}, granted.Record{}, nil
+		case errors.Is(err, ErrNegativeCost):
+			m.observe(msg, Admission{Charge: c, Outcome: Invalid})
+			return Permit{}, granted.Record{}, fmt.Errorf("spillway: admitting message %s: %w", msg.UUID, err)
+		default:
+			m.observe(msg, Admission{Charge: c, Wait: p.wait, Outcome: Cancelled})
+			return Permit{}, granted.Record{}, err
 		}
+	}
+	if m.cfg.OnAdmission != nil {
+		m.cfg.OnAdmission(msg, Admission{Charge: c, Granted: p.vertices(), Clamped: p.clamped(), Wait: p.wait, Outcome: Admitted})
+	}
+	var rec granted.Record
+	if granted.Wanted() {
 		// The layers inside (the auto-sizer) read the granted charge
 		// instead of pricing the message again.
-		defer granted.Set(msg, granted.Charge{Requested: c.Vertices, Vertices: p.vertices(), Clamped: p.clamped(), Source: c.Source}).Restore()
-		return h(msg)
+		rec = granted.Set(msg, granted.Charge{Requested: c.Vertices, Vertices: p.vertices(), Clamped: p.clamped(), Source: c.Source})
 	}
+	return p, rec, nil
 }
 
 // laneOf returns the index of msg's lane in the budget (see [Lane]).
@@ -245,22 +277,21 @@ func (m *Budget) SaturatedForMessage(msg *message.Message) time.Duration {
 
 // oversize refuses msg: OnOversize takes it, or the error wraps
 // ErrOversize.
-func (m *Budget) oversize(msg *message.Message, c cost.Charge, why string) ([]*message.Message, error) {
+func (m *Budget) oversize(msg *message.Message, c cost.Charge, why string) error {
 	a := Admission{Charge: c, Outcome: Oversize}
 	m.observe(msg, a)
 	if m.cfg.OnOversize != nil {
 		err := m.cfg.OnOversize(msg, a)
 		if err == nil {
-			return nil, nil
+			return nil
 		}
-		return nil, fmt.Errorf("%w: message %s: %s: %w", ErrOversize, msg.UUID, why, err)
+		return fmt.Errorf("%w: message %s: %s: %w", ErrOversize, msg.UUID, why, err)
 	}
-	return nil, fmt.Errorf("%w: message %s: %s", ErrOversize, msg.UUID, why)
+	return fmt.Errorf("%w: message %s: %s", ErrOversize, msg.UUID, why)
 }
 
-func (m *Budget) stepAside(msg *message.Message, c cost.Charge, wait time.Duration) ([]*message.Message, error) {
+func (m *Budget) stepAside(msg *message.Message, c cost.Charge, wait time.Duration) {
 	m.observe(msg, Admission{Charge: c, Wait: wait, Outcome: Revoked})
-	return nil, nil
 }
 
 func (m *Budget) observe(msg *message.Message, a Admission) {

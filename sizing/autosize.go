@@ -311,6 +311,8 @@ func NewAutoSizer(cfg AutoSizeConfig) (*AutoSizer, error) {
 	}
 	a.bounds.MemoryBound = cfg.MemoryBound
 	a.capacity.Store(cfg.Budget.Capacity())
+	// Budget middlewares publish the charges they grant from now on.
+	granted.Want()
 	return a, nil
 }
 

@@ -6,12 +6,15 @@
 //
 // The record lives for as long as the budget middleware runs the inner
 // handler and is keyed by the message itself, so it survives layers that
-// replace the message's context.
+// replace the message's context. It is made only once a reader has
+// declared itself ([Want]): a process without an auto-sizer pays nothing
+// for it.
 package granted
 
 import (
 	"reflect"
 	"sync"
+	"sync/atomic"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
@@ -108,6 +111,17 @@ func (r Record) Restore() {
 	}
 	s.mu.Unlock()
 }
+
+// wanted says some layer may call Get: only then is Set worth its locks.
+var wanted atomic.Bool
+
+// Want declares that a layer reading the granted charge exists in this
+// process; the budget middleware records charges from then on. Call it
+// when building such a layer, before it handles a message.
+func Want() { wanted.Store(true) }
+
+// Wanted reports whether Want has been called.
+func Wanted() bool { return wanted.Load() }
 
 // Get returns the charge msg was admitted with, if a budget middleware is
 // running it now.

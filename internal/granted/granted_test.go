@@ -59,3 +59,10 @@ func TestConcurrentMessages(t *testing.T) {
 		}
 	}
 }
+
+func TestWant(t *testing.T) {
+	Want()
+	if !Wanted() {
+		t.Fatal("Wanted after Want is false")
+	}
+}
