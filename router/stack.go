@@ -191,50 +191,74 @@ func (r *Router) retryScope(h message.HandlerFunc) message.HandlerFunc {
 // cancelled when closing starts, so waiters give up at once and are nacked.
 // It also opens a new delivery attempt for the Kafka session tracker.
 func (r *Router) gate(h message.HandlerFunc) message.HandlerFunc {
-	return func(msg *message.Message) ([]*message.Message, error) {
-		orig := msg.Context()
-		// The handler's context: orig's values, and the delivery's
-		// lifetime, even where retryScope made orig end with Close.
-		handlerCtx, life := orig, orig
-		if r.retry != nil {
-			// Only retryScope sets it: without a retry gate the lookup
-			// would walk the whole context chain for nothing.
-			if d, ok := orig.Value(deliveryCtxKey{}).(context.Context); ok {
-				life = d
-			}
+	// The closure is kept small (the work is in enter and leave): its
+	// frame stays on the message goroutine's stack while the handler
+	// runs, and what the layers hold there is taken from the room the
+	// settling layer made for the handler (internal/stackroom).
+	return func(msg *message.Message) (out []*message.Message, err error) {
+		d, err := r.enter(msg)
+		if d == nil {
+			return nil, err
 		}
-		if r.closingCtx.Err() != nil {
-			r.settling.held.Add(1)
-			defer r.settling.held.Add(-1)
-			<-life.Done()
-			return nil, life.Err()
-		}
-		if life != orig {
-			var cancelH context.CancelFunc
-			handlerCtx, cancelH = context.WithCancel(context.WithoutCancel(orig))
-			stopH := context.AfterFunc(life, cancelH)
-			defer func() {
-				stopH()
-				cancelH()
-			}()
-		}
-		handler := message.HandlerNameFromCtx(orig)
-		t := r.tracker(handler)
-		if t != nil {
-			t.Begin(msg)
-		}
-		r.annotateGroup(msg, handler)
-		r.entered.Add(1)
-		defer r.entered.Add(-1)
-		// Without the retry gate's scope, Close must end the wait here.
-		// With it, orig already ends when Close starts, and the waiting
-		// context with it, never before: the gate sees its own context
-		// ended whenever a wait below gave up for shutdown, and so nacks
-		// the message instead of counting a failed attempt.
-		d := &delivery{Context: orig, handlerCtx: handlerCtx, tracker: t, closing: r.closingCtx, endOnClose: life == orig}
-		defer d.end()
+		defer r.leave(d)
 		msg.SetContext(d)
-		return h(msg)
+		out, err = h(msg)
+		return out, err
+	}
+}
+
+// enter lets msg through the gate and returns the delivery context it
+// waits for budget with; the caller must call leave with it once the
+// layers inside have returned. When the router is closing it holds msg
+// until its delivery context ends and returns nil and that context's
+// error instead.
+func (r *Router) enter(msg *message.Message) (*delivery, error) {
+	orig := msg.Context()
+	// The handler's context: orig's values, and the delivery's
+	// lifetime, even where retryScope made orig end with Close.
+	handlerCtx, life := orig, orig
+	if r.retry != nil {
+		// Only retryScope sets it: without a retry gate the lookup
+		// would walk the whole context chain for nothing.
+		if d, ok := orig.Value(deliveryCtxKey{}).(context.Context); ok {
+			life = d
+		}
+	}
+	if r.closingCtx.Err() != nil {
+		r.settling.held.Add(1)
+		defer r.settling.held.Add(-1)
+		<-life.Done()
+		return nil, life.Err()
+	}
+	var stopH func() bool
+	var cancelH context.CancelFunc
+	if life != orig {
+		handlerCtx, cancelH = context.WithCancel(context.WithoutCancel(orig))
+		stopH = context.AfterFunc(life, cancelH)
+	}
+	handler := message.HandlerNameFromCtx(orig)
+	t := r.tracker(handler)
+	if t != nil {
+		t.Begin(msg)
+	}
+	r.annotateGroup(msg, handler)
+	r.entered.Add(1)
+	// Without the retry gate's scope, Close must end the wait here.
+	// With it, orig already ends when Close starts, and the waiting
+	// context with it, never before: the gate sees its own context
+	// ended whenever a wait below gave up for shutdown, and so nacks
+	// the message instead of counting a failed attempt.
+	return &delivery{Context: orig, handlerCtx: handlerCtx, tracker: t, closing: r.closingCtx, endOnClose: life == orig,
+		stopH: stopH, cancelH: cancelH}, nil
+}
+
+// leave is the way out of the gate for a delivery enter returned.
+func (r *Router) leave(d *delivery) {
+	d.end()
+	r.entered.Add(-1)
+	if d.cancelH != nil {
+		d.stopH()
+		d.cancelH()
 	}
 }
 
@@ -256,6 +280,11 @@ type delivery struct {
 	tracker    deliveryTracker // nil when the broker has none
 	closing    context.Context // the router's closing context
 	endOnClose bool            // closing ends it too
+
+	// The handler context's own cancellation, when it has one (see
+	// Router.enter); leave releases it.
+	stopH   func() bool
+	cancelH context.CancelFunc
 
 	mu     sync.Mutex
 	inner  atomic.Pointer[context.Context] // built by lazy; then authoritative
@@ -350,20 +379,29 @@ func (d *delivery) AfterFunc(f func()) func() bool { return context.AfterFunc(d.
 // by shutdown, so admitted work is never interrupted by Close, and records
 // successful completion for the Kafka session tracker.
 func (r *Router) admitted(h message.HandlerFunc) message.HandlerFunc {
-	return func(msg *message.Message) ([]*message.Message, error) {
-		var t deliveryTracker
-		if d := deliveryFrom(msg.Context()); d != nil {
-			msg.SetContext(d.handlerCtx)
-			t = d.tracker
-		} else {
-			t = r.tracker(message.HandlerNameFromCtx(msg.Context()))
-		}
+	return func(msg *message.Message) (out []*message.Message, err error) {
+		t := r.handOver(msg)
 		r.running.Add(1)
-		defer r.running.Add(-1)
-		out, err := h(msg)
+		defer r.handlerDone()
+		out, err = h(msg)
 		if err == nil && t != nil {
 			t.Completed(msg)
 		}
 		return out, err
 	}
+}
+
+// handlerDone counts a message out of the handler.
+func (r *Router) handlerDone() { r.running.Add(-1) }
+
+// handOver gives msg its handler context back and returns the delivery
+// tracker of its handler, if any.
+//
+//go:noinline
+func (r *Router) handOver(msg *message.Message) deliveryTracker {
+	if d := deliveryFrom(msg.Context()); d != nil {
+		msg.SetContext(d.handlerCtx)
+		return d.tracker
+	}
+	return r.tracker(message.HandlerNameFromCtx(msg.Context()))
 }

@@ -1,0 +1,69 @@
+package router
+
+import (
+	"context"
+	"runtime"
+	"testing"
+	"unsafe"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/spillway-go/spillway/internal/stackroom"
+)
+
+// TestStackDepthUnderHandler measures how much of the message goroutine's
+// stack the default middleware stack holds while the handler runs: the
+// distance from the settling layer's caller to a local of the handler.
+// Watermill starts every message on a goroutine of its own, with a small
+// stack; the settling layer grows it once, at the top (internal/stackroom),
+// and what the layers keep below that is taken from the handler's room
+// before the stack has to grow again. Frames that grow back (a layer doing
+// its work inline in its closure again) fail it.
+func TestStackDepthUnderHandler(t *testing.T) {
+	if runtime.GOARCH != "amd64" {
+		t.Skipf("frame sizes are measured on amd64, not %s", runtime.GOARCH)
+	}
+	r, err := New(Config{Broker: BrokerMemory}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Close() })
+	var handlerAt uintptr
+	h := func(msg *message.Message) ([]*message.Message, error) {
+		var local byte
+		handlerAt = uintptr(unsafe.Pointer(&local))
+		return nil, nil
+	}
+	mws := r.stack().middlewares()
+	for i := len(mws) - 1; i >= 0; i-- {
+		h = mws[i](h)
+	}
+	msg := message.NewMessage("m", []byte(`{"type":"Point","coordinates":[1,2]}`))
+	msg.Metadata.Set("vertex_count", "1")
+	msg.SetContext(context.Background())
+	var top uintptr
+	moved := false
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		// Room enough that nothing below grows the stack (which would
+		// move it and make the distance meaningless).
+		stackroom.ReserveDeep()
+		var mark byte
+		top = uintptr(unsafe.Pointer(&mark))
+		if _, err := h(msg); err != nil {
+			t.Error(err)
+		}
+		moved = uintptr(unsafe.Pointer(&mark)) != top
+		msg.Ack() // as Watermill does next: the settling layer waits for it
+	}()
+	<-done
+	if moved || handlerAt == 0 {
+		t.Fatalf("the stack moved under the handler (moved %v), or the handler did not run", moved)
+	}
+	depth := top - handlerAt
+	t.Logf("layers %v: %d bytes from the settling layer's caller to the handler", r.Layers(), depth)
+	if depth > maxStackUnderHandler {
+		t.Errorf("the stack holds %d bytes between the settling layer and the handler; at most %d", depth, maxStackUnderHandler)
+	}
+}
