@@ -25,12 +25,15 @@ func TestReserve(t *testing.T) {
 }
 
 // BenchmarkGoroutine compares a goroutine that grows its stack deep in a
-// call chain with one that calls Reserve first.
+// call chain with one that calls Reserve first; shallow (no deep chain, no
+// Reserve) against reserve-only (Reserve alone) is what one growth of a
+// new goroutine's stack costs, whatever the depth.
 func BenchmarkGoroutine(b *testing.B) {
 	for _, c := range []struct {
 		name    string
 		reserve bool
-	}{{"plain", false}, {"reserve", true}} {
+		deep    bool
+	}{{"plain", false, true}, {"reserve", true, true}, {"shallow", false, false}, {"reserve-only", true, false}} {
 		b.Run(c.name, func(b *testing.B) {
 			b.ReportAllocs()
 			done := make(chan struct{})
@@ -39,7 +42,9 @@ func BenchmarkGoroutine(b *testing.B) {
 					if c.reserve {
 						Reserve()
 					}
-					deep(12)
+					if c.deep {
+						deep(12)
+					}
 					done <- struct{}{}
 				}()
 				<-done
