@@ -162,15 +162,34 @@ func (m *Budget) Middleware(h message.HandlerFunc) message.HandlerFunc {
 	// Watermill runs each message on a new goroutine, whose stack starts
 	// small; what the middlewares keep on it is taken from the handler.
 	return func(msg *message.Message) (out []*message.Message, err error) {
-		p, rec, err := m.admit(msg)
+		p, c, err := m.admit(msg)
 		if p.b == nil {
 			// Refused, stepped aside or cancelled: not run.
 			return nil, err
 		}
+		var rec granted.Record
 		defer func() { m.done(p, rec) }()
+		// After the defer: a hook that panics is refunded too.
+		rec = m.announce(msg, &c, &p)
 		out, err = h(msg)
 		return out, err
 	}
+}
+
+// announce reports msg's admission (OnAdmission) and publishes the granted
+// charge for the layers inside (the auto-sizer reads it instead of pricing
+// the message again), returning the record to restore. Not inlined: its
+// frame would stay on the stack under the handler.
+//
+//go:noinline
+func (m *Budget) announce(msg *message.Message, c *cost.Charge, p *Permit) granted.Record {
+	if m.cfg.OnAdmission != nil {
+		m.cfg.OnAdmission(msg, Admission{Charge: *c, Granted: p.vertices(), Clamped: p.clamped(), Wait: p.wait, Outcome: Admitted})
+	}
+	if !granted.Wanted() {
+		return granted.Record{}
+	}
+	return granted.Set(msg, granted.Charge{Requested: c.Vertices, Vertices: p.vertices(), Clamped: p.clamped(), Source: c.Source})
 }
 
 // done ends an admission: the granted record is dropped and the charge
@@ -180,20 +199,19 @@ func (m *Budget) done(p Permit, rec granted.Record) {
 	m.cfg.Budget.release(p)
 }
 
-// admit prices msg and waits for its charge. A permit without a budget
-// means msg is not to be run; the error (nil after a step aside or an
-// accepted oversize) is the middleware's result then. The record is the
-// granted charge published for the layers inside (the auto-sizer), to be
-// restored when the handler returns.
-func (m *Budget) admit(msg *message.Message) (Permit, granted.Record, error) {
+// admit prices msg and waits for its charge, returning the permit and the
+// charge. A permit without a budget means msg is not to be run; the error
+// (nil after a step aside or an accepted oversize) is the middleware's
+// result then.
+func (m *Budget) admit(msg *message.Message) (Permit, cost.Charge, error) {
 	if n := m.cfg.MaxPayloadBytes; n > 0 && len(msg.Payload) > n {
 		// Not priced: the estimator may have to parse it.
-		return Permit{}, granted.Record{}, m.oversize(msg, cost.Charge{Vertices: cost.FullBudget, Messages: 1, Source: cost.SourceMissing},
+		return Permit{}, cost.Charge{}, m.oversize(msg, cost.Charge{Vertices: cost.FullBudget, Messages: 1, Source: cost.SourceMissing},
 			fmt.Sprintf("payload of %d bytes, limit %d", len(msg.Payload), n))
 	}
 	c := m.cfg.Estimator.Estimate(msg)
 	if n := m.cfg.MaxVertices; n > 0 && c.Vertices > n && (c.Source == cost.SourceHeader || c.Source == cost.SourceComputed) {
-		return Permit{}, granted.Record{}, m.oversize(msg, c, fmt.Sprintf("charge of %d vertices, limit %d", c.Vertices, n))
+		return Permit{}, cost.Charge{}, m.oversize(msg, c, fmt.Sprintf("charge of %d vertices, limit %d", c.Vertices, n))
 	}
 	var abort <-chan struct{}
 	if m.cfg.Revoked != nil {
@@ -202,7 +220,7 @@ func (m *Budget) admit(msg *message.Message) (Permit, granted.Record, error) {
 			select {
 			case <-abort:
 				m.stepAside(msg, c, 0)
-				return Permit{}, granted.Record{}, nil
+				return Permit{}, cost.Charge{}, nil
 			default:
 			}
 		}
@@ -226,25 +244,16 @@ func (m *Budget) admit(msg *message.Message) (Permit, granted.Record, error) {
 		switch {
 		case errors.Is(err, errRevoked):
 			m.stepAside(msg, c, p.wait)
-			return Permit{}, granted.Record{}, nil
+			return Permit{}, cost.Charge{}, nil
 		case errors.Is(err, ErrNegativeCost):
 			m.observe(msg, Admission{Charge: c, Outcome: Invalid})
-			return Permit{}, granted.Record{}, fmt.Errorf("spillway: admitting message %s: %w", msg.UUID, err)
+			return Permit{}, cost.Charge{}, fmt.Errorf("spillway: admitting message %s: %w", msg.UUID, err)
 		default:
 			m.observe(msg, Admission{Charge: c, Wait: p.wait, Outcome: Cancelled})
-			return Permit{}, granted.Record{}, err
+			return Permit{}, cost.Charge{}, err
 		}
 	}
-	if m.cfg.OnAdmission != nil {
-		m.cfg.OnAdmission(msg, Admission{Charge: c, Granted: p.vertices(), Clamped: p.clamped(), Wait: p.wait, Outcome: Admitted})
-	}
-	var rec granted.Record
-	if granted.Wanted() {
-		// The layers inside (the auto-sizer) read the granted charge
-		// instead of pricing the message again.
-		rec = granted.Set(msg, granted.Charge{Requested: c.Vertices, Vertices: p.vertices(), Clamped: p.clamped(), Source: c.Source})
-	}
-	return p, rec, nil
+	return p, c, nil
 }
 
 // laneOf returns the index of msg's lane in the budget (see [Lane]).

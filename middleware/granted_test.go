@@ -46,3 +46,35 @@ func TestBudgetPublishesGrantedOnlyWhenWanted(t *testing.T) {
 		t.Fatal("the granted record outlives the handler")
 	}
 }
+
+// A hook that panics once the charge is taken (OnAdmission with outcome
+// Admitted) leaves nothing held: the refund is deferred before the hook
+// runs.
+func TestBudgetRefundsWhenOnAdmissionPanics(t *testing.T) {
+	vb := mustVertexBudget(100)
+	mw, err := NewBudget(BudgetConfig{Budget: vb, OnAdmission: func(_ *message.Message, a Admission) {
+		if a.Outcome == Admitted {
+			panic("hook")
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := mw.Middleware(func(*message.Message) ([]*message.Message, error) {
+		t.Error("the handler ran although the hook panicked")
+		return nil, nil
+	})
+	msg := message.NewMessage("m", nil)
+	msg.Metadata.Set(cost.MetadataKey, "40")
+	func() {
+		defer func() {
+			if v := recover(); v != "hook" {
+				t.Errorf("recovered %v, want the hook's panic", v)
+			}
+		}()
+		_, _ = h(msg)
+	}()
+	if n := vb.Stats().InUse; n != 0 {
+		t.Fatalf("InUse = %d after the hook panicked, want 0", n)
+	}
+}
