@@ -1,0 +1,63 @@
+package router
+
+import (
+	"context"
+	"testing"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
+)
+
+// BenchmarkChain runs the router's middleware stack (memory broker,
+// defaults) over a no-op handler, each message on a goroutine of its own as
+// Watermill runs it, so that what growing the goroutine's stack costs is
+// in the figure: tracer=sdk samples every span (the tracing middleware
+// then needs a deeper stack), tracer=noop is OpenTelemetry's no-op tracer,
+// telemetry=disabled has no tracing or metrics layer.
+func BenchmarkChain(b *testing.B) {
+	for _, c := range []struct {
+		name     string
+		tp       trace.TracerProvider
+		disabled bool
+	}{
+		{"tracer=sdk", sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sdktrace.NewSimpleSpanProcessor(tracetest.NewNoopExporter()))), false},
+		{"tracer=noop", tracenoop.NewTracerProvider(), false},
+		{"telemetry=disabled", nil, true},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			cfg := Config{Broker: BrokerMemory}
+			cfg.Telemetry.Disabled = c.disabled
+			var opts []Option
+			if c.tp != nil {
+				opts = append(opts, WithTracerProvider(c.tp))
+			}
+			r, err := New(cfg, nil, opts...)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer func() { _ = r.Close() }()
+			h := func(*message.Message) ([]*message.Message, error) { return nil, nil }
+			mws := r.stack().middlewares()
+			for i := len(mws) - 1; i >= 0; i-- {
+				h = mws[i](h)
+			}
+			ctx := context.Background()
+			done := make(chan struct{})
+			b.ReportAllocs()
+			for b.Loop() {
+				msg := message.NewMessage("m", nil)
+				msg.Metadata.Set("vertex_count", "1")
+				msg.SetContext(ctx)
+				go func() {
+					_, _ = h(msg)
+					msg.Ack()
+					done <- struct{}{}
+				}()
+				<-done
+			}
+		})
+	}
+}
