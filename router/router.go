@@ -269,6 +269,9 @@ func newRouter(cfg Config, logger watermill.LoggerAdapter, o options, ctl contro
 			return fail(fmt.Errorf("router: telemetry: %w", err))
 		}
 	}
+	// The stack's first growth: the tracing middleware makes it, right
+	// inside the settling layer; without tracing, the settling layer.
+	r.settling.reserve = r.tracing == nil
 	// The router's metrics are the first hook: they see every event
 	// before the hooks of WithHooks.
 	hooks := o.hooks

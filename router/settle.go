@@ -31,6 +31,11 @@ type settling struct {
 	inside atomic.Int64 // messages inside the stack
 	held   atomic.Int64 // of which held at the shutdown gate
 
+	// reserve: the layer grows the message goroutine's stack. Not when
+	// the tracing middleware is right inside it, which does (by 8 KiB when
+	// its tracer records): growing it here first would copy it twice.
+	reserve bool
+
 	shards [settleShards]settleShard
 }
 
@@ -63,10 +68,12 @@ func (s *settling) shardOf(msg *message.Message) *settleShard {
 // layer is the outermost middleware: it counts the message inside and, on
 // the way out, keeps it until it is settled. Being outermost, it also grows
 // the message goroutine's stack for the layers below while that is cheap
-// (internal/stackroom).
+// (internal/stackroom), unless the tracing middleware does (reserve).
 func (s *settling) layer(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
-		stackroom.Reserve()
+		if s.reserve {
+			stackroom.Reserve()
+		}
 		s.inside.Add(1)
 		defer func() {
 			s.leave(msg)

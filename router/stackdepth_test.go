@@ -67,3 +67,22 @@ func TestStackDepthUnderHandler(t *testing.T) {
 		t.Errorf("the stack holds %d bytes between the settling layer and the handler; at most %d", depth, maxStackUnderHandler)
 	}
 }
+
+// The message goroutine's stack is grown once, at the top: by the settling
+// layer when there is no tracing layer, else by the tracing middleware
+// right inside it (by 8 KiB when its tracer records), never by both, which
+// would copy the stack twice (BenchmarkChain/tracer=sdk).
+func TestSettlingReservesOnlyWithoutTracing(t *testing.T) {
+	for _, disabled := range []bool{false, true} {
+		cfg := Config{Broker: BrokerMemory}
+		cfg.Telemetry.Disabled = disabled
+		r, err := New(cfg, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := r.settling.reserve, r.tracing == nil; got != want || (r.tracing == nil) != disabled {
+			t.Errorf("telemetry.disabled %v: settling reserves %v, want %v (tracing layer present: %v)", disabled, got, want, r.tracing != nil)
+		}
+		_ = r.Close()
+	}
+}
