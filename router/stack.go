@@ -194,7 +194,7 @@ func (r *Router) gate(h message.HandlerFunc) message.HandlerFunc {
 	// The closure is kept small (the work is in enter and leave): its
 	// frame stays on the message goroutine's stack while the handler
 	// runs, and what the layers hold there is taken from the room the
-	// settling layer made for the handler (internal/stackroom).
+	// first layer made for the handler (internal/stackroom).
 	return func(msg *message.Message) (out []*message.Message, err error) {
 		d, err := r.enter(msg)
 		if d == nil {

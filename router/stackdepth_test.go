@@ -15,8 +15,9 @@ import (
 // stack the default middleware stack holds while the handler runs: the
 // distance from the settling layer's caller to a local of the handler.
 // Watermill starts every message on a goroutine of its own, with a small
-// stack; the settling layer grows it once, at the top (internal/stackroom),
-// and what the layers keep below that is taken from the handler's room
+// stack; the first layer grows it once, at the top (internal/stackroom:
+// the tracing middleware, or the settling layer without telemetry), and
+// what the layers keep below that is taken from the handler's room
 // before the stack has to grow again. Frames that grow back (a layer doing
 // its work inline in its closure again) fail it.
 func TestStackDepthUnderHandler(t *testing.T) {
