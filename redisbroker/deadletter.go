@@ -85,6 +85,8 @@ func (d *DeadLetter) Count() uint64 { return d.count.Load() }
 // malformed message has no vertex_count and would be charged the whole
 // budget, and an exhausted one must not reach the handler at all.
 func (d *DeadLetter) Middleware(h message.HandlerFunc) message.HandlerFunc {
+	// The closure stays small: it is on the stack under the handler of
+	// every message, and moving an entry is rare (see move).
 	return func(msg *message.Message) ([]*message.Message, error) {
 		reason := exhausted(msg)
 		if IsMalformed(msg) {
@@ -92,25 +94,30 @@ func (d *DeadLetter) Middleware(h message.HandlerFunc) message.HandlerFunc {
 		} else if reason == "" {
 			return h(msg)
 		}
-		dl := message.NewMessage(msg.UUID, msg.Payload)
-		for k, v := range msg.Metadata {
-			dl.Metadata.Set(k, v)
-		}
-		entry, _ := entryOf(msg)
-		for _, k := range reservedMetadata {
-			delete(dl.Metadata, k)
-		}
-		dl.Metadata.Set(metadataDeadLetterReason, reason)
-		dl.Metadata.Set(metadataDeadLetterSource, entry.Stream)
-		dl.Metadata.Set(metadataDeadLetterID, entry.ID)
-		dl.SetContext(msg.Context())
-		if err := d.cfg.Publisher.Publish(d.cfg.Topic, dl); err != nil {
-			return nil, fmt.Errorf("redisbroker: dead-lettering entry %s of %q: %w", entry.ID, entry.Stream, err)
-		}
-		d.count.Add(1)
-		d.cfg.Logger.Info("Entry moved to the dead-letter topic", watermill.LogFields{
-			"stream": entry.Stream, "xid": entry.ID, "topic": d.cfg.Topic, "reason": reason,
-		})
-		return nil, nil
+		return nil, d.move(msg, reason)
 	}
+}
+
+// move publishes msg's entry to the dead-letter topic with reason.
+func (d *DeadLetter) move(msg *message.Message, reason string) error {
+	dl := message.NewMessage(msg.UUID, msg.Payload)
+	for k, v := range msg.Metadata {
+		dl.Metadata.Set(k, v)
+	}
+	entry, _ := entryOf(msg)
+	for _, k := range reservedMetadata {
+		delete(dl.Metadata, k)
+	}
+	dl.Metadata.Set(metadataDeadLetterReason, reason)
+	dl.Metadata.Set(metadataDeadLetterSource, entry.Stream)
+	dl.Metadata.Set(metadataDeadLetterID, entry.ID)
+	dl.SetContext(msg.Context())
+	if err := d.cfg.Publisher.Publish(d.cfg.Topic, dl); err != nil {
+		return fmt.Errorf("redisbroker: dead-lettering entry %s of %q: %w", entry.ID, entry.Stream, err)
+	}
+	d.count.Add(1)
+	d.cfg.Logger.Info("Entry moved to the dead-letter topic", watermill.LogFields{
+		"stream": entry.Stream, "xid": entry.ID, "topic": d.cfg.Topic, "reason": reason,
+	})
+	return nil
 }
