@@ -39,11 +39,7 @@ func BenchmarkChain(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer func() { _ = r.Close() }()
-			h := func(*message.Message) ([]*message.Message, error) { return nil, nil }
-			mws := r.stack().middlewares()
-			for i := len(mws) - 1; i >= 0; i-- {
-				h = mws[i](h)
-			}
+			h := r.chain(func(*message.Message) ([]*message.Message, error) { return nil, nil })
 			ctx := context.Background()
 			done := make(chan struct{})
 			b.ReportAllocs()

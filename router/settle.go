@@ -32,7 +32,7 @@ type settling struct {
 	held   atomic.Int64 // of which held at the shutdown gate
 
 	// reserve: the layer grows the message goroutine's stack. Not when
-	// the tracing middleware is right inside it, which does (by 8 KiB when
+	// the tracing middleware is right inside it, which does (to 8 KiB when
 	// its tracer records): growing it here first would copy it twice.
 	reserve bool
 

@@ -47,10 +47,7 @@ func stackDepthUnderHandler(t *testing.T, cfg Config, bound uintptr) {
 		handlerAt = uintptr(unsafe.Pointer(&local))
 		return nil, nil
 	}
-	mws := r.stack().middlewares()
-	for i := len(mws) - 1; i >= 0; i-- {
-		h = mws[i](h)
-	}
+	h = r.chain(h)
 	msg := message.NewMessage("m", []byte(`{"type":"Point","coordinates":[1,2]}`))
 	msg.Metadata.Set("vertex_count", "1")
 	msg.SetContext(context.Background())
@@ -81,9 +78,19 @@ func stackDepthUnderHandler(t *testing.T, cfg Config, bound uintptr) {
 	}
 }
 
+// chain wraps h in r's middleware stack, as Watermill would: the first
+// layer outermost.
+func (r *Router) chain(h message.HandlerFunc) message.HandlerFunc {
+	mws := r.stack().middlewares()
+	for i := len(mws) - 1; i >= 0; i-- {
+		h = mws[i](h)
+	}
+	return h
+}
+
 // The message goroutine's stack is grown once, at the top: by the settling
 // layer when there is no tracing layer, else by the tracing middleware
-// right inside it (by 8 KiB when its tracer records), never by both, which
+// right inside it (to 8 KiB when its tracer records), never by both, which
 // would copy the stack twice (BenchmarkChain/tracer=sdk).
 func TestSettlingReservesOnlyWithoutTracing(t *testing.T) {
 	for _, disabled := range []bool{false, true} {

@@ -149,10 +149,10 @@ func (t *tracing) carriesContext(msg *message.Message) bool {
 // whose frames are gone by then. Watermill starts each message's goroutine
 // with a small stack, and a chain that outgrows it has the whole stack
 // copied (about 1–2 µs per message). Being outermost, the middleware
-// grows the stack first, while it is shallow, in both paths: by 2 KiB when
-// no span is started, by 4 KiB in traced. (The Spillway router leaves it
-// to this middleware when there is one: growing it there too would copy
-// the stack twice per message.)
+// grows the stack first, while it is shallow, in both paths: to 4 KiB
+// when no span is started, in traced to 8 KiB when the tracer records.
+// (The Spillway router leaves it to this middleware when there is one:
+// growing it there too would copy the stack twice per message.)
 func (t *tracing) middleware(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
 		if t.startless(msg.Context()) {

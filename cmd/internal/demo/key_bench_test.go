@@ -231,7 +231,8 @@ func BenchmarkKafkaKeyPingLatency(b *testing.B) {
 			warm := make(chan struct{})
 			var warmed atomic.Int64
 			r := keyBenchRouter(b, cl.brokers, consumer, 1, c.budget, topic, func(msg *message.Message) error {
-				switch msg.Metadata.Get("kind") {
+				kind := msg.Metadata.Get("kind")
+				switch kind {
 				case "warm-up":
 					if _, err := refwork.Process(refwork.Full, msg.Payload, 1); err != nil {
 						return err
@@ -246,7 +247,7 @@ func BenchmarkKafkaKeyPingLatency(b *testing.B) {
 					latencies = append(latencies, time.Since(time.Unix(0, sent)))
 					mu.Unlock()
 				}
-				if c.waits && msg.Metadata.Get("kind") == "heavy" {
+				if c.waits && kind == "heavy" {
 					time.Sleep(heavyWait)
 				} else if _, err := refwork.Process(refwork.Full, msg.Payload, 1); err != nil {
 					return err
