@@ -226,6 +226,13 @@ type member struct {
 // with kafka.consumer consumer (partition or key).
 func runScenario(t *testing.T, mode scenarioMode, consumer string, msgs []burstMessage) scenarioResult {
 	cal := calibrate()
+	for try := 1; cal.heavyTime > rebalanceTimeout/2 && try < 3; try++ {
+		// The machine got busier between counting the passes and timing
+		// them (CI runs other packages' tests beside this one): count
+		// again before calling the calibration failed.
+		t.Logf("calibration %d: one heavy message took %s; calibrating again", try, cal.heavyTime.Round(time.Millisecond))
+		cal = calibrate()
+	}
 	t.Logf("%s (consumer %s) calibration: %d passes, heavy message %s alone, %.0f vertices/s on two goroutines, budget %d vertices (%.1f heavy messages), rebalance timeout %s",
 		mode, consumer, cal.passes, cal.heavyTime.Round(time.Millisecond), cal.rate, cal.budget, float64(cal.budget)/heavyVertices, rebalanceTimeout)
 	if cal.heavyTime > rebalanceTimeout/2 {
