@@ -19,6 +19,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
@@ -261,10 +262,13 @@ func newRouter(cfg Config, logger watermill.LoggerAdapter, o options, ctl contro
 			telemetry.WithMessagingSystem(r.back.system()),
 			telemetry.WithLinkToProducer(cfg.Telemetry.LinkProducer),
 		}
+		var brokerAttrs func(*message.Message) []attribute.KeyValue
 		if cfg.Broker == BrokerKafka {
-			topts = append(topts, telemetry.WithAttributes(kafkatel.Attributes))
+			brokerAttrs = kafkatel.Attributes
+			topts = append(topts, telemetry.WithAttributes(brokerAttrs))
 		}
-		r.tracing = telemetry.NewTracing(topts...)
+		// The consumer spans carry the handler's consumer group too.
+		r.tracing = telemetry.NewTracing(append(slices.Clip(topts), telemetry.WithAttributes(r.consumerAttributes(brokerAttrs)))...)
 		if r.metrics, err = telemetry.NewMetrics(topts...); err != nil {
 			return fail(fmt.Errorf("router: telemetry: %w", err))
 		}

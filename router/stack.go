@@ -241,7 +241,6 @@ func (r *Router) enter(msg *message.Message) (*delivery, error) {
 	if t != nil {
 		t.Begin(msg)
 	}
-	r.annotateGroup(msg, handler)
 	r.entered.Add(1)
 	// Without the retry gate's scope, Close must end the wait here.
 	// With it, orig already ends when Close starts, and the waiting

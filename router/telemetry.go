@@ -5,8 +5,8 @@ import (
 	"fmt"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"go.opentelemetry.io/otel/attribute"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/spillway-go/spillway/redisbroker"
 	"github.com/spillway-go/spillway/telemetry"
@@ -47,18 +47,23 @@ func (r *Router) deadLettering(dl message.HandlerMiddleware) message.HandlerMidd
 	}
 }
 
-// annotateGroup puts the handler's consumer group on the message's span,
-// if it records: the group's name is built only then.
-func (r *Router) annotateGroup(msg *message.Message, handler string) {
-	if r.tracing == nil || handler == "" {
-		return
-	}
-	span := trace.SpanFromContext(msg.Context())
-	if !span.IsRecording() {
-		return
-	}
-	if g := r.back.group(handler); g != "" {
-		span.SetAttributes(semconv.MessagingConsumerGroupName(g))
+// consumerAttributes returns the per-message attributes of the router's
+// consumer spans: the broker's (broker, nil for none) and the handler's
+// consumer group. The tracing middleware asks for them only for a span
+// that records, so a message whose span does not record never looks up
+// its handler or builds the group's name.
+func (r *Router) consumerAttributes(broker func(*message.Message) []attribute.KeyValue) func(*message.Message) []attribute.KeyValue {
+	return func(msg *message.Message) []attribute.KeyValue {
+		var attrs []attribute.KeyValue
+		if broker != nil {
+			attrs = broker(msg)
+		}
+		if handler := message.HandlerNameFromCtx(msg.Context()); handler != "" {
+			if g := r.back.group(handler); g != "" {
+				attrs = append(attrs, semconv.MessagingConsumerGroupName(g))
+			}
+		}
+		return attrs
 	}
 }
 
