@@ -57,3 +57,30 @@ func BenchmarkChain(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkSettled is the settling layer's check of one message it keeps
+// (settleEntry.settled), made for every kept message as the layer prunes:
+// pending (neither acked nor nacked), acked and nacked.
+func BenchmarkSettled(b *testing.B) {
+	for _, c := range []struct {
+		name   string
+		settle func(*message.Message)
+	}{
+		{"pending", func(*message.Message) {}},
+		{"acked", func(m *message.Message) { m.Ack() }},
+		{"nacked", func(m *message.Message) { m.Nack() }},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			msg := message.NewMessage("m", nil)
+			c.settle(msg)
+			e := settleEntry{acked: msg.Acked(), nacked: msg.Nacked()}
+			want := c.name != "pending"
+			b.ReportAllocs()
+			for b.Loop() {
+				if e.settled() != want {
+					b.Fatal("wrong answer")
+				}
+			}
+		})
+	}
+}

@@ -96,11 +96,17 @@ func (s *settling) leave(msg *message.Message) {
 	sh.mu.Unlock()
 }
 
-// settled reports whether Watermill has acked or nacked the message.
+// settled reports whether Watermill has acked or nacked the message. Two
+// selects of one case each: the compiler makes each a non-blocking receive
+// that reads an open, empty channel without locking it, where one select
+// of both would lock both channels.
 func (e settleEntry) settled() bool {
 	select {
 	case <-e.acked:
 		return true
+	default:
+	}
+	select {
 	case <-e.nacked:
 		return true
 	default:
