@@ -2,10 +2,10 @@ package router
 
 import (
 	"context"
-	"sync"
-	"sync/atomic"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/spillway-go/spillway/internal/lazyctx"
 )
 
 // middlewareStack is the Spillway middleware stack, one named slot per layer,
@@ -268,10 +268,10 @@ func (r *Router) leave(d *delivery) {
 // the handler's delivery tracker), so they find it without walking the
 // context chain.
 //
-// Its cancellation is built lazily: a message admitted at once (the common
-// case, budget free) never asks for Done, and then costs one allocation
-// instead of a cancellable context registered with both its parent and the
-// router's closing context.
+// Its cancellation is built lazily (internal/lazyctx): a message admitted
+// at once (the common case, budget free) never asks for Done, and then
+// costs one allocation instead of a cancellable context registered with
+// both its parent and the router's closing context.
 type delivery struct {
 	context.Context // orig, the message context the gate received
 
@@ -285,11 +285,7 @@ type delivery struct {
 	stopH   func() bool
 	cancelH context.CancelFunc
 
-	mu     sync.Mutex
-	inner  atomic.Pointer[context.Context] // built by lazy; then authoritative
-	cancel context.CancelFunc
-	stop   func() bool
-	ended  atomic.Bool // the gate has returned
+	life lazyctx.Life
 }
 
 // deliveryFrom returns the delivery context ctx is, or carries.
@@ -306,60 +302,24 @@ type deliveryKey struct{}
 
 // lazy returns the cancellable context that stands for d's lifetime,
 // building it on first use.
-func (d *delivery) lazy() context.Context {
-	if c := d.inner.Load(); c != nil {
-		return *c
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if c := d.inner.Load(); c != nil {
-		return *c
-	}
-	ctx, cancel := context.WithCancel(d.Context)
-	d.cancel = cancel
+func (d *delivery) lazy() context.Context { return d.life.Context(d.Context, d.closingIf()) }
+
+// closingIf is the router's closing context if it ends d too, else nil.
+func (d *delivery) closingIf() context.Context {
 	if d.endOnClose {
-		d.stop = context.AfterFunc(d.closing, cancel)
-		if d.closing.Err() != nil {
-			cancel() // at once, not on AfterFunc's goroutine
-		}
+		return d.closing
 	}
-	if d.ended.Load() {
-		cancel()
-	}
-	d.inner.Store(&ctx)
-	return ctx
+	return nil
 }
 
 // end is called when the gate returns: d's lifetime is over.
-func (d *delivery) end() {
-	d.ended.Store(true)
-	if d.inner.Load() == nil {
-		return
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.stop != nil {
-		d.stop()
-	}
-	d.cancel()
-}
+func (d *delivery) end() { d.life.End() }
 
 // Done returns the channel closed when d ends.
 func (d *delivery) Done() <-chan struct{} { return d.lazy().Done() }
 
 // Err reports why d ended, without building its cancellation.
-func (d *delivery) Err() error {
-	if c := d.inner.Load(); c != nil {
-		return (*c).Err()
-	}
-	if err := d.Context.Err(); err != nil {
-		return err
-	}
-	if d.ended.Load() || (d.endOnClose && d.closing.Err() != nil) {
-		return context.Canceled
-	}
-	return nil
-}
+func (d *delivery) Err() error { return d.life.Err(d.Context, d.closingIf()) }
 
 // Value returns d for deliveryKey and asks orig otherwise.
 func (d *delivery) Value(key any) any {
