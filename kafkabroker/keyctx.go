@@ -8,6 +8,8 @@ import (
 
 	"github.com/IBM/sarama"
 	"github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
+
+	"github.com/spillway-go/spillway/internal/lazyctx"
 )
 
 // watermill-kafka puts a consumed record's partition, offset, timestamp and
@@ -93,6 +95,38 @@ func (c *recordContext) Value(key any) any {
 	}
 	return c.Context.Value(key)
 }
+
+// deliveryContext is a key-mode message's context: the record's values
+// and a lifetime that ends with the subscription's context, or once the
+// delivery settles, as Watermill expects of a message context after its
+// ack. Its cancellation is built lazily (internal/lazyctx): a handler
+// that never asks for Done costs no cancellable context registered with
+// the subscription's, whose lock and map every partition's deliveries
+// would otherwise share.
+type deliveryContext struct {
+	recordContext
+	life lazyctx.Life
+}
+
+// Done returns the channel closed when the delivery's lifetime ends.
+func (c *deliveryContext) Done() <-chan struct{} { return c.lifetime().Done() }
+
+// Err reports why the lifetime ended, without building its cancellation.
+func (c *deliveryContext) Err() error { return c.life.Err(c.recordContext.Context, nil) }
+
+// AfterFunc lets the context package attach a derived context's
+// cancellation without starting a goroutine.
+func (c *deliveryContext) AfterFunc(f func()) func() bool {
+	return context.AfterFunc(c.lifetime(), f)
+}
+
+// lifetime is the cancellable context standing for the lifetime.
+func (c *deliveryContext) lifetime() context.Context {
+	return c.life.Context(c.recordContext.Context, nil)
+}
+
+// end ends the lifetime: the delivery has settled, or will never start.
+func (c *deliveryContext) end() { c.life.End() }
 
 // completedSet is the records an earlier owner completed beyond its
 // committed watermark, read from the commit's metadata.

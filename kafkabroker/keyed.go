@@ -504,14 +504,13 @@ type keyPartition struct {
 // keyDelivery is one record read and not yet committed. Once done, only
 // its offset matters: the message and the record's value are let go.
 type keyDelivery struct {
-	p      *keyPartition
-	off    int64
-	rec    *sarama.ConsumerMessage
-	size   int
-	key    string
-	msg    *message.Message
-	ctx    context.Context // cancelled once settled, as Watermill expects after an ack
-	cancel context.CancelFunc
+	p    *keyPartition
+	off  int64
+	rec  *sarama.ConsumerMessage
+	size int
+	key  string
+	msg  *message.Message
+	ctx  *deliveryContext // ended once settled, as Watermill expects after an ack
 
 	// completed: the handler succeeded in this delivery attempt
 	// (SessionTracker.Completed), so an ack after the session ended still
@@ -582,7 +581,7 @@ func (p *keyPartition) run(claim sarama.ConsumerGroupClaim) error {
 	p.markWatermark(true)
 	for _, l := range p.lanes {
 		for _, d := range l.waiting {
-			d.cancel()
+			d.ctx.end()
 		}
 	}
 	p.wg.Wait()
@@ -675,7 +674,7 @@ func (p *keyPartition) take(rec *sarama.ConsumerMessage, size int) {
 		return
 	}
 	p.enter(d)
-	d.ctx, d.cancel = context.WithCancel(&recordContext{Context: p.h.ctx, rec: rec, d: d})
+	d.ctx = &deliveryContext{recordContext: recordContext{Context: p.h.ctx, rec: rec, d: d}}
 	msg.SetContext(d.ctx)
 	d.msg = msg
 	if l := p.lanes[d.key]; l != nil {
@@ -778,7 +777,7 @@ func (p *keyPartition) settleReady() {
 func (p *keyPartition) settle(ev keyEvent) {
 	d := ev.d
 	p.inflight--
-	d.cancel()
+	d.ctx.end()
 	l := p.lanes[d.key]
 	if !ev.done {
 		// Abandoned: the session or subscription ended. The key stays
@@ -912,7 +911,8 @@ func (p *keyPartition) deliver(d *keyDelivery) {
 
 // attempts watches the session's and the subscription's channels, not
 // d.ctx: until d settles, d.ctx ends only with the subscription's context,
-// and asking a fresh context for its Done channel makes one, per message.
+// and asking it for its Done channel would build its cancellation
+// (deliveryContext), per message.
 func (p *keyPartition) attempts(d *keyDelivery) bool {
 	msg := d.msg
 	observe := p.h.s.tracker.observeOnly

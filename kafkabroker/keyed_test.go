@@ -616,3 +616,71 @@ func TestKeyCommitNotBehindFetch(t *testing.T) {
 	}
 	t.Logf("committed %v after the last message was handled", took.Round(time.Millisecond))
 }
+
+// TestKeyMessageContextEndsAfterAck: a key-mode message's context lasts
+// while its handler runs and ends once the message is acked, as
+// watermill-kafka's does, whether the handler asked for its Done channel
+// before the ack, only after it, or derived a context from it.
+func TestKeyMessageContextEndsAfterAck(t *testing.T) {
+	leakCheck(t)
+	const topic = "ctx-life"
+	cl := keyCluster(t, 1, nil)
+	publishKeyed(t, cl, topic, 3, 3, nil)
+
+	type seen struct {
+		ctx     context.Context
+		done    <-chan struct{} // asked for before the ack, or nil
+		derived context.Context // derived before the ack, or nil
+		live    error           // Err while the handler ran
+	}
+	var (
+		mu  sync.Mutex
+		all []seen
+	)
+	m := join(t, cl, "g", topic, func(msg *message.Message) bool {
+		ctx := msg.Context()
+		s := seen{ctx: ctx, live: ctx.Err()}
+		switch off, _ := kafka.MessagePartitionOffsetFromCtx(ctx); off {
+		case 0:
+			s.done = ctx.Done()
+		case 1:
+			derived, cancel := context.WithCancel(ctx)
+			t.Cleanup(cancel)
+			s.derived = derived
+		}
+		mu.Lock()
+		all = append(all, s)
+		mu.Unlock()
+		return true
+	})
+	defer m.leave(t)
+	waitFor(t, 20*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(all) == 3 }, "the three messages")
+	mu.Lock()
+	defer mu.Unlock()
+	for i, s := range all {
+		if s.live != nil {
+			t.Errorf("message %d: context ended while its handler ran: %v", i, s.live)
+		}
+		for _, c := range []struct {
+			name string
+			done <-chan struct{}
+		}{{"Done asked before the ack", s.done}, {"Done asked after the ack", s.ctx.Done()}, {"a derived context", func() <-chan struct{} {
+			if s.derived == nil {
+				return nil
+			}
+			return s.derived.Done()
+		}()}} {
+			if c.done == nil {
+				continue
+			}
+			select {
+			case <-c.done:
+			case <-time.After(10 * time.Second):
+				t.Errorf("message %d: %s: the context did not end after the ack", i, c.name)
+			}
+		}
+		if s.ctx.Err() == nil {
+			t.Errorf("message %d: Err nil after the ack", i)
+		}
+	}
+}
