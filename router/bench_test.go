@@ -22,14 +22,17 @@ func BenchmarkChain(b *testing.B) {
 		name     string
 		tp       trace.TracerProvider
 		disabled bool
+		retry    bool
 	}{
-		{"tracer=sdk", sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sdktrace.NewSimpleSpanProcessor(tracetest.NewNoopExporter()))), false},
-		{"tracer=noop", tracenoop.NewTracerProvider(), false},
-		{"telemetry=disabled", nil, true},
+		{"tracer=sdk", sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sdktrace.NewSimpleSpanProcessor(tracetest.NewNoopExporter()))), false, false},
+		{"tracer=noop", tracenoop.NewTracerProvider(), false, false},
+		{"telemetry=disabled", nil, true, false},
+		{"telemetry=disabled/retry=on", nil, true, true},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			cfg := Config{Broker: BrokerMemory}
 			cfg.Telemetry.Disabled = c.disabled
+			cfg.Retry.Enabled = c.retry
 			var opts []Option
 			if c.tp != nil {
 				opts = append(opts, WithTracerProvider(c.tp))
