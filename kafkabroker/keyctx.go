@@ -97,36 +97,24 @@ func (c *recordContext) Value(key any) any {
 }
 
 // deliveryContext is a key-mode message's context: the record's values
-// and a lifetime that ends with the subscription's context, or once the
-// delivery settles, as Watermill expects of a message context after its
-// ack. Its cancellation is built lazily (internal/lazyctx): a handler
-// that never asks for Done costs no cancellable context registered with
-// the subscription's, whose lock and map every partition's deliveries
+// (rc) and a lifetime that ends with the subscription's context, or once
+// the delivery settles (End), as Watermill expects of a message context
+// after its ack. Its cancellation is built lazily (internal/lazyctx): a
+// handler that never asks for Done costs no cancellable context registered
+// with the subscription's, whose lock and map every partition's deliveries
 // would otherwise share.
 type deliveryContext struct {
-	recordContext
-	life lazyctx.Life
+	lazyctx.Context // of &rc
+	rc              recordContext
 }
 
-// Done returns the channel closed when the delivery's lifetime ends.
-func (c *deliveryContext) Done() <-chan struct{} { return c.lifetime().Done() }
-
-// Err reports why the lifetime ended, without building its cancellation.
-func (c *deliveryContext) Err() error { return c.life.Err(c.recordContext.Context, nil) }
-
-// AfterFunc lets the context package attach a derived context's
-// cancellation without starting a goroutine.
-func (c *deliveryContext) AfterFunc(f func()) func() bool {
-	return context.AfterFunc(c.lifetime(), f)
+// newDeliveryContext returns the context of d, a delivery of rec in the
+// subscription whose context is sub: one allocation.
+func newDeliveryContext(sub context.Context, rec *sarama.ConsumerMessage, d *keyDelivery) *deliveryContext {
+	c := &deliveryContext{rc: recordContext{Context: sub, rec: rec, d: d}}
+	c.Init(&c.rc, nil)
+	return c
 }
-
-// lifetime is the cancellable context standing for the lifetime.
-func (c *deliveryContext) lifetime() context.Context {
-	return c.life.Context(c.recordContext.Context, nil)
-}
-
-// end ends the lifetime: the delivery has settled, or will never start.
-func (c *deliveryContext) end() { c.life.End() }
 
 // completedSet is the records an earlier owner completed beyond its
 // committed watermark, read from the commit's metadata.

@@ -581,7 +581,7 @@ func (p *keyPartition) run(claim sarama.ConsumerGroupClaim) error {
 	p.markWatermark(true)
 	for _, l := range p.lanes {
 		for _, d := range l.waiting {
-			d.ctx.end()
+			d.ctx.End()
 		}
 	}
 	p.wg.Wait()
@@ -674,7 +674,7 @@ func (p *keyPartition) take(rec *sarama.ConsumerMessage, size int) {
 		return
 	}
 	p.enter(d)
-	d.ctx = &deliveryContext{recordContext: recordContext{Context: p.h.ctx, rec: rec, d: d}}
+	d.ctx = newDeliveryContext(p.h.ctx, rec, d)
 	msg.SetContext(d.ctx)
 	d.msg = msg
 	if l := p.lanes[d.key]; l != nil {
@@ -777,7 +777,7 @@ func (p *keyPartition) settleReady() {
 func (p *keyPartition) settle(ev keyEvent) {
 	d := ev.d
 	p.inflight--
-	d.ctx.end()
+	d.ctx.End()
 	l := p.lanes[d.key]
 	if !ev.done {
 		// Abandoned: the session or subscription ended. The key stays

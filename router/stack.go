@@ -171,8 +171,9 @@ type deliveryCtxKey struct{}
 // delivery's lifetime (see gate).
 func (r *Router) retryScope(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
-		ctx := &retryContext{Context: msg.Context(), closing: r.closingCtx}
-		defer ctx.life.End()
+		ctx := new(retryContext)
+		ctx.Init(msg.Context(), r.closingCtx)
+		defer ctx.End()
 		msg.SetContext(ctx)
 		return h(msg)
 	}
@@ -186,33 +187,17 @@ func (r *Router) retryScope(h message.HandlerFunc) message.HandlerFunc {
 // not retried registers nothing with the router's closing context, which
 // every message in flight would otherwise share.
 type retryContext struct {
-	context.Context // the delivery context
-	closing         context.Context
-	life            lazyctx.Life
+	lazyctx.Context // of the delivery context
 }
-
-// Done returns the channel closed when the scope's lifetime ends.
-func (c *retryContext) Done() <-chan struct{} { return c.lifetime().Done() }
-
-// Err reports why the lifetime ended, without building its cancellation.
-func (c *retryContext) Err() error { return c.life.Err(c.Context, c.closing) }
 
 // Value returns the delivery context for deliveryCtxKey and asks it
 // otherwise.
 func (c *retryContext) Value(key any) any {
 	if _, ok := key.(deliveryCtxKey); ok {
-		return c.Context
+		return c.Context.Context
 	}
 	return c.Context.Value(key)
 }
-
-// AfterFunc lets the context package attach a derived context's
-// cancellation without starting a goroutine.
-func (c *retryContext) AfterFunc(f func()) func() bool {
-	return context.AfterFunc(c.lifetime(), f)
-}
-
-func (c *retryContext) lifetime() context.Context { return c.life.Context(c.Context, c.closing) }
 
 // gate is the entrance of the budget slot. Once the router is closing it
 // lets nothing new in: a message arriving then is held, without running

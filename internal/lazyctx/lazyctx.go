@@ -8,7 +8,8 @@
 // a Done channel most handlers never read. A Life makes the cancellable
 // context on first use of Done or AfterFunc (the hook the context package
 // uses for contexts derived from it) and otherwise answers Err from its
-// parents and its own end.
+// parents and its own end. A Context is a Life made a context.Context, to
+// embed in a context type of one's own.
 package lazyctx
 
 import (
@@ -88,3 +89,36 @@ func (l *Life) Err(parent, also context.Context) error {
 	}
 	return nil
 }
+
+// Context is a context with its parent's values and deadline and a Life
+// for its lifetime: it ends when the parent does, when also (if not nil)
+// does, or when End is called. Embed it to add values; its methods are
+// safe for concurrent use.
+type Context struct {
+	context.Context // the parent
+	also            context.Context
+	life            Life
+}
+
+// Init makes c a context of parent that also ends with also (nil: only
+// with parent and End). Call it once, before c is used; a Context is meant
+// to be embedded in a context type of the caller's, allocated with it.
+func (c *Context) Init(parent, also context.Context) {
+	c.Context, c.also = parent, also
+}
+
+// Done returns the channel closed when the lifetime ends, building the
+// cancellation on first use.
+func (c *Context) Done() <-chan struct{} { return c.lifetime().Done() }
+
+// Err reports why the lifetime ended, without building the cancellation.
+func (c *Context) Err() error { return c.life.Err(c.Context, c.also) }
+
+// AfterFunc lets the context package attach a derived context's
+// cancellation without starting a goroutine.
+func (c *Context) AfterFunc(f func()) func() bool { return context.AfterFunc(c.lifetime(), f) }
+
+// End ends the lifetime; see [Life.End].
+func (c *Context) End() { c.life.End() }
+
+func (c *Context) lifetime() context.Context { return c.life.Context(c.Context, c.also) }

@@ -142,3 +142,43 @@ func BenchmarkLife(b *testing.B) {
 		})
 	}
 }
+
+type valueKey struct{}
+
+// A Context has its parent's values, builds nothing until asked, and ends,
+// with what was derived from it, on End, on its parent's end and on also's.
+func TestContext(t *testing.T) {
+	parent := context.WithValue(context.Background(), valueKey{}, "v")
+	c := new(Context)
+	c.Init(parent, nil)
+	if c.Value(valueKey{}) != "v" {
+		t.Fatal("the parent's value is lost")
+	}
+	if c.Err() != nil || c.life.inner.Load() != nil {
+		t.Fatal("ended, or built, before anything asked")
+	}
+	derived, cancel := context.WithCancel(c)
+	defer cancel()
+	c.End()
+	expectDone(t, derived)
+	expectDone(t, c)
+
+	for _, which := range []string{"parent", "also"} {
+		p, cancelP := context.WithCancel(context.Background())
+		a, cancelA := context.WithCancel(context.Background())
+		c := new(Context)
+		c.Init(p, a)
+		if which == "parent" {
+			cancelP()
+		} else {
+			cancelA()
+		}
+		if !errors.Is(c.Err(), context.Canceled) {
+			t.Fatalf("%s ended: Err = %v", which, c.Err())
+		}
+		expectDone(t, c)
+		c.End()
+		cancelP()
+		cancelA()
+	}
+}
