@@ -294,7 +294,12 @@ func (g *Gate) originOf(msg *message.Message, topic string) string {
 }
 
 func readCount(msg *message.Message, key string) int {
-	n, err := strconv.Atoi(msg.Metadata.Get(key))
+	v := msg.Metadata.Get(key)
+	if v == "" {
+		// A fresh message, the common case: no error value built.
+		return 0
+	}
+	n, err := strconv.Atoi(v)
 	if err != nil || n < 0 {
 		return 0
 	}
