@@ -246,11 +246,11 @@ func (r *Router) enter(msg *message.Message) (*delivery, error) {
 		<-life.Done()
 		return nil, life.Err()
 	}
-	var stopH func() bool
-	var cancelH context.CancelFunc
+	var hc *handlerContext
 	if life != orig {
-		handlerCtx, cancelH = context.WithCancel(context.WithoutCancel(orig))
-		stopH = context.AfterFunc(life, cancelH)
+		hc = &handlerContext{values: orig}
+		hc.Init(life, nil)
+		handlerCtx = hc
 	}
 	handler := message.HandlerNameFromCtx(orig)
 	t := r.tracker(handler)
@@ -264,16 +264,15 @@ func (r *Router) enter(msg *message.Message) (*delivery, error) {
 	// ended whenever a wait below gave up for shutdown, and so nacks
 	// the message instead of counting a failed attempt.
 	return &delivery{Context: orig, handlerCtx: handlerCtx, tracker: t, closing: r.closingCtx, endOnClose: life == orig,
-		stopH: stopH, cancelH: cancelH}, nil
+		handlerLife: hc}, nil
 }
 
 // leave is the way out of the gate for a delivery enter returned.
 func (r *Router) leave(d *delivery) {
 	d.end()
 	r.entered.Add(-1)
-	if d.cancelH != nil {
-		d.stopH()
-		d.cancelH()
+	if d.handlerLife != nil {
+		d.handlerLife.End()
 	}
 }
 
@@ -296,13 +295,25 @@ type delivery struct {
 	closing    context.Context // the router's closing context
 	endOnClose bool            // closing ends it too
 
-	// The handler context's own cancellation, when it has one (see
-	// Router.enter); leave releases it.
-	stopH   func() bool
-	cancelH context.CancelFunc
+	// handlerLife is handlerCtx when it has a lifetime of its own (under
+	// the retry gate, see Router.enter); leave ends it.
+	handlerLife *handlerContext
 
 	life lazyctx.Life
 }
+
+// handlerContext is the handler's context under the retry gate: the values
+// of the context the gate received (the retry scope's, with the attempt),
+// and the lifetime and deadline of the delivery context, which Close does
+// not end. Its cancellation is built lazily (internal/lazyctx), and ends
+// when the gate returns.
+type handlerContext struct {
+	lazyctx.Context                 // of the delivery context
+	values          context.Context // the context the gate received
+}
+
+// Value asks the context the gate received.
+func (c *handlerContext) Value(key any) any { return c.values.Value(key) }
 
 // deliveryFrom returns the delivery context ctx is, or carries.
 func deliveryFrom(ctx context.Context) *delivery {
