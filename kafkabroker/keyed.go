@@ -926,18 +926,19 @@ func (p *keyPartition) attempts(d *keyDelivery) bool {
 		}
 		select {
 		case <-msg.Acked():
-			if p.sess.Context().Err() != nil {
-				// Late: counts only for work this attempt completed,
-				// not for a message that stepped aside.
-				if observe || !d.completed.Load() {
-					return false
-				}
-				p.h.s.tracker.marked.Add(1)
-			}
-			return true
+			return p.acked(d, observe)
 		case <-msg.Nacked():
 		case <-p.subDone:
-			return false
+			// The subscription is closing. An ack that came first still
+			// counts: select picks at random among ready cases, and a
+			// handler that acked just before Close would otherwise see
+			// its finished work abandoned, redone by the next owner.
+			select {
+			case <-msg.Acked():
+				return p.acked(d, observe)
+			default:
+				return false
+			}
 		}
 		if sleep := p.h.s.cfg.NackResendSleep; sleep > 0 {
 			timer := time.NewTimer(sleep)
@@ -958,6 +959,19 @@ func (p *keyPartition) attempts(d *keyDelivery) bool {
 		msg.SetContext(d.ctx)
 		d.completed.Store(false)
 	}
+}
+
+// acked reports whether d's ack counts: always while the session lives;
+// after it ended (late), only for work this attempt completed, not for a
+// message that stepped aside.
+func (p *keyPartition) acked(d *keyDelivery, observe bool) bool {
+	if p.sess.Context().Err() != nil {
+		if observe || !d.completed.Load() {
+			return false
+		}
+		p.h.s.tracker.marked.Add(1)
+	}
+	return true
 }
 
 // keyDeliveryKey is the context key of a message's *keyDelivery.

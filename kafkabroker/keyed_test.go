@@ -684,3 +684,62 @@ func TestKeyMessageContextEndsAfterAck(t *testing.T) {
 		}
 	}
 }
+
+// TestKeyAckedBeforeCloseCounts: messages acked right before the
+// subscriber closes count as done, however the closing and the acks race:
+// they are committed, and the next member of the group receives none of
+// them. (The delivery goroutine used to pick at random between the ack and
+// the subscription's end when both were ready, and abandon finished work.)
+func TestKeyAckedBeforeCloseCounts(t *testing.T) {
+	leakCheck(t)
+	const (
+		topic = "acked-close"
+		n     = 48
+	)
+	cl := keyCluster(t, 1, func(c *kafkabroker.Config) { c.WindowMessages = 64 })
+	publishKeyed(t, cl, topic, n, n, nil)
+	for round := range 3 {
+		sub, tr, err := cl.NewKeySubscriber("g")
+		if err != nil {
+			t.Fatal(err)
+		}
+		msgs, err := sub.Subscribe(context.Background(), topic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var held []*message.Message
+		timeout := time.After(20 * time.Second)
+		for len(held) < n && round == 0 {
+			select {
+			case msg := <-msgs:
+				tr.Begin(msg)
+				held = append(held, msg)
+			case <-timeout:
+				t.Fatalf("received %d of %d distinct keys", len(held), n)
+			}
+		}
+		if round > 0 {
+			// Later members: anything they receive was redone.
+			select {
+			case msg := <-msgs:
+				off, _ := kafka.MessagePartitionOffsetFromCtx(msg.Context())
+				_ = sub.Close()
+				t.Fatalf("round %d: offset %d delivered again after it was acked", round, off)
+			case <-time.After(2 * time.Second):
+			}
+		}
+		// As the router does: the work completed, then the ack.
+		for _, msg := range held {
+			tr.Completed(msg)
+			msg.Ack()
+		}
+		if err := sub.Close(); err != nil {
+			t.Fatal(err)
+		}
+		for range msgs {
+		}
+	}
+	if l := lag(t, cl, "g", topic); l != 0 {
+		t.Errorf("lag %d after every message was acked, want 0", l)
+	}
+}
