@@ -263,13 +263,18 @@ func (r *Router) enter(msg *message.Message) (*delivery, error) {
 	// context with it, never before: the gate sees its own context
 	// ended whenever a wait below gave up for shutdown, and so nacks
 	// the message instead of counting a failed attempt.
-	return &delivery{Context: orig, handlerCtx: handlerCtx, tracker: t, closing: r.closingCtx, endOnClose: life == orig,
-		handlerLife: hc}, nil
+	d := &delivery{handlerCtx: handlerCtx, tracker: t, handlerLife: hc}
+	var closing context.Context
+	if life == orig {
+		closing = r.closingCtx
+	}
+	d.Init(orig, closing)
+	return d, nil
 }
 
 // leave is the way out of the gate for a delivery enter returned.
 func (r *Router) leave(d *delivery) {
-	d.end()
+	d.End()
 	r.entered.Add(-1)
 	if d.handlerLife != nil {
 		d.handlerLife.End()
@@ -288,18 +293,16 @@ func (r *Router) leave(d *delivery) {
 // costs one allocation instead of a cancellable context registered with
 // both its parent and the router's closing context.
 type delivery struct {
-	context.Context // orig, the message context the gate received
+	// Of orig, the message context the gate received, also ended by the
+	// router's closing context unless retryScope's context is.
+	lazyctx.Context
 
 	handlerCtx context.Context // the context the handler gets back once admitted
 	tracker    deliveryTracker // nil when the broker has none
-	closing    context.Context // the router's closing context
-	endOnClose bool            // closing ends it too
 
 	// handlerLife is handlerCtx when it has a lifetime of its own (under
 	// the retry gate, see Router.enter); leave ends it.
 	handlerLife *handlerContext
-
-	life lazyctx.Life
 }
 
 // handlerContext is the handler's context under the retry gate: the values
@@ -327,27 +330,6 @@ func deliveryFrom(ctx context.Context) *delivery {
 // deliveryKey finds a delivery below contexts derived from it.
 type deliveryKey struct{}
 
-// lazy returns the cancellable context that stands for d's lifetime,
-// building it on first use.
-func (d *delivery) lazy() context.Context { return d.life.Context(d.Context, d.closingIf()) }
-
-// closingIf is the router's closing context if it ends d too, else nil.
-func (d *delivery) closingIf() context.Context {
-	if d.endOnClose {
-		return d.closing
-	}
-	return nil
-}
-
-// end is called when the gate returns: d's lifetime is over.
-func (d *delivery) end() { d.life.End() }
-
-// Done returns the channel closed when d ends.
-func (d *delivery) Done() <-chan struct{} { return d.lazy().Done() }
-
-// Err reports why d ended, without building its cancellation.
-func (d *delivery) Err() error { return d.life.Err(d.Context, d.closingIf()) }
-
 // Value returns d for deliveryKey and asks orig otherwise.
 func (d *delivery) Value(key any) any {
 	if _, ok := key.(deliveryKey); ok {
@@ -355,10 +337,6 @@ func (d *delivery) Value(key any) any {
 	}
 	return d.Context.Value(key)
 }
-
-// AfterFunc lets the context package attach a derived context's
-// cancellation to d without starting a goroutine.
-func (d *delivery) AfterFunc(f func()) func() bool { return context.AfterFunc(d.lazy(), f) }
 
 // admitted runs inside the budget: the message has been admitted (or there
 // is no budget). It gives the handler back its delivery context, unaffected
