@@ -630,7 +630,7 @@ func TestKeyMessageContextEndsAfterAck(t *testing.T) {
 	type seen struct {
 		ctx     context.Context
 		done    <-chan struct{} // asked for before the ack, or nil
-		derived context.Context // derived before the ack, or nil
+		derived <-chan struct{} // Done of a context derived before the ack, or nil
 		live    error           // Err while the handler ran
 	}
 	var (
@@ -646,7 +646,7 @@ func TestKeyMessageContextEndsAfterAck(t *testing.T) {
 		case 1:
 			derived, cancel := context.WithCancel(ctx)
 			t.Cleanup(cancel)
-			s.derived = derived
+			s.derived = derived.Done()
 		}
 		mu.Lock()
 		all = append(all, s)
@@ -664,12 +664,7 @@ func TestKeyMessageContextEndsAfterAck(t *testing.T) {
 		for _, c := range []struct {
 			name string
 			done <-chan struct{}
-		}{{"Done asked before the ack", s.done}, {"Done asked after the ack", s.ctx.Done()}, {"a derived context", func() <-chan struct{} {
-			if s.derived == nil {
-				return nil
-			}
-			return s.derived.Done()
-		}()}} {
+		}{{"Done asked before the ack", s.done}, {"Done asked after the ack", s.ctx.Done()}, {"a derived context", s.derived}} {
 			if c.done == nil {
 				continue
 			}
