@@ -60,6 +60,10 @@ type options struct {
 type control struct {
 	noBudget     bool // no admission layer at all
 	noRevocation bool // admission is not revocation-aware; late acks are dropped
+
+	// outer wraps the whole stack, outside the settling layer: a test's
+	// instrument (internal/stackprobe).
+	outer message.HandlerMiddleware
 }
 
 // WithSignals makes [Router.Run] shut the router down gracefully, as Close
@@ -388,7 +392,11 @@ func newRouter(cfg Config, logger watermill.LoggerAdapter, o options, ctl contro
 	if err != nil {
 		return fail(err)
 	}
-	r.wm.AddMiddleware(r.stack().middlewares()...)
+	mws := r.stack().middlewares()
+	if ctl.outer != nil {
+		mws = append([]message.HandlerMiddleware{ctl.outer}, mws...)
+	}
+	r.wm.AddMiddleware(mws...)
 	return r, nil
 }
 

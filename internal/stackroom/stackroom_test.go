@@ -1,3 +1,5 @@
+//go:build !stackprobe
+
 package stackroom
 
 import "testing"

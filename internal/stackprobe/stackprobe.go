@@ -1,0 +1,126 @@
+// Package stackprobe measures how far below a middleware's frame the rest
+// of a Watermill handler chain reaches into the message goroutine's stack.
+//
+// Watermill runs every message on a new goroutine, whose stack starts at
+// 2 KiB; a chain that reaches deeper than the room left below Watermill's
+// own frame makes the runtime grow the stack by copying it, about 1 µs per
+// message (internal/stackroom). A [Probe] placed outermost grows the stack
+// to 8 KiB first, so nothing below it moves, fills the region under its
+// frame with a pattern, runs the chain, and then finds the lowest byte the
+// chain overwrote. Frames the chain allocated but never wrote are not seen,
+// so the depth is a lower bound of what the runtime's stack checks see:
+// compare depths with each other and with [Room], not to the byte.
+//
+// Tests only: it reads and writes its goroutine's stack through unsafe
+// pointers. Build with the stackprobe tag so that internal/stackroom does
+// not grow the stack inside the chain (its 2 KiB frame would be measured).
+package stackprobe
+
+import (
+	"slices"
+	"sync"
+	"unsafe"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+)
+
+// Room is how deep, in bytes, a chain called from Watermill's message
+// goroutine can reach before that goroutine's stack has to grow: 2 KiB, less
+// the runtime's stack guard (928 bytes on linux/amd64 with Go 1.26), the
+// goroutine's start (40 bytes) and Watermill's handleMessage frame (192
+// bytes in watermill v1.5.1). Computed, not measured; and since a probe's
+// depths are lower bounds, a chain measured a little under Room may still
+// grow its stack.
+const Room = 2048 - 928 - 40 - 192
+
+const (
+	painted  = 6 << 10 // bytes painted below the probe's frame
+	skip     = 512     // the probe's own calls stay above this
+	pattern  = 0xA7
+	growSize = 8 << 10
+)
+
+// Probe is a message.HandlerMiddleware that records how deep each message's
+// chain reached. Safe for concurrent use.
+type Probe struct {
+	mu     sync.Mutex
+	depths []int
+	moved  int
+}
+
+// Middleware wraps h; place it outermost.
+func (p *Probe) Middleware(h message.HandlerFunc) message.HandlerFunc {
+	return func(msg *message.Message) ([]*message.Message, error) {
+		grow()
+		var mark byte
+		top := uintptr(unsafe.Pointer(&mark))
+		paint(unsafe.Pointer(&mark))
+		out, err := h(msg)
+		d := depth(unsafe.Pointer(&mark))
+		moved := uintptr(unsafe.Pointer(&mark)) != top
+		p.mu.Lock()
+		if moved {
+			p.moved++
+		} else {
+			p.depths = append(p.depths, d)
+		}
+		p.mu.Unlock()
+		return out, err
+	}
+}
+
+// Depths returns the median and the deepest depth recorded, in bytes, and
+// how many messages were measured. Messages whose stack moved under the
+// probe (the chain outgrew even the grown stack) are not measured; Moved
+// counts them.
+func (p *Probe) Depths() (median, deepest, n int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.depths) == 0 {
+		return 0, 0, 0
+	}
+	d := slices.Clone(p.depths)
+	slices.Sort(d)
+	return d[len(d)/2], d[len(d)-1], len(d)
+}
+
+// Moved returns how many messages' stacks moved under the probe.
+func (p *Probe) Moved() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.moved
+}
+
+// grow makes the goroutine's stack at least growSize, while it is shallow.
+//
+//go:noinline
+func grow() byte {
+	var room [growSize]byte
+	return touch(&room)
+}
+
+//go:noinline
+func touch(room *[growSize]byte) byte { return room[growSize-1] }
+
+// paint fills [top-painted, top-skip) with the pattern. That region lies
+// below the caller's frame and paint's own, inside the grown stack.
+//
+//go:noinline
+func paint(top unsafe.Pointer) {
+	for off := skip; off < painted; off++ {
+		*(*byte)(unsafe.Add(top, -off)) = pattern
+	}
+}
+
+// depth returns the distance from top to the lowest byte no longer holding
+// the pattern, or 0 when the chain stayed above the painted region.
+//
+//go:noinline
+func depth(top unsafe.Pointer) int {
+	for off := painted - 1; off >= skip; off-- {
+		if *(*byte)(unsafe.Add(top, -off)) != pattern {
+			return off
+		}
+	}
+	return 0
+}

@@ -1,0 +1,61 @@
+package stackprobe
+
+import (
+	"sync"
+	"testing"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+)
+
+// A chain that writes a 1,500-byte local is measured at least that deep,
+// and not much deeper; one that calls nothing stays above the painted
+// region. Messages probed at once are each measured.
+func TestProbeDepth(t *testing.T) {
+	p := new(Probe)
+	deepH := p.Middleware(func(*message.Message) ([]*message.Message, error) {
+		deep()
+		return nil, nil
+	})
+	const n = 8
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := deepH(message.NewMessage("m", nil)); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	median, deepest, got := p.Depths()
+	if got != n || p.Moved() != 0 {
+		t.Fatalf("measured %d of %d messages (%d moved)", got, n, p.Moved())
+	}
+	if median < deepFrame || deepest > deepFrame+256 {
+		t.Errorf("a chain with a %d-byte frame measured %d (median) to %d bytes deep", deepFrame, median, deepest)
+	}
+
+	q := new(Probe)
+	shallow := q.Middleware(func(*message.Message) ([]*message.Message, error) { return nil, nil })
+	if _, err := shallow(message.NewMessage("m", nil)); err != nil {
+		t.Fatal(err)
+	}
+	if median, _, got := q.Depths(); got != 1 || median != 0 {
+		t.Errorf("an empty handler measured %d bytes deep (%d messages)", median, got)
+	}
+}
+
+const deepFrame = 1500
+
+//go:noinline
+func deep() byte {
+	var b [deepFrame]byte
+	for i := range b {
+		b[i] = byte(i)
+	}
+	return sum(&b)
+}
+
+//go:noinline
+func sum(b *[deepFrame]byte) byte { return b[0] + b[deepFrame-1] }

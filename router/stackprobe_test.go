@@ -1,0 +1,110 @@
+//go:build stackprobe
+
+package router
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/spillway-go/spillway/internal/kafkatest"
+	"github.com/spillway-go/spillway/internal/stackprobe"
+)
+
+// BenchmarkStackHighWater measures how deep the default stack reaches into
+// the message goroutine's stack with internal/stackroom's growth switched
+// off (the stackprobe build tag), on the brokers whose layers differ: the
+// memory broker and Kafka (watermill-kafka's subscriber and the session
+// tracker, or key mode), with telemetry on (no providers installed: the
+// global placeholders) and off. It reports the median and the deepest
+// depth over b.N pings, and stackprobe.Room, the depth past which the
+// runtime must grow (copy) a new goroutine's 2 KiB stack:
+//
+//	go test -tags stackprobe -run '^$' -bench StackHighWater -benchtime 2000x ./router/
+func BenchmarkStackHighWater(b *testing.B) {
+	kafka := kafkatest.Start(b, 4)
+	for _, c := range []struct {
+		name     string
+		broker   Broker
+		key      bool
+		disabled bool
+	}{
+		{"memory/telemetry=on", BrokerMemory, false, false},
+		{"memory/telemetry=off", BrokerMemory, false, true},
+		{"kafka/consumer=partition/telemetry=on", BrokerKafka, false, false},
+		{"kafka/consumer=partition/telemetry=off", BrokerKafka, false, true},
+		{"kafka/consumer=key/telemetry=on", BrokerKafka, true, false},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			cfg := Config{Broker: c.broker}
+			cfg.Telemetry.Disabled = c.disabled
+			if c.broker == BrokerKafka {
+				cfg.Kafka.Brokers = kafka.Brokers()
+				cfg.Kafka.Version = "2.3.0" // kfake's limit
+				cfg.Kafka.Partitions = 4
+				cfg.Kafka.CreateTopics = true
+				cfg.Kafka.ConsumerGroup = "probe-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+				if c.key {
+					cfg.Kafka.Consumer = "key"
+				}
+			}
+			probe := new(stackprobe.Probe)
+			r, err := newRouter(cfg, nil, options{}, control{outer: probe.Middleware})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer r.Close()
+			topic := fmt.Sprintf("probe-%d", time.Now().UnixNano())
+			var seen atomic.Int64
+			done := make(chan struct{})
+			if _, err := r.AddConsumerHandler("probe", topic, func(*message.Message) error {
+				if seen.Add(1) == int64(b.N) {
+					close(done)
+				}
+				return nil
+			}); err != nil {
+				b.Fatal(err)
+			}
+			if c.broker == BrokerKafka {
+				// A backlog: the new group reads from the oldest
+				// offset.
+				publishPings(b, r, topic, b.N)
+			}
+			go func() { _ = r.Run(context.Background()) }()
+			<-r.Running()
+			if c.broker != BrokerKafka {
+				publishPings(b, r, topic, b.N)
+			}
+			select {
+			case <-done:
+			case <-time.After(2 * time.Minute):
+				b.Fatalf("%d of %d messages handled", seen.Load(), b.N)
+			}
+			median, deepest, n := probe.Depths()
+			if n == 0 {
+				b.Fatalf("no message measured (%d moved under the probe)", probe.Moved())
+			}
+			b.ReportMetric(float64(median), "median-B")
+			b.ReportMetric(float64(deepest), "deepest-B")
+			b.ReportMetric(stackprobe.Room, "room-B")
+			b.ReportMetric(0, "ns/op")
+		})
+	}
+}
+
+func publishPings(b *testing.B, r *Router, topic string, n int) {
+	b.Helper()
+	msgs := make([]*message.Message, n)
+	for i := range msgs {
+		msgs[i] = message.NewMessage(strconv.Itoa(i), pingPayload(i))
+		msgs[i].Metadata.Set("vertex_count", "1")
+	}
+	if err := r.Publisher().Publish(topic, msgs...); err != nil {
+		b.Fatal(err)
+	}
+}
