@@ -149,111 +149,172 @@ func NewBudget(cfg BudgetConfig) (*Budget, error) {
 	return m, nil
 }
 
-// Middleware wraps h with budget admission.
+// Middleware wraps h with budget admission: [Budget.Admit] before h runs,
+// [Budget.Release] once it has returned, failed or panicked.
 //
 // While a message waits it stays unacked, so the subscriber releases no new
 // work from that partition or subscription. If the message context ends
 // while it waits, the handler is not run and ctx.Err() is returned, so the
 // router nacks the message and it is redelivered rather than lost.
 func (m *Budget) Middleware(h message.HandlerFunc) message.HandlerFunc {
-	// The closure is kept small: everything up to admission happens in
-	// admit, so that the frame that stays on the message goroutine's
-	// stack while the handler runs holds little more than the permit.
-	// Watermill runs each message on a new goroutine, whose stack starts
-	// small; what the middlewares keep on it is taken from the handler.
-	return func(msg *message.Message) (out []*message.Message, err error) {
-		p, c, err := m.admit(msg)
-		if p.b == nil {
+	// The closure is kept small: what it holds stays on the message
+	// goroutine's stack while the handler runs, and Watermill starts each
+	// message's goroutine with a small stack (internal/stackroom).
+	return func(msg *message.Message) ([]*message.Message, error) {
+		var t Ticket
+		defer m.Release(&t)
+		if err := m.Admit(msg, &t); !t.Admitted() {
 			// Refused, stepped aside or cancelled: not run.
 			return nil, err
 		}
-		var rec granted.Record
-		defer func() { m.done(p, rec) }()
-		// After the defer: a hook that panics is refunded too.
-		rec = m.announce(msg, &c, &p)
-		out, err = h(msg)
-		return out, err
+		return h(msg)
 	}
 }
 
-// announce reports msg's admission (OnAdmission) and publishes the granted
-// charge for the layers inside (the auto-sizer reads it instead of pricing
-// the message again), returning the record to restore. Not inlined: its
-// frame would stay on the stack under the handler.
+// Ticket is one message's admission by [Budget.Admit]: the charge it holds
+// while its handler runs. The zero Ticket holds nothing. A Ticket is used
+// by one goroutine at a time.
+type Ticket struct {
+	p   Permit
+	c   cost.Charge
+	rec granted.Record
+}
+
+// Admitted reports whether the message was admitted: it is to be run, and
+// the ticket released afterwards.
+func (t *Ticket) Admitted() bool { return t.p.b != nil }
+
+// Admit is [Budget.Middleware]'s admission, for a caller that runs the
+// handler itself (a middleware of its own that does other work around
+// admission). It prices msg, waits for its charge as the middleware does,
+// reports the outcome to OnAdmission and fills t. If t is not
+// [Ticket.Admitted] afterwards, msg must not be run, and the error (nil
+// after a step aside or an accepted oversize) is the middleware's result;
+// t then holds nothing. Otherwise the caller runs the handler and then
+// calls [Budget.Release] with t, also when the handler fails or panics.
+// Defer that call before calling Admit (releasing a ticket that holds
+// nothing does nothing): an OnAdmission hook that panics leaves the charge
+// in t.
 //
-//go:noinline
-func (m *Budget) announce(msg *message.Message, c *cost.Charge, p *Permit) granted.Record {
-	if m.cfg.OnAdmission != nil {
-		m.cfg.OnAdmission(msg, Admission{Charge: *c, Granted: p.vertices(), Clamped: p.clamped(), Wait: p.wait, Outcome: Admitted})
-	}
-	if !granted.Wanted() {
-		return granted.Record{}
-	}
-	return granted.Set(msg, granted.Charge{Requested: c.Vertices, Vertices: p.vertices(), Clamped: p.clamped(), Source: c.Source})
-}
-
-// done ends an admission: the granted record is dropped and the charge
-// refunded, once the handler has returned, failed or panicked.
-func (m *Budget) done(p Permit, rec granted.Record) {
-	rec.Restore()
-	m.cfg.Budget.release(p)
-}
-
-// admit prices msg and waits for its charge, returning the permit and the
-// charge. A permit without a budget means msg is not to be run; the error
-// (nil after a step aside or an accepted oversize) is the middleware's
-// result then.
-func (m *Budget) admit(msg *message.Message) (Permit, cost.Charge, error) {
+// Each step runs from Admit's own small frame, one after the other, so that
+// the deepest (the estimator's metadata lookup, a session tracker's lookup
+// in Revoked, the OnAdmission hooks) stays shallow on the message
+// goroutine's stack.
+func (m *Budget) Admit(msg *message.Message, t *Ticket) error {
+	*t = Ticket{}
 	if n := m.cfg.MaxPayloadBytes; n > 0 && len(msg.Payload) > n {
 		// Not priced: the estimator may have to parse it.
-		return Permit{}, cost.Charge{}, m.oversize(msg, cost.Charge{Vertices: cost.FullBudget, Messages: 1, Source: cost.SourceMissing},
-			fmt.Sprintf("payload of %d bytes, limit %d", len(msg.Payload), n))
+		return m.oversizePayload(msg, n)
 	}
-	c := m.cfg.Estimator.Estimate(msg)
-	if n := m.cfg.MaxVertices; n > 0 && c.Vertices > n && (c.Source == cost.SourceHeader || c.Source == cost.SourceComputed) {
-		return Permit{}, cost.Charge{}, m.oversize(msg, c, fmt.Sprintf("charge of %d vertices, limit %d", c.Vertices, n))
+	t.c = m.cfg.Estimator.Estimate(msg)
+	if n := m.cfg.MaxVertices; n > 0 && t.c.Vertices > n && (t.c.Source == cost.SourceHeader || t.c.Source == cost.SourceComputed) {
+		return m.oversizeCharge(msg, t.c, n)
 	}
 	var abort <-chan struct{}
 	if m.cfg.Revoked != nil {
 		abort = m.cfg.Revoked(msg)
-		if abort != nil {
-			select {
-			case <-abort:
-				m.stepAside(msg, c, 0)
-				return Permit{}, cost.Charge{}, nil
-			default:
-			}
+	}
+	if err := m.admit(msg, t, abort); !t.Admitted() {
+		return err
+	}
+	// From here t holds the charge: a hook that panics leaves it to the
+	// caller's deferred Release.
+	if m.cfg.OnAdmission != nil {
+		m.announce(msg, t)
+	}
+	if granted.Wanted() {
+		m.publish(msg, t)
+	}
+	return nil
+}
+
+// Release ends t's admission once its handler has returned: the granted
+// record is dropped and the charge refunded. Releasing a ticket that holds
+// nothing, or releasing it again, does nothing.
+func (m *Budget) Release(t *Ticket) {
+	if !t.Admitted() {
+		return
+	}
+	t.rec.Restore()
+	t.rec = granted.Record{}
+	m.cfg.Budget.release(t.p)
+	t.p = Permit{}
+}
+
+// admit waits for t's charge: t.p holds the permit afterwards, unless msg
+// is not to be run (the error says why, or is nil after a step aside).
+//
+//go:noinline
+func (m *Budget) admit(msg *message.Message, t *Ticket, abort <-chan struct{}) error {
+	if abort != nil {
+		select {
+		case <-abort:
+			m.stepAside(msg, t.c, 0)
+			return nil
+		default:
 		}
 	}
 	var lane int
-	if m.lanes {
-		lane = m.laneOf(msg, c)
-	}
-	var p Permit
 	var ok bool
 	if m.lanes {
-		p, ok = m.cfg.Budget.admitLaneNow(lane, c.Vertices, c.Messages)
+		lane = m.laneOf(msg, t.c)
+		t.p, ok = m.cfg.Budget.admitLaneNow(lane, t.c.Vertices, t.c.Messages)
 	} else {
-		p, ok = m.cfg.Budget.admitNow(c.Vertices, c.Messages)
+		t.p, ok = m.cfg.Budget.admitNow(t.c.Vertices, t.c.Messages)
 	}
-	var err error
-	if !ok {
-		p, err = m.cfg.Budget.acquire(msg.Context(), lane, c.Vertices, c.Messages, abort)
+	if ok {
+		return nil
 	}
-	if err != nil {
-		switch {
-		case errors.Is(err, errRevoked):
-			m.stepAside(msg, c, p.wait)
-			return Permit{}, cost.Charge{}, nil
-		case errors.Is(err, ErrNegativeCost):
-			m.observe(msg, Admission{Charge: c, Outcome: Invalid})
-			return Permit{}, cost.Charge{}, fmt.Errorf("spillway: admitting message %s: %w", msg.UUID, err)
-		default:
-			m.observe(msg, Admission{Charge: c, Wait: p.wait, Outcome: Cancelled})
-			return Permit{}, cost.Charge{}, err
-		}
+	return m.wait(msg, t, lane, abort)
+}
+
+// wait is admit's slow path: the charge did not fit at once.
+func (m *Budget) wait(msg *message.Message, t *Ticket, lane int, abort <-chan struct{}) error {
+	p, err := m.cfg.Budget.acquire(msg.Context(), lane, t.c.Vertices, t.c.Messages, abort)
+	if err == nil {
+		t.p = p
+		return nil
 	}
-	return p, c, nil
+	switch {
+	case errors.Is(err, errRevoked):
+		m.stepAside(msg, t.c, p.wait)
+		return nil
+	case errors.Is(err, ErrNegativeCost):
+		m.observe(msg, Admission{Charge: t.c, Outcome: Invalid})
+		return fmt.Errorf("spillway: admitting message %s: %w", msg.UUID, err)
+	default:
+		m.observe(msg, Admission{Charge: t.c, Wait: p.wait, Outcome: Cancelled})
+		return err
+	}
+}
+
+// announce reports t's admission (OnAdmission). Its frame holds the
+// Admission the hook is given, only while the hook runs.
+//
+//go:noinline
+func (m *Budget) announce(msg *message.Message, t *Ticket) {
+	p := &t.p
+	m.cfg.OnAdmission(msg, Admission{Charge: t.c, Granted: p.vertices(), Clamped: p.clamped(), Wait: p.wait, Outcome: Admitted})
+}
+
+// publish makes t's granted charge known to the layers inside (the
+// auto-sizer reads it instead of pricing the message again).
+//
+//go:noinline
+func (m *Budget) publish(msg *message.Message, t *Ticket) {
+	p := &t.p
+	t.rec = granted.Set(msg, granted.Charge{Requested: t.c.Vertices, Vertices: p.vertices(), Clamped: p.clamped(), Source: t.c.Source})
+}
+
+// oversizePayload refuses msg for its payload's size.
+func (m *Budget) oversizePayload(msg *message.Message, limit int) error {
+	return m.oversize(msg, cost.Charge{Vertices: cost.FullBudget, Messages: 1, Source: cost.SourceMissing},
+		fmt.Sprintf("payload of %d bytes, limit %d", len(msg.Payload), limit))
+}
+
+// oversizeCharge refuses msg for its charge.
+func (m *Budget) oversizeCharge(msg *message.Message, c cost.Charge, limit int64) error {
+	return m.oversize(msg, c, fmt.Sprintf("charge of %d vertices, limit %d", c.Vertices, limit))
 }
 
 // laneOf returns the index of msg's lane in the budget (see [Lane]).

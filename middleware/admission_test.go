@@ -374,3 +374,42 @@ func (t *tally) get(o Outcome) int64 {
 	defer t.mu.Unlock()
 	return t.n[o]
 }
+
+// Admit and Release, used without the middleware: an admitted ticket holds
+// its charge until Release, which refunds it once however often it is
+// called; a refused one holds nothing, and its error is the middleware's.
+func TestAdmitRelease(t *testing.T) {
+	vb, err := NewVertexBudget(1_000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := newBudgetMW(t, BudgetConfig{Budget: vb, MaxVertices: 500})
+	msg := message.NewMessage("a", []byte(`{"type":"Point","coordinates":[1,2]}`))
+	msg.Metadata.Set(cost.MetadataKey, "300")
+	var tk Ticket
+	if tk.Admitted() {
+		t.Fatal("the zero Ticket is admitted")
+	}
+	m.Release(&tk) // holds nothing: no effect
+	if err := m.Admit(msg, &tk); err != nil || !tk.Admitted() {
+		t.Fatalf("Admit = %v, admitted %v", err, tk.Admitted())
+	}
+	if got := vb.Stats().InUse; got != 300 {
+		t.Fatalf("in use after Admit = %d, want 300", got)
+	}
+	m.Release(&tk)
+	m.Release(&tk)
+	if got := vb.Stats().InUse; got != 0 || tk.Admitted() {
+		t.Fatalf("after two Releases: in use %d, admitted %v; want 0, false", got, tk.Admitted())
+	}
+
+	big := message.NewMessage("b", []byte(`{"type":"Point","coordinates":[1,2]}`))
+	big.Metadata.Set(cost.MetadataKey, "600")
+	if err := m.Admit(big, &tk); !errors.Is(err, ErrOversize) || tk.Admitted() {
+		t.Fatalf("oversize Admit = %v, admitted %v; want ErrOversize, false", err, tk.Admitted())
+	}
+	m.Release(&tk)
+	if got := vb.Stats().InUse; got != 0 {
+		t.Fatalf("in use after a refused ticket's Release = %d", got)
+	}
+}
