@@ -64,7 +64,7 @@ func WithHooks(hooks ...any) Option {
 // hookSet is the dispatch of the router's hooks: per event, the hooks that
 // implement its interface, in order. A nil func means no hook listens.
 type hookSet struct {
-	onAdmission    func(*message.Message, middleware.Admission)
+	admission      []AdmissionHook // called in turn by Router.countAdmission
 	onShed         func(*message.Message, string, string)
 	onRetryOutcome func(retrygate.Event)
 	onResize       func(from, to int64, b sizing.AutoBounds)
@@ -102,17 +102,7 @@ func newHookSet(hooks []any) (hookSet, error) {
 		}
 	}
 	var s hookSet
-	switch len(adm) {
-	case 0:
-	case 1:
-		s.onAdmission = adm[0].OnAdmission
-	default:
-		s.onAdmission = func(msg *message.Message, a middleware.Admission) {
-			for _, h := range adm {
-				h.OnAdmission(msg, a)
-			}
-		}
-	}
+	s.admission = adm
 	switch len(shed) {
 	case 0:
 	case 1:

@@ -277,9 +277,6 @@ func newRouter(cfg Config, logger watermill.LoggerAdapter, o options, ctl contro
 			return fail(fmt.Errorf("router: telemetry: %w", err))
 		}
 	}
-	// The stack's first growth: the tracing middleware makes it, right
-	// inside the settling layer; without tracing, the settling layer.
-	r.settling.reserve = r.tracing == nil
 	// The router's metrics are the first hook: they see every event
 	// before the hooks of WithHooks.
 	hooks := o.hooks
@@ -331,7 +328,7 @@ func newRouter(cfg Config, logger watermill.LoggerAdapter, o options, ctl contro
 	}
 
 	if !ctl.noBudget {
-		bc := middleware.BudgetConfig{Budget: r.budget, Estimator: est, OnAdmission: r.countAdmission(hs.onAdmission)}
+		bc := middleware.BudgetConfig{Budget: r.budget, Estimator: est, OnAdmission: r.countAdmission(hs.admission)}
 		r.limitSize(&bc)
 		if (cfg.Broker == BrokerKafka || cfg.Broker == BrokerRedis) && !ctl.noRevocation {
 			bc.Revoked = r.revoked
@@ -392,12 +389,36 @@ func newRouter(cfg Config, logger watermill.LoggerAdapter, o options, ctl contro
 	if err != nil {
 		return fail(err)
 	}
+	// The stack's first growth: the tracing middleware makes it, right
+	// inside the settling layer; without tracing, the settling layer,
+	// unless the stack fits in the stack a message goroutine starts with.
+	r.settling.reserve = r.tracing == nil && !r.fitsStartingStack()
 	mws := r.stack().middlewares()
 	if ctl.outer != nil {
 		mws = append([]message.HandlerMiddleware{ctl.outer}, mws...)
 	}
 	r.wm.AddMiddleware(mws...)
 	return r, nil
+}
+
+// fitsStartingStack reports whether r's stack, without telemetry, runs a
+// message within the 2 KiB stack Watermill's message goroutine starts with,
+// so that growing it first (internal/stackroom) would only cost: the
+// memory broker and Kafka's partition mode with no optional layer, and no
+// lanes (TestLeanStackFitsStartingStack; the router's
+// BenchmarkStackHighWater measures the others). Every message of a stack
+// that does not fit grows it once, wherever it outgrows it, and growing it
+// deep costs more than at the top.
+func (r *Router) fitsStartingStack() bool {
+	c := r.cfg
+	lean := r.deadLetter == nil && r.policy == nil && r.retry == nil && r.sizer == nil && len(c.Budget.Lanes) == 0
+	switch c.Broker {
+	case BrokerMemory:
+		return lean
+	case BrokerKafka:
+		return lean && c.Kafka.Consumer != kafkabroker.ConsumerKey
+	}
+	return false
 }
 
 // Config returns the configuration the router runs with (defaults filled).
@@ -767,9 +788,11 @@ type Stats struct {
 }
 
 // countAdmission returns the budget's admission hook: it counts the
-// revoked and cancelled admissions for [Router.Stats], then calls next
-// (the hooks' dispatch; nil when no hook listens).
-func (r *Router) countAdmission(next func(*message.Message, middleware.Admission)) func(*message.Message, middleware.Admission) {
+// revoked and cancelled admissions for [Router.Stats], then calls hooks in
+// turn. The hooks are called through their interface, not as method
+// values, whose wrappers would add a frame on the message goroutine's
+// stack below the budget's.
+func (r *Router) countAdmission(hooks []AdmissionHook) func(*message.Message, middleware.Admission) {
 	return func(msg *message.Message, a middleware.Admission) {
 		switch a.Outcome {
 		case middleware.Revoked:
@@ -777,8 +800,8 @@ func (r *Router) countAdmission(next func(*message.Message, middleware.Admission
 		case middleware.Cancelled:
 			r.cancellations.Add(1)
 		}
-		if next != nil {
-			next(msg, a)
+		for _, h := range hooks {
+			h.OnAdmission(msg, a)
 		}
 	}
 }

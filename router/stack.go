@@ -6,6 +6,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/spillway-go/spillway/internal/lazyctx"
+	"github.com/spillway-go/spillway/middleware"
 )
 
 // middlewareStack is the Spillway middleware stack, one named slot per layer,
@@ -70,10 +71,13 @@ type middlewareStack struct {
 	budget     []layer
 }
 
-// layer is one named part of a stack slot.
+// layer is one named part of a stack slot. A part done by the layer
+// before it in the same middleware (the budget slot's first three, see
+// Router.slot) has no middleware of its own and is marked done.
 type layer struct {
 	name string
 	mw   message.HandlerMiddleware
+	done bool // by the layer before it
 }
 
 // middlewares returns the present layers, outermost first, ready for
@@ -118,7 +122,7 @@ func (s middlewareStack) layers() []string {
 func (s middlewareStack) budgetLayers() []string {
 	var out []string
 	for _, l := range s.budget {
-		if l.mw != nil {
+		if l.mw != nil || l.done {
 			out = append(out, l.name)
 		}
 	}
@@ -142,19 +146,22 @@ func (r *Router) stack() middlewareStack {
 	if r.retry != nil {
 		s.retryGate = func(h message.HandlerFunc) message.HandlerFunc { return r.retryScope(r.retry.Middleware(h)) }
 	}
-	s.budget = []layer{{"shutdown-gate", r.gate}}
+	// The shutdown gate, admission and the admitted layer are one
+	// middleware (Router.slot): three nested closures would each keep a
+	// frame on the message goroutine's stack while the handler runs.
+	s.budget = []layer{{name: "shutdown-gate", mw: r.slot}}
 	if r.budgetMW != nil {
 		// Without it (a control configuration of the tests) there is no
 		// admission at all, but the shutdown gate and in-flight
 		// accounting stay.
-		s.budget = append(s.budget, layer{"admission", r.budgetMW.Middleware})
+		s.budget = append(s.budget, layer{name: "admission", done: true})
 	}
-	s.budget = append(s.budget, layer{"admitted", r.admitted})
+	s.budget = append(s.budget, layer{name: "admitted", done: true})
 	if r.policy != nil {
-		s.budget = append(s.budget, layer{"shedding-admitted", r.policy.Admitted})
+		s.budget = append(s.budget, layer{name: "shedding-admitted", mw: r.policy.Admitted})
 	}
 	if r.sizer != nil {
-		s.budget = append(s.budget, layer{"auto-sizer", r.sizer.Middleware})
+		s.budget = append(s.budget, layer{name: "auto-sizer", mw: r.sizer.Middleware})
 	}
 	return s
 }
@@ -199,26 +206,51 @@ func (c *retryContext) Value(key any) any {
 	return c.Context.Value(key)
 }
 
-// gate is the entrance of the budget slot. Once the router is closing it
-// lets nothing new in: a message arriving then is held, without running
-// and without holding budget, until its delivery context ends (the
-// subscriber is being closed), and is then nacked, so the broker keeps it.
-// A message that passed the gate waits for budget on a context that is also
-// cancelled when closing starts, so waiters give up at once and are nacked.
-// It also opens a new delivery attempt for the Kafka session tracker.
-func (r *Router) gate(h message.HandlerFunc) message.HandlerFunc {
-	// The closure is kept small (the work is in enter and leave): its
-	// frame stays on the message goroutine's stack while the handler
-	// runs, and what the layers hold there is taken from the room the
-	// first layer made for the handler (internal/stackroom).
+// slot is the budget slot's first three parts in one middleware, outermost
+// first:
+//
+//   - the shutdown gate: once the router is closing it lets nothing new in:
+//     a message arriving then is held, without running and without holding
+//     budget, until its delivery context ends (the subscriber is being
+//     closed), and is then nacked, so the broker keeps it. A message that
+//     passed the gate waits for budget on a context that is also cancelled
+//     when closing starts, so waiters give up at once and are nacked. It
+//     also opens a new delivery attempt for the Kafka session tracker.
+//   - admission ([middleware.Budget.Admit]; absent in a test's control
+//     configuration): the message waits for its charge, which is refunded
+//     once the handler has returned.
+//   - admitted: the handler gets its delivery context back, unaffected by
+//     shutdown, so admitted work is never interrupted by Close; running
+//     work is counted for Close, and a success is reported to the Kafka
+//     session tracker.
+//
+// One closure, not three: each would keep its frame on the message
+// goroutine's stack while the handler runs, and that stack starts small
+// (internal/stackroom). The closure does its work in helpers called one
+// after the other, so that none of their frames is under the handler.
+func (r *Router) slot(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) (out []*message.Message, err error) {
 		d, err := r.enter(msg)
 		if d == nil {
 			return nil, err
 		}
 		defer r.leave(d)
+		if d.tracker != nil {
+			// A new delivery attempt: called from here, not from enter,
+			// so that the tracker's lookup stays shallow on the stack.
+			d.tracker.Begin(msg)
+		}
 		msg.SetContext(d)
+		if r.budgetMW != nil {
+			if err = r.budgetMW.Admit(msg, &d.ticket); !d.ticket.Admitted() {
+				return nil, err
+			}
+		}
+		r.handOver(msg, d)
 		out, err = h(msg)
+		if err == nil && d.tracker != nil {
+			d.tracker.Completed(msg)
+		}
 		return out, err
 	}
 }
@@ -232,38 +264,25 @@ func (r *Router) enter(msg *message.Message) (*delivery, error) {
 	orig := msg.Context()
 	// The handler's context: orig's values, and the delivery's
 	// lifetime, even where retryScope made orig end with Close.
-	handlerCtx, life := orig, orig
+	life := orig
 	if r.retry != nil {
-		// Only retryScope sets it: without a retry gate the lookup
-		// would walk the whole context chain for nothing.
-		if d, ok := orig.Value(deliveryCtxKey{}).(context.Context); ok {
-			life = d
-		}
+		life = retryLife(orig)
 	}
 	if r.closingCtx.Err() != nil {
-		r.settling.held.Add(1)
-		defer r.settling.held.Add(-1)
-		<-life.Done()
-		return nil, life.Err()
+		return nil, r.hold(life)
 	}
-	var hc *handlerContext
+	d := &delivery{handlerCtx: orig}
 	if life != orig {
-		hc = &handlerContext{values: orig}
-		hc.Init(life, nil)
-		handlerCtx = hc
+		d.handlerLife = newHandlerContext(orig, life)
+		d.handlerCtx = d.handlerLife
 	}
-	handler := message.HandlerNameFromCtx(orig)
-	t := r.tracker(handler)
-	if t != nil {
-		t.Begin(msg)
-	}
+	d.tracker = r.tracker(message.HandlerNameFromCtx(orig))
 	r.entered.Add(1)
 	// Without the retry gate's scope, Close must end the wait here.
 	// With it, orig already ends when Close starts, and the waiting
 	// context with it, never before: the gate sees its own context
 	// ended whenever a wait below gave up for shutdown, and so nacks
 	// the message instead of counting a failed attempt.
-	d := &delivery{handlerCtx: handlerCtx, tracker: t, handlerLife: hc}
 	var closing context.Context
 	if life == orig {
 		closing = r.closingCtx
@@ -272,8 +291,44 @@ func (r *Router) enter(msg *message.Message) (*delivery, error) {
 	return d, nil
 }
 
-// leave is the way out of the gate for a delivery enter returned.
+// retryLife returns the delivery context retryScope keeps in ctx, or ctx.
+// Only retryScope sets it: without a retry gate the lookup would walk the
+// whole context chain for nothing.
+func retryLife(ctx context.Context) context.Context {
+	if d, ok := ctx.Value(deliveryCtxKey{}).(context.Context); ok {
+		return d
+	}
+	return ctx
+}
+
+// hold keeps a message that arrived after Close started until its delivery
+// context (life) ends, and returns that context's error.
+//
+//go:noinline
+func (r *Router) hold(life context.Context) error {
+	r.settling.held.Add(1)
+	defer r.settling.held.Add(-1)
+	<-life.Done()
+	return life.Err()
+}
+
+// newHandlerContext returns the handler's context under the retry gate:
+// values's values, life's lifetime.
+func newHandlerContext(values, life context.Context) *handlerContext {
+	hc := &handlerContext{values: values}
+	hc.Init(life, nil)
+	return hc
+}
+
+// leave is the way out of the slot for a delivery enter returned, after
+// the handler returned, failed or panicked, or after admission refused it.
 func (r *Router) leave(d *delivery) {
+	if d.running {
+		r.running.Add(-1)
+	}
+	if r.budgetMW != nil {
+		r.budgetMW.Release(&d.ticket)
+	}
 	d.End()
 	r.entered.Add(-1)
 	if d.handlerLife != nil {
@@ -303,6 +358,9 @@ type delivery struct {
 	// handlerLife is handlerCtx when it has a lifetime of its own (under
 	// the retry gate, see Router.enter); leave ends it.
 	handlerLife *handlerContext
+
+	ticket  middleware.Ticket // the admission, released by leave
+	running bool              // handed over to the handler: counted in r.running
 }
 
 // handlerContext is the handler's context under the retry gate: the values
@@ -338,34 +396,9 @@ func (d *delivery) Value(key any) any {
 	return d.Context.Value(key)
 }
 
-// admitted runs inside the budget: the message has been admitted (or there
-// is no budget). It gives the handler back its delivery context, unaffected
-// by shutdown, so admitted work is never interrupted by Close, and records
-// successful completion for the Kafka session tracker.
-func (r *Router) admitted(h message.HandlerFunc) message.HandlerFunc {
-	return func(msg *message.Message) (out []*message.Message, err error) {
-		t := r.handOver(msg)
-		r.running.Add(1)
-		defer r.handlerDone()
-		out, err = h(msg)
-		if err == nil && t != nil {
-			t.Completed(msg)
-		}
-		return out, err
-	}
-}
-
-// handlerDone counts a message out of the handler.
-func (r *Router) handlerDone() { r.running.Add(-1) }
-
-// handOver gives msg its handler context back and returns the delivery
-// tracker of its handler, if any.
-//
-//go:noinline
-func (r *Router) handOver(msg *message.Message) deliveryTracker {
-	if d := deliveryFrom(msg.Context()); d != nil {
-		msg.SetContext(d.handlerCtx)
-		return d.tracker
-	}
-	return r.tracker(message.HandlerNameFromCtx(msg.Context()))
+// handOver gives msg its handler context back and counts it running.
+func (r *Router) handOver(msg *message.Message, d *delivery) {
+	msg.SetContext(d.handlerCtx)
+	r.running.Add(1)
+	d.running = true
 }

@@ -91,17 +91,29 @@ func (r *Router) chain(h message.HandlerFunc) message.HandlerFunc {
 // The message goroutine's stack is grown once, at the top: by the settling
 // layer when there is no tracing layer, else by the tracing middleware
 // right inside it (to 8 KiB when its tracer records), never by both, which
-// would copy the stack twice (BenchmarkChain/tracer=sdk).
+// would copy the stack twice (BenchmarkChain/tracer=sdk); and not at all
+// by a stack that fits in the stack the goroutine starts with
+// (TestLeanStackFitsStartingStack).
 func TestSettlingReservesOnlyWithoutTracing(t *testing.T) {
-	for _, disabled := range []bool{false, true} {
+	for _, c := range []struct {
+		name     string
+		disabled bool
+		retry    bool
+		want     bool
+	}{
+		{"telemetry", false, false, false},
+		{"lean", true, false, false},
+		{"retry-gate", true, true, true},
+	} {
 		cfg := Config{Broker: BrokerMemory}
-		cfg.Telemetry.Disabled = disabled
+		cfg.Telemetry.Disabled = c.disabled
+		cfg.Retry.Enabled = c.retry
 		r, err := New(cfg, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got, want := r.settling.reserve, r.tracing == nil; got != want || (r.tracing == nil) != disabled {
-			t.Errorf("telemetry.disabled %v: settling reserves %v, want %v (tracing layer present: %v)", disabled, got, want, r.tracing != nil)
+		if got := r.settling.reserve; got != c.want || (r.tracing == nil) != c.disabled {
+			t.Errorf("%s: settling reserves %v, want %v (tracing layer present: %v)", c.name, got, c.want, r.tracing != nil)
 		}
 		_ = r.Close()
 	}

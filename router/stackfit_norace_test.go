@@ -1,0 +1,114 @@
+//go:build !race && !stackprobe
+
+package router
+
+import (
+	"context"
+	"runtime"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/spillway-go/spillway/internal/kafkatest"
+	"github.com/spillway-go/spillway/internal/stackprobe"
+)
+
+// stackFitMargin is the room TestLeanStackFitsStartingStack wants left
+// under stackprobe.Room: the probe sees only the bytes the chain wrote, and
+// the test's handler is smaller than most.
+const stackFitMargin = 64
+
+// A stack that the router does not grow at the top (fitsStartingStack)
+// must run a message within the stack Watermill's message goroutine starts
+// with, or every message grows it, deeper and dearer than at the top. The
+// probe measures how deep the stack reaches (internal/stackprobe) on the
+// memory broker and on Kafka's partition mode, without telemetry. The
+// control, with telemetry, must measure the tracing middleware's growth
+// (its 2 KiB frame) far below the room: a probe that saw nothing would
+// pass the others by chance. Frame sizes are those of amd64 without the
+// race detector.
+func TestLeanStackFitsStartingStack(t *testing.T) {
+	if runtime.GOARCH != "amd64" {
+		t.Skipf("frame sizes are measured on amd64, not %s", runtime.GOARCH)
+	}
+	kafka := kafkatest.Start(t, 2)
+	for _, c := range []struct {
+		name     string
+		broker   Broker
+		disabled bool
+	}{
+		{"memory", BrokerMemory, true},
+		{"kafka", BrokerKafka, true},
+		{"control-telemetry", BrokerMemory, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := Config{Broker: c.broker}
+			cfg.Telemetry.Disabled = c.disabled
+			if c.broker == BrokerKafka {
+				cfg.Kafka.Brokers = kafka.Brokers()
+				cfg.Kafka.Version = "2.3.0" // kfake's limit
+				cfg.Kafka.Partitions = 2
+				cfg.Kafka.CreateTopics = true
+				cfg.Kafka.HeartbeatInterval = 200 * time.Millisecond
+			}
+			probe := new(stackprobe.Probe)
+			r, err := newRouter(cfg, nil, options{}, control{outer: probe.Middleware})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			if fits := !r.settling.reserve && r.tracing == nil; fits != c.disabled {
+				t.Fatalf("the settling layer grows the stack: %v, want %v", !fits, !c.disabled)
+			}
+			const n = 200
+			topic := "fit-" + c.name
+			var seen atomic.Int64
+			done := make(chan struct{})
+			if _, err := r.AddConsumerHandler("fit", topic, func(*message.Message) error {
+				if seen.Add(1) == n {
+					close(done)
+				}
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			publish := func() {
+				msgs := make([]*message.Message, n)
+				for i := range msgs {
+					msgs[i] = message.NewMessage(strconv.Itoa(i), pingPayload(i))
+					msgs[i].Metadata.Set("vertex_count", "1")
+				}
+				if err := r.Publisher().Publish(topic, msgs...); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if c.broker == BrokerKafka {
+				publish() // a backlog: the new group reads from the oldest offset
+			}
+			go func() { _ = r.Run(context.Background()) }()
+			<-r.Running()
+			if c.broker != BrokerKafka {
+				publish()
+			}
+			select {
+			case <-done:
+			case <-time.After(time.Minute):
+				t.Fatalf("%d of %d messages handled", seen.Load(), n)
+			}
+			median, deepest, got := probe.Depths()
+			t.Logf("%s: median depth %d bytes, deepest %d, over %d messages; room %d", c.name, median, deepest, got, stackprobe.Room)
+			switch {
+			case got == 0:
+				t.Fatalf("no message measured (%d moved under the probe)", probe.Moved())
+			case c.disabled && median > stackprobe.Room-stackFitMargin:
+				t.Errorf("the stack reaches %d bytes deep; it must stay within %d (stackprobe.Room %d less a margin of %d), or the router must grow it at the top again",
+					median, stackprobe.Room-stackFitMargin, stackprobe.Room, stackFitMargin)
+			case !c.disabled && median < 2<<10:
+				t.Errorf("control: the probe measured %d bytes with the tracing middleware's growth in the stack, want at least 2 KiB", median)
+			}
+		})
+	}
+}
