@@ -492,6 +492,7 @@ func TestKeyReadIsNotRedelivered(t *testing.T) {
 
 	var (
 		rebalanced atomic.Bool
+		holding    atomic.Bool // the first session's handler holds offset 0
 		mu         sync.Mutex
 		redeliv    = map[int64]bool{}
 		trs        [2]atomic.Pointer[kafkabroker.SessionTracker]
@@ -502,6 +503,7 @@ func TestKeyReadIsNotRedelivered(t *testing.T) {
 			if !rebalanced.Load() {
 				// The first session: hold offset 0 until the rebalance
 				// revokes it, with the rest of the key read behind it.
+				holding.Store(true)
 				for tr == nil {
 					time.Sleep(time.Millisecond)
 					tr = trs[i].Load()
@@ -518,7 +520,10 @@ func TestKeyReadIsNotRedelivered(t *testing.T) {
 	}
 	a := join(t, cl, "g", topic, handler(0))
 	trs[0].Store(a.tr)
-	waitFor(t, 20*time.Second, func() bool { recs, _ := a.tr.Window(); return recs >= 8 }, "the window behind offset 0")
+	// The handler must be holding offset 0 before the rebalance is
+	// flagged: a handler goroutine that started late (a loaded machine)
+	// would otherwise take the first session's delivery for the second's.
+	waitFor(t, 20*time.Second, func() bool { recs, _ := a.tr.Window(); return recs >= 8 && holding.Load() }, "the window behind offset 0, held")
 	rebalanced.Store(true)
 	b := join(t, cl, "g", topic, handler(1))
 	trs[1].Store(b.tr)
