@@ -187,7 +187,8 @@ func (t *Ticket) Admitted() bool { return t.p.b != nil }
 // Admit is [Budget.Middleware]'s admission, for a caller that runs the
 // handler itself (a middleware of its own that does other work around
 // admission). It prices msg, waits for its charge as the middleware does,
-// reports the outcome to OnAdmission and fills t. If t is not
+// reports the outcome to OnAdmission and fills t, which must hold nothing
+// (a zero Ticket, or one released). If t is not
 // [Ticket.Admitted] afterwards, msg must not be run, and the error (nil
 // after a step aside or an accepted oversize) is the middleware's result;
 // t then holds nothing. Otherwise the caller runs the handler and then
