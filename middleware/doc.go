@@ -6,8 +6,10 @@
 // [VertexBudget] is a weighted, FIFO semaphore measured in vertices (and,
 // optionally, in messages). [Budget] is the Watermill middleware that charges
 // each message's [cost.Charge] against a VertexBudget before the handler runs
-// and refunds it when the handler returns, fails or panics. A budget's
-// capacity is at most [MaxCapacity], and its arithmetic never overflows.
+// and refunds it when the handler returns, fails or panics; its two halves,
+// [Budget.Admit] and [Budget.Release], serve a middleware of one's own that
+// does other work around admission. A budget's capacity is at most
+// [MaxCapacity], and its arithmetic never overflows.
 //
 // [BudgetConfig.MaxPayloadBytes] and [BudgetConfig.MaxVertices] refuse a
 // message that is too big to run at all (a payload above what memory can
