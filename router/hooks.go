@@ -62,7 +62,8 @@ func WithHooks(hooks ...any) Option {
 }
 
 // hookSet is the dispatch of the router's hooks: per event, the hooks that
-// implement its interface, in order. A nil func means no hook listens.
+// implement its interface, in order. A nil func or an empty slice means
+// no hook listens.
 type hookSet struct {
 	admission      []AdmissionHook // called in turn by Router.countAdmission
 	onShed         func(*message.Message, string, string)

@@ -33,7 +33,9 @@ type settling struct {
 
 	// reserve: the layer grows the message goroutine's stack. Not when
 	// the tracing middleware is right inside it, which does (to 8 KiB when
-	// its tracer records): growing it here first would copy it twice.
+	// its tracer records): growing it here first would copy it twice; nor
+	// when the stack fits in the one the goroutine starts with
+	// (Router.fitsStartingStack).
 	reserve bool
 
 	shards [settleShards]settleShard
@@ -68,7 +70,8 @@ func (s *settling) shardOf(msg *message.Message) *settleShard {
 // layer is the outermost middleware: it counts the message inside and, on
 // the way out, keeps it until it is settled. Being outermost, it also grows
 // the message goroutine's stack for the layers below while that is cheap
-// (internal/stackroom), unless the tracing middleware does (reserve).
+// (internal/stackroom), unless the tracing middleware does or the stack
+// needs no more room (reserve).
 func (s *settling) layer(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
 		if s.reserve {

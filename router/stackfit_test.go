@@ -3,14 +3,9 @@
 package router
 
 import (
-	"context"
 	"runtime"
-	"strconv"
-	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/spillway-go/spillway/internal/kafkatest"
 	"github.com/spillway-go/spillway/internal/stackprobe"
@@ -50,50 +45,11 @@ func TestLeanStackFitsStartingStack(t *testing.T) {
 				cfg.Kafka.CreateTopics = true
 				cfg.Kafka.HeartbeatInterval = 200 * time.Millisecond
 			}
-			probe := new(stackprobe.Probe)
-			r, err := newRouter(cfg, nil, options{}, control{outer: probe.Middleware})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer r.Close()
-			if fits := !r.settling.reserve && r.tracing == nil; fits != c.disabled {
-				t.Fatalf("the settling layer grows the stack: %v, want %v", !fits, !c.disabled)
-			}
-			const n = 200
-			topic := "fit-" + c.name
-			var seen atomic.Int64
-			done := make(chan struct{})
-			if _, err := r.AddConsumerHandler("fit", topic, func(*message.Message) error {
-				if seen.Add(1) == n {
-					close(done)
+			probe := runProbed(t, cfg, 200, func(r *Router) {
+				if fits := !r.settling.reserve && r.tracing == nil; fits != c.disabled {
+					t.Fatalf("the settling layer grows the stack: %v, want %v", !fits, !c.disabled)
 				}
-				return nil
-			}); err != nil {
-				t.Fatal(err)
-			}
-			publish := func() {
-				msgs := make([]*message.Message, n)
-				for i := range msgs {
-					msgs[i] = message.NewMessage(strconv.Itoa(i), pingPayload(i))
-					msgs[i].Metadata.Set("vertex_count", "1")
-				}
-				if err := r.Publisher().Publish(topic, msgs...); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if c.broker == BrokerKafka {
-				publish() // a backlog: the new group reads from the oldest offset
-			}
-			go func() { _ = r.Run(context.Background()) }()
-			<-r.Running()
-			if c.broker != BrokerKafka {
-				publish()
-			}
-			select {
-			case <-done:
-			case <-time.After(time.Minute):
-				t.Fatalf("%d of %d messages handled", seen.Load(), n)
-			}
+			})
 			median, deepest, got := probe.Depths()
 			t.Logf("%s: median depth %d bytes, deepest %d, over %d messages; room %d", c.name, median, deepest, got, stackprobe.Room)
 			switch {

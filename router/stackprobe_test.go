@@ -3,14 +3,9 @@
 package router
 
 import (
-	"context"
-	"fmt"
 	"strconv"
-	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/spillway-go/spillway/internal/kafkatest"
 	"github.com/spillway-go/spillway/internal/stackprobe"
@@ -53,38 +48,7 @@ func BenchmarkStackHighWater(b *testing.B) {
 					cfg.Kafka.Consumer = "key"
 				}
 			}
-			probe := new(stackprobe.Probe)
-			r, err := newRouter(cfg, nil, options{}, control{outer: probe.Middleware})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer r.Close()
-			topic := fmt.Sprintf("probe-%d", time.Now().UnixNano())
-			var seen atomic.Int64
-			done := make(chan struct{})
-			if _, err := r.AddConsumerHandler("probe", topic, func(*message.Message) error {
-				if seen.Add(1) == int64(b.N) {
-					close(done)
-				}
-				return nil
-			}); err != nil {
-				b.Fatal(err)
-			}
-			if c.broker == BrokerKafka {
-				// A backlog: the new group reads from the oldest
-				// offset.
-				publishPings(b, r, topic, b.N)
-			}
-			go func() { _ = r.Run(context.Background()) }()
-			<-r.Running()
-			if c.broker != BrokerKafka {
-				publishPings(b, r, topic, b.N)
-			}
-			select {
-			case <-done:
-			case <-time.After(2 * time.Minute):
-				b.Fatalf("%d of %d messages handled", seen.Load(), b.N)
-			}
+			probe := runProbed(b, cfg, b.N, nil)
 			median, deepest, n := probe.Depths()
 			if n == 0 {
 				b.Fatalf("no message measured (%d moved under the probe)", probe.Moved())
@@ -94,17 +58,5 @@ func BenchmarkStackHighWater(b *testing.B) {
 			b.ReportMetric(stackprobe.Room, "room-B")
 			b.ReportMetric(0, "ns/op")
 		})
-	}
-}
-
-func publishPings(b *testing.B, r *Router, topic string, n int) {
-	b.Helper()
-	msgs := make([]*message.Message, n)
-	for i := range msgs {
-		msgs[i] = message.NewMessage(strconv.Itoa(i), pingPayload(i))
-		msgs[i].Metadata.Set("vertex_count", "1")
-	}
-	if err := r.Publisher().Publish(topic, msgs...); err != nil {
-		b.Fatal(err)
 	}
 }
