@@ -7,6 +7,8 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/spillway-go/spillway/internal/telhint"
 )
 
 // ScopeName is the instrumentation scope of every tracer and meter this
@@ -24,6 +26,10 @@ const attemptKey = "spillway_attempt"
 type Option func(*config)
 
 type config struct {
+	// stackFits: the stack below the tracing middleware fits in a new
+	// goroutine's stack when no span is started (internal/telhint); only
+	// the Spillway router sets it.
+	stackFits      bool
 	tracerProvider trace.TracerProvider
 	meterProvider  metric.MeterProvider
 	propagator     propagation.TextMapPropagator
@@ -142,4 +148,8 @@ func (c *config) topicOf(msg *message.Message) string {
 		return c.topic(msg)
 	}
 	return message.SubscribeTopicFromCtx(msg.Context())
+}
+
+func init() {
+	telhint.StackFits = func() any { return Option(func(c *config) { c.stackFits = true }) }
 }

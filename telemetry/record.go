@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/spillway-go/spillway/cost"
+	"github.com/spillway-go/spillway/internal/telhint"
 	"github.com/spillway-go/spillway/middleware"
 )
 
@@ -138,21 +139,67 @@ func (c *recordContext) Value(key any) any {
 	return c.Context.Value(key)
 }
 
-// remoteContext carries the producer's span context alone, as the context
-// propagation.TraceContext's Extract returns would, in one allocation
-// instead of two: the tracing middleware's context when it starts no span.
-type remoteContext struct {
+// quietContext is the message's context below a tracing middleware that
+// started no span (tracing.quiet): it answers the lookups of the message's
+// record and of its span itself, with what its parent holds (the
+// producer's span context instead, when the message carries one), so
+// that a layer deep on the stack (the admission hook, on every message)
+// finds either without walking the whole chain, a dozen values on Kafka.
+// A context's values never change, so the answers stay true.
+//
+// It also tells the router (telhint.Quiet) whether telemetry has anything
+// to record about the message's admission.
+type quietContext struct {
 	context.Context
-	span remoteSpan
+	rec     *record // the parent's record, or nil
+	span    any     // the value for OpenTelemetry's span key, or nil
+	spanSet bool    // span is known; false: ask the parent (spanKey unknown)
+	recording bool // span is a span that records
+	remote    remoteSpan
 }
 
-// Value returns the producer's span for OpenTelemetry's span key and asks
-// the parent otherwise.
-func (c *remoteContext) Value(key any) any {
-	if key == spanKey() {
-		return &c.span
+var _ telhint.Quiet = (*quietContext)(nil)
+
+// resolve looks c's record and span up in its parent, once.
+//
+//go:noinline
+func (c *quietContext) resolve() {
+	c.rec = recordFrom(c.Context)
+	if !c.spanSet {
+		key := spanKey()
+		if key == nil {
+			return
+		}
+		c.span, c.spanSet = c.Context.Value(key), true
+	}
+	if s, ok := c.span.(trace.Span); ok {
+		c.recording = s.IsRecording()
+	}
+}
+
+// Value answers the record and span lookups and asks the parent for
+// anything else.
+func (c *quietContext) Value(key any) any {
+	if _, ok := key.(recordKey); ok {
+		if c.rec == nil {
+			return nil
+		}
+		return c.rec
+	}
+	if c.spanSet && key == spanKey() {
+		return c.span
 	}
 	return c.Context.Value(key)
+}
+
+// TelemetryQuiet reports whether Metrics.OnAdmission would record nothing
+// about the message: it has no record and its span is known not to record.
+// The router asks the context that reaches its budget slot, so the answer
+// covers the meter too: a metrics middleware that measures wraps the
+// message's context in the record it makes, and one whose meter is idle
+// (or the no-op meter, whose middleware is no middleware) leaves it be.
+func (c *quietContext) TelemetryQuiet() bool {
+	return c.rec == nil && c.spanSet && !c.recording
 }
 
 func recordFrom(ctx context.Context) *record {

@@ -20,18 +20,26 @@ const (
 	tracestateKey  = "tracestate"
 )
 
-// spanKey is the context key under which OpenTelemetry's trace package
-// keeps the current span, learnt once by asking trace.SpanFromContext to
-// look a span up in a context that remembers the key it is asked for. With
-// it a recordContext can carry the producer's span context itself, in the
-// allocation it makes anyway, instead of the propagator wrapping the
-// context twice (a span value and a context value). nil if the lookup did
-// not go through Value, and then the propagator is always used.
-var spanKey = sync.OnceValue(func() any {
+// spanKey returns the context key under which OpenTelemetry's trace
+// package keeps the current span, learnt once, as the package is
+// initialised, by asking trace.SpanFromContext to look a span up in a
+// context that remembers the key it is asked for. With it a recordContext
+// can carry the producer's span context itself, in the allocation it makes
+// anyway, instead of the propagator wrapping the context twice (a span
+// value and a context value). nil if the lookup did not go through Value,
+// and then the propagator is always used.
+//
+// A variable read, not a sync.OnceValue: it is compared on every context
+// lookup that passes a recordContext or a quietContext, some deep on the
+// message goroutine's stack, where the once-function's two frames made the
+// deepest path of the whole stack (internal/stackprobe).
+func spanKey() any { return otelSpanKey }
+
+var otelSpanKey = func() any {
 	var p keyProbe
 	trace.SpanFromContext(&p)
 	return p.key
-})
+}()
 
 // keyProbe is a context that records the first key it is asked for.
 type keyProbe struct {

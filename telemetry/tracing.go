@@ -156,7 +156,9 @@ func (t *tracing) carriesContext(msg *message.Message) bool {
 func (t *tracing) middleware(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
 		if t.startless(msg.Context()) {
-			stackroom.Reserve()
+			if !t.cfg.stackFits {
+				stackroom.Reserve()
+			}
 			t.quiet(msg)
 			return h(msg)
 		}
@@ -170,19 +172,45 @@ func (t *tracing) middleware(h message.HandlerFunc) message.HandlerFunc {
 // as the no-op tracer's or the placeholder's span would carry it. No
 // record is made: the metrics middleware makes its own when it measures.
 //
+// The message's context becomes a quietContext, which answers the record
+// and span lookups of the layers below (the admission hook's, on every
+// message) itself: without it each would walk the whole context chain,
+// a dozen values deep on Kafka, to find nothing, and deep on the stack.
+//
 //go:noinline
 func (t *tracing) quiet(msg *message.Message) {
-	if t.cfg.linkProducer || !t.carriesContext(msg) {
-		return
+	c := &quietContext{Context: msg.Context()}
+	if !t.cfg.linkProducer && t.carriesContext(msg) {
+		t.extract(msg, c)
 	}
-	parent := msg.Context()
+	c.resolve()
+	msg.SetContext(c)
+}
+
+// extract puts the producer's span context that msg carries into c: read
+// by parseTraceContext for the W3C propagator (readTraceContext), by the
+// propagator into c's parent otherwise. Kept apart from quiet, and the
+// parse from the propagator's call, so that no large frame stays on the
+// stack below which a propagator or c.resolve reaches deeper.
+//
+//go:noinline
+func (t *tracing) extract(msg *message.Message, c *quietContext) {
 	if t.w3c {
-		if sc := parseTraceContext(msg); sc.IsValid() {
-			msg.SetContext(&remoteContext{Context: parent, span: remoteSpan{sc: sc}})
-		}
+		readTraceContext(msg, c)
 		return
 	}
-	msg.SetContext(t.cfg.propagator.Extract(parent, metadataCarrier{msg}))
+	c.Context = t.cfg.propagator.Extract(c.Context, metadataCarrier{msg})
+}
+
+// readTraceContext stores the span context msg's traceparent describes,
+// if valid, as c's span.
+//
+//go:noinline
+func readTraceContext(msg *message.Message, c *quietContext) {
+	if sc := parseTraceContext(msg); sc.IsValid() {
+		c.remote = remoteSpan{sc: sc}
+		c.span, c.spanSet = &c.remote, true
+	}
 }
 
 // traced runs h with msg in a consumer span.

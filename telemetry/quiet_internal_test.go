@@ -1,0 +1,129 @@
+package telemetry
+
+import (
+	"context"
+	"testing"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"go.opentelemetry.io/otel/propagation"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/spillway-go/spillway/internal/telhint"
+)
+
+// A tracing middleware that starts no span gives the layers below a
+// context that answers the record and span lookups itself, with what its
+// parent holds or the producer's span context from traceparent, and passes
+// every other lookup on. It tells the router it is quiet exactly when the
+// message has no record and no recording span; a metrics middleware that
+// measures inside it hides it behind the record it makes.
+func TestQuietContext(t *testing.T) {
+	const traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	producer := trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(),
+		propagation.MapCarrier{"traceparent": traceparent}))
+	parentSC := trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID: trace.TraceID{1}, SpanID: trace.SpanID{2}, TraceFlags: trace.FlagsSampled, Remote: true})
+	type valueKey struct{}
+	base := context.WithValue(context.Background(), valueKey{}, "v")
+
+	// run passes a message with ctx (and traceparent, when set) through
+	// outer, if any, and a quiet tracing middleware, and returns the
+	// context the handler got.
+	run := func(t *testing.T, ctx context.Context, tp string, outer message.HandlerMiddleware) context.Context {
+		t.Helper()
+		var got context.Context
+		h := NewTracing(WithTracerProvider(tracenoop.NewTracerProvider()), WithPropagator(propagation.TraceContext{}))(
+			func(msg *message.Message) ([]*message.Message, error) {
+				got = msg.Context()
+				return nil, nil
+			})
+		if outer != nil {
+			h = outer(h)
+		}
+		msg := message.NewMessage("m", nil)
+		msg.SetContext(ctx)
+		if tp != "" {
+			msg.Metadata.Set("traceparent", tp)
+		}
+		if _, err := h(msg); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	quiet := func(ctx context.Context) bool {
+		q, ok := ctx.(telhint.Quiet)
+		return ok && q.TelemetryQuiet()
+	}
+
+	t.Run("traceparent", func(t *testing.T) {
+		ctx := run(t, trace.ContextWithRemoteSpanContext(base, parentSC), traceparent, nil)
+		if sc := trace.SpanContextFromContext(ctx); !sc.Equal(producer) {
+			t.Errorf("span context %v, want the producer's %v", sc, producer)
+		}
+		if ctx.Value(valueKey{}) != "v" || recordFrom(ctx) != nil || !quiet(ctx) {
+			t.Errorf("value %v, record %v, quiet %t; want v, none, quiet", ctx.Value(valueKey{}), recordFrom(ctx), quiet(ctx))
+		}
+	})
+	t.Run("parent-span", func(t *testing.T) {
+		ctx := run(t, trace.ContextWithRemoteSpanContext(base, parentSC), "", nil)
+		if sc := trace.SpanContextFromContext(ctx); !sc.Equal(parentSC) {
+			t.Errorf("span context %v, want the parent's %v", sc, parentSC)
+		}
+		if !quiet(ctx) {
+			t.Error("not quiet")
+		}
+	})
+	t.Run("no-span", func(t *testing.T) {
+		ctx := run(t, base, "", nil)
+		if trace.SpanContextFromContext(ctx).IsValid() || ctx.Value(valueKey{}) != "v" || !quiet(ctx) {
+			t.Errorf("span %v, value %v, quiet %t; want none, v, quiet",
+				trace.SpanContextFromContext(ctx), ctx.Value(valueKey{}), quiet(ctx))
+		}
+	})
+	t.Run("outer-record", func(t *testing.T) {
+		mp := sdkmetric.NewMeterProvider()
+		defer func() { _ = mp.Shutdown(context.Background()) }()
+		m, err := NewMetrics(WithMeterProvider(mp))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := run(t, base, traceparent, m.Middleware)
+		if recordFrom(ctx) == nil || quiet(ctx) {
+			t.Errorf("record %v, quiet %t: the outer metrics middleware's record is hidden", recordFrom(ctx), quiet(ctx))
+		}
+	})
+	t.Run("recording-span", func(t *testing.T) {
+		tp := sdktrace.NewTracerProvider()
+		defer func() { _ = tp.Shutdown(context.Background()) }()
+		parent, span := tp.Tracer("t").Start(base, "parent")
+		defer span.End()
+		c := &quietContext{Context: parent}
+		c.resolve()
+		if trace.SpanFromContext(c) != span || c.TelemetryQuiet() {
+			t.Errorf("span %v, quiet %t; want the parent's recording span, not quiet", trace.SpanFromContext(c), c.TelemetryQuiet())
+		}
+	})
+	t.Run("inner-record", func(t *testing.T) {
+		mp := sdkmetric.NewMeterProvider()
+		defer func() { _ = mp.Shutdown(context.Background()) }()
+		m, err := NewMetrics(WithMeterProvider(mp))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got context.Context
+		h := NewTracing(WithTracerProvider(tracenoop.NewTracerProvider()))(m.Middleware(
+			func(msg *message.Message) ([]*message.Message, error) {
+				got = msg.Context()
+				return nil, nil
+			}))
+		if _, err := h(message.NewMessage("m", nil)); err != nil {
+			t.Fatal(err)
+		}
+		if recordFrom(got) == nil || quiet(got) {
+			t.Errorf("record %v, quiet %t: a measuring metrics middleware must hide the quiet context", recordFrom(got), quiet(got))
+		}
+	})
+}
