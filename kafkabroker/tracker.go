@@ -2,7 +2,7 @@ package kafkabroker
 
 import (
 	"context"
-	"reflect"
+	"hash/maphash"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -148,13 +148,15 @@ type deliveringShard struct {
 	_  [48]byte // one shard per 64-byte cache line
 }
 
-// deliveringOf returns msg's shard of t.delivering, picked from msg's
-// address (heap objects do not move).
+// deliveringOf returns msg's shard of t.delivering, picked by a hash of
+// msg's address (maphash.Comparable of a pointer hashes the pointer; heap
+// objects do not move).
 func (t *SessionTracker) deliveringOf(msg *message.Message) *deliveringShard {
-	p := uint64(reflect.ValueOf(msg).Pointer())
-	// Fibonacci hashing: the top bits of the product mix every bit.
-	return &t.delivering[(p*0x9E3779B97F4A7C15)>>(64-4)]
+	return &t.delivering[maphash.Comparable(deliveringSeed, msg)%deliveringShards]
 }
+
+// deliveringSeed seeds deliveringOf's hash.
+var deliveringSeed = maphash.MakeSeed()
 
 // setDelivering records that c is delivering msg at offset.
 func (t *SessionTracker) setDelivering(msg *message.Message, d delivered) {
@@ -422,18 +424,30 @@ func (t *SessionTracker) unregisterKeyed(tp topicPartition, p *keyPartition) {
 }
 
 // lookup finds the claim msg was delivered from and msg's offset, provided
-// it is the message that claim is delivering now.
+// it is the message that claim is delivering now. The common case, a
+// message the tracker's unmarshaler recorded, is found here; the rest in
+// lookupByContext, whose frame is not on the stack then: the router calls
+// lookup deep on the message goroutine's stack (Revoked, under budget
+// admission), which must fit in the stack that goroutine starts with.
 func (t *SessionTracker) lookup(msg *message.Message) (*claimState, int64, bool) {
 	sh := t.deliveringOf(msg)
 	sh.mu.Lock()
 	d, ok := sh.m[msg]
 	sh.mu.Unlock()
-	if ok {
-		d.c.mu.Lock()
-		cur := d.c.current
-		d.c.mu.Unlock()
-		return d.c, d.offset, cur == d.offset
+	if !ok {
+		return t.lookupByContext(msg)
 	}
+	d.c.mu.Lock()
+	cur := d.c.current
+	d.c.mu.Unlock()
+	return d.c, d.offset, cur == d.offset
+}
+
+// lookupByContext is lookup for a message the unmarshaler did not record:
+// its partition and offset are read from its context.
+//
+//go:noinline
+func (t *SessionTracker) lookupByContext(msg *message.Message) (*claimState, int64, bool) {
 	ctx := msg.Context()
 	partition, ok := kafka.MessagePartitionFromCtx(ctx)
 	if !ok {

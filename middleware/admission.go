@@ -213,7 +213,10 @@ func (m *Budget) Admit(msg *message.Message, t *Ticket) error {
 	}
 	var abort <-chan struct{}
 	if m.cfg.Revoked != nil {
-		abort = m.cfg.Revoked(msg)
+		var gone bool
+		if abort, gone = m.revocation(msg, t); gone {
+			return nil
+		}
 	}
 	if err := m.admit(msg, t, abort); !t.Admitted() {
 		return err
@@ -247,14 +250,6 @@ func (m *Budget) Release(t *Ticket) {
 //
 //go:noinline
 func (m *Budget) admit(msg *message.Message, t *Ticket, abort <-chan struct{}) error {
-	if abort != nil {
-		select {
-		case <-abort:
-			m.stepAside(msg, t.c, 0)
-			return nil
-		default:
-		}
-	}
 	var lane int
 	var ok bool
 	if m.lanes {
@@ -286,6 +281,26 @@ func (m *Budget) wait(msg *message.Message, t *Ticket, lane int, abort <-chan st
 	default:
 		m.observe(msg, Admission{Charge: t.c, Wait: p.wait, Outcome: Cancelled})
 		return err
+	}
+}
+
+// revocation returns msg's revocation channel (Revoked) and whether it is
+// closed already, in which case msg steps aside at once. Called from
+// Admit, not from admit, whose larger frame would stay under the channel
+// receive's on the message goroutine's stack.
+//
+//go:noinline
+func (m *Budget) revocation(msg *message.Message, t *Ticket) (<-chan struct{}, bool) {
+	abort := m.cfg.Revoked(msg)
+	if abort == nil {
+		return nil, false
+	}
+	select {
+	case <-abort:
+		m.stepAside(msg, t.c, 0)
+		return abort, true
+	default:
+		return abort, false
 	}
 }
 
@@ -361,6 +376,11 @@ func (m *Budget) oversize(msg *message.Message, c cost.Charge, why string) error
 	return fmt.Errorf("%w: message %s: %s", ErrOversize, msg.UUID, why)
 }
 
+// stepAside records that msg stepped aside (Revoked). Not inlined: its
+// Admission would enlarge the frames of its callers, which are on the
+// message goroutine's stack on every message.
+//
+//go:noinline
 func (m *Budget) stepAside(msg *message.Message, c cost.Charge, wait time.Duration) {
 	m.observe(msg, Admission{Charge: c, Wait: wait, Outcome: Revoked})
 }
