@@ -24,8 +24,12 @@ deps:
 	@bash .ci/deps.sh
 	@for m in $(MODULES); do (cd $$m && $(GO) mod download); done
 
+# The second line checks, without the race detector (whose frames are
+# larger), that a lean router's stack fits in the stack Watermill's message
+# goroutine starts with: the stack must not move (router/stackfit_test.go).
 test: deps
 	$(GO) test -race -timeout $(TIMEOUT) $(PKGS)
+	$(GO) test -count=1 -run '^TestLeanStackFitsStartingStack$$' ./router/
 
 test-short:
 	$(GO) test -short -timeout $(TIMEOUT) $(PKGS)

@@ -20,7 +20,14 @@ import (
 func runProbed(tb testing.TB, cfg Config, n int, check func(*Router)) *stackprobe.Probe {
 	tb.Helper()
 	probe := new(stackprobe.Probe)
-	r, err := newRouter(cfg, nil, options{}, control{outer: probe.Middleware})
+	runWithOuter(tb, cfg, n, probe.Middleware, check)
+	return probe
+}
+
+// runWithOuter is runProbed with any middleware outside the whole stack.
+func runWithOuter(tb testing.TB, cfg Config, n int, outer message.HandlerMiddleware, check func(*Router)) {
+	tb.Helper()
+	r, err := newRouter(cfg, nil, options{}, control{outer: outer})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -62,5 +69,4 @@ func runProbed(tb testing.TB, cfg Config, n int, check func(*Router)) *stackprob
 	case <-time.After(2 * time.Minute):
 		tb.Fatalf("%d of %d messages handled", seen.Load(), n)
 	}
-	return probe
 }

@@ -97,7 +97,7 @@ func (r *Router) buildProducer(topts []telemetry.Option) error {
 		next = r.lagThrottled
 	}
 	next = cost.NewStampingPublisher(next)
-	if r.tracing != nil {
+	if topts != nil {
 		next = telemetry.NewTracingPublisher(next, topts...)
 	}
 	r.producerPub = next

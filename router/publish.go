@@ -39,7 +39,7 @@ func (r *Router) buildPublishers(topts []telemetry.Option) {
 	r.pub = cost.NewStampingPublisher(broker)
 	r.copies = nopClosePublisher{broker}
 	r.outputs = strippingPublisher{cost.NewStampingPublisher(nopClosePublisher{broker}, cost.WithSkipUncountable())}
-	if r.tracing != nil {
+	if topts != nil {
 		r.pub = telemetry.NewTracingPublisher(r.pub, topts...)
 		r.copies = telemetry.NewTracingPublisher(r.copies, topts...)
 		r.outputs = telemetry.NewTracingPublisher(r.outputs, topts...)

@@ -26,6 +26,7 @@ import (
 
 	"github.com/spillway-go/spillway"
 	"github.com/spillway-go/spillway/cost"
+	"github.com/spillway-go/spillway/internal/telhint"
 	"github.com/spillway-go/spillway/kafkabroker"
 	"github.com/spillway-go/spillway/middleware"
 	"github.com/spillway-go/spillway/producer"
@@ -152,9 +153,14 @@ type Router struct {
 	outputs  message.Publisher // handler outputs: spillway_* stripped, stamped where countable
 	budget   *middleware.VertexBudget
 	budgetMW *middleware.Budget
-	policy   *shedding.Policy  // nil: no sheddable topics
-	retry    *retrygate.Gate   // nil: retry.enabled is false
-	sizer    *sizing.AutoSizer // nil: budget.autosize.enabled is false
+	// budgetQuiet admits a message that telemetry has nothing to record
+	// about (telhint.Quiet) on the same budget, without calling the
+	// metrics' admission hook (see Router.slot); nil unless the stack fits
+	// in a new goroutine's stack with telemetry on.
+	budgetQuiet *middleware.Budget
+	policy      *shedding.Policy  // nil: no sheddable topics
+	retry       *retrygate.Gate   // nil: retry.enabled is false
+	sizer       *sizing.AutoSizer // nil: budget.autosize.enabled is false
 
 	tracing    message.HandlerMiddleware // nil: telemetry.disabled
 	metrics    *telemetry.Metrics        // nil: telemetry.disabled
@@ -257,7 +263,7 @@ func newRouter(cfg Config, logger watermill.LoggerAdapter, o options, ctl contro
 
 	// Telemetry, outermost first: tracing, metrics; the producer chain is
 	// tracing over stamping over the broker.
-	var topts []telemetry.Option
+	var topts, tracingOpts []telemetry.Option
 	if !cfg.Telemetry.Disabled {
 		topts = []telemetry.Option{
 			telemetry.WithTracerProvider(o.tracerProvider),
@@ -271,8 +277,9 @@ func newRouter(cfg Config, logger watermill.LoggerAdapter, o options, ctl contro
 			brokerAttrs = kafkatel.Attributes
 			topts = append(topts, telemetry.WithAttributes(brokerAttrs))
 		}
-		// The consumer spans carry the handler's consumer group too.
-		r.tracing = telemetry.NewTracing(append(slices.Clip(topts), telemetry.WithAttributes(r.consumerAttributes(brokerAttrs)))...)
+		// The consumer spans carry the handler's consumer group too. The
+		// tracing middleware is made once the stack is known (stackFits).
+		tracingOpts = append(slices.Clip(topts), telemetry.WithAttributes(r.consumerAttributes(brokerAttrs)))
 		if r.metrics, err = telemetry.NewMetrics(topts...); err != nil {
 			return fail(fmt.Errorf("router: telemetry: %w", err))
 		}
@@ -327,11 +334,16 @@ func newRouter(cfg Config, logger watermill.LoggerAdapter, o options, ctl contro
 		}
 	}
 
+	var quietBudget *middleware.BudgetConfig
 	if !ctl.noBudget {
 		bc := middleware.BudgetConfig{Budget: r.budget, Estimator: est, OnAdmission: r.countAdmission(hs.admission)}
 		r.limitSize(&bc)
 		if (cfg.Broker == BrokerKafka || cfg.Broker == BrokerRedis) && !ctl.noRevocation {
-			bc.Revoked = r.revoked
+			// A closure, not the method value r.revoked: the method
+			// value's wrapper would add a frame on the message
+			// goroutine's stack, on the deepest path of a stack that
+			// fits in the stack that goroutine starts with.
+			bc.Revoked = func(msg *message.Message) <-chan struct{} { return r.revoked(msg) }
 		}
 		if r.policy != nil && (bc.Revoked != nil || cfg.Shedding.Coalesce.Enabled) {
 			// A waiter steps aside when a newer message of its entity
@@ -341,6 +353,12 @@ func newRouter(cfg Config, logger watermill.LoggerAdapter, o options, ctl contro
 		}
 		if r.budgetMW, err = middleware.NewBudget(bc); err != nil {
 			return fail(err)
+		}
+		if r.metrics != nil {
+			// The metrics are the first admission hook; the quiet
+			// budget calls the others.
+			bc.OnAdmission = r.countAdmission(hs.admission[1:])
+			quietBudget = &bc
 		}
 	}
 
@@ -390,9 +408,23 @@ func newRouter(cfg Config, logger watermill.LoggerAdapter, o options, ctl contro
 		return fail(err)
 	}
 	// The stack's first growth: the tracing middleware makes it, right
-	// inside the settling layer; without tracing, the settling layer,
+	// inside the settling layer; without tracing, the settling layer;
 	// unless the stack fits in the stack a message goroutine starts with.
-	r.settling.reserve = r.tracing == nil && !r.fitsStartingStack()
+	// A stack that fits is grown by the tracing middleware only for a
+	// span, and by the metrics middleware only when it measures.
+	fits := r.fitsStartingStack()
+	if tracingOpts != nil {
+		if fits {
+			tracingOpts = append(tracingOpts, telhint.StackFits().(telemetry.Option))
+		}
+		r.tracing = telemetry.NewTracing(tracingOpts...)
+	}
+	if fits && quietBudget != nil {
+		if r.budgetQuiet, err = middleware.NewBudget(*quietBudget); err != nil {
+			return fail(err)
+		}
+	}
+	r.settling.reserve = r.tracing == nil && !fits
 	mws := r.stack().middlewares()
 	if ctl.outer != nil {
 		mws = append([]message.HandlerMiddleware{ctl.outer}, mws...)
@@ -470,17 +502,30 @@ func (r *Router) setTracker(handler string, tr deliveryTracker) {
 	r.trackers.Store(&next)
 }
 
+// revoked is the budget's Revoked hook: the channel closed when msg's
+// delivery is lost (its Kafka session ended, its Redis entry claimed by a
+// peer), from its delivery tracker; nil when it has none.
 func (r *Router) revoked(msg *message.Message) <-chan struct{} {
-	var t deliveryTracker
-	if d := deliveryFrom(msg.Context()); d != nil {
-		t = d.tracker
-	} else {
-		t = r.tracker(message.HandlerNameFromCtx(msg.Context()))
+	if d, ok := msg.Context().(*delivery); ok {
+		// Under admission, on the deepest path of the stack: the slot
+		// asked the tracker already.
+		return d.revoked
 	}
-	if t != nil {
+	if t := r.trackerOf(msg); t != nil {
 		return t.Revoked(msg)
 	}
 	return nil
+}
+
+// trackerOf returns the delivery tracker of msg's delivery, found below
+// its context, or of its handler.
+//
+//go:noinline
+func (r *Router) trackerOf(msg *message.Message) deliveryTracker {
+	if d := deliveryFrom(msg.Context()); d != nil {
+		return d.tracker
+	}
+	return r.tracker(message.HandlerNameFromCtx(msg.Context()))
 }
 
 // RetryHandler returns the Watermill handler, named "<name>.retry", that

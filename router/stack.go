@@ -6,6 +6,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/spillway-go/spillway/internal/lazyctx"
+	"github.com/spillway-go/spillway/internal/telhint"
 	"github.com/spillway-go/spillway/middleware"
 )
 
@@ -236,13 +237,21 @@ func (r *Router) slot(h message.HandlerFunc) message.HandlerFunc {
 		}
 		defer r.leave(d)
 		if d.tracker != nil {
-			// A new delivery attempt: called from here, not from enter,
-			// so that the tracker's lookup stays shallow on the stack.
+			// A new delivery attempt, and the channel that tells the
+			// budget its session ended (Router.revoked): asked from
+			// here, not from enter nor from under admission, so that
+			// the tracker's lookups stay shallow on the stack.
 			d.tracker.Begin(msg)
+			d.revoked = d.tracker.Revoked(msg)
 		}
 		msg.SetContext(d)
-		if r.budgetMW != nil {
-			if err = r.budgetMW.Admit(msg, &d.ticket); !d.ticket.Admitted() {
+		if b := r.budgetMW; b != nil {
+			if d.quiet {
+				// Without the metrics' admission hook, the deepest path
+				// of the stack: it would find nothing to record.
+				b = r.budgetQuiet
+			}
+			if err = b.Admit(msg, &d.ticket); !d.ticket.Admitted() {
 				return nil, err
 			}
 		}
@@ -277,6 +286,10 @@ func (r *Router) enter(msg *message.Message) (*delivery, error) {
 		d.handlerCtx = d.handlerLife
 	}
 	d.tracker = r.tracker(message.HandlerNameFromCtx(orig))
+	if r.budgetQuiet != nil {
+		q, ok := orig.(telhint.Quiet)
+		d.quiet = ok && q.TelemetryQuiet()
+	}
 	r.entered.Add(1)
 	// Without the retry gate's scope, Close must end the wait here.
 	// With it, orig already ends when Close starts, and the waiting
@@ -361,6 +374,12 @@ type delivery struct {
 
 	ticket  middleware.Ticket // the admission, released by leave
 	running bool              // handed over to the handler: counted in r.running
+	// revoked is the tracker's Revoked channel for the message, read by
+	// the slot before admission; nil without a tracker.
+	revoked <-chan struct{}
+	// quiet: telemetry has nothing to record about the admission
+	// (telhint.Quiet), and the quiet budget admits the message.
+	quiet bool
 }
 
 // handlerContext is the handler's context under the retry gate: the values

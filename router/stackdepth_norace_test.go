@@ -16,9 +16,15 @@ const maxStackUnderHandler = 550
 // layer also moved entries in a method of its own, 679 since Router.slot.
 const maxStackUnderHandlerRedis = 800
 
-// maxLeanDepth bounds TestLeanStackFitsStartingStack: the room a new
-// goroutine's stack leaves the middleware stack, less a margin (the probe
-// sees only the bytes the chain wrote, and the test's handler is smaller
-// than most). Measured on amd64 with Go 1.26: 727 bytes on the memory
-// broker, 751 on Kafka's partition mode.
-const maxLeanDepth = stackprobe.Room - 64
+// maxLeanDepth bounds TestLeanStackFitsStartingStack's probe: the room a
+// new goroutine's stack leaves the middleware stack. The probe sees only
+// the bytes the chain wrote, so the test also checks what the bound stands
+// for, that the stack does not move. Measured on amd64 with Go 1.26: 727
+// bytes on the memory broker and on Kafka's partition mode without
+// telemetry, 839 on both with it (with 0 to 9 of 200 messages moving the
+// stack: rare paths); 863 on Kafka moved it for every message.
+const maxLeanDepth = stackprobe.Room
+
+// checkMoves: TestLeanStackFitsStartingStack checks that the stack does not
+// move, which it does with the race detector's frames.
+const checkMoves = true

@@ -16,7 +16,12 @@ const maxStackUnderHandlerRedis = 1200
 // maxLeanDepth is TestLeanStackFitsStartingStack's bound under the race
 // detector, whose frames do not fit in a new goroutine's stack anyway (the
 // router still leaves it ungrown: a race build is for finding races, not
-// for speed): 1,175 bytes on the memory broker and 1,439 on Kafka's
-// partition mode, measured on amd64 with Go 1.26. It still catches the
-// growth coming back (the probe would see its 2 KiB frame).
+// for speed): 1,127 bytes on the memory broker and on Kafka's partition
+// mode without telemetry, 1,319 with it, measured on amd64 with Go 1.26.
+// It still catches the growth coming back (the probe would see its 2 KiB
+// frame).
 const maxLeanDepth = 1550
+
+// checkMoves: the race detector's frames outgrow a new goroutine's stack,
+// so TestLeanStackFitsStartingStack does not check that it stays put.
+const checkMoves = false

@@ -4,6 +4,7 @@ package router
 
 import (
 	"runtime"
+	"strconv"
 	"testing"
 	"time"
 
@@ -13,53 +14,91 @@ import (
 
 // A stack that the router does not grow at the top (fitsStartingStack)
 // must run a message within the stack Watermill's message goroutine starts
-// with, or every message grows it, deeper and dearer than at the top. The
-// probe measures how deep the stack reaches (internal/stackprobe) on the
-// memory broker and on Kafka's partition mode, without telemetry. The
-// control, with telemetry, must measure the tracing middleware's growth
-// (its 2 KiB frame) far below the room: a probe that saw nothing would
-// pass the others by chance. Frame sizes are those of amd64; the race
-// detector's are larger, and its bound (maxLeanDepth) only keeps them from
-// growing.
+// with, or every message grows it, deeper and dearer than at the top.
+// Measured two ways, on the memory broker and on Kafka's partition mode,
+// with telemetry off and on (no providers installed: the tracing
+// middleware starts no span and the meter is idle):
+//
+//   - how deep the stack reaches (a stackprobe.Probe), against a bound
+//     (maxLeanDepth): the depth of each build's frames, so a change that
+//     makes the stack deeper shows before it makes it grow;
+//   - whether the runtime grows (moves) the stack while a message runs
+//     (stackprobe.Moves): what the bound stands for, on the stack a
+//     message goroutine really starts with. Not under the race detector,
+//     whose frames are larger (make test runs this test without it too).
+//
+// The control, a stack with the retry gate, is grown at the top by the
+// tracing middleware: the probe must see its 2 KiB frame and the stack
+// must move under Moves, or the other rows would pass by chance.
 func TestLeanStackFitsStartingStack(t *testing.T) {
 	if runtime.GOARCH != "amd64" {
 		t.Skipf("frame sizes are measured on amd64, not %s", runtime.GOARCH)
 	}
 	kafka := kafkatest.Start(t, 2)
+	const n = 200
 	for _, c := range []struct {
-		name     string
-		broker   Broker
-		disabled bool
+		name      string
+		broker    Broker
+		telemetry bool
+		control   bool
 	}{
-		{"memory", BrokerMemory, true},
-		{"kafka", BrokerKafka, true},
-		{"control-telemetry", BrokerMemory, false},
+		{"memory/telemetry=off", BrokerMemory, false, false},
+		{"kafka/telemetry=off", BrokerKafka, false, false},
+		{"memory/telemetry=on", BrokerMemory, true, false},
+		{"kafka/telemetry=on", BrokerKafka, true, false},
+		{"control/retry-gate", BrokerMemory, true, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			cfg := Config{Broker: c.broker}
-			cfg.Telemetry.Disabled = c.disabled
-			if c.broker == BrokerKafka {
-				cfg.Kafka.Brokers = kafka.Brokers()
-				cfg.Kafka.Version = "2.3.0" // kfake's limit
-				cfg.Kafka.Partitions = 2
-				cfg.Kafka.CreateTopics = true
-				cfg.Kafka.HeartbeatInterval = 200 * time.Millisecond
+			cfg := func() Config {
+				cfg := Config{Broker: c.broker}
+				cfg.Telemetry.Disabled = !c.telemetry
+				cfg.Retry.Enabled = c.control
+				if c.broker == BrokerKafka {
+					cfg.Kafka.Brokers = kafka.Brokers()
+					cfg.Kafka.Version = "2.3.0" // kfake's limit
+					cfg.Kafka.Partitions = 2
+					cfg.Kafka.CreateTopics = true
+					cfg.Kafka.HeartbeatInterval = 200 * time.Millisecond
+					cfg.Kafka.ConsumerGroup = "fit-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+				}
+				return cfg
 			}
-			probe := runProbed(t, cfg, 200, func(r *Router) {
-				if fits := !r.settling.reserve && r.tracing == nil; fits != c.disabled {
-					t.Fatalf("the settling layer grows the stack: %v, want %v", !fits, !c.disabled)
+			probe := runProbed(t, cfg(), n, func(r *Router) {
+				if fits := r.fitsStartingStack(); fits == c.control {
+					t.Fatalf("fitsStartingStack: %v, want %v", fits, !c.control)
+				}
+				if r.settling.reserve != (!c.telemetry && c.control) {
+					t.Fatalf("the settling layer grows the stack: %v", r.settling.reserve)
+				}
+				if quiet := r.budgetQuiet != nil; quiet != (c.telemetry && !c.control) {
+					t.Fatalf("quiet budget: %v, want %v", quiet, c.telemetry && !c.control)
 				}
 			})
 			median, deepest, got := probe.Depths()
-			t.Logf("%s: median depth %d bytes, deepest %d, over %d messages; room %d", c.name, median, deepest, got, stackprobe.Room)
+			t.Logf("median depth %d bytes, deepest %d, over %d messages; room %d", median, deepest, got, stackprobe.Room)
 			switch {
 			case got == 0:
 				t.Fatalf("no message measured (%d moved under the probe)", probe.Moved())
-			case c.disabled && median > maxLeanDepth:
+			case !c.control && median > maxLeanDepth:
 				t.Errorf("the stack reaches %d bytes deep; it must stay within %d (stackprobe.Room is %d), or the router must grow it at the top again",
 					median, maxLeanDepth, stackprobe.Room)
-			case !c.disabled && median < 2<<10:
+			case c.control && median < 2<<10:
 				t.Errorf("control: the probe measured %d bytes with the tracing middleware's growth in the stack, want at least 2 KiB", median)
+			}
+			if !checkMoves {
+				return
+			}
+			var moves stackprobe.Moves
+			runWithOuter(t, cfg(), n, moves.Middleware, nil)
+			moved, ran := moves.Counts()
+			t.Logf("the stack moved for %d of %d messages", moved, ran)
+			// A few messages take rarer, deeper paths (a partition's
+			// first message, a garbage collection's assist).
+			if !c.control && moved > ran/10 {
+				t.Errorf("the stack moved for %d of %d messages: the stack no longer fits in a new goroutine's", moved, ran)
+			}
+			if c.control && moved < ran/2 {
+				t.Errorf("control: the stack moved for %d of %d messages, want most", moved, ran)
 			}
 		})
 	}

@@ -21,6 +21,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/spillway-go/spillway/cost"
+	"github.com/spillway-go/spillway/middleware"
 )
 
 // startRouter runs r and checks Close and Run when the test ends (the
@@ -315,6 +316,76 @@ func TestLagThroughRouter(t *testing.T) {
 			}
 			if lag != 0 {
 				t.Errorf("Lag = %d (%v) after release, want 0", lag, err)
+			}
+		})
+	}
+}
+
+// TestAdmissionHooksOnLeanStack: on a stack that fits in a new goroutine's
+// stack with telemetry on (the memory broker, no optional layer), the
+// router admits a message telemetry has nothing to record about without
+// the metrics' admission hook (Router.budgetQuiet). That must never cost a
+// measurement nor another hook's call: with a meter provider every
+// admission is measured, and without one every admission still reaches
+// the hooks of WithHooks.
+func TestAdmissionHooksOnLeanStack(t *testing.T) {
+	defer goleak.VerifyNone(t, leakOptions...)
+	const n = 5
+	for _, withMeter := range []bool{true, false} {
+		t.Run("meter="+strconv.FormatBool(withMeter), func(t *testing.T) {
+			var hooked atomic.Int64
+			opts := []Option{WithHooks(admissionFunc(func(_ *message.Message, a middleware.Admission) {
+				if a.Outcome == middleware.Admitted {
+					hooked.Add(1)
+				}
+			}))}
+			reader := sdkmetric.NewManualReader()
+			if withMeter {
+				mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+				defer func() { _ = mp.Shutdown(context.Background()) }()
+				opts = append(opts, WithMeterProvider(mp))
+			}
+			r, err := New(Config{}, nil, opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.budgetQuiet == nil {
+				t.Fatal("no quiet budget: the stack is expected to fit")
+			}
+			var handled atomic.Int64
+			if _, err := r.AddConsumerHandler("h", "lean", func(*message.Message) error {
+				handled.Add(1)
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			startRouter(t, r)
+			for i := range n {
+				publishCosted(t, r, "lean", "m"+strconv.Itoa(i), 10)
+			}
+			waitFor(t, "every message handled", func() bool { return handled.Load() == n })
+			if got := hooked.Load(); got != n {
+				t.Errorf("the WithHooks admission hook saw %d admissions, want %d", got, n)
+			}
+			if !withMeter {
+				return
+			}
+			var rm metricdata.ResourceMetrics
+			if err := reader.Collect(context.Background(), &rm); err != nil {
+				t.Fatal(err)
+			}
+			var measured uint64
+			for _, sm := range rm.ScopeMetrics {
+				for _, m := range sm.Metrics {
+					if h, ok := m.Data.(metricdata.Histogram[float64]); ok && m.Name == "spillway.admission.wait" {
+						for _, p := range h.DataPoints {
+							measured += p.Count
+						}
+					}
+				}
+			}
+			if measured != n {
+				t.Errorf("spillway.admission.wait measured %d admissions, want %d", measured, n)
 			}
 		})
 	}

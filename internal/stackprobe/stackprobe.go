@@ -19,6 +19,7 @@ package stackprobe
 import (
 	"slices"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -124,3 +125,29 @@ func depth(top unsafe.Pointer) int {
 	}
 	return 0
 }
+
+// Moves is a message.HandlerMiddleware that counts the messages whose
+// goroutine stack was moved (grown by copying) while the chain below it
+// ran. Unlike a [Probe] it leaves the stack as Watermill's message
+// goroutine starts it, so it sees what the runtime does; its own frame
+// adds a few bytes to the chain's depth. Safe for concurrent use.
+type Moves struct {
+	n, moved atomic.Int64
+}
+
+// Middleware runs h and records whether the stack moved meanwhile.
+func (m *Moves) Middleware(h message.HandlerFunc) message.HandlerFunc {
+	return func(msg *message.Message) ([]*message.Message, error) {
+		var mark byte
+		top := uintptr(unsafe.Pointer(&mark))
+		out, err := h(msg)
+		if uintptr(unsafe.Pointer(&mark)) != top {
+			m.moved.Add(1)
+		}
+		m.n.Add(1)
+		return out, err
+	}
+}
+
+// Counts returns how many messages' stacks moved, of how many run.
+func (m *Moves) Counts() (moved, n int64) { return m.moved.Load(), m.n.Load() }

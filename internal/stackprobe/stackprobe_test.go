@@ -59,3 +59,42 @@ func deep() byte {
 
 //go:noinline
 func sum(b *[deepFrame]byte) byte { return b[0] + b[deepFrame-1] }
+
+// On a new goroutine's stack, a chain that writes a 16 KiB local moves the
+// stack and one that calls nothing does not. (16 KiB, not 2: the runtime
+// starts goroutines with the average stack it has seen, 2 KiB or more.)
+func TestMoves(t *testing.T) {
+	var m Moves
+	deepH := m.Middleware(func(*message.Message) ([]*message.Message, error) {
+		huge()
+		return nil, nil
+	})
+	shallow := m.Middleware(func(*message.Message) ([]*message.Message, error) { return nil, nil })
+	run := func(h message.HandlerFunc) {
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			if _, err := h(message.NewMessage("m", nil)); err != nil {
+				t.Error(err)
+			}
+		}()
+		<-done
+	}
+	run(shallow)
+	if moved, n := m.Counts(); moved != 0 || n != 1 {
+		t.Fatalf("an empty handler: %d of %d moved, want 0 of 1", moved, n)
+	}
+	run(deepH)
+	if moved, n := m.Counts(); moved != 1 || n != 2 {
+		t.Fatalf("a 16 KiB frame: %d of %d moved, want 1 of 2", moved, n)
+	}
+}
+
+//go:noinline
+func huge() byte {
+	var b [16 << 10]byte
+	for i := range b {
+		b[i] = byte(i)
+	}
+	return b[len(b)/2] + b[len(b)-1]
+}
