@@ -2,10 +2,14 @@ package telemetry_test
 
 import (
 	"context"
+	"os"
+	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
@@ -233,4 +237,45 @@ func FuzzParseTraceContext(f *testing.F) {
 			t.Fatalf("traceparent %q tracestate %q: got %v, want %v", tp, ts, got, want)
 		}
 	})
+}
+
+// The tracing middleware skips OpenTelemetry's global propagator while no
+// propagator is installed (it would extract nothing), and extracts with the
+// one the application installs later. The global propagator is
+// process-wide, so the test runs in a process of its own.
+func TestTracingGlobalPropagatorInstalledLater(t *testing.T) {
+	const env = "SPILLWAY_TEST_GLOBAL_PROPAGATOR"
+	if os.Getenv(env) != "1" {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestTracingGlobalPropagatorInstalledLater$", "-test.count=1", "-test.v")
+		cmd.Env = append(os.Environ(), env+"=1")
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "--- PASS: TestTracingGlobalPropagatorInstalledLater") {
+			t.Fatalf("the test's own process: %v\n%s", err, out)
+		}
+		return
+	}
+	const tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	want := trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(),
+		propagation.MapCarrier{"traceparent": tp}))
+	mw := telemetry.NewTracing(telemetry.WithTracerProvider(nooptrace.NewTracerProvider()))
+	seen := func() trace.SpanContext {
+		var sc trace.SpanContext
+		h := mw(func(msg *message.Message) ([]*message.Message, error) {
+			sc = trace.SpanContextFromContext(msg.Context())
+			return nil, nil
+		})
+		msg := message.NewMessage("m", nil)
+		msg.Metadata.Set("traceparent", tp)
+		if _, err := h(msg); err != nil {
+			t.Fatal(err)
+		}
+		return sc
+	}
+	if sc := seen(); sc.IsValid() {
+		t.Fatalf("extracted %v with no propagator installed", sc)
+	}
+	otel.SetTextMapPropagator(propagation.TraceContext{})
+	if sc := seen(); !sc.Equal(want) {
+		t.Fatalf("with TraceContext installed the handler saw %v, want the producer's %v", sc, want)
+	}
 }

@@ -40,6 +40,10 @@ type tracing struct {
 	placeholder bool
 	// noop is set when tracer is OpenTelemetry's no-op tracer.
 	noop bool
+	// globalProp is set when the propagator is OpenTelemetry's global
+	// one: until the application installs a propagator it extracts
+	// nothing (see carriesContext).
+	globalProp bool
 }
 
 // noSpan is a span that does nothing.
@@ -120,16 +124,19 @@ func NewTracing(opts ...Option) message.HandlerMiddleware {
 	t.placeholder = globalPlaceholder(t.tracer)
 	t.w3c = isW3C(cfg.propagator)
 	t.noop = isNoopTracer(t.tracer)
+	t.globalProp = globalDelegate(cfg.propagator, "textMapPropagator")
 	return t.middleware
 }
 
 // carriesContext reports whether msg has any of the propagator's fields:
 // without one there is nothing to extract, and the propagator is skipped.
-// A propagator that names no fields (such as the global one before the
-// application sets it) is always asked.
+// A propagator that names no fields is always asked, except OpenTelemetry's
+// global propagator while the application has still not installed one (the
+// global propagator is the one the middleware came with): it would extract
+// nothing, and it takes a lock on every call to find that out.
 func (t *tracing) carriesContext(msg *message.Message) bool {
 	if len(t.fields) == 0 {
-		return true
+		return !t.globalProp || otel.GetTextMapPropagator() != t.cfg.propagator
 	}
 	if len(msg.Metadata) == 0 {
 		return false
