@@ -151,10 +151,10 @@ func (c *recordContext) Value(key any) any {
 // to record about the message's admission.
 type quietContext struct {
 	context.Context
-	rec     *record // the parent's record, or nil
-	span    any     // the value for OpenTelemetry's span key, or nil
-	spanSet bool    // span is known; false: ask the parent (spanKey unknown)
-	recording bool // span is a span that records
+	rec       *record // the parent's record, or nil
+	span      any     // the value for OpenTelemetry's span key, or nil
+	spanSet   bool    // span is known; false: ask the parent (spanKey unknown)
+	recording bool    // span is a span that records
 	remote    remoteSpan
 }
 
