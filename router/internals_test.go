@@ -115,3 +115,37 @@ func TestEdgeInternalsExported(t *testing.T) {
 		}
 	}
 }
+
+// The slot learns its handler's name from the first message that carries
+// one and keeps it; a context without one is not remembered.
+func TestHandlerNameCached(t *testing.T) {
+	r, err := New(Config{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctxs := make(chan context.Context, 2)
+	for _, name := range []string{"first", "second"} {
+		if _, err := r.AddConsumerHandler(name, name, func(msg *message.Message) error {
+			ctxs <- msg.Context()
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	startRouter(t, r)
+	publishCosted(t, r, "first", "a", 1)
+	first := <-ctxs
+	publishCosted(t, r, "second", "b", 1)
+	second := <-ctxs
+
+	var n handlerName
+	if got := n.of(context.Background()); got != "" || n.p.Load() != nil {
+		t.Fatalf("a context without a name: %q, remembered %v", got, n.p.Load())
+	}
+	if got := n.of(first); got != "first" {
+		t.Fatalf("first message: %q, want first", got)
+	}
+	if got := n.of(second); got != "first" {
+		t.Fatalf("a later message: %q, want the remembered first", got)
+	}
+}

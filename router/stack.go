@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"sync/atomic"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
@@ -230,8 +231,11 @@ func (c *retryContext) Value(key any) any {
 // (internal/stackroom). The closure does its work in helpers called one
 // after the other, so that none of their frames is under the handler.
 func (r *Router) slot(h message.HandlerFunc) message.HandlerFunc {
+	// Watermill decorates each handler with its own closure, so this one
+	// serves a single handler, whose name its first message tells.
+	var handler handlerName
 	return func(msg *message.Message) (out []*message.Message, err error) {
-		d, err := r.enter(msg)
+		d, err := r.enter(msg, &handler)
 		if d == nil {
 			return nil, err
 		}
@@ -269,7 +273,7 @@ func (r *Router) slot(h message.HandlerFunc) message.HandlerFunc {
 // layers inside have returned. When the router is closing it holds msg
 // until its delivery context ends and returns nil and that context's
 // error instead.
-func (r *Router) enter(msg *message.Message) (*delivery, error) {
+func (r *Router) enter(msg *message.Message, handler *handlerName) (*delivery, error) {
 	orig := msg.Context()
 	// The handler's context: orig's values, and the delivery's
 	// lifetime, even where retryScope made orig end with Close.
@@ -285,7 +289,7 @@ func (r *Router) enter(msg *message.Message) (*delivery, error) {
 		d.handlerLife = newHandlerContext(orig, life)
 		d.handlerCtx = d.handlerLife
 	}
-	d.tracker = r.tracker(message.HandlerNameFromCtx(orig))
+	d.tracker = r.tracker(handler.of(orig))
 	if r.budgetQuiet != nil {
 		q, ok := orig.(telhint.Quiet)
 		d.quiet = ok && q.TelemetryQuiet()
@@ -302,6 +306,26 @@ func (r *Router) enter(msg *message.Message) (*delivery, error) {
 	}
 	d.Init(orig, closing)
 	return d, nil
+}
+
+// handlerName is the name of the handler a slot closure serves, read from
+// the context of its first message that has one: the name does not change,
+// and reading it walks the message's context chain. Safe for concurrent
+// use.
+type handlerName struct {
+	p atomic.Pointer[string]
+}
+
+// of returns the handler's name, reading it from ctx the first time.
+func (n *handlerName) of(ctx context.Context) string {
+	if p := n.p.Load(); p != nil {
+		return *p
+	}
+	name := message.HandlerNameFromCtx(ctx)
+	if name != "" {
+		n.p.Store(&name)
+	}
+	return name
 }
 
 // retryLife returns the delivery context retryScope keeps in ctx, or ctx.
