@@ -279,7 +279,8 @@ func newRouter(cfg Config, logger watermill.LoggerAdapter, o options, ctl contro
 		}
 		// The consumer spans carry the handler's consumer group too. The
 		// tracing middleware is made once the stack is known (stackFits).
-		tracingOpts = append(slices.Clip(topts), telemetry.WithAttributes(r.consumerAttributes(brokerAttrs)))
+		tracingOpts = append(slices.Clip(topts), telemetry.WithAttributes(r.consumerAttributes(brokerAttrs)),
+			telhint.Outermost().(telemetry.Option))
 		if r.metrics, err = telemetry.NewMetrics(topts...); err != nil {
 			return fail(fmt.Errorf("router: telemetry: %w", err))
 		}

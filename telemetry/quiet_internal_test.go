@@ -95,13 +95,36 @@ func TestQuietContext(t *testing.T) {
 			t.Errorf("record %v, quiet %t: the outer metrics middleware's record is hidden", recordFrom(ctx), quiet(ctx))
 		}
 	})
+	t.Run("outermost", func(t *testing.T) {
+		// Told it is the outermost telemetry layer (the router's), the
+		// middleware does not look for a record: a record there would
+		// be hidden, which is why only the router says so.
+		mp := sdkmetric.NewMeterProvider()
+		defer func() { _ = mp.Shutdown(context.Background()) }()
+		m, err := NewMetrics(WithMeterProvider(mp))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got context.Context
+		h := m.Middleware(NewTracing(WithTracerProvider(tracenoop.NewTracerProvider()), telhint.Outermost().(Option))(
+			func(msg *message.Message) ([]*message.Message, error) {
+				got = msg.Context()
+				return nil, nil
+			}))
+		if _, err := h(message.NewMessage("m", nil)); err != nil {
+			t.Fatal(err)
+		}
+		if recordFrom(got) != nil || !quiet(got) {
+			t.Errorf("record %v, quiet %t: the record was looked for", recordFrom(got), quiet(got))
+		}
+	})
 	t.Run("recording-span", func(t *testing.T) {
 		tp := sdktrace.NewTracerProvider()
 		defer func() { _ = tp.Shutdown(context.Background()) }()
 		parent, span := tp.Tracer("t").Start(base, "parent")
 		defer span.End()
 		c := &quietContext{Context: parent}
-		c.resolve()
+		c.resolve(false)
 		if trace.SpanFromContext(c) != span || c.TelemetryQuiet() {
 			t.Errorf("span %v, quiet %t; want the parent's recording span, not quiet", trace.SpanFromContext(c), c.TelemetryQuiet())
 		}

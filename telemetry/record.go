@@ -160,11 +160,14 @@ type quietContext struct {
 
 var _ telhint.Quiet = (*quietContext)(nil)
 
-// resolve looks c's record and span up in its parent, once.
+// resolve looks c's record (unless none can be there) and span up in its
+// parent, once.
 //
 //go:noinline
-func (c *quietContext) resolve() {
-	c.rec = recordFrom(c.Context)
+func (c *quietContext) resolve(noRecord bool) {
+	if !noRecord {
+		c.rec = recordFrom(c.Context)
+	}
 	if !c.spanSet {
 		key := spanKey()
 		if key == nil {

@@ -190,7 +190,7 @@ func (t *tracing) quiet(msg *message.Message) {
 	if !t.cfg.linkProducer && t.carriesContext(msg) {
 		t.extract(msg, c)
 	}
-	c.resolve()
+	c.resolve(t.cfg.outermost)
 	msg.SetContext(c)
 }
 

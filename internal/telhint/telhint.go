@@ -26,3 +26,11 @@ type Quiet interface {
 // fits in a new goroutine's stack when it starts no span, so that it does
 // not grow the stack then. Set by package telemetry as it is initialised.
 var StackFits func() any
+
+// Outermost returns a telemetry.Option (as any) that tells the tracing
+// middleware no telemetry record can be in a message's context when it
+// receives the message: it is the outermost telemetry layer, below the
+// broker's context. It then does not look for one, a walk of the whole
+// context chain on every message. Set by package telemetry as it is
+// initialised.
+var Outermost func() any
