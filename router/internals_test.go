@@ -149,3 +149,23 @@ func TestHandlerNameCached(t *testing.T) {
 		t.Fatalf("a later message: %q, want the remembered first", got)
 	}
 }
+
+// The settling layer allocates each message's first delivery context at
+// the top of the stack; the slot takes it through the contexts the layers
+// between made, once: a later attempt (the retry gate's) gets a delivery
+// of its own, never the earlier attempt's again.
+func TestSlottedDelivery(t *testing.T) {
+	type key struct{}
+	c := &slotted{Context: context.Background()}
+	below := context.WithValue(c, key{}, "v")
+	first := newDelivery(below)
+	if first != &c.d {
+		t.Fatal("the first attempt did not get the settling layer's delivery")
+	}
+	if again := newDelivery(below); again == first || again == nil {
+		t.Fatal("a second attempt got the first attempt's delivery")
+	}
+	if d := newDelivery(context.Background()); d == nil || d == first {
+		t.Fatal("without a slotted context: no new delivery")
+	}
+}

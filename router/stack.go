@@ -284,7 +284,8 @@ func (r *Router) enter(msg *message.Message, handler *handlerName) (*delivery, e
 	if r.closingCtx.Err() != nil {
 		return nil, r.hold(life)
 	}
-	d := &delivery{handlerCtx: orig}
+	d := newDelivery(orig)
+	d.handlerCtx = orig
 	if life != orig {
 		d.handlerLife = newHandlerContext(orig, life)
 		d.handlerCtx = d.handlerLife
