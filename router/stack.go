@@ -324,7 +324,9 @@ func (n *handlerName) of(ctx context.Context) string {
 	}
 	name := message.HandlerNameFromCtx(ctx)
 	if name != "" {
-		n.p.Store(&name)
+		p := new(string) // not &name: name would be allocated on every call
+		*p = name
+		n.p.Store(p)
 	}
 	return name
 }
