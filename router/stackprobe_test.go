@@ -4,6 +4,7 @@ package router
 
 import (
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -21,6 +22,8 @@ import (
 // runtime must grow (copy) a new goroutine's 2 KiB stack:
 //
 //	go test -tags stackprobe -run '^$' -bench StackHighWater -benchtime 2000x ./router/
+//
+// With -v it also logs the path to the median depth (stackprobe.Probe.Path).
 func BenchmarkStackHighWater(b *testing.B) {
 	kafka := kafkatest.Start(b, 4)
 	for _, c := range []struct {
@@ -57,6 +60,10 @@ func BenchmarkStackHighWater(b *testing.B) {
 			b.ReportMetric(float64(deepest), "deepest-B")
 			b.ReportMetric(stackprobe.Room, "room-B")
 			b.ReportMetric(0, "ns/op")
+			if testing.Verbose() {
+				// With -v: where the median message reached that deep.
+				b.Logf("the path to %d bytes, deepest first:\n%s", median, strings.Join(probe.Path(median), "\n"))
+			}
 		})
 	}
 }

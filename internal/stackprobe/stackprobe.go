@@ -17,6 +17,9 @@
 package stackprobe
 
 import (
+	"encoding/binary"
+	"fmt"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -47,16 +50,29 @@ type Probe struct {
 	mu     sync.Mutex
 	depths []int
 	moved  int
+	// paths holds, for each depth measured, what the first message that
+	// reached it left on the stack (see Path).
+	paths map[int]snapshot
+}
+
+// snapshot is a copy of the painted region below a probe's frame, taken
+// as the chain returned, and the address the region ended at.
+type snapshot struct {
+	mem []byte
+	top uintptr
 }
 
 // Middleware wraps h; place it outermost.
 func (p *Probe) Middleware(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
 		grow()
+		snap := make([]byte, painted) // before the chain runs: not measured
 		var mark byte
 		top := uintptr(unsafe.Pointer(&mark))
 		paint(unsafe.Pointer(&mark))
 		out, err := h(msg)
+		// Copied first: any other call could overwrite what the chain left.
+		copy(snap, unsafe.Slice((*byte)(unsafe.Add(unsafe.Pointer(&mark), -painted)), painted))
 		d := depth(unsafe.Pointer(&mark))
 		moved := uintptr(unsafe.Pointer(&mark)) != top
 		p.mu.Lock()
@@ -64,10 +80,47 @@ func (p *Probe) Middleware(h message.HandlerFunc) message.HandlerFunc {
 			p.moved++
 		} else {
 			p.depths = append(p.depths, d)
+			if _, ok := p.paths[d]; !ok {
+				if p.paths == nil {
+					p.paths = make(map[int]snapshot)
+				}
+				p.paths[d] = snapshot{mem: snap, top: top}
+			}
 		}
 		p.mu.Unlock()
 		return out, err
 	}
+}
+
+// Path returns what the first message measured depth bytes deep left on
+// the stack: the return addresses its calls pushed, deepest first, each as
+// "offset function:line" with its distance below the probe's frame. A
+// frame's return address names the function that made the call. The
+// deepest entries are the path to depth; above them, addresses that later,
+// shallower calls did not overwrite may be stale. nil if no message
+// measured depth.
+func (p *Probe) Path(depth int) []string {
+	p.mu.Lock()
+	sn, ok := p.paths[depth]
+	p.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	var out []string
+	for off := depth; off >= 8; off-- {
+		if (sn.top-uintptr(off))%8 != 0 {
+			continue // return addresses are word-aligned
+		}
+		i := painted - off
+		pc := uintptr(binary.LittleEndian.Uint64(sn.mem[i : i+8]))
+		f := runtime.FuncForPC(pc)
+		if f == nil || pc == f.Entry() {
+			continue
+		}
+		_, line := f.FileLine(pc - 1)
+		out = append(out, fmt.Sprintf("%d %s:%d", off, f.Name(), line))
+	}
+	return out
 }
 
 // Depths returns the median and the deepest depth recorded, in bytes, and

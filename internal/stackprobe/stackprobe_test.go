@@ -1,6 +1,8 @@
 package stackprobe
 
 import (
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -34,6 +36,14 @@ func TestProbeDepth(t *testing.T) {
 	}
 	if median < deepFrame || deepest > deepFrame+256 {
 		t.Errorf("a chain with a %d-byte frame measured %d (median) to %d bytes deep", deepFrame, median, deepest)
+	}
+	// The path to that depth names deep, which called sum from there.
+	path := p.Path(median)
+	if !slices.ContainsFunc(path, func(s string) bool { return strings.Contains(s, "stackprobe.deep:") }) {
+		t.Errorf("the path to %d bytes does not name deep: %q", median, path)
+	}
+	if p.Path(median+1) != nil {
+		t.Errorf("a path for a depth no message reached")
 	}
 
 	q := new(Probe)
