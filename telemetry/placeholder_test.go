@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"strings"
 	"testing"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -68,10 +69,20 @@ func TestGlobalPlaceholder(t *testing.T) {
 		t.Errorf("%v allocations per message with the global placeholders, want at most 1", allocs)
 	}
 
-	cmd := exec.Command(os.Args[0], "-test.run", "^TestGlobalPlaceholder$", "-test.count=1")
-	cmd.Env = append(os.Environ(), envPlaceholderChild+"=1")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("child: %v\n%s", err, out)
+	runInOwnProcess(t, "TestGlobalPlaceholder", envPlaceholderChild)
+}
+
+// runInOwnProcess runs the test named name again, alone, in a process of
+// its own with env set to "1" (the test's process-wide part reads it), and
+// fails t unless that run passed: a global OpenTelemetry provider or
+// propagator installed there cannot leak into the other tests.
+func runInOwnProcess(t *testing.T, name, env string) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^"+name+"$", "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(), env+"=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "--- PASS: "+name) {
+		t.Fatalf("%s in a process of its own: %v\n%s", name, err, out)
 	}
 }
 

@@ -29,19 +29,33 @@ func TestQuietContext(t *testing.T) {
 	type valueKey struct{}
 	base := context.WithValue(context.Background(), valueKey{}, "v")
 
+	// quietTracing is a tracing middleware that starts no span.
+	quietTracing := func(opts ...Option) message.HandlerMiddleware {
+		return NewTracing(append([]Option{WithTracerProvider(tracenoop.NewTracerProvider()),
+			WithPropagator(propagation.TraceContext{})}, opts...)...)
+	}
+	// measuring is a metrics middleware whose meter measures.
+	measuring := func(t *testing.T) message.HandlerMiddleware {
+		t.Helper()
+		mp := sdkmetric.NewMeterProvider()
+		t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+		m, err := NewMetrics(WithMeterProvider(mp))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m.Middleware
+	}
 	// run passes a message with ctx (and traceparent, when set) through
-	// outer, if any, and a quiet tracing middleware, and returns the
-	// context the handler got.
-	run := func(t *testing.T, ctx context.Context, tp string, outer message.HandlerMiddleware) context.Context {
+	// mws, outermost first, and returns the context the handler got.
+	run := func(t *testing.T, ctx context.Context, tp string, mws ...message.HandlerMiddleware) context.Context {
 		t.Helper()
 		var got context.Context
-		h := NewTracing(WithTracerProvider(tracenoop.NewTracerProvider()), WithPropagator(propagation.TraceContext{}))(
-			func(msg *message.Message) ([]*message.Message, error) {
-				got = msg.Context()
-				return nil, nil
-			})
-		if outer != nil {
-			h = outer(h)
+		h := message.HandlerFunc(func(msg *message.Message) ([]*message.Message, error) {
+			got = msg.Context()
+			return nil, nil
+		})
+		for i := len(mws) - 1; i >= 0; i-- {
+			h = mws[i](h)
 		}
 		msg := message.NewMessage("m", nil)
 		msg.SetContext(ctx)
@@ -59,7 +73,7 @@ func TestQuietContext(t *testing.T) {
 	}
 
 	t.Run("traceparent", func(t *testing.T) {
-		ctx := run(t, trace.ContextWithRemoteSpanContext(base, parentSC), traceparent, nil)
+		ctx := run(t, trace.ContextWithRemoteSpanContext(base, parentSC), traceparent, quietTracing())
 		if sc := trace.SpanContextFromContext(ctx); !sc.Equal(producer) {
 			t.Errorf("span context %v, want the producer's %v", sc, producer)
 		}
@@ -68,7 +82,7 @@ func TestQuietContext(t *testing.T) {
 		}
 	})
 	t.Run("parent-span", func(t *testing.T) {
-		ctx := run(t, trace.ContextWithRemoteSpanContext(base, parentSC), "", nil)
+		ctx := run(t, trace.ContextWithRemoteSpanContext(base, parentSC), "", quietTracing())
 		if sc := trace.SpanContextFromContext(ctx); !sc.Equal(parentSC) {
 			t.Errorf("span context %v, want the parent's %v", sc, parentSC)
 		}
@@ -77,20 +91,14 @@ func TestQuietContext(t *testing.T) {
 		}
 	})
 	t.Run("no-span", func(t *testing.T) {
-		ctx := run(t, base, "", nil)
+		ctx := run(t, base, "", quietTracing())
 		if trace.SpanContextFromContext(ctx).IsValid() || ctx.Value(valueKey{}) != "v" || !quiet(ctx) {
 			t.Errorf("span %v, value %v, quiet %t; want none, v, quiet",
 				trace.SpanContextFromContext(ctx), ctx.Value(valueKey{}), quiet(ctx))
 		}
 	})
 	t.Run("outer-record", func(t *testing.T) {
-		mp := sdkmetric.NewMeterProvider()
-		defer func() { _ = mp.Shutdown(context.Background()) }()
-		m, err := NewMetrics(WithMeterProvider(mp))
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx := run(t, base, traceparent, m.Middleware)
+		ctx := run(t, base, traceparent, measuring(t), quietTracing())
 		if recordFrom(ctx) == nil || quiet(ctx) {
 			t.Errorf("record %v, quiet %t: the outer metrics middleware's record is hidden", recordFrom(ctx), quiet(ctx))
 		}
@@ -99,21 +107,7 @@ func TestQuietContext(t *testing.T) {
 		// Told it is the outermost telemetry layer (the router's), the
 		// middleware does not look for a record: a record there would
 		// be hidden, which is why only the router says so.
-		mp := sdkmetric.NewMeterProvider()
-		defer func() { _ = mp.Shutdown(context.Background()) }()
-		m, err := NewMetrics(WithMeterProvider(mp))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var got context.Context
-		h := m.Middleware(NewTracing(WithTracerProvider(tracenoop.NewTracerProvider()), telhint.Outermost().(Option))(
-			func(msg *message.Message) ([]*message.Message, error) {
-				got = msg.Context()
-				return nil, nil
-			}))
-		if _, err := h(message.NewMessage("m", nil)); err != nil {
-			t.Fatal(err)
-		}
+		got := run(t, base, "", measuring(t), quietTracing(telhint.Outermost().(Option)))
 		if recordFrom(got) != nil || !quiet(got) {
 			t.Errorf("record %v, quiet %t: the record was looked for", recordFrom(got), quiet(got))
 		}
@@ -130,21 +124,7 @@ func TestQuietContext(t *testing.T) {
 		}
 	})
 	t.Run("inner-record", func(t *testing.T) {
-		mp := sdkmetric.NewMeterProvider()
-		defer func() { _ = mp.Shutdown(context.Background()) }()
-		m, err := NewMetrics(WithMeterProvider(mp))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var got context.Context
-		h := NewTracing(WithTracerProvider(tracenoop.NewTracerProvider()))(m.Middleware(
-			func(msg *message.Message) ([]*message.Message, error) {
-				got = msg.Context()
-				return nil, nil
-			}))
-		if _, err := h(message.NewMessage("m", nil)); err != nil {
-			t.Fatal(err)
-		}
+		got := run(t, base, "", quietTracing(), measuring(t))
 		if recordFrom(got) == nil || quiet(got) {
 			t.Errorf("record %v, quiet %t: a measuring metrics middleware must hide the quiet context", recordFrom(got), quiet(got))
 		}

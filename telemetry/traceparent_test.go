@@ -3,8 +3,6 @@ package telemetry_test
 import (
 	"context"
 	"os"
-	"os/exec"
-	"strings"
 	"testing"
 	"time"
 
@@ -246,17 +244,11 @@ func FuzzParseTraceContext(f *testing.F) {
 func TestTracingGlobalPropagatorInstalledLater(t *testing.T) {
 	const env = "SPILLWAY_TEST_GLOBAL_PROPAGATOR"
 	if os.Getenv(env) != "1" {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestTracingGlobalPropagatorInstalledLater$", "-test.count=1", "-test.v")
-		cmd.Env = append(os.Environ(), env+"=1")
-		out, err := cmd.CombinedOutput()
-		if err != nil || !strings.Contains(string(out), "--- PASS: TestTracingGlobalPropagatorInstalledLater") {
-			t.Fatalf("the test's own process: %v\n%s", err, out)
-		}
+		runInOwnProcess(t, "TestTracingGlobalPropagatorInstalledLater", env)
 		return
 	}
-	const tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 	want := trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(),
-		propagation.MapCarrier{"traceparent": tp}))
+		propagation.MapCarrier{"traceparent": traceparent}))
 	mw := telemetry.NewTracing(telemetry.WithTracerProvider(nooptrace.NewTracerProvider()))
 	seen := func() trace.SpanContext {
 		var sc trace.SpanContext
@@ -265,7 +257,7 @@ func TestTracingGlobalPropagatorInstalledLater(t *testing.T) {
 			return nil, nil
 		})
 		msg := message.NewMessage("m", nil)
-		msg.Metadata.Set("traceparent", tp)
+		msg.Metadata.Set("traceparent", traceparent)
 		if _, err := h(msg); err != nil {
 			t.Fatal(err)
 		}
