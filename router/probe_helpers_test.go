@@ -24,6 +24,17 @@ func runProbed(tb testing.TB, cfg Config, n int, check func(*Router)) *stackprob
 	return probe
 }
 
+// probeKafka points cfg at the embedded Kafka broker at brokers, on topics
+// of partitions partitions that the router creates, with a consumer group
+// of its own.
+func probeKafka(cfg *Config, brokers []string, partitions int32) {
+	cfg.Kafka.Brokers = brokers
+	cfg.Kafka.Version = "2.3.0" // kfake's limit
+	cfg.Kafka.Partitions = partitions
+	cfg.Kafka.CreateTopics = true
+	cfg.Kafka.ConsumerGroup = "probe-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+}
+
 // runWithOuter is runProbed with any middleware outside the whole stack.
 func runWithOuter(tb testing.TB, cfg Config, n int, outer message.HandlerMiddleware, check func(*Router)) {
 	tb.Helper()

@@ -4,7 +4,6 @@ package router
 
 import (
 	"runtime"
-	"strconv"
 	"testing"
 	"time"
 
@@ -54,12 +53,8 @@ func TestLeanStackFitsStartingStack(t *testing.T) {
 				cfg.Telemetry.Disabled = !c.telemetry
 				cfg.Retry.Enabled = c.control
 				if c.broker == BrokerKafka {
-					cfg.Kafka.Brokers = kafka.Brokers()
-					cfg.Kafka.Version = "2.3.0" // kfake's limit
-					cfg.Kafka.Partitions = 2
-					cfg.Kafka.CreateTopics = true
+					probeKafka(&cfg, kafka.Brokers(), 2)
 					cfg.Kafka.HeartbeatInterval = 200 * time.Millisecond
-					cfg.Kafka.ConsumerGroup = "fit-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 				}
 				return cfg
 			}
@@ -102,4 +97,21 @@ func TestLeanStackFitsStartingStack(t *testing.T) {
 			}
 		})
 	}
+}
+
+// BenchmarkStackMoves reports the share of messages whose stack the
+// runtime moved (stackprobe.Moves) on Kafka's partition mode with telemetry
+// on, a stack that fits: the rare paths that still outgrow the stack a
+// message goroutine starts with (the allocator's slow paths among them).
+//
+//	go test -run '^$' -bench StackMoves -benchtime 50000x -count 2 ./router/
+func BenchmarkStackMoves(b *testing.B) {
+	kafka := kafkatest.Start(b, 2)
+	cfg := Config{Broker: BrokerKafka}
+	probeKafka(&cfg, kafka.Brokers(), 12)
+	var moves stackprobe.Moves
+	runWithOuter(b, cfg, b.N, moves.Middleware, nil)
+	moved, n := moves.Counts()
+	b.ReportMetric(float64(moved)/float64(n), "moved/msg")
+	b.ReportMetric(0, "ns/op")
 }

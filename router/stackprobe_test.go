@@ -3,10 +3,8 @@
 package router
 
 import (
-	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/spillway-go/spillway/internal/kafkatest"
 	"github.com/spillway-go/spillway/internal/stackprobe"
@@ -42,11 +40,7 @@ func BenchmarkStackHighWater(b *testing.B) {
 			cfg := Config{Broker: c.broker}
 			cfg.Telemetry.Disabled = c.disabled
 			if c.broker == BrokerKafka {
-				cfg.Kafka.Brokers = kafka.Brokers()
-				cfg.Kafka.Version = "2.3.0" // kfake's limit
-				cfg.Kafka.Partitions = 4
-				cfg.Kafka.CreateTopics = true
-				cfg.Kafka.ConsumerGroup = "probe-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+				probeKafka(&cfg, kafka.Brokers(), 4)
 				if c.key {
 					cfg.Kafka.Consumer = "key"
 				}
