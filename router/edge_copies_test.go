@@ -341,7 +341,7 @@ func TestEdgeUncountableAuditCopy(t *testing.T) {
 	// The version guard holds v2 as done once it is acked; GoChannel
 	// delivers each message on its own goroutine, so v1 must not go out
 	// before that.
-	if n := r.settling.wait(time.Now().Add(10 * time.Second)); n != 0 {
+	if n, _ := r.settling.wait(time.Now().Add(10 * time.Second)); n != 0 {
 		t.Fatalf("v2 not acked: %d messages unsettled", n)
 	}
 	stale := message.NewMessage("v1", []byte("garbage"))

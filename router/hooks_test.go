@@ -130,7 +130,7 @@ func TestHooks(t *testing.T) {
 	waitFor(t, "the gate to report v2", func() bool { return len(log.matching("retry v2")) == 2 })
 	// The version guard holds v2 as done once it is acked, and GoChannel
 	// delivers each message on its own goroutine: v1 must wait for that.
-	if n := r.settling.wait(time.Now().Add(10 * time.Second)); n != 0 {
+	if n, _ := r.settling.wait(time.Now().Add(10 * time.Second)); n != 0 {
 		t.Fatalf("v2 not acked: %d messages unsettled", n)
 	}
 	publishCosted(t, r, "positions", "v1", 10, "entity_id", "e", "entity_version", "1") // stale

@@ -335,12 +335,12 @@ func runScenario(t *testing.T, mode scenarioMode, consumer string, msgs []burstM
 		mu.Lock()
 		n := started["a"]
 		mu.Unlock()
-		if n >= 1 && a.r.entered.Load() >= burstPartitions {
+		if n >= 1 && a.r.settling.inFlight() >= burstPartitions {
 			close(released)
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: first member never got going (started %d, in flight %d)", mode, n, a.r.entered.Load())
+			t.Fatalf("%s: first member never got going (started %d, in flight %d)", mode, n, a.r.settling.inFlight())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

@@ -188,9 +188,7 @@ type Router struct {
 	closeErr      error
 	closed        chan struct{}
 
-	entered  atomic.Int64 // messages past the shutdown gate
-	running  atomic.Int64 // messages admitted and in their handler
-	settling settling     // messages not yet acked or nacked
+	settling settling // messages not yet acked or nacked
 
 	revocations, cancellations atomic.Uint64 // admissions that ended so (Stats)
 }
@@ -773,18 +771,15 @@ func (r *Router) close() error {
 	if r.lagSampler != nil {
 		_ = r.lagSampler.Close() // before the clients it samples through
 	}
-	for r.entered.Load() > 0 {
-		if time.Now().After(deadline) {
-			errs = append(errs, fmt.Errorf("router: close: %d admitted messages still running after %s", r.running.Load(), r.cfg.CloseTimeout))
-			break
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 	// Finished work is acked (or nacked) by Watermill after the stack
 	// returns, and after the messages the handler produced are published:
-	// wait for that too, or the subscribers below would close first and
-	// the broker would redeliver work that is done.
-	if n := r.settling.wait(deadline); n > 0 {
+	// wait for that too, not only for the handlers, or the subscribers
+	// below would close first and the broker would redeliver work that is
+	// done.
+	if n, running := r.settling.wait(deadline); n > 0 {
+		if running > 0 {
+			errs = append(errs, fmt.Errorf("router: close: %d admitted messages still running after %s", running, r.cfg.CloseTimeout))
+		}
 		errs = append(errs, fmt.Errorf("router: close: %d messages still unacknowledged after %s", n, r.cfg.CloseTimeout))
 	}
 

@@ -285,6 +285,9 @@ func (r *Router) enter(msg *message.Message, handler *handlerName) (*delivery, e
 		return nil, r.hold(life)
 	}
 	d := newDelivery(orig)
+	if d.shard == nil { // not the settling layer's: a later attempt
+		d.shard = r.settling.shardOf(msg)
+	}
 	d.handlerCtx = orig
 	if life != orig {
 		d.handlerLife = newHandlerContext(orig, life)
@@ -295,7 +298,6 @@ func (r *Router) enter(msg *message.Message, handler *handlerName) (*delivery, e
 		q, ok := orig.(telhint.Quiet)
 		d.quiet = ok && q.TelemetryQuiet()
 	}
-	r.entered.Add(1)
 	// Without the retry gate's scope, Close must end the wait here.
 	// With it, orig already ends when Close starts, and the waiting
 	// context with it, never before: the gate sees its own context
@@ -364,13 +366,12 @@ func newHandlerContext(values, life context.Context) *handlerContext {
 // the handler returned, failed or panicked, or after admission refused it.
 func (r *Router) leave(d *delivery) {
 	if d.running {
-		r.running.Add(-1)
+		d.shard.running.Add(-1)
 	}
 	if r.budgetMW != nil {
 		r.budgetMW.Release(&d.ticket)
 	}
 	d.End()
-	r.entered.Add(-1)
 	if d.handlerLife != nil {
 		d.handlerLife.End()
 	}
@@ -400,7 +401,8 @@ type delivery struct {
 	handlerLife *handlerContext
 
 	ticket  middleware.Ticket // the admission, released by leave
-	running bool              // handed over to the handler: counted in r.running
+	shard   *settleShard      // where the message counts as running
+	running bool              // handed over to the handler: counted in shard.running
 	// revoked is the tracker's Revoked channel for the message, read by
 	// the slot before admission; nil without a tracker.
 	revoked <-chan struct{}
@@ -445,6 +447,6 @@ func (d *delivery) Value(key any) any {
 // handOver gives msg its handler context back and counts it running.
 func (r *Router) handOver(msg *message.Message, d *delivery) {
 	msg.SetContext(d.handlerCtx)
-	r.running.Add(1)
+	d.shard.running.Add(1)
 	d.running = true
 }
