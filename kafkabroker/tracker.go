@@ -133,19 +133,25 @@ type claimState struct {
 	high *atomic.Int64 // the offset memory's slot of this claim's group and partition
 }
 
-// delivered is what SessionTracker.delivering holds for a message.
+// delivered is what SessionTracker.delivering holds for a message: the
+// claim delivering it, at offset.
 type delivered struct {
+	msg    *message.Message
 	c      *claimState
 	offset int64
 }
 
 const deliveringShards = 16
 
-// deliveringShard is one share of SessionTracker.delivering.
+// deliveringShard is one share of SessionTracker.delivering: the messages
+// of the share being delivered, one per live claim at most, so a handful
+// over all the shards. A short list scanned for the message's address
+// costs less than a map's hashing and probing on every call, three of
+// them per message on the message goroutine and two on the claim's.
 type deliveringShard struct {
 	mu sync.Mutex
-	m  map[*message.Message]delivered
-	_  [48]byte // one shard per 64-byte cache line
+	ds []delivered
+	_  [32]byte // one shard per 64-byte cache line
 }
 
 // deliveringOf returns msg's shard of t.delivering, picked by a hash of
@@ -158,11 +164,12 @@ func (t *SessionTracker) deliveringOf(msg *message.Message) *deliveringShard {
 // deliveringSeed seeds deliveringOf's hash.
 var deliveringSeed = maphash.MakeSeed()
 
-// setDelivering records that c is delivering msg at offset.
-func (t *SessionTracker) setDelivering(msg *message.Message, d delivered) {
-	sh := t.deliveringOf(msg)
+// setDelivering records that d.c is delivering d.msg at d.offset; the
+// message must not be recorded already.
+func (t *SessionTracker) setDelivering(d delivered) {
+	sh := t.deliveringOf(d.msg)
 	sh.mu.Lock()
-	sh.m[msg] = d
+	sh.ds = append(sh.ds, d)
 	sh.mu.Unlock()
 }
 
@@ -170,8 +177,28 @@ func (t *SessionTracker) setDelivering(msg *message.Message, d delivered) {
 func (t *SessionTracker) dropDelivering(msg *message.Message) {
 	sh := t.deliveringOf(msg)
 	sh.mu.Lock()
-	delete(sh.m, msg)
+	for i := range sh.ds {
+		if sh.ds[i].msg == msg {
+			last := len(sh.ds) - 1
+			sh.ds[i] = sh.ds[last]
+			sh.ds[last] = delivered{} // the message, and its payload, are garbage now
+			sh.ds = sh.ds[:last]
+			break
+		}
+	}
 	sh.mu.Unlock()
+}
+
+// delivering returns what t holds for msg.
+func (sh *deliveringShard) delivering(msg *message.Message) (delivered, bool) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	for _, d := range sh.ds {
+		if d.msg == msg {
+			return d, true
+		}
+	}
+	return delivered{}, false
 }
 
 // deliveringCount returns how many messages t holds as being delivered.
@@ -180,7 +207,7 @@ func (t *SessionTracker) deliveringCount() int {
 	for i := range t.delivering {
 		sh := &t.delivering[i]
 		sh.mu.Lock()
-		n += len(sh.m)
+		n += len(sh.ds)
 		sh.mu.Unlock()
 	}
 	return n
@@ -219,11 +246,7 @@ func newSessionTracker(inner kafka.SaramaTracer, group string, seen *offsetMemor
 	if seen == nil {
 		seen = newOffsetMemory()
 	}
-	t := &SessionTracker{inner: inner, group: group, seen: seen, claims: make(map[topicPartition]*claimState)}
-	for i := range t.delivering {
-		t.delivering[i].m = make(map[*message.Message]delivered)
-	}
-	return t
+	return &SessionTracker{inner: inner, group: group, seen: seen, claims: make(map[topicPartition]*claimState)}
 }
 
 // offsetMemory is, per consumer group and partition, the highest offset
@@ -430,10 +453,7 @@ func (t *SessionTracker) unregisterKeyed(tp topicPartition, p *keyPartition) {
 // lookup deep on the message goroutine's stack (Revoked, under budget
 // admission), which must fit in the stack that goroutine starts with.
 func (t *SessionTracker) lookup(msg *message.Message) (*claimState, int64, bool) {
-	sh := t.deliveringOf(msg)
-	sh.mu.Lock()
-	d, ok := sh.m[msg]
-	sh.mu.Unlock()
+	d, ok := t.deliveringOf(msg).delivering(msg)
 	if !ok {
 		return t.lookupByContext(msg)
 	}
@@ -685,7 +705,7 @@ func (u trackedUnmarshaler) Unmarshal(m *sarama.ConsumerMessage) (*message.Messa
 		}
 		if err == nil && msg != nil && u.t.claimOf(key) == c {
 			c.msg = msg
-			u.t.setDelivering(msg, delivered{c: c, offset: m.Offset})
+			u.t.setDelivering(delivered{msg: msg, c: c, offset: m.Offset})
 		}
 	}
 	return msg, err

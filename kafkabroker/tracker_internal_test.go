@@ -2,7 +2,10 @@ package kafkabroker
 
 import (
 	"context"
+	"runtime"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/IBM/sarama"
 	"github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
@@ -72,4 +75,52 @@ func toRecordHeaders(hs []sarama.RecordHeader) []*sarama.RecordHeader {
 		out[i] = &hs[i]
 	}
 	return out
+}
+
+// A message the claims have moved on from is not kept: its payload is
+// garbage once everyone else drops it, with many claims sharing the
+// tracker's shards.
+func TestTrackerKeepsNoPastDelivery(t *testing.T) {
+	tr := newSessionTracker(nil, "g", nil)
+	const claims = 48
+	for p := range int32(claims) {
+		c := &claimState{sess: context.Background(), current: -1, completed: -1, seenBefore: -1}
+		tr.mu.Lock()
+		tr.setClaimLocked(topicPartition{"t", p}, c, nil)
+		tr.mu.Unlock()
+	}
+	u := tr.wrapUnmarshaler(kafka.DefaultMarshaler{})
+	deliver := func(p int32, offset int64) *message.Message {
+		t.Helper()
+		msg, err := u.Unmarshal(&sarama.ConsumerMessage{Topic: "t", Partition: p, Offset: offset, Value: make([]byte, 4<<10)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return msg
+	}
+	var freed atomic.Int64
+	for p := range int32(claims) {
+		msg := deliver(p, 0)
+		runtime.AddCleanup(&msg.Payload[0], func(struct{}) { freed.Add(1) }, struct{}{})
+	}
+	if n := tr.deliveringCount(); n != claims {
+		t.Fatalf("tracker holds %d messages, want %d", n, claims)
+	}
+	next := make([]*message.Message, 0, claims)
+	for p := range int32(claims) {
+		next = append(next, deliver(p, 1))
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for freed.Load() < claims && time.Now().Before(deadline) {
+		runtime.GC()
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := freed.Load(); got != claims {
+		t.Errorf("%d of %d past deliveries still reachable", claims-got, claims)
+	}
+	for _, msg := range next {
+		if _, _, ok := tr.lookup(msg); !ok {
+			t.Fatalf("current delivery %p not found", msg)
+		}
+	}
 }
