@@ -106,7 +106,15 @@ type slotted struct {
 	context.Context
 	d    delivery
 	used bool // d was handed out: later attempts (the retry gate's) allocate
+	// quiet: the tracing middleware found nothing for telemetry to record
+	// about the message's admission and said so here, instead of
+	// allocating a context that says it (telhint.QuietMarker).
+	quiet bool
 }
+
+// MarkTelemetryQuiet records the tracing middleware's finding that
+// telemetry has nothing to record about the message (telhint.QuietMarker).
+func (c *slotted) MarkTelemetryQuiet() { c.quiet = true }
 
 // slottedKey finds the slotted context below the contexts the layers
 // between the settling layer and the slot made.

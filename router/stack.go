@@ -295,8 +295,14 @@ func (r *Router) enter(msg *message.Message, handler *handlerName) (*delivery, e
 	}
 	d.tracker = r.tracker(handler.of(orig))
 	if r.budgetQuiet != nil {
-		q, ok := orig.(telhint.Quiet)
-		d.quiet = ok && q.TelemetryQuiet()
+		// Either mark counts only on the context that reaches the slot:
+		// a metrics middleware that measures wraps it in its record.
+		switch c := orig.(type) {
+		case *slotted:
+			d.quiet = c.quiet
+		case telhint.Quiet:
+			d.quiet = c.TelemetryQuiet()
+		}
 	}
 	// Without the retry gate's scope, Close must end the wait here.
 	// With it, orig already ends when Close starts, and the waiting

@@ -21,6 +21,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/spillway-go/spillway/cost"
+	"github.com/spillway-go/spillway/internal/telhint"
 	"github.com/spillway-go/spillway/middleware"
 )
 
@@ -386,6 +387,94 @@ func TestAdmissionHooksOnLeanStack(t *testing.T) {
 			}
 			if measured != n {
 				t.Errorf("spillway.admission.wait measured %d admissions, want %d", measured, n)
+			}
+		})
+	}
+}
+
+// TestQuietMark: the tracing middleware that starts no span (no provider
+// installed) tells the router about a message telemetry has nothing to
+// record for by marking the router's own context, allocating none, when
+// the message carries no producer's span context; with one it allocates a
+// context that carries it and says the same. A message whose context
+// holds a span that records is not quiet: the metrics' admission hook
+// runs and records the admission on that span.
+func TestQuietMark(t *testing.T) {
+	defer goleak.VerifyNone(t, leakOptions...)
+	const traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	for _, c := range []struct {
+		name             string
+		traceparent      bool
+		recordingParent  bool
+		wantMarked       bool // the handler gets the router's own context back
+		wantQuiet        bool
+		wantParentRecord bool
+	}{
+		{name: "plain", wantMarked: true, wantQuiet: true},
+		{name: "traceparent", traceparent: true, wantQuiet: true},
+		{name: "recording-parent", recordingParent: true, wantMarked: true, wantParentRecord: true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			rec := tracetest.NewSpanRecorder()
+			tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+			var outer message.HandlerMiddleware
+			if c.recordingParent {
+				outer = func(h message.HandlerFunc) message.HandlerFunc {
+					return func(msg *message.Message) ([]*message.Message, error) {
+						ctx, span := tp.Tracer("test").Start(msg.Context(), "outer")
+						defer span.End()
+						msg.SetContext(ctx)
+						return h(msg)
+					}
+				}
+			}
+			var o options
+			WithPropagator(propagation.TraceContext{})(&o)
+			r, err := newRouter(Config{Broker: BrokerMemory}, nil, o, control{outer: outer})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.budgetQuiet == nil {
+				t.Fatal("no quiet budget: the stack is expected to fit")
+			}
+			type seen struct{ marked, quiet, found bool }
+			got := make(chan seen, 1)
+			if _, err := r.AddConsumerHandler("h", "marks", func(msg *message.Message) error {
+				var s seen
+				switch ctx := msg.Context().(type) {
+				case *slotted:
+					s = seen{marked: true, quiet: ctx.quiet, found: true}
+				case telhint.Quiet:
+					s = seen{quiet: ctx.TelemetryQuiet(), found: true}
+				}
+				got <- s
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			startRouter(t, r)
+			var meta []string
+			if c.traceparent {
+				meta = []string{"traceparent", traceparent}
+			}
+			publishCosted(t, r, "marks", "m1", 10, meta...)
+			s := <-got
+			if !s.found {
+				t.Fatal("the handler's context is neither the router's nor a quiet one")
+			}
+			if s.marked != c.wantMarked || s.quiet != c.wantQuiet {
+				t.Errorf("router's own context %v, quiet %v; want %v, %v", s.marked, s.quiet, c.wantMarked, c.wantQuiet)
+			}
+			if !c.recordingParent {
+				return
+			}
+			waitFor(t, "the outer span to end", func() bool { return len(rec.Ended()) == 1 })
+			recorded := false
+			for _, kv := range rec.Ended()[0].Attributes() {
+				recorded = recorded || kv.Key == "spillway.admission.outcome"
+			}
+			if recorded != c.wantParentRecord {
+				t.Errorf("admission recorded on the recording parent span: %v, want %v", recorded, c.wantParentRecord)
 			}
 		})
 	}

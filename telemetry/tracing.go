@@ -18,6 +18,7 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/spillway-go/spillway/internal/stackroom"
+	"github.com/spillway-go/spillway/internal/telhint"
 )
 
 // tracing is the consumer side of Spillway's tracing: the middleware
@@ -187,14 +188,38 @@ func (t *tracing) middleware(h message.HandlerFunc) message.HandlerFunc {
 // message) itself: without it each would walk the whole context chain,
 // a dozen values deep on Kafka, to find nothing, and deep on the stack.
 //
+// Below a router (Outermost), a message that carries no producer's span
+// context keeps its context: the router's, which takes the finding as a
+// mark (telhint.QuietMarker), and no context is allocated.
+//
 //go:noinline
 func (t *tracing) quiet(msg *message.Message) {
-	c := &quietContext{Context: msg.Context()}
-	if !t.cfg.linkProducer && t.carriesContext(msg) {
+	ctx := msg.Context()
+	carries := !t.cfg.linkProducer && t.carriesContext(msg)
+	if m, ok := ctx.(telhint.QuietMarker); ok && t.cfg.outermost && !carries {
+		if !spanRecords(ctx) {
+			m.MarkTelemetryQuiet()
+		}
+		return
+	}
+	c := &quietContext{Context: ctx}
+	if carries {
 		t.extract(msg, c)
 	}
 	c.resolve(t.cfg.outermost)
 	msg.SetContext(c)
+}
+
+// spanRecords reports whether ctx's span records.
+//
+//go:noinline
+func spanRecords(ctx context.Context) bool {
+	key := spanKey()
+	if key == nil {
+		return trace.SpanFromContext(ctx).IsRecording()
+	}
+	s, ok := ctx.Value(key).(trace.Span)
+	return ok && s.IsRecording()
 }
 
 // extract puts the producer's span context that msg carries into c: read

@@ -21,6 +21,20 @@ type Quiet interface {
 	TelemetryQuiet() bool
 }
 
+// QuietMarker is implemented by the context the router gives each message
+// at the top of its stack. A tracing middleware that is the outermost
+// telemetry layer (Outermost), starts no span for the message and has no
+// producer's span context to carry marks that context quiet instead of
+// allocating a context of its own: the message then has no telemetry
+// record, since nothing outside the tracing middleware makes one, and the
+// middleware found no span that records. A metrics middleware that
+// measures wraps the marked context in its record, so the router, reading
+// the mark only when the marked context itself reaches its budget slot,
+// still sees the meter.
+type QuietMarker interface {
+	MarkTelemetryQuiet()
+}
+
 // StackFits returns a telemetry.Option (as any: this package cannot
 // import telemetry) that tells the tracing middleware the stack below it
 // fits in a new goroutine's stack when it starts no span, so that it does
