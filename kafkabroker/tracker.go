@@ -79,7 +79,7 @@ type SessionTracker struct {
 	// claimsView is a copy of claims, replaced whenever claims changes
 	// (a claim starts or ends: rare), so the per-message paths read it
 	// without taking mu.
-	claimsView atomic.Pointer[map[topicPartition]*claimState]
+	claimsView atomic.Pointer[claimsView]
 	// delivering maps the message each live claim is delivering now to
 	// its claim and offset, so the hooks the router calls for every
 	// message (Begin, Revoked, Completed) find the claim without reading
@@ -224,17 +224,51 @@ func (t *SessionTracker) setClaimLocked(key topicPartition, c, old *claimState) 
 	} else {
 		return
 	}
-	view := make(map[topicPartition]*claimState, len(t.claims))
-	for k, v := range t.claims {
-		view[k] = v
-	}
-	t.claimsView.Store(&view)
+	t.claimsView.Store(newClaimsView(t.claims))
 }
 
 // claimOf returns the live claim of key, nil if none, without locking.
 func (t *SessionTracker) claimOf(key topicPartition) *claimState {
 	if v := t.claimsView.Load(); v != nil {
-		return (*v)[key]
+		return v.claim(key)
+	}
+	return nil
+}
+
+// claimsView is a read-only copy of a tracker's claims, indexed by
+// partition: looking a claim up, twice for every message the tracker's
+// unmarshaler sees, compares a topic or two instead of hashing it.
+type claimsView struct {
+	byPartition [][]topicClaim
+}
+
+type topicClaim struct {
+	topic string
+	c     *claimState
+}
+
+func newClaimsView(claims map[topicPartition]*claimState) *claimsView {
+	v := new(claimsView)
+	for k, c := range claims {
+		if k.partition < 0 {
+			continue // never claimed: Kafka's partitions count from 0
+		}
+		if n := int(k.partition) + 1; n > len(v.byPartition) {
+			v.byPartition = append(v.byPartition, make([][]topicClaim, n-len(v.byPartition))...)
+		}
+		v.byPartition[k.partition] = append(v.byPartition[k.partition], topicClaim{k.topic, c})
+	}
+	return v
+}
+
+func (v *claimsView) claim(key topicPartition) *claimState {
+	if key.partition < 0 || int(key.partition) >= len(v.byPartition) {
+		return nil
+	}
+	for _, tc := range v.byPartition[key.partition] {
+		if tc.topic == key.topic {
+			return tc.c
+		}
 	}
 	return nil
 }

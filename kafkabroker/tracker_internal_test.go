@@ -124,3 +124,43 @@ func TestTrackerKeepsNoPastDelivery(t *testing.T) {
 		}
 	}
 }
+
+// The claims view finds each live claim by topic and partition, with
+// several topics on one partition number, and nothing else.
+func TestClaimsView(t *testing.T) {
+	tr := newSessionTracker(nil, "g", nil)
+	keys := []topicPartition{{"a", 0}, {"b", 0}, {"a", 7}, {"c", 2}}
+	claims := make(map[topicPartition]*claimState)
+	for _, k := range keys {
+		c := &claimState{sess: context.Background(), current: -1, completed: -1}
+		claims[k] = c
+		tr.mu.Lock()
+		tr.setClaimLocked(k, c, nil)
+		tr.mu.Unlock()
+	}
+	for _, k := range keys {
+		if got := tr.claimOf(k); got != claims[k] {
+			t.Errorf("claimOf(%v) = %p, want %p", k, got, claims[k])
+		}
+	}
+	for _, k := range []topicPartition{{"a", 1}, {"b", 7}, {"a", 8}, {"a", 1 << 30}, {"a", -1}, {"", 0}} {
+		if got := tr.claimOf(k); got != nil {
+			t.Errorf("claimOf(%v) = %p, want none", k, got)
+		}
+	}
+	tr.mu.Lock()
+	tr.setClaimLocked(keys[0], nil, claims[keys[1]]) // not a's claim: kept
+	tr.mu.Unlock()
+	if tr.claimOf(keys[0]) != claims[keys[0]] {
+		t.Fatal("a claim removed by another claim's end")
+	}
+	tr.mu.Lock()
+	tr.setClaimLocked(keys[0], nil, claims[keys[0]])
+	tr.mu.Unlock()
+	if got := tr.claimOf(keys[0]); got != nil {
+		t.Errorf("claimOf(%v) = %p after its claim ended, want none", keys[0], got)
+	}
+	if got := tr.claimOf(keys[1]); got != claims[keys[1]] {
+		t.Errorf("claimOf(%v) = %p after another topic's claim on its partition ended, want %p", keys[1], got, claims[keys[1]])
+	}
+}
