@@ -115,6 +115,14 @@ type topicPartition struct {
 	partition int32
 }
 
+// newClaimState returns the state of a claim that has delivered nothing yet.
+func newClaimState(sess context.Context, seenBefore int64, high *atomic.Int64) *claimState {
+	c := &claimState{sess: sess, seenBefore: seenBefore, high: high}
+	c.current.Store(-1)
+	c.completed.Store(-1)
+	return c
+}
+
 // claimState is one claimed partition of one session.
 type claimState struct {
 	sess context.Context
@@ -124,9 +132,16 @@ type claimState struct {
 	// or below it is a redelivery.
 	seenBefore int64
 
-	mu        sync.Mutex
-	current   int64 // offset watermill-kafka is delivering, -1 before the first
-	completed int64 // offset whose handler succeeded in the current attempt, -1 none
+	// current is the offset watermill-kafka is delivering, -1 before the
+	// first; completed the offset whose handler succeeded in the current
+	// attempt, -1 none. Atomics, not a lock: watermill-kafka delivers one
+	// message of a claim at a time and moves on only once it is acked, so
+	// the claim's goroutine and the message's never change them at once,
+	// and every reader compares completed with current, which a stale
+	// completed never matches. The message goroutine's reads then leave
+	// the claim's cache line shared instead of taking it for a lock.
+	current   atomic.Int64
+	completed atomic.Int64
 
 	msg *message.Message // the message unmarshalled for current; only the claim's goroutine uses it
 
@@ -415,9 +430,7 @@ func (t *SessionTracker) Begin(msg *message.Message) {
 		return
 	}
 	if c, _, ok := t.lookup(msg); ok {
-		c.mu.Lock()
-		c.completed = -1
-		c.mu.Unlock()
+		c.completed.Store(-1)
 	}
 }
 
@@ -430,11 +443,9 @@ func (t *SessionTracker) Completed(msg *message.Message) {
 		return
 	}
 	if c, off, ok := t.lookup(msg); ok {
-		c.mu.Lock()
-		if c.current == off {
-			c.completed = off
+		if c.current.Load() == off {
+			c.completed.Store(off)
 		}
-		c.mu.Unlock()
 	}
 }
 
@@ -491,10 +502,7 @@ func (t *SessionTracker) lookup(msg *message.Message) (*claimState, int64, bool)
 	if !ok {
 		return t.lookupByContext(msg)
 	}
-	d.c.mu.Lock()
-	cur := d.c.current
-	d.c.mu.Unlock()
-	return d.c, d.offset, cur == d.offset
+	return d.c, d.offset, d.c.current.Load() == d.offset
 }
 
 // lookupByContext is lookup for a message the unmarshaler did not record:
@@ -523,10 +531,7 @@ func (t *SessionTracker) lookupByContext(msg *message.Message) (*claimState, int
 	if c == nil {
 		return nil, 0, false
 	}
-	c.mu.Lock()
-	cur := c.current
-	c.mu.Unlock()
-	return c, offset, cur == offset
+	return c, offset, c.current.Load() == offset
 }
 
 // lookupByOffset finds the claim of partition that is delivering offset,
@@ -539,10 +544,7 @@ func (t *SessionTracker) lookupByOffset(partition int32, offset int64) (*claimSt
 		if k.partition != partition {
 			continue
 		}
-		c.mu.Lock()
-		cur := c.current
-		c.mu.Unlock()
-		if cur == offset {
+		if c.current.Load() == offset {
 			if found != nil {
 				return nil, false // two topics at the same offset: ambiguous
 			}
@@ -650,8 +652,7 @@ func (h *trackedHandler) ConsumeClaim(s sarama.ConsumerGroupSession, claim saram
 		return h.next.ConsumeClaim(s, claim)
 	}
 	gp := groupPartition{t.group, key}
-	c := &claimState{sess: s.Context(), current: -1, completed: -1,
-		seenBefore: t.seen.highest(gp), high: t.seen.slot(gp)}
+	c := newClaimState(s.Context(), t.seen.highest(gp), t.seen.slot(gp))
 	t.mu.Lock()
 	t.setClaimLocked(key, c, nil)
 	t.mu.Unlock()
@@ -686,9 +687,8 @@ func (s *trackedSession) Context() context.Context {
 	if real.Err() == nil {
 		return real
 	}
-	s.c.mu.Lock()
-	keep := s.c.completed >= 0 && s.c.completed == s.c.current
-	s.c.mu.Unlock()
+	done := s.c.completed.Load()
+	keep := done >= 0 && done == s.c.current.Load()
 	if keep {
 		return context.WithoutCancel(real)
 	}
@@ -697,11 +697,7 @@ func (s *trackedSession) Context() context.Context {
 
 func (s *trackedSession) MarkMessage(msg *sarama.ConsumerMessage, metadata string) {
 	late := s.ConsumerGroupSession.Context().Err() != nil
-	s.c.mu.Lock()
-	if s.c.completed == msg.Offset {
-		s.c.completed = -1 // one ack, one mark
-	}
-	s.c.mu.Unlock()
+	s.c.completed.CompareAndSwap(msg.Offset, -1) // one ack, one mark
 	s.ConsumerGroupSession.MarkMessage(msg, metadata)
 	if late {
 		s.t.marked.Add(1)
@@ -724,12 +720,10 @@ func (u trackedUnmarshaler) Unmarshal(m *sarama.ConsumerMessage) (*message.Messa
 		u.t.seen.receive(groupPartition{u.t.group, key}, m.Offset)
 	}
 	if c != nil {
-		c.mu.Lock()
-		if c.current != m.Offset {
-			c.current = m.Offset
-			c.completed = -1
+		if c.current.Load() != m.Offset {
+			c.completed.Store(-1)
+			c.current.Store(m.Offset)
 		}
-		c.mu.Unlock()
 	}
 	msg, err := u.next.Unmarshal(m)
 	if c != nil {

@@ -33,8 +33,7 @@ func BenchmarkTrackedDelivery(b *testing.B) {
 			tr.mu.Lock()
 			for p := range int32(12) {
 				gp := groupPartition{"g", topicPartition{"t", p}}
-				tr.setClaimLocked(topicPartition{"t", p}, &claimState{sess: sess, current: -1, completed: -1,
-					seenBefore: -1, high: tr.seen.slot(gp)}, nil)
+				tr.setClaimLocked(topicPartition{"t", p}, newClaimState(sess, -1, tr.seen.slot(gp)), nil)
 			}
 			tr.mu.Unlock()
 			var u kafka.Unmarshaler = kafka.DefaultMarshaler{}

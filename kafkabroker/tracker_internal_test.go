@@ -18,7 +18,7 @@ import (
 func TestTrackerDeliveringByMessage(t *testing.T) {
 	tr := newSessionTracker(nil, "g", nil)
 	key := topicPartition{"t", 3}
-	c := &claimState{sess: context.Background(), current: -1, completed: -1, seenBefore: 4}
+	c := newClaimState(context.Background(), 4, nil)
 	tr.mu.Lock()
 	tr.setClaimLocked(key, c, nil)
 	tr.mu.Unlock()
@@ -46,8 +46,8 @@ func TestTrackerDeliveringByMessage(t *testing.T) {
 	}
 	tr.Begin(first)
 	tr.Completed(first)
-	if c.completed != 4 {
-		t.Fatalf("completed = %d, want 4", c.completed)
+	if c.completed.Load() != 4 {
+		t.Fatalf("completed = %d, want 4", c.completed.Load())
 	}
 
 	second := deliver(5)
@@ -84,7 +84,7 @@ func TestTrackerKeepsNoPastDelivery(t *testing.T) {
 	tr := newSessionTracker(nil, "g", nil)
 	const claims = 48
 	for p := range int32(claims) {
-		c := &claimState{sess: context.Background(), current: -1, completed: -1, seenBefore: -1}
+		c := newClaimState(context.Background(), -1, nil)
 		tr.mu.Lock()
 		tr.setClaimLocked(topicPartition{"t", p}, c, nil)
 		tr.mu.Unlock()
@@ -132,7 +132,7 @@ func TestClaimsView(t *testing.T) {
 	keys := []topicPartition{{"a", 0}, {"b", 0}, {"a", 7}, {"c", 2}}
 	claims := make(map[topicPartition]*claimState)
 	for _, k := range keys {
-		c := &claimState{sess: context.Background(), current: -1, completed: -1}
+		c := newClaimState(context.Background(), -1, nil)
 		claims[k] = c
 		tr.mu.Lock()
 		tr.setClaimLocked(k, c, nil)
