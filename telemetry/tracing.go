@@ -189,8 +189,10 @@ func (t *tracing) middleware(h message.HandlerFunc) message.HandlerFunc {
 // a dozen values deep on Kafka, to find nothing, and deep on the stack.
 //
 // Below a router (Outermost), a message that carries no producer's span
-// context keeps its context: the router's, which takes the finding as a
-// mark (telhint.QuietMarker), and no context is allocated.
+// context keeps its context, the router's, which takes the finding as a
+// mark (telhint.QuietMarker): nothing is allocated, and the router, which
+// then leaves out the admission hook, is the one layer below that would
+// have looked.
 //
 //go:noinline
 func (t *tracing) quiet(msg *message.Message) {
