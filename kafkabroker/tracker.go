@@ -429,7 +429,9 @@ func (t *SessionTracker) Begin(msg *message.Message) {
 		d.completed.Store(false)
 		return
 	}
-	if c, _, ok := t.lookup(msg); ok {
+	// A first attempt finds -1 already (the unmarshaler's); reading
+	// first leaves the claim's cache line shared then.
+	if c, _, ok := t.lookup(msg); ok && c.completed.Load() != -1 {
 		c.completed.Store(-1)
 	}
 }

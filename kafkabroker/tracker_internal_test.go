@@ -49,6 +49,13 @@ func TestTrackerDeliveringByMessage(t *testing.T) {
 	if c.completed.Load() != 4 {
 		t.Fatalf("completed = %d, want 4", c.completed.Load())
 	}
+	// A new attempt of the same message (the retry gate's) starts
+	// uncompleted.
+	tr.Begin(first)
+	if c.completed.Load() != -1 {
+		t.Fatalf("completed = %d after a new attempt began, want -1", c.completed.Load())
+	}
+	tr.Completed(first)
 
 	second := deliver(5)
 	if n := tr.deliveringCount(); n != 1 {
