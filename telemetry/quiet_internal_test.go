@@ -123,6 +123,39 @@ func TestQuietContext(t *testing.T) {
 			t.Errorf("span %v, quiet %t; want the parent's recording span, not quiet", trace.SpanFromContext(c), c.TelemetryQuiet())
 		}
 	})
+	t.Run("marker", func(t *testing.T) {
+		// The router's context (a telhint.QuietMarker) is marked instead
+		// of wrapped only when the middleware is told both that it is
+		// outermost and that the stack fits: a router whose stack does not
+		// fit runs the admission hook on every message, and the hook's
+		// lookups need the quiet context's answers.
+		outermost, fits := telhint.Outermost().(Option), telhint.StackFits().(Option)
+		for _, c := range []struct {
+			name       string
+			opts       []Option
+			ctx        context.Context
+			tp         string
+			wantMarked bool
+		}{
+			{"outermost+fits", []Option{outermost, fits}, base, "", true},
+			{"outermost", []Option{outermost}, base, "", false},
+			{"fits", []Option{fits}, base, "", false},
+			{"outermost+fits/traceparent", []Option{outermost, fits}, base, traceparent, false},
+			// (A parent span that records is not marked either: the
+			// router's TestQuietMark, where the global placeholder
+			// tracer leaves such a message to the quiet path.)
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				m := &markerContext{Context: c.ctx}
+				got := run(t, m, c.tp, quietTracing(c.opts...))
+				if (got == m) != c.wantMarked || m.marked != c.wantMarked {
+					_, wrapped := got.(*quietContext)
+					t.Errorf("handler got the router's context %t (a quiet context %t), marked %t; want %t",
+						got == m, wrapped, m.marked, c.wantMarked)
+				}
+			})
+		}
+	})
 	t.Run("inner-record", func(t *testing.T) {
 		got := run(t, base, "", quietTracing(), measuring(t))
 		if recordFrom(got) == nil || quiet(got) {
@@ -130,3 +163,12 @@ func TestQuietContext(t *testing.T) {
 		}
 	})
 }
+
+// markerContext stands for the router's context, which the tracing
+// middleware may mark quiet (telhint.QuietMarker).
+type markerContext struct {
+	context.Context
+	marked bool
+}
+
+func (c *markerContext) MarkTelemetryQuiet() { c.marked = true }

@@ -188,17 +188,19 @@ func (t *tracing) middleware(h message.HandlerFunc) message.HandlerFunc {
 // message) itself: without it each would walk the whole context chain,
 // a dozen values deep on Kafka, to find nothing, and deep on the stack.
 //
-// Below a router (Outermost), a message that carries no producer's span
-// context keeps its context, the router's, which takes the finding as a
-// mark (telhint.QuietMarker): nothing is allocated, and the router, which
-// then leaves out the admission hook, is the one layer below that would
-// have looked.
+// Below a router whose stack fits (Outermost and StackFits), a message
+// that carries no producer's span context keeps its context, the
+// router's, which takes the finding as a mark (telhint.QuietMarker):
+// nothing is allocated, and the router, which then leaves out the
+// admission hook, is the one layer below that would have looked. A router
+// whose stack does not fit runs the hook on every message, and the quiet
+// context answers its lookups.
 //
 //go:noinline
 func (t *tracing) quiet(msg *message.Message) {
 	ctx := msg.Context()
 	carries := !t.cfg.linkProducer && t.carriesContext(msg)
-	if m, ok := ctx.(telhint.QuietMarker); ok && t.cfg.outermost && !carries {
+	if m, ok := ctx.(telhint.QuietMarker); ok && t.cfg.outermost && t.cfg.stackFits && !carries {
 		if !spanRecords(ctx) {
 			m.MarkTelemetryQuiet()
 		}

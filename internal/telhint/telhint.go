@@ -23,9 +23,11 @@ type Quiet interface {
 
 // QuietMarker is implemented by the context the router gives each message
 // at the top of its stack. A tracing middleware that is the outermost
-// telemetry layer (Outermost), starts no span for the message and has no
-// producer's span context to carry marks that context quiet instead of
-// allocating a context of its own: the message then has no telemetry
+// telemetry layer (Outermost) of a stack that fits (StackFits), starts no
+// span for the message and has no producer's span context to carry marks
+// that context quiet instead of allocating a context of its own (only such
+// a router admits a quiet message without the admission hook; any other
+// runs the hook, whose lookups the quiet context answers): the message then has no telemetry
 // record, since nothing outside the tracing middleware makes one, and the
 // middleware found no span that records. A metrics middleware that
 // measures wraps the marked context in its record, so the router, reading
