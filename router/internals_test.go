@@ -169,3 +169,13 @@ func TestSlottedDelivery(t *testing.T) {
 		t.Fatal("without a slotted context: no new delivery")
 	}
 }
+
+// inFlight returns how many messages are in s's stack, not counting those
+// held at the shutdown gate.
+func (s *settling) inFlight() int64 {
+	n := -s.held.Load()
+	for i := range s.shards {
+		n += s.shards[i].inside.Load()
+	}
+	return n
+}

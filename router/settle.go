@@ -233,13 +233,3 @@ func (s *settling) count() (unsettled, running int64) {
 	}
 	return n, running
 }
-
-// inFlight returns how many messages are in the stack, not counting those
-// held at the shutdown gate.
-func (s *settling) inFlight() int64 {
-	n := -s.held.Load()
-	for i := range s.shards {
-		n += s.shards[i].inside.Load()
-	}
-	return n
-}

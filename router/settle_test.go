@@ -104,7 +104,7 @@ func TestSettlingCounts(t *testing.T) {
 }
 
 // Close reports a handler that outlives close_timeout, and the message it
-// leaves unacknowledged; a handler that ends in time is not reported.
+// leaves unacknowledged.
 func TestCloseReportsOverrunningHandler(t *testing.T) {
 	r, err := New(Config{Broker: BrokerMemory, CloseTimeout: 300 * time.Millisecond}, nil)
 	if err != nil {

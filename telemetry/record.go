@@ -141,11 +141,12 @@ func (c *recordContext) Value(key any) any {
 
 // quietContext is the message's context below a tracing middleware that
 // started no span (tracing.quiet), unless the middleware marked the
-// router's context instead (telhint.QuietMarker): it answers the lookups of the message's
-// record and of its span itself, with what its parent holds (the
-// producer's span context instead, when the message carries one), so
-// that a layer deep on the stack (the admission hook, on every message)
-// finds either without walking the whole chain, a dozen values on Kafka.
+// router's context instead (telhint.QuietMarker): it answers the lookups
+// of the message's record and of its span itself, with what its parent
+// holds (the producer's span context instead, when the message carries
+// one), so that a layer deep on the stack (the admission hook, on every
+// message) finds either without walking the whole chain, a dozen values
+// on Kafka.
 // A context's values never change, so the answers stay true.
 //
 // It also tells the router (telhint.Quiet) whether telemetry has anything

@@ -201,7 +201,7 @@ func (t *tracing) quiet(msg *message.Message) {
 	ctx := msg.Context()
 	carries := !t.cfg.linkProducer && t.carriesContext(msg)
 	if m, ok := ctx.(telhint.QuietMarker); ok && t.cfg.outermost && t.cfg.stackFits && !carries {
-		if !spanRecords(ctx) {
+		if !trace.SpanFromContext(ctx).IsRecording() {
 			m.MarkTelemetryQuiet()
 		}
 		return
@@ -212,18 +212,6 @@ func (t *tracing) quiet(msg *message.Message) {
 	}
 	c.resolve(t.cfg.outermost)
 	msg.SetContext(c)
-}
-
-// spanRecords reports whether ctx's span records.
-//
-//go:noinline
-func spanRecords(ctx context.Context) bool {
-	key := spanKey()
-	if key == nil {
-		return trace.SpanFromContext(ctx).IsRecording()
-	}
-	s, ok := ctx.Value(key).(trace.Span)
-	return ok && s.IsRecording()
 }
 
 // extract puts the producer's span context that msg carries into c: read

@@ -25,14 +25,15 @@ type Quiet interface {
 // at the top of its stack. A tracing middleware that is the outermost
 // telemetry layer (Outermost) of a stack that fits (StackFits), starts no
 // span for the message and has no producer's span context to carry marks
-// that context quiet instead of allocating a context of its own (only such
+// that context quiet instead of allocating a context of its own. Only such
 // a router admits a quiet message without the admission hook; any other
-// runs the hook, whose lookups the quiet context answers): the message then has no telemetry
-// record, since nothing outside the tracing middleware makes one, and the
-// middleware found no span that records. A metrics middleware that
-// measures wraps the marked context in its record, so the router, reading
-// the mark only when the marked context itself reaches its budget slot,
-// still sees the meter.
+// runs the hook, whose lookups the quiet context answers.
+//
+// A marked message has no telemetry record, since nothing outside the
+// tracing middleware makes one, and the middleware found no span that
+// records. A metrics middleware that measures wraps the marked context in
+// its record, so the router, reading the mark only when the marked context
+// itself reaches its budget slot, still sees the meter.
 type QuietMarker interface {
 	MarkTelemetryQuiet()
 }
