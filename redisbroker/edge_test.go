@@ -185,3 +185,46 @@ func TestEdgeRevokedOnGroupRecreated(t *testing.T) {
 	sub.Completed(msg)
 	msg.Ack()
 }
+
+// Revoked answers for the message the subscriber handed over, not for the
+// entry its metadata names: a message that copies a delivery's metadata
+// (forged, or kept from an earlier attempt) gets no channel, and after a
+// nack only the copy handed over again is watched.
+func TestEdgeRevokedFollowsTheHandedMessage(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := testConfig(srv)
+	cfg.Consumers = 1
+	cfg.NackResendSleep = -1
+	topic := uniq("revoke-handed")
+	publish(t, newPublisher(t, cfg), topic, "m")
+	sub := newSubscriber(t, cfg)
+	msgs, err := sub.Subscribe(testCtx(t), topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := <-msgs
+	if sub.Revoked(msg) == nil {
+		t.Fatal("Revoked returned nil for the message handed over")
+	}
+	forged := message.NewMessage("forged", nil)
+	for k, v := range msg.Metadata {
+		forged.Metadata.Set(k, v)
+	}
+	if sub.Revoked(forged) != nil {
+		t.Error("Revoked returned a channel for a message with a delivery's metadata that the subscriber never handed over")
+	}
+	msg.Nack()
+	var again *message.Message
+	select {
+	case again = <-msgs:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the nacked message was not handed over again")
+	}
+	if sub.Revoked(again) == nil {
+		t.Error("Revoked returned nil for the copy handed over after the nack")
+	}
+	if sub.Revoked(msg) != nil {
+		t.Error("Revoked returned a channel for the attempt the nack ended")
+	}
+	again.Ack()
+}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -62,6 +63,9 @@ type revState struct {
 	revoked   bool
 	watched   bool // Revoked was asked for the current attempt
 	completed bool // Completed was called in the current attempt
+	// msg is the message of the current attempt, from its handover
+	// (attempt) on: keepAlive.handed finds this record by it.
+	msg *message.Message
 }
 
 // kaTracked holds the two records track makes for an entry, which live in
@@ -148,6 +152,10 @@ type keepAlive struct {
 	entries map[kaKey]*kaEntry      // entries kept alive
 	pipes   map[kaPipe]*kaPipeState // pipes holding entries, or stuck
 	states  map[kaKey]*revState     // every entry delivered and not yet acked, kept alive or not
+	// handed finds the record in states of a message handed over, by the
+	// message: the hooks a message's handler calls (watchMsg, completeMsg)
+	// look it up without reading the entry's identity from metadata.
+	handed map[*message.Message]*revState
 
 	refreshed, lost, expired, errs, revoked atomic.Uint64
 
@@ -167,6 +175,7 @@ func newKeepAlive(client redis.UniversalClient, cfg Config, logger watermill.Log
 		entries:   make(map[kaKey]*kaEntry),
 		pipes:     make(map[kaPipe]*kaPipeState),
 		states:    make(map[kaKey]*revState),
+		handed:    make(map[*message.Message]*revState),
 		stop:      make(chan struct{}),
 		done:      make(chan struct{}),
 	}
@@ -208,7 +217,7 @@ func (k *keepAlive) track(sub *subscription, stream, consumer string, ids ...str
 		// One allocation for both records of the entry.
 		t := &kaTracked{kaEntry: kaEntry{sub: sub, refreshed: now}}
 		k.entries[key] = &t.kaEntry
-		k.states[key] = &t.revState // delivered again: a new life
+		k.setStateLocked(key, &t.revState) // delivered again: a new life
 		p.held++
 	}
 }
@@ -223,7 +232,7 @@ func (k *keepAlive) forget(sub *subscription, stream, consumer string, ids ...st
 	for _, id := range ids {
 		key := kaKey{stream: stream, id: id, consumer: consumer}
 		k.dropLocked(key)
-		delete(k.states, key)
+		k.setStateLocked(key, nil)
 	}
 	pk := kaPipe{sub: sub, stream: stream, consumer: consumer}
 	if p := k.pipes[pk]; p != nil {
@@ -243,7 +252,7 @@ func (k *keepAlive) ended(sub *subscription) {
 	for key, e := range k.entries {
 		if e.sub == sub {
 			k.dropLocked(key)
-			delete(k.states, key)
+			k.setStateLocked(key, nil)
 		}
 	}
 	for pk := range k.pipes {
@@ -251,6 +260,20 @@ func (k *keepAlive) ended(sub *subscription) {
 			delete(k.pipes, pk)
 		}
 	}
+}
+
+// setStateLocked makes st the record of key's delivery, or removes the
+// record if st is nil. The message of the record it replaces no longer
+// finds it.
+func (k *keepAlive) setStateLocked(key kaKey, st *revState) {
+	if old := k.states[key]; old != nil && old.msg != nil {
+		delete(k.handed, old.msg)
+	}
+	if st == nil {
+		delete(k.states, key)
+		return
+	}
+	k.states[key] = st
 }
 
 // dropLocked stops tracking key. A stuck pipe is kept (with nothing held)
@@ -299,16 +322,17 @@ func (k *keepAlive) revokeStream(stream string) {
 	}
 }
 
-// watch returns the channel that closes when key is revoked, and counts
-// the current attempt as watched; nil if key is not an entry delivered
-// and not yet acked here, or the keep-alive is off (nothing can tell).
-func (k *keepAlive) watch(key kaKey) <-chan struct{} {
+// watch returns the channel that closes when the entry of msg, handed
+// over (attempt), is revoked, and counts the current attempt as watched;
+// nil if msg is not the message of an entry delivered and not yet acked
+// here, or the keep-alive is off (nothing can tell).
+func (k *keepAlive) watch(msg *message.Message) <-chan struct{} {
 	if k.disabled {
 		return nil
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	st := k.states[key]
+	st := k.handed[msg]
 	if st == nil {
 		return nil
 	}
@@ -322,24 +346,35 @@ func (k *keepAlive) watch(key kaKey) <-chan struct{} {
 	return st.ch
 }
 
-// attempt starts a new delivery attempt of key: it is handed over (again,
-// after a nack), so what the previous attempt completed no longer counts.
-func (k *keepAlive) attempt(key kaKey) {
+// attempt starts a new delivery attempt of key, whose message is msg: it
+// is handed over (again, after a nack, as a copy), so what the previous
+// attempt completed no longer counts, and watch and complete find key's
+// record by msg from now on.
+func (k *keepAlive) attempt(key kaKey, msg *message.Message) {
 	if k.disabled {
 		return // nothing is tracked
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if st := k.states[key]; st != nil {
-		st.watched, st.completed = false, false
+	st := k.states[key]
+	if st == nil {
+		return
+	}
+	st.watched, st.completed = false, false
+	if st.msg != msg {
+		if st.msg != nil {
+			delete(k.handed, st.msg)
+		}
+		st.msg = msg
+		k.handed[msg] = st
 	}
 }
 
-// complete records that the handler of key's current attempt succeeded.
-func (k *keepAlive) complete(key kaKey) {
+// complete records that the handler of msg's current attempt succeeded.
+func (k *keepAlive) complete(msg *message.Message) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if st := k.states[key]; st != nil {
+	if st := k.handed[msg]; st != nil {
 		st.completed = true
 	}
 }

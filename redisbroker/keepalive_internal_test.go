@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -18,7 +19,7 @@ func TestKeepAliveStuckBookkeeping(t *testing.T) {
 	k := &keepAlive{
 		client: client, group: "g", interval: time.Second, maxFlight: 50 * time.Millisecond,
 		idle: time.Minute, logger: watermill.NopLogger{}, entries: make(map[kaKey]*kaEntry), pipes: make(map[kaPipe]*kaPipeState),
-		states: make(map[kaKey]*revState),
+		states: make(map[kaKey]*revState), handed: make(map[*message.Message]*revState),
 	}
 	ctx := context.Background()
 	sub := &subscription{}

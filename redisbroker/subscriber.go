@@ -252,13 +252,12 @@ func (s *Subscriber) Stats() SubscriberStats {
 //
 // Revoked returns nil for a message that is not a delivery of this
 // subscriber still unacknowledged, or when the keep-alive is disabled
-// (nothing can tell a revocation then).
+// (nothing can tell a revocation then). It knows a delivery by the message
+// the subscriber handed over, not by its metadata: a message that carries
+// a delivery's metadata without being that message (a copy, a forgery, the
+// attempt before a nack) gets nil, and Completed does nothing for it.
 func (s *Subscriber) Revoked(msg *message.Message) <-chan struct{} {
-	e, ok := entryOf(msg)
-	if !ok || e.Group != s.cfg.ConsumerGroup {
-		return nil
-	}
-	return s.keepAlive.watch(kaKey{stream: e.Stream, id: e.ID, consumer: e.Consumer})
+	return s.keepAlive.watch(msg)
 }
 
 // Completed records that the handler of msg succeeded in this delivery
@@ -266,9 +265,7 @@ func (s *Subscriber) Revoked(msg *message.Message) <-chan struct{} {
 // it ran, provided this consumer still owns the entry. See
 // [Subscriber.Revoked].
 func (s *Subscriber) Completed(msg *message.Message) {
-	if e, ok := entryOf(msg); ok && e.Group == s.cfg.ConsumerGroup {
-		s.keepAlive.complete(kaKey{stream: e.Stream, id: e.ID, consumer: e.Consumer})
-	}
+	s.keepAlive.complete(msg)
 }
 
 // SubscribeInitialize creates topic's stream and the consumer group if they
@@ -406,7 +403,7 @@ func (s *Subscriber) forward(ctx context.Context, in <-chan *message.Message, ou
 		// never acked, and Close does not wait for it.
 		if e, ok := entryOf(msg); ok {
 			s.acks.handed(msg, e)
-			s.keepAlive.attempt(kaKey{stream: e.Stream, id: e.ID, consumer: e.Consumer})
+			s.keepAlive.attempt(kaKey{stream: e.Stream, id: e.ID, consumer: e.Consumer}, msg)
 		}
 		select {
 		case out <- msg:
