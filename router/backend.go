@@ -33,9 +33,10 @@ type backend interface {
 	// the broker cannot tell.
 	lag(ctx context.Context, groups []groupTopic) ([]telemetry.LagSample, error)
 	// deadLetter is the middleware that takes messages the broker could
-	// not decode out of the flow, outside the budget; nil if there are
-	// none.
-	deadLetter() message.HandlerMiddleware
+	// not decode (or delivered too often) out of the flow, outside the
+	// budget; nil if there are none. moved, if not nil, is called after
+	// each message it moved, with whether the message was malformed.
+	deadLetter(moved func(msg *message.Message, malformed bool)) message.HandlerMiddleware
 	// system is the messaging.system attribute of spans.
 	system() string
 	// close releases what the backend owns, after the router and the
@@ -84,7 +85,9 @@ func (b *memoryBackend) lag(context.Context, []groupTopic) ([]telemetry.LagSampl
 	return nil, ErrLagUnknown
 }
 
-func (b *memoryBackend) deadLetter() message.HandlerMiddleware { return nil }
+func (b *memoryBackend) deadLetter(func(*message.Message, bool)) message.HandlerMiddleware {
+	return nil
+}
 
 func (b *memoryBackend) system() string { return "gochannel" }
 

@@ -144,7 +144,9 @@ func (c *customBackend) lag(ctx context.Context, _ []groupTopic) ([]telemetry.La
 	return c.b.Lag.Lag(ctx)
 }
 
-func (c *customBackend) deadLetter() message.HandlerMiddleware { return nil }
+func (c *customBackend) deadLetter(func(*message.Message, bool)) message.HandlerMiddleware {
+	return nil
+}
 
 func (c *customBackend) system() string {
 	if c.b.System == "" {

@@ -11,6 +11,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/propagation"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
@@ -188,7 +189,8 @@ func TestEdgeRedisWaiterStepsAsideWhenEntryLost(t *testing.T) {
 
 // An entry Redis has delivered more than redis.max_deliveries times goes
 // to the dead-letter topic instead of its handler: a payload that kills
-// its consumer process kills at most that many (issue 13, item 12).
+// its consumer process kills at most that many (issue 13, item 12). The
+// move is counted as dead-lettered, reason redelivered.
 func TestEdgeRedisPoisonDeadLetteredAfterMaxDeliveries(t *testing.T) {
 	defer goleak.VerifyNone(t, leakOptions...)
 	cfg, rc := edgeRedis(t, func(c *Config) {
@@ -196,7 +198,10 @@ func TestEdgeRedisPoisonDeadLetteredAfterMaxDeliveries(t *testing.T) {
 		c.Redis.MaxIdleTime = time.Second
 		c.Redis.DeadLetterTopic = "jobs.poison"
 	})
-	r, err := New(cfg, nil)
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer func() { _ = mp.Shutdown(context.Background()) }()
+	r, err := New(cfg, nil, WithMeterProvider(mp))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,6 +247,9 @@ func TestEdgeRedisPoisonDeadLetteredAfterMaxDeliveries(t *testing.T) {
 	}
 	if r.Stats().DeadLettered != 1 {
 		t.Errorf("Stats().DeadLettered = %d, want 1", r.Stats().DeadLettered)
+	}
+	if got := collectCounter(t, reader, "spillway.messages.dead_lettered"); got["jobs/redelivered"] != 1 || len(got) != 1 {
+		t.Errorf("spillway.messages.dead_lettered = %v, want jobs/redelivered: 1", got)
 	}
 }
 

@@ -123,7 +123,7 @@ func (b *kafkaBackend) lag(ctx context.Context, groups []groupTopic) ([]telemetr
 	return out, nil
 }
 
-func (b *kafkaBackend) deadLetter() message.HandlerMiddleware { return nil }
+func (b *kafkaBackend) deadLetter(func(*message.Message, bool)) message.HandlerMiddleware { return nil }
 
 func (b *kafkaBackend) system() string { return "kafka" }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/spillway-go/spillway"
+	"github.com/spillway-go/spillway/internal/dlhint"
 	"github.com/spillway-go/spillway/redisbroker"
 	"github.com/spillway-go/spillway/telemetry"
 	"github.com/spillway-go/spillway/telemetry/redistel"
@@ -173,7 +174,12 @@ func (b *redisBackend) lag(ctx context.Context, groups []groupTopic) ([]telemetr
 	return out, nil
 }
 
-func (b *redisBackend) deadLetter() message.HandlerMiddleware { return b.dl.Middleware }
+func (b *redisBackend) deadLetter(moved func(*message.Message, bool)) message.HandlerMiddleware {
+	if moved != nil {
+		dlhint.OnMoved(b.dl, moved)
+	}
+	return b.dl.Middleware
+}
 
 func (b *redisBackend) system() string { return "redis" }
 

@@ -294,9 +294,11 @@ func newRouter(cfg Config, logger watermill.LoggerAdapter, o options, ctl contro
 		return fail(err)
 	}
 	r.buildPublishers(topts)
-	if dl := r.back.deadLetter(); dl != nil {
-		r.deadLetter = r.deadLettering(dl)
+	var moved func(*message.Message, bool)
+	if r.metrics != nil {
+		moved = r.recordDeadLettered
 	}
+	r.deadLetter = r.back.deadLetter(moved)
 
 	var bopts []middleware.Option
 	if cfg.Budget.MessageLimit > 0 {

@@ -8,43 +8,20 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 
-	"github.com/spillway-go/spillway/redisbroker"
 	"github.com/spillway-go/spillway/telemetry"
 )
 
-// deadLettering wraps the broker's dead-letter middleware so a message it
-// moves is counted and its span marked dead_lettered, with the reason
+// recordDeadLettered records a message the broker's dead-letter middleware
+// moved: counted, and its span marked dead_lettered, with the reason
 // malformed (unreadable) or redelivered (delivered more than
-// redis.max_deliveries times).
-func (r *Router) deadLettering(dl message.HandlerMiddleware) message.HandlerMiddleware {
-	if r.metrics == nil {
-		return dl
+// redis.max_deliveries times). The middleware calls it (internal/dlhint)
+// only when telemetry is on.
+func (r *Router) recordDeadLettered(msg *message.Message, malformed bool) {
+	reason := "redelivered"
+	if malformed {
+		reason = "malformed"
 	}
-	m := r.metrics
-	maxDeliveries := r.cfg.Redis.WithDefaults().MaxDeliveries
-	reasonOf := func(msg *message.Message) string {
-		switch {
-		case redisbroker.IsMalformed(msg):
-			return "malformed"
-		case maxDeliveries > 0 && redisbroker.Deliveries(msg) > maxDeliveries:
-			return "redelivered"
-		}
-		return ""
-	}
-	return func(h message.HandlerFunc) message.HandlerFunc {
-		next := dl(h)
-		return func(msg *message.Message) ([]*message.Message, error) {
-			reason := reasonOf(msg)
-			if reason == "" {
-				return next(msg)
-			}
-			out, err := next(msg)
-			if err == nil {
-				m.RecordOutcome(msg, telemetry.OutcomeDeadLettered, "", reason)
-			}
-			return out, err
-		}
-	}
+	r.metrics.RecordOutcome(msg, telemetry.OutcomeDeadLettered, "", reason)
 }
 
 // consumerAttributes returns the per-message attributes of the router's

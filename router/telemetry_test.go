@@ -35,12 +35,16 @@ func startRouter(t *testing.T, r *Router) {
 
 // TestRedisMalformedEntryDeadLettered: an entry no Watermill publisher
 // wrote (no message UUID) goes to redis.dead_letter_topic without reaching
-// the handler or the budget, and the stream keeps flowing.
+// the handler or the budget, and the stream keeps flowing. The move is
+// counted as dead-lettered, reason malformed.
 func TestRedisMalformedEntryDeadLettered(t *testing.T) {
 	defer goleak.VerifyNone(t, leakOptions...)
 	cfg := redisConfig(t)
 	cfg.Redis.DeadLetterTopic = "shapes.malformed"
-	r, err := New(cfg, nil)
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer func() { _ = mp.Shutdown(context.Background()) }()
+	r, err := New(cfg, nil, WithMeterProvider(mp))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,6 +92,9 @@ func TestRedisMalformedEntryDeadLettered(t *testing.T) {
 	}
 	if st := r.Stats().Budget; st.Admitted != 1 {
 		t.Errorf("budget admitted %d messages, want 1 (the malformed one must not be charged)", st.Admitted)
+	}
+	if got := collectCounter(t, reader, "spillway.messages.dead_lettered"); got["shapes/malformed"] != 1 || len(got) != 1 {
+		t.Errorf("spillway.messages.dead_lettered = %v, want shapes/malformed: 1", got)
 	}
 }
 
