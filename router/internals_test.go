@@ -117,7 +117,8 @@ func TestEdgeInternalsExported(t *testing.T) {
 }
 
 // The slot learns its handler's name from the first message that carries
-// one and keeps it; a context without one is not remembered.
+// one and keeps it; a context without one is not remembered. Its tracker
+// is looked up again whenever the router's trackers change.
 func TestHandlerNameCached(t *testing.T) {
 	r, err := New(Config{}, nil)
 	if err != nil {
@@ -148,7 +149,42 @@ func TestHandlerNameCached(t *testing.T) {
 	if got := n.of(second); got != "first" {
 		t.Fatalf("a later message: %q, want the remembered first", got)
 	}
+
+	// The tracker follows the router's trackers: looked up again after
+	// each change, whatever the slot remembered.
+	var tn handlerName
+	if tr := tn.trackerOf(r, first); tr != nil {
+		t.Fatalf("no tracker set: got %v", tr)
+	}
+	one, two := &namedTracker{"one"}, &namedTracker{"two"}
+	r.mu.Lock()
+	r.setTracker("first", one)
+	r.mu.Unlock()
+	for range 2 {
+		if tr := tn.trackerOf(r, first); tr != one {
+			t.Fatalf("tracker %v, want one", tr)
+		}
+	}
+	r.mu.Lock()
+	r.setTracker("first", two)
+	r.mu.Unlock()
+	if tr := tn.trackerOf(r, second); tr != two {
+		t.Fatalf("after a change: tracker %v, want two", tr)
+	}
+	r.mu.Lock()
+	r.setTracker("first", nil)
+	r.mu.Unlock()
+	if tr := tn.trackerOf(r, first); tr != nil {
+		t.Fatalf("after removal: tracker %v, want none", tr)
+	}
 }
+
+// namedTracker is a deliveryTracker that does nothing.
+type namedTracker struct{ name string }
+
+func (*namedTracker) Revoked(*message.Message) <-chan struct{} { return nil }
+func (*namedTracker) Begin(*message.Message)                   {}
+func (*namedTracker) Completed(*message.Message)               {}
 
 // The settling layer allocates each message's first delivery context at
 // the top of the stack; the slot takes it through the contexts the layers

@@ -293,7 +293,7 @@ func (r *Router) enter(msg *message.Message, handler *handlerName) (*delivery, e
 		d.handlerLife = newHandlerContext(orig, life)
 		d.handlerCtx = d.handlerLife
 	}
-	d.tracker = r.tracker(handler.of(orig))
+	d.tracker = handler.trackerOf(r, orig)
 	if r.budgetQuiet != nil {
 		// Either mark counts only on the context that reaches the slot:
 		// a metrics middleware that measures wraps it in its record.
@@ -322,7 +322,8 @@ func (r *Router) enter(msg *message.Message, handler *handlerName) (*delivery, e
 // and reading it walks the message's context chain. Safe for concurrent
 // use.
 type handlerName struct {
-	p atomic.Pointer[string]
+	p       atomic.Pointer[string]
+	tracked atomic.Pointer[trackedBy] // see trackerOf
 }
 
 // of returns the handler's name, reading it from ctx the first time.
@@ -337,6 +338,41 @@ func (n *handlerName) of(ctx context.Context) string {
 		n.p.Store(p)
 	}
 	return name
+}
+
+// trackedBy is a handler's delivery tracker as of one version of the
+// router's trackers.
+type trackedBy struct {
+	version *map[string]deliveryTracker
+	tracker deliveryTracker
+}
+
+// trackerOf returns the delivery tracker of the handler, nil if it has
+// none: r.tracker(n.of(ctx)), looked up by name again only when r's
+// trackers have changed since the last lookup. Hashing the name on every
+// message would cost time, and stack on the deepest path of a stack that
+// fits in a new goroutine's.
+func (n *handlerName) trackerOf(r *Router, ctx context.Context) deliveryTracker {
+	if c, v := n.tracked.Load(), r.trackers.Load(); c != nil && c.version == v {
+		return c.tracker
+	}
+	return n.lookUp(r, ctx)
+}
+
+// lookUp is trackerOf's slow path.
+//
+//go:noinline
+func (n *handlerName) lookUp(r *Router, ctx context.Context) deliveryTracker {
+	v := r.trackers.Load()
+	name := n.of(ctx)
+	var tr deliveryTracker
+	if v != nil {
+		tr = (*v)[name]
+	}
+	if name != "" {
+		n.tracked.Store(&trackedBy{version: v, tracker: tr})
+	}
+	return tr
 }
 
 // retryLife returns the delivery context retryScope keeps in ctx, or ctx.
