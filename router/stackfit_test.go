@@ -8,14 +8,15 @@ import (
 	"time"
 
 	"github.com/spillway-go/spillway/internal/kafkatest"
+	"github.com/spillway-go/spillway/internal/redistest"
 	"github.com/spillway-go/spillway/internal/stackprobe"
 )
 
 // A stack that the router does not grow at the top (fitsStartingStack)
 // must run a message within the stack Watermill's message goroutine starts
 // with, or every message grows it, deeper and dearer than at the top.
-// Measured two ways, on the memory broker and on Kafka's partition mode,
-// with telemetry off and on (no providers installed: the tracing
+// Measured two ways, on the memory broker, on Kafka's partition mode and
+// on Redis, with telemetry off and on (no providers installed: the tracing
 // middleware starts no span and the meter is idle):
 //
 //   - how deep the stack reaches (a stackprobe.Probe), against a bound
@@ -34,6 +35,7 @@ func TestLeanStackFitsStartingStack(t *testing.T) {
 		t.Skipf("frame sizes are measured on amd64, not %s", runtime.GOARCH)
 	}
 	kafka := kafkatest.Start(t, 2)
+	redis := redistest.Start(t)
 	const n = 200
 	for _, c := range []struct {
 		name      string
@@ -45,6 +47,8 @@ func TestLeanStackFitsStartingStack(t *testing.T) {
 		{"kafka/telemetry=off", BrokerKafka, false, false},
 		{"memory/telemetry=on", BrokerMemory, true, false},
 		{"kafka/telemetry=on", BrokerKafka, true, false},
+		{"redis/telemetry=off", BrokerRedis, false, false},
+		{"redis/telemetry=on", BrokerRedis, true, false},
 		{"control/retry-gate", BrokerMemory, true, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -55,6 +59,10 @@ func TestLeanStackFitsStartingStack(t *testing.T) {
 				if c.broker == BrokerKafka {
 					probeKafka(&cfg, kafka.Brokers(), 2)
 					cfg.Kafka.HeartbeatInterval = 200 * time.Millisecond
+				}
+				if c.broker == BrokerRedis {
+					cfg.Redis.Addr = redis.Addr()
+					cfg.Redis.BlockTime = 50 * time.Millisecond
 				}
 				return cfg
 			}

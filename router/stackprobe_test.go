@@ -5,16 +5,19 @@ package router
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spillway-go/spillway/internal/kafkatest"
+	"github.com/spillway-go/spillway/internal/redistest"
 	"github.com/spillway-go/spillway/internal/stackprobe"
 )
 
 // BenchmarkStackHighWater measures how deep the default stack reaches into
 // the message goroutine's stack with internal/stackroom's growth switched
 // off (the stackprobe build tag), on the brokers whose layers differ: the
-// memory broker and Kafka (watermill-kafka's subscriber and the session
-// tracker, or key mode), with telemetry on (no providers installed: the
+// memory broker, Kafka (watermill-kafka's subscriber and the session
+// tracker, or key mode) and Redis (its dead-letter layer and the
+// keep-alive's tracker), with telemetry on (no providers installed: the
 // global placeholders) and off. It reports the median and the deepest
 // depth over b.N pings, and stackprobe.Room, the depth past which the
 // runtime must grow (copy) a new goroutine's 2 KiB stack:
@@ -35,6 +38,8 @@ func BenchmarkStackHighWater(b *testing.B) {
 		{"kafka/consumer=partition/telemetry=on", BrokerKafka, false, false},
 		{"kafka/consumer=partition/telemetry=off", BrokerKafka, false, true},
 		{"kafka/consumer=key/telemetry=on", BrokerKafka, true, false},
+		{"redis/telemetry=on", BrokerRedis, false, false},
+		{"redis/telemetry=off", BrokerRedis, false, true},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			cfg := Config{Broker: c.broker}
@@ -44,6 +49,10 @@ func BenchmarkStackHighWater(b *testing.B) {
 				if c.key {
 					cfg.Kafka.Consumer = "key"
 				}
+			}
+			if c.broker == BrokerRedis {
+				cfg.Redis.Addr = redistest.Start(b).Addr()
+				cfg.Redis.BlockTime = 50 * time.Millisecond
 			}
 			probe := runProbed(b, cfg, b.N, nil)
 			median, deepest, n := probe.Depths()
