@@ -53,3 +53,53 @@ func TestKeepAliveStuckBookkeeping(t *testing.T) {
 		t.Fatalf("after the subscription ended: %+v, %d pipes", st, len(k.pipes))
 	}
 }
+
+// The keep-alive's index of handed-over messages holds a message only
+// while its entry's record does: an ack, a new delivery of the entry, the
+// end of the subscription and a later attempt each drop the message before,
+// so the index cannot grow with the messages a subscriber has delivered.
+func TestKeepAliveHandedFollowsStates(t *testing.T) {
+	k := &keepAlive{
+		idle: time.Minute, logger: watermill.NopLogger{}, entries: make(map[kaKey]*kaEntry), pipes: make(map[kaPipe]*kaPipeState),
+		states: make(map[kaKey]*revState), handed: make(map[*message.Message]*revState),
+	}
+	sub := &subscription{}
+	key := func(id string) kaKey { return kaKey{stream: "s", id: id, consumer: "c"} }
+	handed := func(ids ...string) []*message.Message {
+		var msgs []*message.Message
+		for _, id := range ids {
+			m := message.NewMessage(id, nil)
+			k.attempt(key(id), m)
+			msgs = append(msgs, m)
+		}
+		return msgs
+	}
+
+	k.track(sub, "s", "c", "1-0", "2-0")
+	m := handed("1-0", "2-0")
+	if k.watch(m[0]) == nil || k.watch(m[1]) == nil || len(k.handed) != 2 {
+		t.Fatalf("handed over: %d indexed", len(k.handed))
+	}
+	k.forget(sub, "s", "c", "1-0") // acked
+	if k.watch(m[0]) != nil || len(k.handed) != 1 {
+		t.Fatalf("after the ack: %d indexed", len(k.handed))
+	}
+	again := message.NewMessage("2-0 again", nil) // nacked, handed over as a copy
+	k.attempt(key("2-0"), again)
+	if k.watch(m[1]) != nil || k.watch(again) == nil || len(k.handed) != 1 {
+		t.Fatalf("after a new attempt: %d indexed", len(k.handed))
+	}
+	k.track(sub, "s", "c", "2-0") // delivered again: a new life, not yet handed over
+	if k.watch(again) != nil || len(k.handed) != 0 {
+		t.Fatalf("after a new delivery: %d indexed", len(k.handed))
+	}
+	k.track(sub, "s", "c", "3-0")
+	handed("2-0", "3-0")
+	if len(k.handed) != 2 {
+		t.Fatalf("handed over again: %d indexed", len(k.handed))
+	}
+	k.ended(sub)
+	if len(k.handed) != 0 || len(k.states) != 0 {
+		t.Fatalf("after the subscription ended: %d indexed, %d records", len(k.handed), len(k.states))
+	}
+}
