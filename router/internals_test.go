@@ -153,7 +153,7 @@ func TestHandlerNameCached(t *testing.T) {
 	// The tracker follows the router's trackers: looked up again after
 	// each change, whatever the slot remembered.
 	var tn handlerName
-	if tr := tn.trackerOf(r, first); tr != nil {
+	if tr := tn.trackerOf(first, r); tr != nil {
 		t.Fatalf("no tracker set: got %v", tr)
 	}
 	one, two := &namedTracker{"one"}, &namedTracker{"two"}
@@ -161,20 +161,20 @@ func TestHandlerNameCached(t *testing.T) {
 	r.setTracker("first", one)
 	r.mu.Unlock()
 	for range 2 {
-		if tr := tn.trackerOf(r, first); tr != one {
+		if tr := tn.trackerOf(first, r); tr != one {
 			t.Fatalf("tracker %v, want one", tr)
 		}
 	}
 	r.mu.Lock()
 	r.setTracker("first", two)
 	r.mu.Unlock()
-	if tr := tn.trackerOf(r, second); tr != two {
+	if tr := tn.trackerOf(second, r); tr != two {
 		t.Fatalf("after a change: tracker %v, want two", tr)
 	}
 	r.mu.Lock()
 	r.setTracker("first", nil)
 	r.mu.Unlock()
-	if tr := tn.trackerOf(r, first); tr != nil {
+	if tr := tn.trackerOf(first, r); tr != nil {
 		t.Fatalf("after removal: tracker %v, want none", tr)
 	}
 }

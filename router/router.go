@@ -438,11 +438,11 @@ func newRouter(cfg Config, logger watermill.LoggerAdapter, o options, ctl contro
 // message within the 2 KiB stack Watermill's message goroutine starts with,
 // so that growing it first (internal/stackroom) would only cost: the
 // memory broker, Kafka's partition mode and Redis (with its dead-letter
-// layer) with no optional layer, and no lanes
+// layer), each with no optional layer and no lanes
 // (TestLeanStackFitsStartingStack; the router's BenchmarkStackHighWater
-// measures the others). Every message of a stack
-// that does not fit grows it once, wherever it outgrows it, and growing it
-// deep costs more than at the top.
+// measures the others). Every message of a stack that does not fit grows
+// it once, wherever it outgrows it, and growing it deep costs more than at
+// the top.
 func (r *Router) fitsStartingStack() bool {
 	c := r.cfg
 	lean := r.policy == nil && r.retry == nil && r.sizer == nil && len(c.Budget.Lanes) == 0

@@ -293,7 +293,7 @@ func (r *Router) enter(msg *message.Message, handler *handlerName) (*delivery, e
 		d.handlerLife = newHandlerContext(orig, life)
 		d.handlerCtx = d.handlerLife
 	}
-	d.tracker = handler.trackerOf(r, orig)
+	d.tracker = handler.trackerOf(orig, r)
 	if r.budgetQuiet != nil {
 		// Either mark counts only on the context that reaches the slot:
 		// a metrics middleware that measures wraps it in its record.
@@ -352,17 +352,17 @@ type trackedBy struct {
 // trackers have changed since the last lookup. Hashing the name on every
 // message would cost time, and stack on the deepest path of a stack that
 // fits in a new goroutine's.
-func (n *handlerName) trackerOf(r *Router, ctx context.Context) deliveryTracker {
+func (n *handlerName) trackerOf(ctx context.Context, r *Router) deliveryTracker {
 	if c, v := n.tracked.Load(), r.trackers.Load(); c != nil && c.version == v {
 		return c.tracker
 	}
-	return n.lookUp(r, ctx)
+	return n.lookUp(ctx, r)
 }
 
 // lookUp is trackerOf's slow path.
 //
 //go:noinline
-func (n *handlerName) lookUp(r *Router, ctx context.Context) deliveryTracker {
+func (n *handlerName) lookUp(ctx context.Context, r *Router) deliveryTracker {
 	v := r.trackers.Load()
 	name := n.of(ctx)
 	var tr deliveryTracker
