@@ -64,6 +64,7 @@ type Subscriber struct {
 	topics  map[string]bool
 	closed  bool
 	closing chan struct{}
+	shut    chan struct{}  // closed when the first Close has finished
 	wg      sync.WaitGroup // fan-in goroutines
 	acks    ackTable       // acks Close waits for
 }
@@ -97,6 +98,7 @@ func NewSubscriber(cfg Config, logger watermill.LoggerAdapter, opts ...Option) (
 		names:   cfg.consumerNames(),
 		topics:  make(map[string]bool),
 		closing: make(chan struct{}),
+		shut:    make(chan struct{}),
 	}
 	if s.control, err = o.newClient(cfg, "spillway-ctl-"+cfg.Consumer); err != nil {
 		return nil, err
@@ -548,19 +550,24 @@ func (s *Subscriber) recreateGroups() {
 
 // Close ends every subscription (unacked messages stay pending), stops the
 // keep-alive, and closes all clients (not a client given with
-// [WithClient]). It is idempotent. Subscribe then fails with an error
-// matching [spillway.ErrClosed]. Every message acked before Close is
-// acknowledged in Redis (XACK) before Close returns, even when the
-// subscription's context ended first.
+// [WithClient]). It is idempotent: a later or concurrent call waits until
+// the first has finished (a Watermill router closes its subscribers when
+// it closes, and may still be doing so when its owner closes them too) and
+// returns nil. Subscribe then fails with an error matching
+// [spillway.ErrClosed]. Every message acked before Close is acknowledged
+// in Redis (XACK) before Close returns, even when the subscription's
+// context ended first.
 func (s *Subscriber) Close() error {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
+		<-s.shut
 		return nil
 	}
 	s.closed = true
 	close(s.closing)
 	s.mu.Unlock()
+	defer close(s.shut)
 
 	errs := make([]error, len(s.ups))
 	var wg sync.WaitGroup
