@@ -3,8 +3,6 @@ package redisbroker
 import (
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // A Close made while another is still closing the subscriber returns only
@@ -13,10 +11,7 @@ import (
 // returned at once would let the owner tear down what the first is still
 // using (the acker, here, still sending its last acks).
 func TestSubscriberCloseWaitsForTheFirst(t *testing.T) {
-	// Nothing listens there; every call fails at once.
-	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
-	defer client.Close()
-	s, err := NewSubscriber(Config{ConsumerGroup: "g", Consumer: "c", Consumers: 1}, nil, WithClient(client))
+	s, err := NewSubscriber(Config{ConsumerGroup: "g", Consumer: "c", Consumers: 1}, nil, WithClient(unreachableClient(t)))
 	if err != nil {
 		t.Fatal(err)
 	}

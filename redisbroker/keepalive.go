@@ -153,7 +153,7 @@ type keepAlive struct {
 	pipes   map[kaPipe]*kaPipeState // pipes holding entries, or stuck
 	states  map[kaKey]*revState     // every entry delivered and not yet acked, kept alive or not
 	// handed finds the record in states of a message handed over, by the
-	// message: the hooks a message's handler calls (watchMsg, completeMsg)
+	// message: the hooks a message's handler calls (watch, complete)
 	// look it up without reading the entry's identity from metadata.
 	handed map[*message.Message]*revState
 

@@ -10,17 +10,30 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// unreachableClient is a client of an address nothing listens on, so that
+// every call fails at once. It is closed when t ends.
+func unreachableClient(t *testing.T) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// testKeepAlive is a keep-alive without a goroutine of its own, whose
+// bookkeeping a test drives by hand.
+func testKeepAlive(client redis.UniversalClient) *keepAlive {
+	return &keepAlive{
+		client: client, group: "g", idle: time.Minute, logger: watermill.NopLogger{},
+		entries: make(map[kaKey]*kaEntry), pipes: make(map[kaPipe]*kaPipeState),
+		states: make(map[kaKey]*revState), handed: make(map[*message.Message]*revState),
+	}
+}
+
 // The bookkeeping behind "stuck": a pipe that acks nothing for MaxInFlight
 // lets go of what it holds, keeps nothing new alive and stops claiming,
 // until its next ack. (The refresh calls go to a closed port and fail.)
 func TestKeepAliveStuckBookkeeping(t *testing.T) {
-	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
-	defer client.Close()
-	k := &keepAlive{
-		client: client, group: "g", interval: time.Second, maxFlight: 50 * time.Millisecond,
-		idle: time.Minute, logger: watermill.NopLogger{}, entries: make(map[kaKey]*kaEntry), pipes: make(map[kaPipe]*kaPipeState),
-		states: make(map[kaKey]*revState), handed: make(map[*message.Message]*revState),
-	}
+	k := testKeepAlive(unreachableClient(t))
+	k.interval, k.maxFlight = time.Second, 50*time.Millisecond
 	ctx := context.Background()
 	sub := &subscription{}
 	k.track(sub, "s", "c", "1-0", "2-0") // one in the handler, one read ahead
@@ -59,10 +72,7 @@ func TestKeepAliveStuckBookkeeping(t *testing.T) {
 // end of the subscription and a later attempt each drop the message before,
 // so the index cannot grow with the messages a subscriber has delivered.
 func TestKeepAliveHandedFollowsStates(t *testing.T) {
-	k := &keepAlive{
-		idle: time.Minute, logger: watermill.NopLogger{}, entries: make(map[kaKey]*kaEntry), pipes: make(map[kaPipe]*kaPipeState),
-		states: make(map[kaKey]*revState), handed: make(map[*message.Message]*revState),
-	}
+	k := testKeepAlive(nil)
 	sub := &subscription{}
 	key := func(id string) kaKey { return kaKey{stream: "s", id: id, consumer: "c"} }
 	handed := func(ids ...string) []*message.Message {
