@@ -65,8 +65,12 @@ type snapshot struct {
 // Middleware wraps h; place it outermost.
 func (p *Probe) Middleware(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
+		// Allocated before the stack is grown: an allocation may wait for
+		// the collector, which can shrink a stack it finds mostly unused
+		// (once a cycle, and a wait can span two), and paint writes
+		// painted bytes below mark without looking where the stack ends.
+		snap := make([]byte, painted)
 		grow()
-		snap := make([]byte, painted) // before the chain runs: not measured
 		var mark byte
 		top := uintptr(unsafe.Pointer(&mark))
 		paint(unsafe.Pointer(&mark))
