@@ -9,7 +9,10 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"go.opentelemetry.io/otel/propagation"
+	nooptrace "go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/spillway-go/spillway/cost"
 	"github.com/spillway-go/spillway/middleware"
 	"github.com/spillway-go/spillway/retrygate"
 	"github.com/spillway-go/spillway/telemetry"
@@ -383,4 +386,34 @@ func TestMetricsBudgetLanes(t *testing.T) {
 	}
 	light.Release()
 	heavy.Release()
+}
+
+// A tracing middleware that starts no span, inside a metrics middleware
+// that measures, passes the admission through to the metrics' record: the
+// processed vertices are the ones granted, not the header's count.
+func TestAdmissionReachesTheRecordThroughAQuietTracing(t *testing.T) {
+	mp, reader := newMeterProvider()
+	m, err := telemetry.NewMetrics(telemetry.WithMeterProvider(mp),
+		telemetry.WithTopicFunc(func(*message.Message) string { return "t" }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	quiet := telemetry.NewTracing(telemetry.WithTracerProvider(nooptrace.NewTracerProvider()),
+		telemetry.WithPropagator(propagation.TraceContext{}))
+	h := m.Middleware(quiet(func(msg *message.Message) ([]*message.Message, error) {
+		m.OnAdmission(msg, middleware.Admission{
+			Charge:  cost.Charge{Vertices: 20, Messages: 1, Source: cost.SourceHeader},
+			Granted: 20, Outcome: middleware.Admitted,
+		})
+		return nil, nil
+	}))
+	msg := message.NewMessage("x", []byte("{}"))
+	msg.Metadata.Set("vertex_count", "5")
+	if _, err := h(msg); err != nil {
+		t.Fatal(err)
+	}
+	rm := collect(t, reader)
+	if got := mustPoint(t, rm, "spillway.processed.vertices", map[string]string{"topic": "t", "outcome": "handled"}); got != 20 {
+		t.Errorf("processed vertices = %v, want the 20 granted", got)
+	}
 }

@@ -335,6 +335,12 @@ func RecordAdmission(msg *message.Message, a middleware.Admission) {
 //go:noinline
 func recordAdmission(msg *message.Message, a *middleware.Admission) {
 	ctx := msg.Context()
+	if q, ok := ctx.(*quietContext); ok && q.TelemetryQuiet() {
+		// The tracing middleware's quiet context, right above, knows
+		// there is no record and no span that records: the lookups
+		// below, deep on the stack under the budget, would find nothing.
+		return
+	}
 	if r := recordFrom(ctx); r != nil {
 		r.setAdmission(a)
 	}
