@@ -137,6 +137,11 @@ func newTracing(opts ...Option) *tracing {
 	}
 	t.placeholder = globalPlaceholder(t.tracer)
 	t.w3c = isW3C(cfg.propagator)
+	if t.w3c {
+		// A tracestate without a traceparent carries no span context:
+		// one lookup, not two, for a message that carries neither.
+		t.fields = []string{traceparentKey}
+	}
 	t.noop = isNoopTracer(t.tracer)
 	t.globalProp = globalDelegate(cfg.propagator, "textMapPropagator")
 	return t
