@@ -175,13 +175,14 @@ func (t *tracing) carriesContext(msg *message.Message) bool {
 // whose frames are gone by then. Watermill starts each message's goroutine
 // with a small stack, and a chain that outgrows it has the whole stack
 // copied (about 1–2 µs per message). Being outermost, the middleware
-// grows the stack first, while it is shallow, in both paths: to 4 KiB
-// when no span is started, in traced to 8 KiB when the tracer records.
-// (The Spillway router leaves it to this middleware when there is one:
-// growing it there too would copy the stack twice per message. A router
-// whose stack fits in the stack a goroutine starts with tells it so,
-// through internal/telhint, and it then grows nothing when no span is
-// started.)
+// grows the stack first, while it is shallow: in traced to 8 KiB when the
+// tracer records; when no span is started, to 4 KiB, and only while its
+// gauge (tracing.room) sees the chain below outgrow the stack a goroutine
+// starts with. (The Spillway router leaves the growth to this middleware
+// when there is one: growing it there too would copy the stack twice per
+// message. A router whose stack fits in the stack a goroutine starts with
+// tells it so, through internal/telhint, and it then grows nothing and
+// watches nothing when no span is started.)
 func (t *tracing) middleware(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
 		if t.startless(msg.Context()) {
