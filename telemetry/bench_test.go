@@ -78,6 +78,15 @@ func batchTracerProvider() trace.TracerProvider {
 	return sdktrace.NewTracerProvider(sdktrace.WithBatcher(tracetest.NewNoopExporter(), sdktrace.WithBlocking()))
 }
 
+// ratioTracerProvider samples one trace in ten, at the producer (the
+// consumer follows the producer's decision, which the message carries),
+// through the batch span processor: the sampling production setups use.
+func ratioTracerProvider() trace.TracerProvider {
+	return sdktrace.NewTracerProvider(
+		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(0.1))),
+		sdktrace.WithBatcher(tracetest.NewNoopExporter(), sdktrace.WithBlocking()))
+}
+
 // shutdown stops what a provider runs (the batch processor's goroutine).
 func shutdown(p any) {
 	if s, ok := p.(interface{ Shutdown(context.Context) error }); ok {
@@ -104,6 +113,9 @@ func shutdown(p any) {
 //	stack=budget+otel-sdk-batch  the same through the batch span processor
 //	                         (blocking when its queue is full: no span
 //	                         dropped), the processor production uses
+//	stack=budget+otel-sdk-ratio  the batch processor with one trace in ten
+//	                         sampled at the producer, the consumer
+//	                         following the producer's decision
 //	stack=budget+otel-sdk-consumer  stack=budget+otel-sdk without
 //	                         TracingPublisher: the consumer's side alone
 //	                         (one span per message, no trace context in
@@ -126,6 +138,7 @@ func BenchmarkStack(b *testing.B) {
 			mp: func() metric.MeterProvider { return noopmetric.NewMeterProvider() }},
 		{name: "budget+otel-sdk", budget: true, telemetry: true, tp: sdkTP, mp: sdkMP},
 		{name: "budget+otel-sdk-batch", budget: true, telemetry: true, tp: batchTracerProvider, mp: sdkMP},
+		{name: "budget+otel-sdk-ratio", budget: true, telemetry: true, tp: ratioTracerProvider, mp: sdkMP},
 		{name: "budget+otel-sdk-consumer", budget: true, telemetry: true, tp: sdkTP, mp: sdkMP, plainPublisher: true},
 		{name: "bare+one-sdk-span", oneSpan: true, tp: sdkTP},
 		{name: "bare+two-sdk-spans", oneSpan: true, twoSpans: true, tp: sdkTP},
