@@ -515,17 +515,17 @@ func (r *Router) revoked(msg *message.Message) <-chan struct{} {
 		// asked the tracker already.
 		return d.revoked
 	}
-	if t := r.trackerOf(msg); t != nil {
+	if t := r.deliveryTrackerOf(msg); t != nil {
 		return t.Revoked(msg)
 	}
 	return nil
 }
 
-// trackerOf returns the delivery tracker of msg's delivery, found below
+// deliveryTrackerOf returns the delivery tracker of msg's delivery, found below
 // its context, or of its handler.
 //
 //go:noinline
-func (r *Router) trackerOf(msg *message.Message) deliveryTracker {
+func (r *Router) deliveryTrackerOf(msg *message.Message) deliveryTracker {
 	if d := deliveryFrom(msg.Context()); d != nil {
 		return d.tracker
 	}
