@@ -188,10 +188,7 @@ func roundTrip(t *testing.T, cfg redisbroker.Config) string {
 	t.Helper()
 	topic := uniq("rt")
 	sub := newSubscriber(t, cfg)
-	ch, err := sub.Subscribe(testCtx(t), topic)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ch := subscribe(t, sub, topic)
 	publish(t, newPublisher(t, cfg), topic, "hello")
 	select {
 	case m := <-ch:

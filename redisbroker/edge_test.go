@@ -27,11 +27,7 @@ func TestEdgeAckThenClose(t *testing.T) {
 		topic := uniq("ack-close")
 		publish(t, newPublisher(t, cfg), topic, "m")
 		sub := newSubscriber(t, cfg)
-		msgs, err := sub.Subscribe(testCtx(t), topic)
-		if err != nil {
-			t.Fatal(err)
-		}
-		msg := <-msgs
+		msg := receive(t, subscribe(t, sub, topic))
 		msg.Ack()
 		if err := sub.Close(); err != nil {
 			t.Fatal(err)
@@ -90,11 +86,7 @@ func TestEdgeDeliveryCount(t *testing.T) {
 	publish(t, newPublisher(t, cfg), topic, "m")
 
 	first := newSubscriber(t, cfg)
-	msgs, err := first.Subscribe(testCtx(t), topic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	msg := <-msgs
+	msg := receive(t, subscribe(t, first, topic))
 	if n := redisbroker.Deliveries(msg); n != 1 {
 		t.Fatalf("first delivery: Deliveries = %d, want 1", n)
 	}
@@ -102,15 +94,7 @@ func TestEdgeDeliveryCount(t *testing.T) {
 
 	cfg.Consumer = uniq("peer")
 	peer := newSubscriber(t, cfg)
-	msgs, err = peer.Subscribe(testCtx(t), topic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case msg = <-msgs:
-	case <-time.After(15 * time.Second):
-		t.Fatal("the entry was never claimed")
-	}
+	msg = receive(t, subscribe(t, peer, topic)) // claimed from first
 	if n := redisbroker.Deliveries(msg); n != 2 {
 		t.Errorf("claimed delivery: Deliveries = %d, want 2", n)
 	}
@@ -134,11 +118,7 @@ func TestEdgeRevokedAfterMaxInFlightStaysPending(t *testing.T) {
 	topic := uniq("revoke-stuck")
 	publish(t, newPublisher(t, cfg), topic, "m")
 	sub := newSubscriber(t, cfg)
-	msgs, err := sub.Subscribe(testCtx(t), topic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	msg := <-msgs
+	msg := receive(t, subscribe(t, sub, topic))
 	revoked := sub.Revoked(msg)
 	if revoked == nil {
 		t.Fatal("Revoked returned nil for a live delivery")
@@ -168,11 +148,7 @@ func TestEdgeRevokedOnGroupRecreated(t *testing.T) {
 	topic := uniq("revoke-group")
 	publish(t, newPublisher(t, cfg), topic, "m")
 	sub := newSubscriber(t, cfg)
-	msgs, err := sub.Subscribe(testCtx(t), topic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	msg := <-msgs
+	msg := receive(t, subscribe(t, sub, topic))
 	revoked := sub.Revoked(msg)
 	if err := raw.XGroupDestroy(testCtx(t), topic, cfg.ConsumerGroup).Err(); err != nil {
 		t.Fatal(err)
@@ -198,11 +174,8 @@ func TestEdgeRevokedFollowsTheHandedMessage(t *testing.T) {
 	topic := uniq("revoke-handed")
 	publish(t, newPublisher(t, cfg), topic, "m")
 	sub := newSubscriber(t, cfg)
-	msgs, err := sub.Subscribe(testCtx(t), topic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	msg := <-msgs
+	msgs := subscribe(t, sub, topic)
+	msg := receive(t, msgs)
 	if sub.Revoked(msg) == nil {
 		t.Fatal("Revoked returned nil for the message handed over")
 	}

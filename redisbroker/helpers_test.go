@@ -96,6 +96,33 @@ func rawClient(t testing.TB, srv *redistest.Server) *redis.Client {
 	return c
 }
 
+// subscribe subscribes sub to topic until the test ends (or testCtx's
+// minute is up).
+func subscribe(t testing.TB, sub message.Subscriber, topic string) <-chan *message.Message {
+	t.Helper()
+	msgs, err := sub.Subscribe(testCtx(t), topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return msgs
+}
+
+// receive returns the next message from msgs, failing the test if none
+// comes within 15 seconds or the subscription ends first.
+func receive(t testing.TB, msgs <-chan *message.Message) *message.Message {
+	t.Helper()
+	select {
+	case msg, ok := <-msgs:
+		if !ok {
+			t.Fatal("the subscription ended before a message came")
+		}
+		return msg
+	case <-time.After(15 * time.Second):
+		t.Fatal("no message within 15 s")
+	}
+	return nil
+}
+
 func testCtx(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)

@@ -63,10 +63,7 @@ func TestEntryMetadata(t *testing.T) {
 	cfg := testConfig(srv)
 	topic := uniq("meta")
 	sub := newSubscriber(t, cfg)
-	ch, err := sub.Subscribe(testCtx(t), topic)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ch := subscribe(t, sub, topic)
 	m := message.NewMessage("m", []byte("x"))
 	m.Metadata.Set(redisbroker.MetadataEntryID, "forged")
 	m.Metadata.Set(redisbroker.MetadataConsumer, "forged")
