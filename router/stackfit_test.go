@@ -4,7 +4,6 @@ package router
 
 import (
 	"runtime"
-	"runtime/debug"
 	"testing"
 	"time"
 
@@ -93,7 +92,7 @@ func TestLeanStackFitsStartingStack(t *testing.T) {
 				return
 			}
 			var moves stackprobe.Moves
-			quietRuntime(t)
+			stackprobe.QuietRuntime(t)
 			runWithOuter(t, cfg(), n, moves.Middleware, nil)
 			moved, ran := moves.Counts()
 			t.Logf("the stack moved for %d of %d messages", moved, ran)
@@ -107,22 +106,6 @@ func TestLeanStackFitsStartingStack(t *testing.T) {
 			}
 		})
 	}
-}
-
-// quietRuntime keeps the garbage collector from changing what the stack
-// moves measure, until t ends. It collects twice now, while no message
-// goroutine holds a deep stack: the runtime sizes new goroutines' stacks by
-// the average it found at the last collection (adaptive starting stacks,
-// the default since Go 1.19), and an average taken over the control's
-// grown stacks, or an earlier test's, would start goroutines large enough
-// not to move. Then it turns collection off, so that neither a new
-// average nor a collection's assist on a message goroutine (a deep
-// runtime path) comes in the middle of the run.
-func quietRuntime(t *testing.T) {
-	runtime.GC()
-	runtime.GC()
-	old := debug.SetGCPercent(-1)
-	t.Cleanup(func() { debug.SetGCPercent(old) })
 }
 
 // BenchmarkStackMoves reports the share of messages whose stack the

@@ -1,14 +1,13 @@
 package telemetry
 
 import (
-	"runtime"
-	"runtime/debug"
 	"testing"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"go.opentelemetry.io/otel/propagation"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/spillway-go/spillway/internal/stackprobe"
 	"github.com/spillway-go/spillway/internal/telhint"
 )
 
@@ -18,12 +17,7 @@ import (
 // with: a shallow chain stops being grown, a deep one keeps being grown.
 // Below a router whose stack fits (StackFits), the gauge is not used.
 func TestQuietPathGrowsOnlyForDeepChains(t *testing.T) {
-	// Collection off, after two cycles: the runtime's adaptive starting
-	// stack then stays at 2 KiB, as in a process whose goroutines are
-	// mostly shallow.
-	runtime.GC()
-	runtime.GC()
-	defer debug.SetGCPercent(debug.SetGCPercent(-1))
+	stackprobe.QuietRuntime(t)
 
 	noop := []Option{WithTracerProvider(tracenoop.NewTracerProvider()), WithPropagator(propagation.TraceContext{})}
 	// run passes n messages through tr's middleware around h, each on a
@@ -41,7 +35,7 @@ func TestQuietPathGrowsOnlyForDeepChains(t *testing.T) {
 	}
 	shallow := func(*message.Message) ([]*message.Message, error) { return nil, nil }
 	deep := func(*message.Message) ([]*message.Message, error) {
-		descend(32) // 32 frames of over 128 bytes: over 4 KiB
+		stackprobe.Descend(32) // over 4 KiB
 		return nil, nil
 	}
 	const n = 3000 // about 190 messages watched: a dozen decisions
@@ -71,14 +65,4 @@ func TestQuietPathGrowsOnlyForDeepChains(t *testing.T) {
 			t.Error("the gauge learned below a router whose stack fits: it watched messages there")
 		}
 	})
-}
-
-//go:noinline
-func descend(n int) byte {
-	var pad [128]byte
-	pad[n%len(pad)] = byte(n)
-	if n == 0 {
-		return pad[0]
-	}
-	return descend(n-1) + pad[n%len(pad)]
 }

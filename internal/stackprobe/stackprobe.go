@@ -20,9 +20,11 @@ import (
 	"encoding/binary"
 	"fmt"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"sync"
 	"sync/atomic"
+	"testing"
 	"unsafe"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -208,3 +210,34 @@ func (m *Moves) Middleware(h message.HandlerFunc) message.HandlerFunc {
 
 // Counts returns how many messages' stacks moved, of how many run.
 func (m *Moves) Counts() (moved, n int64) { return m.moved.Load(), m.n.Load() }
+
+// QuietRuntime keeps the garbage collector from changing what stack moves
+// measure, until t ends. It collects twice now, while no message goroutine
+// holds a deep stack: the runtime sizes new goroutines' stacks by the
+// average it found at the last collection (adaptive starting stacks, the
+// default since Go 1.19), and an average taken over grown stacks, a control's
+// or an earlier test's, would start goroutines large enough not to move.
+// Then it turns collection off, so that neither a new average nor a
+// collection's assist on a message goroutine (a deep runtime path) comes in
+// the middle of the run.
+func QuietRuntime(t testing.TB) {
+	t.Helper()
+	runtime.GC()
+	runtime.GC()
+	old := debug.SetGCPercent(-1)
+	t.Cleanup(func() { debug.SetGCPercent(old) })
+}
+
+// Descend calls itself n times, each frame holding 128 bytes of its own:
+// a chain that outgrows a new goroutine's stack when n is large enough
+// (16 outgrows 2 KiB, 32 outgrows 4 KiB).
+//
+//go:noinline
+func Descend(n int) byte {
+	var pad [128]byte
+	pad[n%len(pad)] = byte(n)
+	if n <= 0 {
+		return pad[0]
+	}
+	return Descend(n-1) + pad[n%len(pad)]
+}

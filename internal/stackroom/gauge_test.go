@@ -1,9 +1,9 @@
 package stackroom
 
 import (
-	"runtime"
-	"runtime/debug"
 	"testing"
+
+	"github.com/spillway-go/spillway/internal/stackprobe"
 )
 
 // A zero Gauge grows; after each window of watched calls it grows only if
@@ -62,18 +62,14 @@ func TestGaugeWatchRate(t *testing.T) {
 // stack moved in between: a new goroutine's stack, grown by a deep call,
 // moves.
 func TestHere(t *testing.T) {
-	// Collection off, after two cycles: the runtime's adaptive starting
-	// stack then stays at 2 KiB.
-	runtime.GC()
-	runtime.GC()
-	defer debug.SetGCPercent(debug.SetGCPercent(-1))
+	stackprobe.QuietRuntime(t)
 	type result struct{ still, moved bool }
 	got := make(chan result)
 	go func() {
 		a := Here()
 		b := Here()
 		c := Here()
-		descend(64) // 64 frames of over 128 bytes: 8 KiB and more
+		stackprobe.Descend(64) // 8 KiB and more
 		d := Here()
 		got <- result{still: a == b && b == c, moved: c != d}
 	}()
@@ -84,14 +80,4 @@ func TestHere(t *testing.T) {
 	if !r.moved {
 		t.Error("Here did not see the stack move")
 	}
-}
-
-//go:noinline
-func descend(n int) byte {
-	var pad [128]byte
-	pad[n%len(pad)] = byte(n)
-	if n == 0 {
-		return pad[0]
-	}
-	return descend(n-1) + pad[n%len(pad)]
 }
