@@ -3,13 +3,11 @@
 package router
 
 import (
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/spillway-go/spillway/internal/kafkatest"
 	"github.com/spillway-go/spillway/internal/redistest"
-	"github.com/spillway-go/spillway/internal/stackprobe"
 )
 
 // BenchmarkStackHighWater measures how deep the default stack reaches into
@@ -54,19 +52,8 @@ func BenchmarkStackHighWater(b *testing.B) {
 				cfg.Redis.Addr = redistest.Start(b).Addr()
 				cfg.Redis.BlockTime = 50 * time.Millisecond
 			}
-			probe := runProbed(b, cfg, b.N, nil)
-			median, deepest, n := probe.Depths()
-			if n == 0 {
-				b.Fatalf("no message measured (%d moved under the probe)", probe.Moved())
-			}
-			b.ReportMetric(float64(median), "median-B")
-			b.ReportMetric(float64(deepest), "deepest-B")
-			b.ReportMetric(stackprobe.Room, "room-B")
+			runProbed(b, cfg, b.N, nil).Report(b)
 			b.ReportMetric(0, "ns/op")
-			if testing.Verbose() {
-				// With -v: where the median message reached that deep.
-				b.Logf("the path to %d bytes, deepest first:\n%s", median, strings.Join(probe.Path(median), "\n"))
-			}
 		})
 	}
 }

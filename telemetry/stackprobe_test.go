@@ -3,7 +3,6 @@
 package telemetry_test
 
 import (
-	"strings"
 	"testing"
 
 	"go.opentelemetry.io/otel/metric"
@@ -36,16 +35,7 @@ func BenchmarkStackHighWater(b *testing.B) {
 			probe := new(stackprobe.Probe)
 			s.outer = probe.Middleware
 			runStack(b, s, false)
-			median, deepest, n := probe.Depths()
-			if n == 0 {
-				b.Fatalf("no message measured (%d moved under the probe)", probe.Moved())
-			}
-			b.ReportMetric(float64(median), "median-B")
-			b.ReportMetric(float64(deepest), "deepest-B")
-			b.ReportMetric(stackprobe.Room, "room-B")
-			if testing.Verbose() {
-				b.Logf("the path to %d bytes, deepest first:\n%s", median, strings.Join(probe.Path(median), "\n"))
-			}
+			probe.Report(b)
 		})
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -240,4 +241,21 @@ func Descend(n int) byte {
 		return pad[0]
 	}
 	return Descend(n-1) + pad[n%len(pad)]
+}
+
+// Report reports p's median and deepest depth and Room as b's metrics
+// (median-B, deepest-B, room-B) and, with -v, logs the path to the median
+// depth. It fails b if no message was measured.
+func (p *Probe) Report(b *testing.B) {
+	b.Helper()
+	median, deepest, n := p.Depths()
+	if n == 0 {
+		b.Fatalf("no message measured (%d moved under the probe)", p.Moved())
+	}
+	b.ReportMetric(float64(median), "median-B")
+	b.ReportMetric(float64(deepest), "deepest-B")
+	b.ReportMetric(Room, "room-B")
+	if testing.Verbose() {
+		b.Logf("the path to %d bytes, deepest first:\n%s", median, strings.Join(p.Path(median), "\n"))
+	}
 }
