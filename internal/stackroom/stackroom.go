@@ -11,6 +11,11 @@
 // while only two or three frames are on it; the layers below then run
 // without growing it again.
 //
+// A caller that cannot know how deep the chain below it reaches (a
+// middleware in a stack the application composes) asks a [Gauge], which
+// learns from a sample of calls run without growing first whether the
+// chain outgrows the stack at all.
+//
 // Built with the stackprobe tag, Reserve and ReserveDeep do nothing, so
 // that internal/stackprobe measures how deep the layers reach on their own
 // (the router's BenchmarkStackHighWater).
