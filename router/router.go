@@ -521,8 +521,8 @@ func (r *Router) revoked(msg *message.Message) <-chan struct{} {
 	return nil
 }
 
-// deliveryTrackerOf returns the delivery tracker of msg's delivery, found below
-// its context, or of its handler.
+// deliveryTrackerOf returns the delivery tracker of msg's delivery, found
+// below its context, or of its handler.
 //
 //go:noinline
 func (r *Router) deliveryTrackerOf(msg *message.Message) deliveryTracker {
