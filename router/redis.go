@@ -184,8 +184,9 @@ func (b *redisBackend) deadLetter(moved func(*message.Message, bool)) message.Ha
 func (b *redisBackend) system() string { return "redis" }
 
 // close has nothing left: the router closed the publisher and the
-// subscribers (each releases its clients, and the embedded server with
-// the last of them; a client given with WithRedisClient stays open).
+// subscribers, and waited for them (waitClosed; each releases its clients,
+// and the embedded server with the last of them; a client given with
+// WithRedisClient stays open).
 func (b *redisBackend) close() error { return nil }
 
 // redisSubscriber forgets the subscriber in the backend when closed.
@@ -199,6 +200,10 @@ func (s *redisSubscriber) Close() error {
 	s.once.Do(s.forget)
 	return s.Subscriber.Close()
 }
+
+// waitClosed returns once the subscriber's Close has finished: a second
+// Close waits for the first, which Watermill's router started.
+func (s *redisSubscriber) waitClosed() { _ = s.Subscriber.Close() }
 
 // deadLettered returns how many malformed Redis entries were moved to
 // redis.dead_letter_topic (0 on other brokers).

@@ -148,3 +148,48 @@ func TestWithRedisClient(t *testing.T) {
 		t.Errorf("XLEN shapes = %d, %v; want 3", n, err)
 	}
 }
+
+// Close returns only once the Redis subscribers have finished closing,
+// their last acknowledgements sent: Watermill's router stops waiting for a
+// subscriber as soon as its message channels close, and a Redis subscriber
+// sends the acks still queued after that. A server paused for writes holds
+// the last ack back while the router closes.
+func TestCloseWaitsForRedisAcks(t *testing.T) {
+	defer goleak.VerifyNone(t, leakOptions...)
+	srv := redistest.Start(t)
+	raw := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer raw.Close()
+	cfg := Config{Broker: BrokerRedis}
+	cfg.Redis.Addr = srv.Addr()
+	cfg.Redis.BlockTime = 50 * time.Millisecond
+	r, err := New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entered, release := make(chan struct{}, 1), make(chan struct{})
+	if _, err := r.AddConsumerHandler("h", "held", func(*message.Message) error {
+		entered <- struct{}{}
+		<-release
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	errc := runRouter(t, r)
+	if err := r.Publisher().Publish("held", message.NewMessage("m", pingPayload(0))); err != nil {
+		t.Fatal(err)
+	}
+	<-entered
+	ctx := context.Background()
+	if err := raw.Do(ctx, "CLIENT", "PAUSE", "1500", "WRITE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	close(release) // acked by Watermill; the XACK waits for the pause
+	closeRouter(t, r, errc)
+	groups, err := raw.XInfoGroups(ctx, "held").Result()
+	if err != nil || len(groups) != 1 {
+		t.Fatalf("XINFO GROUPS held = %v, %v", groups, err)
+	}
+	if groups[0].Pending != 0 {
+		t.Errorf("%d entries still pending after Close returned: the router did not wait for the subscriber's last ack", groups[0].Pending)
+	}
+}

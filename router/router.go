@@ -769,6 +769,13 @@ func (r *Router) Close() error {
 	return r.closeErr
 }
 
+// closeWaiter is a subscriber whose Close, which Watermill's router calls
+// as it closes, may go on after Watermill has stopped waiting for it.
+type closeWaiter interface {
+	// waitClosed returns once the subscriber's Close has finished.
+	waitClosed()
+}
+
 func (r *Router) close() error {
 	r.closingCancel()
 	deadline := time.Now().Add(r.cfg.CloseTimeout)
@@ -795,6 +802,14 @@ func (r *Router) close() error {
 	if ran {
 		if err := r.wm.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("router: close: %w", err))
+		}
+		// Watermill stops waiting for a subscriber once its message
+		// channels close; a Redis subscriber still sends its last acks
+		// after that. Wait for the rest of its Close.
+		for _, s := range subs {
+			if w, ok := s.(closeWaiter); ok {
+				w.waitClosed()
+			}
 		}
 	} else {
 		// Never ran: Watermill would wait for handlers that never started.
