@@ -172,3 +172,57 @@ type markerContext struct {
 }
 
 func (c *markerContext) MarkTelemetryQuiet() { c.marked = true }
+
+// On the quiet path with the no-op tracer, the parent's span is looked up
+// in the message's context once: deciding that no span is started and
+// answering the layers below share the lookup, which on Kafka walks a
+// dozen values.
+func TestQuietLooksUpTheSpanOnce(t *testing.T) {
+	outermost, fits := telhint.Outermost().(Option), telhint.StackFits().(Option)
+	for _, c := range []struct {
+		name string
+		opts []Option
+	}{
+		{"hand-composed", nil},
+		{"router", []Option{outermost, fits}}, // marks the router's context
+		{"router-no-room", []Option{outermost}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx := &countingContext{markerContext: markerContext{Context: context.Background()}}
+			h := NewTracing(append([]Option{WithTracerProvider(tracenoop.NewTracerProvider()),
+				WithPropagator(propagation.TraceContext{})}, c.opts...)...)(
+				func(msg *message.Message) ([]*message.Message, error) {
+					// What the admission hook asks, below.
+					if trace.SpanFromContext(msg.Context()).IsRecording() {
+						t.Error("a recording span appeared")
+					}
+					return nil, nil
+				})
+			msg := message.NewMessage("m", nil)
+			msg.SetContext(ctx)
+			if _, err := h(msg); err != nil {
+				t.Fatal(err)
+			}
+			want := 1
+			if c.name == "router" {
+				want = 2 // the handler's own lookup reaches the router's context
+			}
+			if ctx.spanLookups != want {
+				t.Errorf("the span key was looked up %d times in the message's context, want %d", ctx.spanLookups, want)
+			}
+		})
+	}
+}
+
+// countingContext counts the lookups of OpenTelemetry's span key.
+type countingContext struct {
+	markerContext
+	spanLookups int
+}
+
+func (c *countingContext) Value(key any) any {
+	if key == spanKey() {
+		c.spanLookups++
+	}
+	return c.Context.Value(key)
+}

@@ -185,15 +185,51 @@ func (t *tracing) carriesContext(msg *message.Message) bool {
 // watches nothing when no span is started.)
 func (t *tracing) middleware(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
-		if t.startless(msg.Context()) {
-			if !t.cfg.stackFits {
-				return t.quietGauged(h, msg)
-			}
-			t.quiet(msg)
+		switch t.enter(msg) {
+		case enteredQuiet:
 			return h(msg)
+		case enteredGauged:
+			return t.quietGauged(h, msg)
 		}
 		return t.traced(h, msg)
 	}
+}
+
+// entry is what enter decided for a message.
+type entry uint8
+
+const (
+	enterTraced   entry = iota // start a span: traced
+	enteredQuiet               // no span; quiet has run; the stack fits
+	enteredGauged              // no span; quiet has run; see quietGauged
+)
+
+// enter decides whether msg gets a span (see startless) and, when it does
+// not, does the quiet path's work (quiet). With the no-op tracer the
+// parent's span is looked up once, for both: on Kafka the message's
+// context is a dozen values deep, and each lookup walks all of it.
+//
+//go:noinline
+func (t *tracing) enter(msg *message.Message) entry {
+	var parent any // the value of OpenTelemetry's span key in the context
+	known := false
+	if t.noop {
+		if key := spanKey(); key != nil {
+			parent, known = msg.Context().Value(key), true
+			if s, ok := parent.(trace.Span); ok && s.IsRecording() {
+				return enterTraced
+			}
+		} else if !t.startless(msg.Context()) {
+			return enterTraced
+		}
+	} else if !t.startless(msg.Context()) {
+		return enterTraced
+	}
+	t.quiet(msg, parent, known)
+	if t.cfg.stackFits {
+		return enteredQuiet
+	}
+	return enteredGauged
 }
 
 // quietGauged is the quiet path below no router that has said the stack
@@ -209,10 +245,8 @@ func (t *tracing) quietGauged(h message.HandlerFunc, msg *message.Message) ([]*m
 		if t.room.Grow() {
 			stackroom.Reserve()
 		}
-		t.quiet(msg)
 		return h(msg)
 	}
-	t.quiet(msg)
 	at := stackroom.Here()
 	out, err := h(msg)
 	t.room.Observe(stackroom.Here() != at)
@@ -238,12 +272,18 @@ func (t *tracing) quietGauged(h message.HandlerFunc, msg *message.Message) ([]*m
 // whose stack does not fit runs the hook on every message, and the quiet
 // context answers its lookups.
 //
+// When known, parent is the value of OpenTelemetry's span key in the
+// message's context, which enter has looked up already.
+//
 //go:noinline
-func (t *tracing) quiet(msg *message.Message) {
+func (t *tracing) quiet(msg *message.Message, parent any, known bool) {
 	ctx := msg.Context()
 	carries := !t.cfg.linkProducer && t.carriesContext(msg)
 	if m, ok := ctx.(telhint.QuietMarker); ok && t.cfg.outermost && t.cfg.stackFits && !carries {
-		if !trace.SpanFromContext(ctx).IsRecording() {
+		if !known {
+			parent = trace.SpanFromContext(ctx)
+		}
+		if s, ok := parent.(trace.Span); !ok || !s.IsRecording() {
 			m.MarkTelemetryQuiet()
 		}
 		return
@@ -251,6 +291,8 @@ func (t *tracing) quiet(msg *message.Message) {
 	c := &quietContext{Context: ctx}
 	if carries {
 		t.extract(msg, c)
+	} else if known {
+		c.span, c.spanSet = parent, true
 	}
 	c.resolve(t.cfg.outermost)
 	msg.SetContext(c)
