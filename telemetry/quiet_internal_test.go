@@ -214,15 +214,75 @@ func TestQuietLooksUpTheSpanOnce(t *testing.T) {
 	}
 }
 
-// countingContext counts the lookups of OpenTelemetry's span key.
+// countingContext counts the lookups of OpenTelemetry's span key and of
+// the record's.
 type countingContext struct {
 	markerContext
-	spanLookups int
+	spanLookups, recordLookups int
 }
 
 func (c *countingContext) Value(key any) any {
 	if key == spanKey() {
 		c.spanLookups++
 	}
+	if _, ok := key.(recordKey); ok {
+		c.recordLookups++
+	}
 	return c.Context.Value(key)
+}
+
+// Until the process has made a record, the quiet path does not look for
+// one; each place that makes a record says so, and a record is then found
+// where it is, whichever layer made it.
+func TestRecordsMade(t *testing.T) {
+	t.Cleanup(func() { recordsMade.Store(true) }) // never wrong
+	quietTracing := NewTracing(WithTracerProvider(tracenoop.NewTracerProvider()), WithPropagator(propagation.TraceContext{}))
+	run := func(ctx context.Context, h message.HandlerFunc, mws ...message.HandlerMiddleware) {
+		t.Helper()
+		for i := len(mws) - 1; i >= 0; i-- {
+			h = mws[i](h)
+		}
+		msg := message.NewMessage("m", nil)
+		msg.SetContext(ctx)
+		if _, err := h(msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got *record
+	keep := func(msg *message.Message) ([]*message.Message, error) {
+		got = recordFrom(msg.Context())
+		return nil, nil
+	}
+
+	recordsMade.Store(false)
+	ctx := &countingContext{markerContext: markerContext{Context: context.Background()}}
+	run(ctx, keep, quietTracing)
+	if ctx.recordLookups != 0 || got != nil {
+		t.Errorf("before any record: %d record lookups, record %v; want 0, none", ctx.recordLookups, got)
+	}
+
+	t.Run("metrics", func(t *testing.T) {
+		recordsMade.Store(false)
+		mp := sdkmetric.NewMeterProvider()
+		defer func() { _ = mp.Shutdown(context.Background()) }()
+		m, err := NewMetrics(WithMeterProvider(mp))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = nil
+		run(context.Background(), keep, m.Middleware, quietTracing)
+		if got == nil {
+			t.Error("the outer metrics middleware's record is not found below a quiet tracing middleware")
+		}
+	})
+	t.Run("tracing", func(t *testing.T) {
+		recordsMade.Store(false)
+		tp := sdktrace.NewTracerProvider()
+		defer func() { _ = tp.Shutdown(context.Background()) }()
+		got = nil
+		run(context.Background(), keep, NewTracing(WithTracerProvider(tp)))
+		if got == nil {
+			t.Error("the tracing middleware's record is not found below it")
+		}
+	})
 }

@@ -387,7 +387,7 @@ func (t *tracing) begin(msg *message.Message, cs *consumerSpan) {
 	var rc *recordContext
 	rec := recordFrom(parent)
 	if rec == nil {
-		rc = &recordContext{Context: parent, rec: record{topic: topic}}
+		rc = newRecordContext(parent, topic)
 		rec, parent = &rc.rec, rc
 	}
 	if t.carriesContext(msg) {
