@@ -55,6 +55,9 @@ type benchStack struct {
 	// outer, if set, is the router's outermost middleware (the stack
 	// probes of BenchmarkStackHighWater).
 	outer message.HandlerMiddleware
+	// window, if set, bounds the messages published and not yet handled
+	// (BenchmarkStackWindowed).
+	window int
 }
 
 func sdkProviders() (func() trace.TracerProvider, func() metric.MeterProvider) {
@@ -150,6 +153,36 @@ func BenchmarkStack(b *testing.B) {
 	}
 }
 
+// BenchmarkStackWindowed is BenchmarkStack's empty handler with the
+// publisher held to window messages published and not yet handled, as a
+// broker's prefetch holds a consumer: BenchmarkStack's publisher runs
+// ahead of the router, and GoChannel parks two goroutines for every
+// message it has delivered and the handler has not acknowledged, so the
+// slower a stack is, the more goroutines the collector scans for each
+// message, and the benchmark magnifies a stack's cost (tens of
+// microseconds for an SDK span that costs one or two). Here the backlog
+// is the same for every stack.
+func BenchmarkStackWindowed(b *testing.B) {
+	sdkTP, sdkMP := sdkProviders()
+	noopTP := func() trace.TracerProvider { return nooptrace.NewTracerProvider() }
+	noopMP := func() metric.MeterProvider { return noopmetric.NewMeterProvider() }
+	for _, window := range []int{64, 1024} {
+		for _, s := range []benchStack{
+			{name: "bare"},
+			{name: "budget", budget: true},
+			{name: "budget+otel-noop", budget: true, telemetry: true, tp: noopTP, mp: noopMP},
+			{name: "budget+otel-sdk", budget: true, telemetry: true, tp: sdkTP, mp: sdkMP},
+			{name: "budget+otel-sdk-batch", budget: true, telemetry: true, tp: batchTracerProvider, mp: sdkMP},
+			{name: "budget+otel-sdk-ratio", budget: true, telemetry: true, tp: ratioTracerProvider, mp: sdkMP},
+			{name: "bare+one-sdk-span", oneSpan: true, tp: sdkTP},
+			{name: "bare+two-sdk-spans", oneSpan: true, twoSpans: true, tp: sdkTP},
+		} {
+			s.window = window
+			b.Run("window="+strconv.Itoa(window)+"/stack="+s.name, func(b *testing.B) { runStack(b, s, false) })
+		}
+	}
+}
+
 func runStack(b *testing.B, s benchStack, decode bool) {
 	logger := watermill.NopLogger{}
 	pubSub := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 4096}, logger)
@@ -235,11 +268,18 @@ func runStack(b *testing.B, s benchStack, decode bool) {
 	var handled atomic.Int64
 	done := make(chan struct{})
 	target := int64(b.N)
+	var window chan struct{} // a token per message published and not handled
+	if s.window > 0 {
+		window = make(chan struct{}, s.window)
+	}
 	router.AddConsumerHandler("bench", "bench", pubSub, func(msg *message.Message) error {
 		if decode {
 			if _, err := cost.Decode(msg.Payload); err != nil {
 				return err
 			}
+		}
+		if window != nil {
+			<-window
 		}
 		if handled.Add(1) == target {
 			close(done)
@@ -258,6 +298,9 @@ func runStack(b *testing.B, s benchStack, decode bool) {
 	for i := range b.N {
 		m := message.NewMessage(strconv.Itoa(i), payload)
 		m.Metadata.Set("vertex_count", "1")
+		if window != nil {
+			window <- struct{}{}
+		}
 		if err := pub.Publish("bench", m); err != nil {
 			b.Fatal(err)
 		}
