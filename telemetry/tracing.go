@@ -213,13 +213,10 @@ const (
 func (t *tracing) enter(msg *message.Message) entry {
 	var parent any // the value of OpenTelemetry's span key in the context
 	known := false
-	if t.noop {
-		if key := spanKey(); key != nil {
-			parent, known = msg.Context().Value(key), true
-			if s, ok := parent.(trace.Span); ok && s.IsRecording() {
-				return enterTraced
-			}
-		} else if !t.startless(msg.Context()) {
+	if key := spanKey(); t.noop && key != nil {
+		// startless's no-op case, keeping what the lookup found.
+		parent, known = msg.Context().Value(key), true
+		if s, ok := parent.(trace.Span); ok && s.IsRecording() {
 			return enterTraced
 		}
 	} else if !t.startless(msg.Context()) {
