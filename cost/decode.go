@@ -42,6 +42,16 @@ var (
 	ErrTooLarge = errors.New("cost: geometry too large")
 )
 
+// IsUndecodable reports whether err, or any error it wraps, says that a
+// payload cannot be decoded: [ErrEmptyPayload], [ErrUnknownFormat],
+// [ErrMalformed] or [ErrTooLarge]. Decoding the same payload again fails
+// the same way, so a consumer should set such a message aside (the router
+// dead-letters it with cause "malformed") rather than retry it.
+func IsUndecodable(err error) bool {
+	return errors.Is(err, ErrEmptyPayload) || errors.Is(err, ErrUnknownFormat) ||
+		errors.Is(err, ErrMalformed) || errors.Is(err, ErrTooLarge)
+}
+
 // format is the encoding of a payload, as detected by sniff.
 type format uint8
 

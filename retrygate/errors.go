@@ -48,8 +48,5 @@ func IsPermanent(err error) bool {
 	if errors.As(err, &bp) {
 		return true
 	}
-	return errors.Is(err, cost.ErrEmptyPayload) ||
-		errors.Is(err, cost.ErrUnknownFormat) ||
-		errors.Is(err, cost.ErrMalformed) ||
-		errors.Is(err, cost.ErrTooLarge)
+	return cost.IsUndecodable(err)
 }

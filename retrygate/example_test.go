@@ -91,6 +91,6 @@ func Example() {
 	fmt.Printf("handled %d, retries %d, dead-lettered %d\n", st.Handled, st.Retries, st.DeadLettered)
 	// Output:
 	// parcel-1: 3 vertices
-	// dead letter: parcel-2 from parcels after 1 attempt, permanent
+	// dead letter: parcel-2 from parcels after 1 attempt, malformed
 	// handled 1, retries 1, dead-lettered 1
 }

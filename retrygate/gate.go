@@ -15,6 +15,7 @@ import (
 	"github.com/cenkalti/backoff/v5"
 
 	"github.com/spillway-go/spillway"
+	"github.com/spillway-go/spillway/cost"
 )
 
 // Metadata keys the gate reads and writes. The exported ones are on the
@@ -33,8 +34,9 @@ const (
 	OriginTopicKey = "spillway_origin_topic"
 	// lastErrorKey: the text of the handler's last error.
 	lastErrorKey = "spillway_last_error"
-	// DeadLetterCauseKey: on the dead-letter copy, "permanent" or
-	// "attempts_exhausted".
+	// DeadLetterCauseKey: on the dead-letter copy, "malformed" (the
+	// payload cannot be decoded), "permanent" or "attempts_exhausted"; the
+	// router also writes "oversize".
 	DeadLetterCauseKey = "spillway_dead_letter_cause"
 )
 
@@ -196,7 +198,8 @@ func AttemptFromCtx(ctx context.Context) int {
 //     without running h: under pressure, retries give way to fresh work.
 //     Otherwise it draws a retry token, and is deferred if there is none.
 //  3. h runs. On success the message is handled. On failure it is
-//     dead-lettered if the error is permanent or the attempts are used up;
+//     dead-lettered if the payload cannot be decoded ([cost.IsUndecodable],
+//     cause "malformed"), the error is permanent or the attempts are used up;
 //     deferred if the consumer is saturated, the next backoff wait would
 //     run past MaxElapsedTime, or the retry budget is empty; otherwise the
 //     gate waits the backoff interval and runs h again. Every wait ends at
@@ -359,6 +362,8 @@ func (d *delivery) run(h message.HandlerFunc) ([]*message.Message, error) {
 			// an ordinary failure: exempting it would redeliver the
 			// message forever without counting an attempt.
 			return d.nack(causeContextDone, err)
+		case cost.IsUndecodable(err):
+			return d.deadLetter(causeMalformed)
 		case g.opts.IsPermanent(err):
 			return d.deadLetter(causePermanent)
 		case d.attempts >= g.cfg.MaxAttempts:

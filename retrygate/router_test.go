@@ -1,6 +1,7 @@
 package retrygate
 
 import (
+	"fmt"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -174,11 +175,15 @@ func TestPermanentErrorDeadLettersAtOnce(t *testing.T) {
 	if decodeErr == nil {
 		t.Fatal("expected a decode error")
 	}
-	cases := map[string]error{
-		"undecodable geometry": decodeErr,
-		"Permanent marker":     Permanent(errTransient),
+	cases := map[string]struct {
+		err   error
+		cause string
+	}{
+		"undecodable geometry": {decodeErr, "malformed"},
+		"Permanent marker":     {Permanent(errTransient), "permanent"},
 	}
-	for name, failure := range cases {
+	for name, tc := range cases {
+		failure := tc.err
 		t.Run(name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				var calls atomic.Int64
@@ -204,7 +209,7 @@ func TestPermanentErrorDeadLettersAtOnce(t *testing.T) {
 					wmw.PoisonedHandlerKey:   "h",
 					AttemptKey:               "1",
 					OriginTopicKey:           "in",
-					DeadLetterCauseKey:       "permanent",
+					DeadLetterCauseKey:       tc.cause,
 					cost.MetadataKey:         "7", // the original metadata stays
 				}
 				for k, v := range want {
@@ -360,4 +365,24 @@ func mustVertexBudget(capacity int64, opts ...middleware.Option) *middleware.Ver
 		panic(err)
 	}
 	return b
+}
+
+// A payload that cannot be decoded is dead-lettered at once with cause
+// malformed even when a custom classifier calls nothing permanent.
+func TestUndecodableDeadLettersWhateverIsPermanentSays(t *testing.T) {
+	_, decodeErr := cost.Decode([]byte("definitely not geometry"))
+	synctest.Test(t, func(t *testing.T) {
+		var calls atomic.Int64
+		rg := newRig(t, Config{}, Options{IsPermanent: func(error) bool { return false }}, func(msg *message.Message) error {
+			calls.Add(1)
+			return fmt.Errorf("indexing: %w", decodeErr)
+		}, layers{})
+		defer rg.close()
+		rg.publish(costed("p", 7))
+		synctest.Wait()
+		dl := rg.pub.on("in.dead_letter")
+		if calls.Load() != 1 || len(dl) != 1 || dl[0].Metadata.Get(DeadLetterCauseKey) != "malformed" {
+			t.Fatalf("handler ran %d times, %d dead letters (%v), want 1 and 1 with cause malformed", calls.Load(), len(dl), dl)
+		}
+	})
 }

@@ -54,6 +54,10 @@ const (
 	// causeRevoked: the delivery was revoked (its Kafka session ended, a
 	// peer claimed its Redis entry) while it waited in the gate.
 	causeRevoked = "revoked"
+	// causeMalformed: the handler's error says the payload cannot be
+	// decoded ([cost.IsUndecodable]): dead-lettered at once, whatever
+	// Options.IsPermanent says.
+	causeMalformed = "malformed"
 	// causePermanent: the error was classified permanent.
 	causePermanent = "permanent"
 	// causeAttemptsExhausted: the message failed Config.MaxAttempts times.
