@@ -32,7 +32,7 @@ func BenchmarkChain(b *testing.B) {
 		b.Run(c.name, func(b *testing.B) {
 			cfg := Config{Broker: BrokerMemory}
 			cfg.Telemetry.Disabled = c.disabled
-			cfg.Retry.Enabled = c.retry
+			cfg.Retry.Disabled = !c.retry
 			var opts []Option
 			if c.tp != nil {
 				opts = append(opts, WithTracerProvider(c.tp))

@@ -40,7 +40,6 @@ func TestEdgeCoalesceRetryCopyNeverSupersedes(t *testing.T) {
 	cfg.Shedding.Topics = []string{"vehicles"}
 	cfg.Shedding.Priority.Disabled = true
 	cfg.Shedding.Coalesce.Enabled = true
-	cfg.Retry.Enabled = true
 	cfg.Retry.InitialInterval = 10 * time.Millisecond
 	shed := &shedLog{}
 	r, err := New(cfg, nil, WithHooks(shed))

@@ -55,9 +55,10 @@ type Config struct {
 	// nothing is ever shed and the layer is left out of the stack.
 	Shedding SheddingConfig `yaml:"shedding" envPrefix:"SHEDDING_"`
 
-	// Retry configures the retry gate (docs/retries.md). Off unless
-	// retry.enabled is true: by default a failed handler's message is
-	// nacked and the broker redelivers it, as in plain Watermill.
+	// Retry configures the retry gate (docs/retries.md). On by default:
+	// a failed handler is retried a bounded number of times with backoff
+	// and then dead-lettered, and a payload that cannot be decoded is
+	// dead-lettered at once. retry.disabled turns it off.
 	Retry RetryConfig `yaml:"retry" envPrefix:"RETRY_"`
 
 	// Kafka configures broker: kafka.
@@ -247,13 +248,24 @@ const (
 
 // RetryConfig is the retry gate's section: the gate's own configuration
 // ([retrygate.Config], whose keys sit directly under retry) plus the switch
-// that turns it on.
+// that turns it off.
+//
+// With the gate on (the default) every handler also consumes its topic's
+// retry topic (retry.retry_topic) with the same handler and stack, and a
+// message that keeps failing ends on the dead-letter topic
+// (retry.dead_letter_topic) after retry.max_attempts runs. On a broker
+// with a redelivery deadline, max_elapsed_time and max_interval default to
+// at most a quarter and an eighth of it, so that time in the gate stays
+// within the deadline.
 type RetryConfig struct {
-	// Enabled turns the retry gate on. Default false: a failed handler's
-	// message is nacked and redelivered by the broker. When on, every
-	// handler also consumes its topic's retry topic (retry.retry_topic)
-	// with the same handler and stack.
-	Enabled bool `yaml:"enabled" env:"ENABLED"`
+	// Disabled turns the retry gate off. A failed handler's message is
+	// then nacked and redelivered by the broker without bound, as in plain
+	// Watermill (Redis alone stops at redis.max_deliveries), and the router
+	// logs so once when it starts. A payload that cannot be decoded
+	// (cost.ErrMalformed and the other decode errors, returned by the
+	// handler) is still dead-lettered at once, cause malformed. Default
+	// false.
+	Disabled bool `yaml:"disabled" env:"DISABLED"`
 
 	retrygate.Config `yaml:",inline"`
 }
@@ -332,6 +344,12 @@ func (c Config) String() string {
 // against it unless budget.autosize.deadline is set.
 func (c Config) RedeliveryDeadline() time.Duration {
 	c.setDefaults()
+	return c.deadline()
+}
+
+// deadline is RedeliveryDeadline of a configuration whose broker sections
+// have their defaults.
+func (c *Config) deadline() time.Duration {
 	switch c.Broker {
 	case BrokerKafka:
 		return c.Kafka.RebalanceTimeout

@@ -178,7 +178,7 @@ func TestValidateNamesFieldAndValue(t *testing.T) {
 		}(), "shedding.pressure", "either"},
 
 		{"retry max attempts", withRetry(func(c *RetryConfig) { c.MaxAttempts = -1 }), "retry.max_attempts", "-1"},
-		{"retry max attempts while off", Config{Retry: RetryConfig{Config: retrygate.Config{MaxAttempts: -2}}}, "retry.max_attempts", "-2"},
+		{"retry max attempts while off", Config{Retry: RetryConfig{Disabled: true, Config: retrygate.Config{MaxAttempts: -2}}}, "retry.max_attempts", "-2"},
 		{"retry multiplier", withRetry(func(c *RetryConfig) { c.Multiplier = 0.5 }), "retry.multiplier", "0.5"},
 		{"retry rate", withRetry(func(c *RetryConfig) { c.RetryRate = math.NaN() }), "retry.retry_rate", "NaN"},
 		{"retry defer", withRetry(func(c *RetryConfig) { c.Defer = "later" }), "retry.defer", "later"},
@@ -189,9 +189,14 @@ func TestValidateNamesFieldAndValue(t *testing.T) {
 			c.Shedding.Config = shedding.Config{Topics: []string{"p"}, Priority: shedding.PriorityConfig{Window: 5 * time.Second}}
 			return c
 		}(), "retry.saturated_after", "5s"},
+		{"retry republished with key order", func() Config {
+			c := kafka(func(k *KafkaConfig) { k.Consumer = kafkabroker.ConsumerKey })
+			c.Retry.Defer = retrygate.DeferRepublish
+			return c
+		}(), "retry.defer", "republish"},
 		{"retry beyond the rebalance timeout", func() Config {
 			c := kafka(func(k *KafkaConfig) { k.RebalanceTimeout = 15 * time.Second })
-			c.Retry.Enabled = true // 10s in process + 10s early-retry hold
+			c.Retry.MaxElapsedTime, c.Retry.MaxInterval = 10*time.Second, 5*time.Second // 10s in process + 10s early-retry hold
 			return c
 		}(), "retry.max_elapsed_time", "10s"},
 
@@ -247,7 +252,7 @@ func withShedding(f func(*shedding.Config)) Config {
 }
 
 func withRetry(f func(*RetryConfig)) Config {
-	c := Config{Retry: RetryConfig{Enabled: true}}
+	c := Config{}
 	f(&c.Retry)
 	return c
 }
@@ -265,7 +270,7 @@ func TestValidSections(t *testing.T) {
 	c := Config{Broker: BrokerKafka}
 	c.Kafka.Brokers = []string{"kafka-1:9092"}
 	c.Shedding.Config = shedding.Config{Topics: []string{"positions"}, AuditTopic: "shed", VersionGuard: shedding.VersionGuardConfig{Enabled: true}}
-	c.Retry = RetryConfig{Enabled: true, Config: retrygate.Config{RetryRate: math.Inf(1), Jitter: spillway.Off, SaturatedAfter: time.Second}}
+	c.Retry = RetryConfig{Config: retrygate.Config{RetryRate: math.Inf(1), Jitter: spillway.Off, SaturatedAfter: time.Second}}
 	c.Budget.AutoSize = AutoSizeConfig{Enabled: true, MemoryBytes: 1 << 30, Processes: 2, PrefetchBytes: 1 << 20, BytesPerVertex: 100, AutoSizeConfig: sizing.AutoSizeConfig{Hysteresis: spillway.Off}}
 	c.Shedding.Pressure, c.Telemetry.LagThreshold = PressureEither, 5000
 	if err := c.Validate(); err != nil {
@@ -346,7 +351,6 @@ shedding:
   version_guard:
     enabled: true
 retry:
-  enabled: true
   max_attempts: 3
   retry_rate: .inf
   jitter: -1
@@ -373,7 +377,7 @@ budget:
 	if c.Shedding.Priority.Key != "region_priority" {
 		t.Errorf("shedding defaults not applied: %+v", c.Shedding.Priority)
 	}
-	if !c.Retry.Enabled || c.Retry.MaxAttempts != 3 || !math.IsInf(c.Retry.RetryRate, 1) || c.Retry.Jitter != spillway.Off ||
+	if c.Retry.Disabled || c.Retry.MaxAttempts != 3 || !math.IsInf(c.Retry.RetryRate, 1) || c.Retry.Jitter != spillway.Off ||
 		c.Retry.SaturatedAfter != 2*time.Second || c.Retry.RetryTopicFor("x") != "retries.x" {
 		t.Errorf("retry not applied: %+v", c.Retry)
 	}
@@ -406,17 +410,17 @@ budget:
 		c.Shedding.VersionGuard.MaxEntities != 500 || c.Shedding.AuditTopic != "spillway.shed" {
 		t.Errorf("environment did not override shedding: %+v", c.Shedding)
 	}
-	if c.Retry.MaxAttempts != 7 || c.Retry.RetryRate != spillway.Off || c.Retry.Multiplier != 1.5 || !c.Retry.Enabled {
+	if c.Retry.MaxAttempts != 7 || c.Retry.RetryRate != spillway.Off || c.Retry.Multiplier != 1.5 || c.Retry.Disabled {
 		t.Errorf("environment did not override retry: %+v", c.Retry)
 	}
 	if a := c.Budget.AutoSize; a.Floor != 2000 || a.MemoryBound != 400_000 || a.Deadline != 30*time.Second || a.Ceiling != 500_000 {
 		t.Errorf("environment did not override autosize: %+v", a)
 	}
 
-	t.Setenv("SPILLWAY_RETRY_ENABLED", "false")
+	t.Setenv("SPILLWAY_RETRY_DISABLED", "true")
 	t.Setenv("SPILLWAY_RETRY_RETRY_RATE", "Inf")
-	if c, err = LoadConfig(path); err != nil || c.Retry.Enabled || !math.IsInf(c.Retry.RetryRate, 1) {
-		t.Errorf("SPILLWAY_RETRY_ENABLED=false, RETRY_RATE=Inf: enabled %v, rate %v, %v", c.Retry.Enabled, c.Retry.RetryRate, err)
+	if c, err = LoadConfig(path); err != nil || !c.Retry.Disabled || !math.IsInf(c.Retry.RetryRate, 1) {
+		t.Errorf("SPILLWAY_RETRY_DISABLED=true, RETRY_RATE=Inf: disabled %v, rate %v, %v", c.Retry.Disabled, c.Retry.RetryRate, err)
 	}
 }
 
@@ -451,7 +455,7 @@ func TestLoadConfigErrors(t *testing.T) {
 		{name: "bad float in autosize", yaml: "budget:\n  autosize:\n    headroom: half\n", want: []string{"budget.autosize.headroom", `"half"`, "a number"}},
 		{name: "shedding validation after file", yaml: "shedding:\n  topics: [p]\n  priority:\n    window: -5s\n",
 			want: []string{`config: shedding.priority.window: must be positive, got "-5s"`}},
-		{name: "retry validation after file", yaml: "retry:\n  enabled: true\n  defer: nack\n",
+		{name: "retry validation after file", yaml: "retry:\n  disabled: false\n  defer: nack\n",
 			want: []string{`config: retry.defer: must be republish on memory`, `got "nack"`}},
 		{name: "autosize validation after file", yaml: "budget:\n  autosize:\n    enabled: true\n    deadline: 10s\n    floor: 9000\n    ceiling: 100\n",
 			want: []string{`config: budget.autosize.floor: must not be above budget.autosize.ceiling (100), got "9000"`}},
@@ -461,7 +465,7 @@ func TestLoadConfigErrors(t *testing.T) {
 			want: []string{"budget.autosize.floor", "SPILLWAY_BUDGET_AUTOSIZE_FLOOR", `"x"`}},
 		{name: "bad duration in env shedding", env: map[string]string{"SPILLWAY_SHEDDING_PRIORITY_WINDOW": "1 fortnight"},
 			want: []string{"shedding.priority.window", "SPILLWAY_SHEDDING_PRIORITY_WINDOW"}},
-		{name: "bad value in env retry", env: map[string]string{"SPILLWAY_RETRY_ENABLED": "true", "SPILLWAY_RETRY_MAX_ATTEMPTS": "-3"},
+		{name: "bad value in env retry", env: map[string]string{"SPILLWAY_RETRY_DISABLED": "false", "SPILLWAY_RETRY_MAX_ATTEMPTS": "-3"},
 			want: []string{`config: retry.max_attempts: must be positive, got "-3"`}},
 	}
 	for _, tc := range cases {
@@ -528,7 +532,7 @@ func TestEnvKeysMatchEnvLibrary(t *testing.T) {
 		t.Errorf("env keys differ:\nenv:  %v\nours: %v", theirs, ours)
 	}
 	for _, want := range []string{"SPILLWAY_BROKER", "SPILLWAY_KAFKA_BROKERS", "SPILLWAY_BUDGET_VERTICES", "SPILLWAY_KAFKA_SASL_PASSWORD",
-		"SPILLWAY_SHEDDING_TOPICS", "SPILLWAY_SHEDDING_PRIORITY_WINDOW", "SPILLWAY_RETRY_ENABLED", "SPILLWAY_RETRY_MAX_ATTEMPTS",
+		"SPILLWAY_SHEDDING_TOPICS", "SPILLWAY_SHEDDING_PRIORITY_WINDOW", "SPILLWAY_RETRY_DISABLED", "SPILLWAY_RETRY_MAX_ATTEMPTS",
 		"SPILLWAY_RETRY_RETRY_RATE", "SPILLWAY_BUDGET_AUTOSIZE_ENABLED", "SPILLWAY_BUDGET_AUTOSIZE_FLOOR"} {
 		if sort.SearchStrings(ours, want) == len(ours) || ours[sort.SearchStrings(ours, want)] != want {
 			t.Errorf("no variable %s", want)
@@ -618,5 +622,34 @@ telemetry:
 	defer embedreg.RegisterRedis(nil)
 	if err := emb.Validate(); err != nil {
 		t.Errorf("redis.addr embedded rejected once registered: %v", err)
+	}
+}
+
+// TestRetryDefaultsFitTheDeadline: the retry gate is on by default, and
+// its time bounds default to fit the broker's redelivery deadline, so a
+// short deadline needs no retry settings; kafka.consumer key defers by
+// nack, which keeps key order.
+func TestRetryDefaultsFitTheDeadline(t *testing.T) {
+	c := Config{Broker: BrokerRedis}
+	c.Redis.Addr = "r:6379"
+	c.Redis.MaxIdleTime = 8 * time.Second
+	if err := c.Validate(); err != nil {
+		t.Fatalf("redis.max_idle_time 8s with the default retry section: %v", err)
+	}
+	c.setDefaults()
+	if c.Retry.Disabled || c.Retry.MaxElapsedTime != 2*time.Second || c.Retry.MaxInterval != time.Second || c.Retry.InitialInterval != 100*time.Millisecond {
+		t.Errorf("retry under an 8s deadline: %+v", c.Retry)
+	}
+	k := Config{Broker: BrokerKafka}
+	k.Kafka.Brokers = []string{"k:9092"}
+	k.setDefaults()
+	if k.Retry.MaxElapsedTime != 10*time.Second || k.Retry.MaxInterval != 5*time.Second || k.Retry.Defer != retrygate.DeferRepublish {
+		t.Errorf("retry under kafka's default 60s deadline: %+v", k.Retry)
+	}
+	k.Kafka.Consumer = kafkabroker.ConsumerKey
+	k.Retry.Defer = ""
+	k.setDefaults()
+	if k.Retry.Defer != retrygate.DeferNack {
+		t.Errorf("retry.defer with kafka.consumer key = %q, want nack", k.Retry.Defer)
 	}
 }

@@ -33,7 +33,7 @@ type CustomBroker struct {
 	// Subscriber returns the subscriber for the handler named handler,
 	// which consumes topic. It is called once per handler, and once more
 	// for its retry handler (named "<handler>.retry", topic retry.retry_topic)
-	// when retry.enabled is true. Handlers of one consumer group share its
+	// unless retry.disabled. Handlers of one consumer group share its
 	// deliveries, so each handler should get its own group (or durable
 	// consumer, queue…), as the router does on Kafka and Redis. Required.
 	Subscriber func(handler, topic string) (message.Subscriber, error)

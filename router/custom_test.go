@@ -98,7 +98,6 @@ func TestCustomBroker(t *testing.T) {
 	cfg := Config{CloseTimeout: 10 * time.Second} // broker unset: WithBroker selects custom
 	cfg.Budget.Vertices = 4000
 	cfg.Shedding.Topics = []string{"shapes.in"}
-	cfg.Retry.Enabled = true
 	cfg.Retry.InitialInterval, cfg.Retry.MaxInterval = time.Millisecond, 10*time.Millisecond
 	a := &cfg.Budget.AutoSize
 	a.Enabled = true
@@ -277,7 +276,7 @@ func TestCustomBrokerSelection(t *testing.T) {
 		g := newGochannelBroker()
 		defer g.ch.Close()
 		cfg := Config{}
-		cfg.Retry.Enabled = true // max_elapsed_time 10s and more in the gate
+		cfg.Retry.MaxElapsedTime = 10 * time.Second // and more in the gate
 		has(t, newWith(t, cfg, WithBroker(g.custom(5*time.Second))), "retry.max_elapsed_time", "CustomBroker.RedeliveryDeadline (5s)")
 	})
 	t.Run("lag settings need CustomBroker.Lag", func(t *testing.T) {

@@ -12,7 +12,7 @@
 // always there; tracing and metrics unless telemetry.disabled (they export
 // to the providers of [WithTracerProvider] and [WithMeterProvider], or
 // OpenTelemetry's globals); shedding
-// (shedding.topics), the retry gate (retry.enabled) and the budget's
+// (shedding.topics), the retry gate (on unless retry.disabled) and the budget's
 // auto-sizer (budget.autosize.enabled) are switched on by configuration,
 // and the order is fixed in one place (router/stack.go);
 // [Router.Layers] names the slots present.

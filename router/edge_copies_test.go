@@ -76,7 +76,6 @@ func (b *recBroker) custom() CustomBroker {
 
 func fastRetry() RetryConfig {
 	var rc RetryConfig
-	rc.Enabled = true
 	rc.MaxAttempts = 2
 	rc.InitialInterval, rc.MaxInterval = time.Millisecond, time.Millisecond
 	return rc

@@ -261,7 +261,6 @@ func TestEdgeRedisRedeliveryYieldsUnderPressure(t *testing.T) {
 	cfg, rc := edgeRedis(t, func(c *Config) {
 		c.Budget.Vertices = 10
 		c.Redis.MaxIdleTime = 2 * time.Second
-		c.Retry.Enabled = true
 		c.Retry.MaxInterval = 200 * time.Millisecond
 		c.Retry.MaxElapsedTime = 500 * time.Millisecond
 	})

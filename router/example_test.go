@@ -64,7 +64,7 @@ func Example() {
 	// Output:
 	// vertices: 9
 	// admitted: 3 in use after close: 0
-	// layers: [tracing metrics budget]
+	// layers: [tracing metrics retry-gate budget]
 }
 
 // costLog is a hook: it implements router.AdmissionHook, so the router

@@ -20,7 +20,6 @@ func TestRetryHandlerContext(t *testing.T) {
 	defer goleak.VerifyNone(t, leakOptions...)
 	cfg := Config{Broker: BrokerMemory, CloseTimeout: 10 * time.Second}
 	cfg.Telemetry.Disabled = true
-	cfg.Retry.Enabled = true
 	r, err := New(cfg, nil)
 	if err != nil {
 		t.Fatal(err)

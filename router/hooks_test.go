@@ -101,7 +101,6 @@ func TestHooks(t *testing.T) {
 		Priority:     shedding.PriorityConfig{Disabled: true},
 		VersionGuard: shedding.VersionGuardConfig{Enabled: true},
 	}
-	cfg.Retry.Enabled = true
 	log := &hookLog{}
 	first := shedRetryHook{"first", log}
 	second := allHook{shedRetryHook{"second", log}}

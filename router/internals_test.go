@@ -67,7 +67,6 @@ func TestEdgeInternalsExported(t *testing.T) {
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	defer func() { _ = mp.Shutdown(context.Background()) }()
 	cfg := redisConfig(t)
-	cfg.Retry.Enabled = true
 	cfg.Producer.RateLimit = ProducerRateLimitConfig{VerticesPerSecond: 50, Burst: 10}
 	cfg.Redis.KeepAlive.Interval = 50 * time.Millisecond
 	r, err := New(cfg, nil, WithMeterProvider(mp))

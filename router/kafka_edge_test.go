@@ -65,7 +65,6 @@ func TestEdgeKafkaBrokerRedeliveryShedBeforeFresh(t *testing.T) {
 	cfg.Kafka.CreateTopics = true
 	cfg.Kafka.RebalanceTimeout = 20 * time.Second
 	cfg.Kafka.HeartbeatInterval = 100 * time.Millisecond
-	cfg.Retry.Enabled = true
 	cfg.Retry.MaxElapsedTime = 5 * time.Second
 	outcomes := &retryOutcomes{}
 	r, err := New(cfg, nil, WithHooks(outcomes))

@@ -186,15 +186,15 @@ func TestLoadConfigSources(t *testing.T) {
 	}
 	// Zero selects the default, so a written zero that became the default
 	// shows the default; a written zero that stays is the file's.
-	path = writeConfig(t, "close_timeout: 0s\nretry:\n  enabled: false\n  max_attempts: 0\n")
+	path = writeConfig(t, "close_timeout: 0s\nretry:\n  disabled: false\n  max_attempts: 0\n")
 	t.Setenv("SPILLWAY_BUDGET_VERTICES", "0")
 	if c, src, err = LoadConfigSources(path); err != nil {
 		t.Fatal(err)
 	}
 	if c.CloseTimeout != defaultCloseTimeout || src["close_timeout"] != SourceDefault || src["retry.max_attempts"] != SourceDefault ||
-		src["budget.vertices"] != SourceDefault || src["retry.enabled"] != path+":3" {
-		t.Errorf("sources of zeros: close_timeout %q, retry.max_attempts %q, budget.vertices %q, retry.enabled %q",
-			src["close_timeout"], src["retry.max_attempts"], src["budget.vertices"], src["retry.enabled"])
+		src["budget.vertices"] != SourceDefault || src["retry.disabled"] != path+":3" {
+		t.Errorf("sources of zeros: close_timeout %q, retry.max_attempts %q, budget.vertices %q, retry.disabled %q",
+			src["close_timeout"], src["retry.max_attempts"], src["budget.vertices"], src["retry.disabled"])
 	}
 	for _, l := range leaves() {
 		if src[l.path] == "" {

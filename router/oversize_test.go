@@ -40,7 +40,7 @@ func TestEdgeRouterOversizeRouted(t *testing.T) {
 			cfg.Budget.MaxPayloadBytes = 4 << 10
 			cfg.Budget.MaxMessageVertices = 1_000
 			cfg.Budget.OversizeTopic = tt.oversize
-			cfg.Retry.Enabled = tt.retry
+			cfg.Retry.Disabled = !tt.retry
 			cfg.Telemetry.Disabled = true
 			r, err := New(cfg, nil)
 			if err != nil {

@@ -244,7 +244,6 @@ func testRevocationEndsRetryBackoff(t *testing.T, mode string) {
 	cfg.Kafka.Consumer = mode
 	cfg.Kafka.RebalanceTimeout = 60 * time.Second
 	cfg.Kafka.HeartbeatInterval = 100 * time.Millisecond
-	cfg.Retry.Enabled = true
 	cfg.Retry.InitialInterval = 15 * time.Second // a backoff far longer than a rebalance
 	cfg.Retry.MaxInterval = 15 * time.Second
 	cfg.Retry.MaxElapsedTime = 25 * time.Second

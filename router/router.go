@@ -159,7 +159,7 @@ type Router struct {
 	// in a new goroutine's stack with telemetry on.
 	budgetQuiet *middleware.Budget
 	policy      *shedding.Policy  // nil: no sheddable topics
-	retry       *retrygate.Gate   // nil: retry.enabled is false
+	retry       *retrygate.Gate   // nil: retry.disabled
 	sizer       *sizing.AutoSizer // nil: budget.autosize.enabled is false
 
 	tracing    message.HandlerMiddleware // nil: telemetry.disabled
@@ -195,7 +195,9 @@ type Router struct {
 
 // New builds a router for cfg: the broker's publisher and subscriber
 // factory, the vertex budget, the telemetry and the middleware stack. cfg
-// gets its defaults and is validated first. A nil logger logs nothing. For
+// gets its defaults and is validated first. A nil logger logs nothing; a repeated error
+// line is logged 10 times at once, then once every 10 s with a
+// "suppressed" field counting those left out. For
 // kafka with brokers [embedded] it starts an in-process broker that Close
 // stops; redis with addr embedded runs an in-process miniredis.
 func New(cfg Config, logger watermill.LoggerAdapter, opts ...Option) (*Router, error) {
@@ -222,6 +224,8 @@ func newRouter(cfg Config, logger watermill.LoggerAdapter, o options, ctl contro
 	}
 	if logger == nil {
 		logger = watermill.NopLogger{}
+	} else {
+		logger = newLimitedLogger(logger)
 	}
 	r := &Router{
 		cfg:     cfg,
@@ -322,7 +326,7 @@ func newRouter(cfg Config, logger watermill.LoggerAdapter, o options, ctl contro
 	if len(cfg.Shedding.Topics) > 0 {
 		sopts := []shedding.Option{shedding.WithAuditPublisher(nopClosePublisher{r.copies}), shedding.WithOnShed(hs.onShed),
 			shedding.WithRedelivery(r.redelivered)}
-		if cfg.Retry.Enabled {
+		if !cfg.Retry.Disabled {
 			sopts = append(sopts, shedding.WithTopicFunc(r.originTopic))
 		}
 		if r.policy, err = shedding.New(cfg.Shedding.Config, r.sheddingPressure(cfg.Shedding.Pressure), sopts...); err != nil {
@@ -363,7 +367,7 @@ func newRouter(cfg Config, logger watermill.LoggerAdapter, o options, ctl contro
 		}
 	}
 
-	if cfg.Retry.Enabled {
+	if !cfg.Retry.Disabled {
 		// A message waiting in the gate steps aside when its Kafka session
 		// ends or its Redis entry is lost, as a budget waiter does.
 		var retryRevoked func(*message.Message) <-chan struct{}
@@ -452,7 +456,10 @@ func (r *Router) fitsStartingStack() bool {
 	case BrokerKafka:
 		return lean && c.Kafka.Consumer != kafkabroker.ConsumerKey
 	case BrokerRedis:
-		return lean // with its dead-letter layer
+		// With its dead-letter layer; with telemetry too it is a few
+		// bytes too deep since the budget slot dead-letters malformed
+		// payloads (retry.disabled).
+		return lean && c.Telemetry.Disabled
 	}
 	return false
 }
@@ -468,8 +475,8 @@ func (r *Router) Publisher() message.Publisher { return nopClosePublisher{r.prod
 
 // Layers names the slots of the middleware stack in front of every
 // handler that are present, outermost first, from tracing, metrics,
-// dead-letter, shedding, retry-gate and budget: [tracing metrics budget]
-// by default. docs/router.md explains the order.
+// dead-letter, shedding, malformed (with retry.disabled), retry-gate and
+// budget: [tracing metrics retry-gate budget] by default. docs/router.md explains the order.
 func (r *Router) Layers() []string { return r.stack().layers() }
 
 // Watermill returns the underlying Watermill router, for plugins and
@@ -557,7 +564,7 @@ func retryHandlerName(name string) string { return name + ".retry" }
 // kafka.create_topics) and the handler consumes in its own consumer group,
 // "<kafka.consumer_group>.<name>". It may be called before or after Run.
 //
-// With retry.enabled, a second handler, "<name>.retry", runs h
+// Unless retry.disabled, a second handler, "<name>.retry", runs h
 // on the retry topic of subscribeTopic with the same stack (see
 // [Router.RetryHandler]), and on Kafka the retry and dead-letter topics
 // are created too.
@@ -714,6 +721,10 @@ func (r *Router) Run(ctx context.Context) error {
 	// through Close, which drains admitted work before they stop.
 	r.runCtx = context.WithoutCancel(ctx)
 	r.mu.Unlock()
+	if r.cfg.Retry.Disabled {
+		r.logger.Info("router: retry gate off (retry.disabled): a message whose handler fails is nacked and redelivered "+
+			"without bound, and holds up the messages behind it; only payloads that cannot be decoded are dead-lettered", nil)
+	}
 	if r.lagSampler != nil {
 		r.lagSampler.Start() // a no-op once Close has closed it
 	}

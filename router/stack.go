@@ -34,11 +34,13 @@ import (
 //     a dropped message never waits for budget nor holds any; outside the
 //     retry gate, so it judges each delivery once, not every attempt, and
 //     a message it drops never reaches the gate.
-//  5. RetryGate ([retrygate.Gate.Middleware]; present when retry.enabled):
+//  5. RetryGate ([retrygate.Gate.Middleware]; present unless retry.disabled):
 //     retries failures with backoff from a retry budget, defers them to the
 //     retry topic while the budget is saturated, dead-letters permanent
-//     failures. Outside the budget, so a message holds no vertices while it
-//     backs off and each attempt is admitted afresh.
+//     failures and payloads that cannot be decoded. Outside the budget, so a
+//     message holds no vertices while it backs off and each attempt is
+//     admitted afresh. With the gate off, the budget slot's malformed part
+//     dead-letters the payloads that cannot be decoded.
 //  6. Budget: admission against the vertex budget, innermost, so the
 //     vertices are held exactly while the handler (and handler-level
 //     middlewares) run. Its parts, outermost first:
@@ -49,6 +51,11 @@ import (
 //     c. "admitted": gives the handler its delivery context back, counts
 //     running work for Close, reports completed deliveries to the Kafka
 //     session tracker.
+//     c′. "malformed" (with retry.disabled, in the gate's stead): a
+//     message whose handler returned a decode error is dead-lettered
+//     ([Router.moveMalformed]) and acked. Part of the slot, so that it
+//     adds no frame to a lean stack; the copy is published before the
+//     message's vertices return.
 //     d. "shedding-admitted" ([shedding.Policy.Admitted]; with shedding):
 //     re-checks a message after its wait, marks it admitted (no longer
 //     supersedable) and records handled versions for the version guard.
@@ -159,6 +166,9 @@ func (r *Router) stack() middlewareStack {
 		s.budget = append(s.budget, layer{name: "admission", done: true})
 	}
 	s.budget = append(s.budget, layer{name: "admitted", done: true})
+	if r.retry == nil {
+		s.budget = append(s.budget, layer{name: "malformed", done: true})
+	}
 	if r.policy != nil {
 		s.budget = append(s.budget, layer{name: "shedding-admitted", mw: r.policy.Admitted})
 	}
@@ -261,6 +271,11 @@ func (r *Router) slot(h message.HandlerFunc) message.HandlerFunc {
 		}
 		r.handOver(msg, d)
 		out, err = h(msg)
+		if err != nil && r.retry == nil {
+			// The malformed part: without the retry gate, nothing
+			// else sets such a message aside.
+			out, err = r.malformed(d, msg, out, err)
+		}
 		if err == nil && d.tracker != nil {
 			d.tracker.Completed(msg)
 		}

@@ -24,13 +24,14 @@ func TestStackDepthUnderHandler(t *testing.T) {
 	if runtime.GOARCH != "amd64" {
 		t.Skipf("frame sizes are measured on amd64, not %s", runtime.GOARCH)
 	}
-	redisCfg := Config{Broker: BrokerRedis}
+	// The lean stacks: no optional layer, the retry gate off.
+	redisCfg := Config{Broker: BrokerRedis, Retry: RetryConfig{Disabled: true}}
 	redisCfg.Redis.Addr = "127.0.0.1:1" // never dialled: the stack is built and called directly
 	for _, c := range []struct {
 		name  string
 		cfg   Config
 		bound uintptr
-	}{{"memory", Config{Broker: BrokerMemory}, maxStackUnderHandler}, {"redis", redisCfg, maxStackUnderHandlerRedis}} {
+	}{{"memory", Config{Broker: BrokerMemory, Retry: RetryConfig{Disabled: true}}, maxStackUnderHandler}, {"redis", redisCfg, maxStackUnderHandlerRedis}} {
 		t.Run(c.name, func(t *testing.T) { stackDepthUnderHandler(t, c.cfg, c.bound) })
 	}
 }
@@ -107,7 +108,7 @@ func TestSettlingReservesOnlyWithoutTracing(t *testing.T) {
 	} {
 		cfg := Config{Broker: BrokerMemory}
 		cfg.Telemetry.Disabled = c.disabled
-		cfg.Retry.Enabled = c.retry
+		cfg.Retry.Disabled = !c.retry
 		r, err := New(cfg, nil)
 		if err != nil {
 			t.Fatal(err)

@@ -48,14 +48,13 @@ func TestLeanStackFitsStartingStack(t *testing.T) {
 		{"memory/telemetry=on", BrokerMemory, true, false},
 		{"kafka/telemetry=on", BrokerKafka, true, false},
 		{"redis/telemetry=off", BrokerRedis, false, false},
-		{"redis/telemetry=on", BrokerRedis, true, false},
 		{"control/retry-gate", BrokerMemory, true, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := func() Config {
 				cfg := Config{Broker: c.broker}
 				cfg.Telemetry.Disabled = !c.telemetry
-				cfg.Retry.Enabled = c.control
+				cfg.Retry.Disabled = !c.control
 				if c.broker == BrokerKafka {
 					probeKafka(&cfg, kafka.Brokers(), 2)
 					cfg.Kafka.HeartbeatInterval = 200 * time.Millisecond

@@ -353,7 +353,7 @@ func TestAdmissionHooksOnLeanStack(t *testing.T) {
 				defer func() { _ = mp.Shutdown(context.Background()) }()
 				opts = append(opts, WithMeterProvider(mp))
 			}
-			r, err := New(Config{}, nil, opts...)
+			r, err := New(Config{Retry: RetryConfig{Disabled: true}}, nil, opts...) // a lean stack
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -437,7 +437,7 @@ func TestQuietMark(t *testing.T) {
 			}
 			var o options
 			WithPropagator(propagation.TraceContext{})(&o)
-			r, err := newRouter(Config{Broker: BrokerMemory}, nil, o, control{outer: outer})
+			r, err := newRouter(Config{Broker: BrokerMemory, Retry: RetryConfig{Disabled: true}}, nil, o, control{outer: outer})
 			if err != nil {
 				t.Fatal(err)
 			}

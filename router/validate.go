@@ -14,6 +14,7 @@ import (
 	"github.com/spillway-go/spillway"
 	"github.com/spillway-go/spillway/cost"
 	"github.com/spillway-go/spillway/internal/embedreg"
+	"github.com/spillway-go/spillway/kafkabroker"
 	"github.com/spillway-go/spillway/middleware"
 	"github.com/spillway-go/spillway/retrygate"
 	"github.com/spillway-go/spillway/sizing"
@@ -61,9 +62,14 @@ func (c *Config) setDefaults() {
 	if c.Shedding.Pressure == "" {
 		c.Shedding.Pressure = PressureBudget
 	}
-	c.Retry.Config = c.Retry.Config.WithDefaults()
 	c.Kafka = c.Kafka.WithDefaults()
 	setRedisDefaults(&c.Redis)
+	if c.Broker == BrokerKafka && c.Kafka.Consumer == kafkabroker.ConsumerKey && c.Retry.Defer == "" {
+		// A republished copy would run after later messages of its
+		// key; a nacked message is sent again in its place.
+		c.Retry.Defer = retrygate.DeferNack
+	}
+	c.Retry.Config = retryDefaults(c.Retry.Config, c.deadline())
 	t := &c.Telemetry
 	if t.Name == "" {
 		t.Name = defaultTelemetryName
@@ -72,6 +78,28 @@ func (c *Config) setDefaults() {
 		t.LagInterval = 10 * time.Second // the lag sampler's own default
 	}
 	c.Producer.setDefaults()
+}
+
+// retryDefaults fills the retry section. Under a redelivery deadline d,
+// the gate's time bounds default to fit within it: max_elapsed_time to at
+// most d/4 and max_interval to at most d/8, so that retrying in process
+// plus holding an early retry (min(2 × max_interval, max_elapsed_time))
+// takes at most half of d; initial_interval to at most max_interval.
+// Values set explicitly are kept (and Validate checks them against d).
+func retryDefaults(r retrygate.Config, d time.Duration) retrygate.Config {
+	if d > 0 {
+		def := retrygate.Config{}.WithDefaults()
+		if r.MaxElapsedTime == 0 {
+			r.MaxElapsedTime = max(1, min(def.MaxElapsedTime, d/4))
+		}
+		if r.MaxInterval == 0 {
+			r.MaxInterval = max(1, min(def.MaxInterval, d/8))
+		}
+		if r.InitialInterval == 0 {
+			r.InitialInterval = min(def.InitialInterval, r.MaxInterval)
+		}
+	}
+	return r.WithDefaults()
 }
 
 // setRedisDefaults fills the redis section: redisbroker's defaults, with
@@ -188,10 +216,14 @@ func (c Config) validateCombinations() []error {
 		bad("shedding.coalesce.enabled", "true", "must be false on kafka: a partition has one message in flight, so there is never anything to coalesce, "+
 			"and it costs a goroutine per message (use shedding.version_guard)")
 	}
-	if !c.Retry.Enabled {
+	if c.Retry.Disabled {
 		return errs
 	}
 	r := c.Retry.Config
+	if c.Broker == BrokerKafka && c.Kafka.Consumer == kafkabroker.ConsumerKey && r.Defer == retrygate.DeferRepublish {
+		bad("retry.defer", string(r.Defer), "must be nack with kafka.consumer key (its default there): a copy republished to the retry topic "+
+			"runs after later messages of its key, and key order is what kafka.consumer key is for")
+	}
 	if c.Broker == BrokerMemory && r.Defer == retrygate.DeferNack {
 		bad("retry.defer", string(r.Defer), "must be republish on memory: GoChannel resends the original message at once, "+
 			"so a deferred message loses its attempt count and spins while the consumer is saturated")

@@ -15,11 +15,10 @@ import (
 	"github.com/spillway-go/spillway/router"
 )
 
-// retrySection turns the retry gate on with short intervals: a failing
-// message is tried three times, then dead-lettered to
+// retrySection gives the retry gate (on by default) short intervals: a
+// failing message is tried three times, then dead-lettered to
 // "<topic>.dead_letter".
 const retrySection = `retry:
-  enabled: true
   max_attempts: 3
   initial_interval: 20ms
   max_interval: 50ms

@@ -617,7 +617,6 @@ func spillwayConfig(o Options, cal Calibration, group string) router.Config {
 	sh.Priority.Key = MetaPriority
 	sh.Priority.Window = o.Deadline / 2
 	r := &cfg.Retry
-	r.Enabled = true
 	r.InitialInterval = max(time.Millisecond, o.Deadline/80)
 	r.MaxInterval = max(time.Millisecond, o.Deadline/16)
 	r.MaxElapsedTime = max(time.Millisecond, o.Deadline/4)
