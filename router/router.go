@@ -861,9 +861,9 @@ type Stats struct {
 // countAdmission returns the budget's admission hook: it counts the
 // revoked and cancelled admissions, and the charges not read from a
 // vertex_count header, for [Router.Stats] (logging the first default
-// charge of each topic), then calls hooks in turn. The hooks are called through their interface, not as method
-// values, whose wrappers would add a frame on the message goroutine's
-// stack below the budget's.
+// charge of each topic), then calls hooks in turn. The hooks are called
+// through their interface, not as method values, whose wrappers would add
+// a frame on the message goroutine's stack below the budget's.
 func (r *Router) countAdmission(hooks []AdmissionHook) func(*message.Message, middleware.Admission) {
 	return func(msg *message.Message, a middleware.Admission) {
 		switch a.Outcome {
