@@ -26,14 +26,16 @@ func (r *Router) limitSize(bc *middleware.BudgetConfig) {
 	}
 	bc.MaxVertices = r.cfg.Budget.MaxMessageVertices
 	bc.OnOversize = r.routeOversize
+	r.oversizeLog.setEvery(oversizeLogEvery)
 }
 
 // routeOversize publishes a copy of a refused message to
 // budget.oversize_topic, or to the dead-letter topic of the topic it was
 // consumed from, and lets the original be acked. The copy goes straight to
 // the broker's publisher: it keeps the original's metadata (its
-// vertex_count, its trace context) and is never priced again.
-func (r *Router) routeOversize(msg *message.Message, _ middleware.Admission) error {
+// vertex_count, its trace context) and is never priced again. A line is
+// logged per topic at most every oversizeLogEvery (router/warnings.go).
+func (r *Router) routeOversize(msg *message.Message, a middleware.Admission) error {
 	origin := r.originTopic(msg)
 	topic, outcome := r.cfg.Budget.OversizeTopic, telemetry.OutcomeDeferred
 	cp := msg.Copy()
@@ -51,5 +53,6 @@ func (r *Router) routeOversize(msg *message.Message, _ middleware.Admission) err
 	if r.metrics != nil {
 		r.metrics.RecordOutcome(msg, outcome, origin, oversizeCause)
 	}
+	r.warnOversize(msg, a, origin, topic)
 	return nil
 }

@@ -191,6 +191,10 @@ type Router struct {
 	settling settling // messages not yet acked or nacked
 
 	revocations, cancellations atomic.Uint64 // admissions that ended so (Stats)
+	defaulted, computed        atomic.Uint64 // admitted charges without a usable vertex_count (Stats)
+
+	unstampedLog topicNotices // the first default charge of each topic (router/warnings.go)
+	oversizeLog  topicNotices // oversize refusals, per topic and oversizeLogEvery
 }
 
 // New builds a router for cfg: the broker's publisher and subscriber
@@ -849,6 +853,12 @@ type Stats struct {
 	Evictions     uint64 // times a member came back under a new member id (Kafka)
 	DeadLettered  uint64 // malformed or over-delivered entries moved to redis.dead_letter_topic (Redis)
 
+	// Admitted messages whose vertex_count was missing or malformed:
+	// charged budget.default_cost (Defaulted), or counted from their
+	// payload with budget.compute_missing (Computed). The other admitted
+	// messages were charged their stamped vertex_count.
+	Defaulted, Computed uint64
+
 	Shedding *shedding.Stats    // nil when shedding is off
 	Retry    *retrygate.Stats   // nil when the retry gate is off
 	AutoSize *sizing.AutoBounds // nil when auto-sizing is off
@@ -860,10 +870,11 @@ type Stats struct {
 }
 
 // countAdmission returns the budget's admission hook: it counts the
-// revoked and cancelled admissions for [Router.Stats], then calls hooks in
-// turn. The hooks are called through their interface, not as method
-// values, whose wrappers would add a frame on the message goroutine's
-// stack below the budget's.
+// revoked and cancelled admissions, and the charges not read from a
+// vertex_count header, for [Router.Stats] (logging the first default
+// charge of each topic), then calls hooks in turn. The hooks are called
+// through their interface, not as method values, whose wrappers would add
+// a frame on the message goroutine's stack below the budget's.
 func (r *Router) countAdmission(hooks []AdmissionHook) func(*message.Message, middleware.Admission) {
 	return func(msg *message.Message, a middleware.Admission) {
 		switch a.Outcome {
@@ -871,6 +882,9 @@ func (r *Router) countAdmission(hooks []AdmissionHook) func(*message.Message, mi
 			r.revocations.Add(1)
 		case middleware.Cancelled:
 			r.cancellations.Add(1)
+		}
+		if a.Charge.Source != cost.SourceHeader {
+			r.unstamped(msg, &a)
 		}
 		for _, h := range hooks {
 			h.OnAdmission(msg, a)
@@ -882,6 +896,7 @@ func (r *Router) countAdmission(hooks []AdmissionHook) func(*message.Message, mi
 func (r *Router) Stats() Stats {
 	s := Stats{Budget: r.budget.Stats(), DeadLettered: r.deadLettered()}
 	s.Revocations, s.Cancellations = r.revocations.Load(), r.cancellations.Load()
+	s.Defaulted, s.Computed = r.defaulted.Load(), r.computed.Load()
 	if r.policy != nil {
 		st := r.policy.Stats()
 		s.Shedding = &st

@@ -23,9 +23,9 @@
 // # Metrics
 //
 // [Metrics] records with the OpenTelemetry metric API. Per-message
-// instruments (duration, vertices, outcomes, admission wait) are fed by
-// [Metrics.Middleware] and the hooks; state is read by observable
-// instruments once per collection: [Metrics.ObserveBudget] for a
+// instruments (duration, vertices, outcomes, admission wait, charges by
+// source) are fed by [Metrics.Middleware] and the hooks; state is read by
+// observable instruments once per collection: [Metrics.ObserveBudget] for a
 // middleware.VertexBudget, [Metrics.ObserveBounds] for auto-sizing and
 // [Metrics.ObserveLag] for consumer lag. docs/operations.md lists every
 // metric with its Prometheus name, the recommended alerts and a dashboard.

@@ -41,7 +41,8 @@ const (
 	metricLaneWait             = "spillway.budget.lane.wait"
 	metricLaneAdmittedVertices = "spillway.budget.lane.admitted_vertices"
 
-	metricAdmissionWait = "spillway.admission.wait"
+	metricAdmissionWait    = "spillway.admission.wait"
+	metricAdmissionCharges = "spillway.admission.charges"
 
 	metricProcessDuration    = "spillway.process.duration"
 	metricProcessVertices    = "spillway.process.vertices"
@@ -108,6 +109,7 @@ type Metrics struct {
 	processedMsgs  metric.Int64Counter
 	processedVerts metric.Int64Counter
 	admissionWait  metric.Float64Histogram
+	charges        metric.Int64Counter
 	outcomes       map[Outcome]metric.Int64Counter
 
 	budgetCapacity     metric.Int64ObservableGauge
@@ -171,6 +173,9 @@ func NewMetrics(opts ...Option) (*Metrics, error) {
 	m.admissionWait, err = mt.Float64Histogram(metricAdmissionWait, metric.WithUnit("s"),
 		metric.WithDescription("Time spent waiting for vertex budget, by topic and admission outcome."),
 		metric.WithExplicitBucketBoundaries(waitBuckets...))
+	check(err)
+	m.charges, err = mt.Int64Counter(metricAdmissionCharges, metric.WithUnit("{message}"),
+		metric.WithDescription("Messages admitted by the budget, by topic and where their charge came from (source: header, computed, missing, malformed)."))
 	check(err)
 
 	m.outcomes = make(map[Outcome]metric.Int64Counter, 5)
@@ -283,6 +288,7 @@ const (
 	shapeOutcome
 	shapeAdmission
 	shapeReason
+	shapeSource
 )
 
 // measureOpts are the ready-made options of one label combination, kept as
@@ -331,6 +337,8 @@ func (c *attrCache) insert(k attrKey) *measureOpts {
 		set = attribute.NewSet(attrTopic.String(k.topic), attrAdmission.String(k.value))
 	case shapeReason:
 		set = attribute.NewSet(attrTopic.String(k.topic), attrReason.String(k.value))
+	case shapeSource:
+		set = attribute.NewSet(attrTopic.String(k.topic), attrSource.String(k.value))
 	}
 	opt := metric.WithAttributeSet(set)
 	o := &measureOpts{rec: []metric.RecordOption{opt}, add: []metric.AddOption{opt}}
@@ -423,8 +431,12 @@ func (m *Metrics) measure(h message.HandlerFunc, msg *message.Message) (out []*m
 }
 
 // OnAdmission records a budget admission: the spillway.admission.wait
-// histogram (by topic and admission outcome) and, for a revoked admission,
-// spillway.messages.released_on_rebalance (reason "revoked"). It also calls
+// histogram (by topic and admission outcome); for an admitted message,
+// spillway.admission.charges by topic and the charge's source (header,
+// computed, missing, malformed: cost.Source), so that messages charged a
+// default cost for want of a vertex_count can be counted and alerted on;
+// and, for a revoked admission, spillway.messages.released_on_rebalance
+// (reason "revoked"). It also calls
 // [RecordAdmission], so the message's span and outcome are updated. Use it
 // as middleware.BudgetConfig.OnAdmission. Safe for concurrent use; it
 // never blocks.
@@ -447,7 +459,10 @@ func (m *Metrics) admission(msg *message.Message, a *middleware.Admission) {
 	ctx := msg.Context()
 	topic := m.topicOf(msg)
 	m.admissionWait.Record(ctx, a.Wait.Seconds(), m.attrs(shapeAdmission, topic, string(a.Outcome)).rec...)
-	if a.Outcome == middleware.Revoked {
+	switch a.Outcome {
+	case middleware.Admitted:
+		m.charges.Add(ctx, 1, m.attrs(shapeSource, topic, a.Charge.Source.String()).add...)
+	case middleware.Revoked:
 		m.outcomes[outcomeReleased].Add(ctx, 1, m.attrs(shapeReason, topic, "revoked").add...)
 	}
 }

@@ -200,6 +200,51 @@ func TestMetricsAdmissionOutcomes(t *testing.T) {
 	}
 }
 
+// Issue 32: spillway.admission.charges counts admitted messages by where
+// their charge came from, so that unstamped traffic (charged the default
+// cost, run one at a time) shows up. A message refused before it is priced
+// is not counted.
+func TestMetricsCountChargesBySource(t *testing.T) {
+	mp, reader := newMeterProvider()
+	m, err := telemetry.NewMetrics(telemetry.WithMeterProvider(mp),
+		telemetry.WithTopicFunc(func(*message.Message) string { return "t" }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	budget, err := middleware.NewBudget(middleware.BudgetConfig{
+		Budget:          mustVertexBudget(1000),
+		Estimator:       cost.NewEstimator(cost.FullBudget, cost.WithComputeMissing()),
+		MaxPayloadBytes: 1 << 10,
+		OnAdmission:     m.OnAdmission,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := m.Middleware(budget.Middleware(func(*message.Message) ([]*message.Message, error) { return nil, nil }))
+	send := func(payload []byte, count string) {
+		msg := message.NewMessage("x", payload)
+		if count != "" {
+			msg.Metadata.Set(cost.MetadataKey, count)
+		}
+		_, _ = h(msg)
+	}
+	send(line4, "4")                        // header
+	send(line4, "4")                        // header
+	send(line4, "")                         // computed from the payload
+	send([]byte("not geometry"), "")        // missing: charged the default
+	send([]byte("not geometry"), "x")       // malformed: charged the default
+	send(make([]byte, 2<<10), "4")          // above MaxPayloadBytes: never priced
+	send([]byte("not geometry either"), "") // missing
+
+	rm := collect(t, reader)
+	for source, want := range map[string]float64{"header": 2, "computed": 1, "missing": 2, "malformed": 1} {
+		attrs := map[string]string{"topic": "t", "source": source}
+		if got := mustPoint(t, rm, "spillway.admission.charges", attrs); got != want {
+			t.Errorf("spillway.admission.charges%v = %v, want %v", attrs, got, want)
+		}
+	}
+}
+
 func TestMetricsPanicOutcome(t *testing.T) {
 	mp, reader := newMeterProvider()
 	m, err := telemetry.NewMetrics(telemetry.WithMeterProvider(mp),

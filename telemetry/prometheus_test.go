@@ -106,6 +106,7 @@ func TestPrometheusEndpoint(t *testing.T) {
 		`spillway_process_duration_seconds_bucket{`,
 		`spillway_process_vertices_bucket{`,
 		`spillway_admission_wait_seconds_bucket{admission="admitted",`,
+		`spillway_admission_charges_total{`,
 		`spillway_processed_messages_total{`,
 		`spillway_processed_vertices_total{`,
 		`spillway_messages_shed_total{`,
