@@ -11,8 +11,12 @@ const Embedded = "embedded"
 
 // ErrEmbeddedNotLinked is returned when a configuration asks for the
 // [Embedded] broker but the program does not import the package that
-// provides it.
-var ErrEmbeddedNotLinked = errors.New(`the "embedded" broker needs the embedded package: add import _ "github.com/spillway-go/spillway/embedded"`)
+// provides it. The message gives the import and, since embedded is a
+// module of its own, the go.mod replace a module outside the repository
+// needs while the modules are unpublished.
+var ErrEmbeddedNotLinked = errors.New(`the "embedded" broker needs the embedded package: add import _ "github.com/spillway-go/spillway/embedded" ` +
+	`(a module of its own: until it is published, your go.mod also needs replace github.com/spillway-go/spillway/embedded => ../spillway/embedded, ` +
+	`beside the one for github.com/spillway-go/spillway; see docs/quickstart.md)`)
 
 // ErrClosed is returned when a closed broker client is used: a
 // kafkabroker Cluster, a redisbroker Publisher or Subscriber. Match it with

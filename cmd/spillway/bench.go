@@ -51,7 +51,9 @@ time; the brokers run in processes of their own) and peak heap, as a table
 (--json: JSON) and an SVG chart (--chart). It checks that Spillway's CPU per
 message, as a ratio to the bare subscriber's in the same cell, does not grow
 with parallelism, handlers or budget size, and ends with a verdict line
-(--strict: exit 1 when it fails).
+(--strict: exit 1 when it fails). A rise counts only beyond the spread
+between the runs of one cell, so a sweep of one run (--quick) is not
+judged: give --runs 2 or more for a verdict.
 
 The full sweep (three runs of each consumer, medians) takes about half an
 hour on two cores; --quick about two minutes.
@@ -80,7 +82,7 @@ docs/benchmarks.md ("Scaling curve") shows a full run.`,
 		},
 	}
 	f := cmd.Flags()
-	f.BoolVar(&o.quick, "quick", false, "a short sweep: parallelism 1,12, pings and heavy messages, one budget, 6,000 pings, one run (flags given explicitly still win)")
+	f.BoolVar(&o.quick, "quick", false, "a short sweep: parallelism 1,12, pings and heavy messages, one budget, 6,000 pings, one run, so no verdict (flags given explicitly still win: --quick --runs 2 judges)")
 	f.StringSliceVar(&o.o.Brokers, "brokers", def.Brokers, "brokers: kafka (embedded kfake), redis (a real redis-server)")
 	f.IntSliceVar(&o.o.Parallelism, "parallelism", def.Parallelism, "partitions per topic (Kafka) and consumers per topic (Redis)")
 	f.IntSliceVar(&o.o.Handlers, "handlers", def.Handlers, "handlers, each consuming a topic of its own")

@@ -130,8 +130,23 @@ func TestVersion(t *testing.T) {
 	if got, want := version(bi, true), "v0.4.0 (revision 0123abcd)"; got != want {
 		t.Errorf("version = %q, want %q", got, want)
 	}
-	if got, want := version(&debug.BuildInfo{}, true), "(devel)"; got != want {
+	bi.GoVersion = "go1.26.8"
+	if got, want := version(bi, true), "v0.4.0 (revision 0123abcd) go1.26.8"; got != want {
 		t.Errorf("version = %q, want %q", got, want)
+	}
+	// A released build without VCS stamps (go install ...@v0.4.0): the
+	// version says it all.
+	if got, want := version(&debug.BuildInfo{Main: debug.Module{Version: "v0.4.0"}}, true), "v0.4.0"; got != want {
+		t.Errorf("version = %q, want %q", got, want)
+	}
+	// A development build without a revision (go run, -buildvcs=false)
+	// says how to get one.
+	got := version(&debug.BuildInfo{Main: debug.Module{Version: "(devel)"}, GoVersion: "go1.26.8"}, true)
+	if !strings.HasPrefix(got, "(devel) (no VCS revision: ") || !strings.Contains(got, "go install ./cmd/spillway in a git clone") || !strings.HasSuffix(got, " go1.26.8") {
+		t.Errorf("version without VCS stamps = %q", got)
+	}
+	if got := version(&debug.BuildInfo{}, true); !strings.HasPrefix(got, "(devel) (no VCS revision") {
+		t.Errorf("version of empty build info = %q", got)
 	}
 	if got := version(nil, false); !strings.Contains(got, "unknown") {
 		t.Errorf("version without build info = %q", got)

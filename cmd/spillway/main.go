@@ -129,7 +129,9 @@ func typedArgs(cmd *cobra.Command) {
 
 // version renders the build information: the main module's version and,
 // when the binary was built from a VCS checkout, the revision, its time and
-// whether the tree was modified.
+// whether the tree was modified; then the Go version. A development build
+// without a revision says how to get one: go run and -buildvcs=false leave
+// it out, go build in a git clone records it.
 func version(bi *debug.BuildInfo, ok bool) string {
 	if !ok || bi == nil {
 		return "(unknown version: no build information)"
@@ -150,17 +152,24 @@ func version(bi *debug.BuildInfo, ok bool) string {
 			modified = s.Value == "true"
 		}
 	}
-	if rev == "" {
-		return v
+	switch {
+	case rev != "":
+		v += " (revision " + rev
+		if at != "" {
+			v += ", " + at
+		}
+		if modified {
+			v += ", modified"
+		}
+		v += ")"
+	case v == "(devel)":
+		v += " (no VCS revision: go run and -buildvcs=false leave it out; " +
+			"go build or go install ./cmd/spillway in a git clone (not a worktree) records it)"
 	}
-	v += " (revision " + rev
-	if at != "" {
-		v += ", " + at
+	if bi.GoVersion != "" {
+		v += " " + bi.GoVersion
 	}
-	if modified {
-		v += ", modified"
-	}
-	return v + ")"
+	return v
 }
 
 // run executes the command line args and returns the exit code. Errors are

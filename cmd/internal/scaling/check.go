@@ -54,8 +54,17 @@ func axisValue(r Result, axis string) (value int64, key string) {
 	}
 }
 
-// check fills Checks, Pass and Verdict.
+// MinJudgedRuns is the fewest runs per cell from which a sweep judges
+// growth: the noise a check compares against is the spread between the
+// runs of one cell, and one run has none to measure.
+const MinJudgedRuns = 2
+
+// check fills Checks, Pass and Verdict. With fewer than MinJudgedRuns runs
+// per cell (rep.Options.Runs) the checks are listed but none is judged to
+// grow, and the verdict says so: a rise cannot be told from noise that was
+// not measured.
 func (rep *Report) check(tolerance float64) {
+	judged := rep.Options.Runs >= MinJudgedRuns
 	rep.Checks = nil
 	for _, axis := range []string{AxisParallelism, AxisHandlers, AxisBudget} {
 		type group struct {
@@ -97,11 +106,11 @@ func (rep *Report) check(tolerance float64) {
 			}
 			c.Growth = extraCPU(to) - extraCPU(from)
 			c.Noise = max(from.CPUNoise, to.CPUNoise)
-			c.Grew = c.ToRatio > c.FromRatio*(1+tolerance) && c.Growth > c.Noise
+			c.Grew = judged && c.ToRatio > c.FromRatio*(1+tolerance) && c.Growth > c.Noise
 			rep.Checks = append(rep.Checks, c)
 		}
 	}
-	rep.Pass, rep.Verdict = verdict(rep.Checks, tolerance)
+	rep.Pass, rep.Verdict = verdict(rep.Checks, tolerance, rep.Options.Runs)
 }
 
 // extraCPU is Spillway's CPU per message minus the bare subscriber's in
@@ -110,9 +119,16 @@ func extraCPU(r Result) float64 {
 	return r.CPUPerMessage - r.CPUPerMessage/r.CPURatio
 }
 
-func verdict(checks []Check, tolerance float64) (bool, string) {
+// verdict sums the checks up in one line; runs is the sweep's runs per
+// cell. Only a measured rise fails: with too few runs to estimate the
+// noise the sweep passes unjudged.
+func verdict(checks []Check, tolerance float64, runs int) (bool, string) {
 	if len(checks) == 0 {
 		return true, "verdict: NOT CHECKED: no axis has two values to compare"
+	}
+	if runs < MinJudgedRuns {
+		return true, fmt.Sprintf("verdict: not judged (needs --runs ≥ %d to estimate noise; this sweep ran %d per cell): "+
+			"%d checks listed, none judged", MinJudgedRuns, runs, len(checks))
 	}
 	var grew []Check
 	for _, c := range checks {

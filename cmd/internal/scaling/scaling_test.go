@@ -126,7 +126,7 @@ func TestCheckGrowth(t *testing.T) {
 		return Result{Broker: BrokerKafka, Parallelism: p, Handlers: h, Cost: CostPing, Consumer: ConsumerSpillway, Budget: budget,
 			CPURatio: ratio, CPUPerMessage: 100 * ratio, CPUNoise: 5}
 	}
-	rep := &Report{Results: []Result{
+	rep := &Report{Options: Options{Runs: 3}, Results: []Result{
 		{Broker: BrokerKafka, Parallelism: 1, Handlers: 1, Cost: CostPing, Consumer: ConsumerBare}, // no ratio: ignored
 		row(1, 1, 1000, 1.10), row(4, 1, 1000, 1.30), row(48, 1, 1000, 1.20), // +18 %: within 25 %
 		row(1, 8, 1000, 1.20), // handlers 1 → 8 at parallelism 1: +9 %
@@ -175,6 +175,39 @@ func TestCheckGrowth(t *testing.T) {
 	rep.check(0.25)
 	if !rep.Pass || !strings.Contains(rep.Verdict, "NOT CHECKED") {
 		t.Errorf("with nothing to compare: %q", rep.Verdict)
+	}
+}
+
+// TestCheckNeedsRuns: with one run per cell (spillway bench --quick) the
+// noise cannot be estimated, so a rise that would fail a judged sweep is
+// listed but not judged, and the verdict says how many runs it needs
+// instead of FAIL.
+func TestCheckNeedsRuns(t *testing.T) {
+	row := func(budget int64, ratio float64) Result {
+		return Result{Broker: BrokerKafka, Parallelism: 1, Handlers: 1, Cost: CostPing, Consumer: ConsumerSpillway, Budget: budget,
+			CPURatio: ratio, CPUPerMessage: 100 * ratio}
+	}
+	rep := &Report{Options: Options{Runs: 1}, Results: []Result{row(1000, 1.0), row(9000, 1.5)}}
+	rep.check(0.25)
+	if len(rep.Checks) != 1 || rep.Checks[0].Grew {
+		t.Errorf("checks %+v, want one, not judged to grow", rep.Checks)
+	}
+	if want := "verdict: not judged (needs --runs ≥ 2 to estimate noise"; !rep.Pass || !strings.HasPrefix(rep.Verdict, want) {
+		t.Errorf("one run: pass %t, verdict %q, want it to start %q", rep.Pass, rep.Verdict, want)
+	}
+	var out strings.Builder
+	if err := rep.WriteTable(&out); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "not judged") || strings.Contains(out.String(), "GROWS") {
+		t.Errorf("table:\n%s", out.String())
+	}
+
+	// Two runs measure a spread (here none): the same rise fails.
+	rep.Options.Runs = 2
+	rep.check(0.25)
+	if rep.Pass || !strings.HasPrefix(rep.Verdict, "verdict: FAIL") {
+		t.Errorf("two runs: pass %t, verdict %q", rep.Pass, rep.Verdict)
 	}
 }
 

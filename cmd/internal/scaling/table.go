@@ -52,7 +52,9 @@ func (rep *Report) WriteTable(w io.Writer) error {
 		fmt.Fprintln(tw, "axis\tbroker\tcost\tother settings\tfrom\tratio\tto\tratio\textra CPU rise µs\tnoise µs\tresult")
 		for _, c := range rep.Checks {
 			res := "ok"
-			if c.Grew {
+			if rep.Options.Runs < MinJudgedRuns {
+				res = "not judged"
+			} else if c.Grew {
 				res = "GROWS"
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%.2fx\t%s\t%.2fx\t%+.1f\t%.1f\t%s\n", axisLabel(c.Axis, c.Broker), c.Broker, c.Cost, c.Fixed,
