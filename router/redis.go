@@ -86,10 +86,17 @@ type redisBackend struct {
 	subs map[string]*redisbroker.Subscriber // by handler name
 }
 
-func newRedisBackend(cfg RedisConfig, logger watermill.LoggerAdapter, client redis.UniversalClient) (*redisBackend, error) {
+// With the retry gate (retrying) the subscribers leave nacks out of the
+// delivery count: the gate dead-letters failures itself, and with defer:
+// nack it nacks messages it has not run. Without it each nack counts, so
+// redis.max_deliveries ends an entry whose handler keeps failing.
+func newRedisBackend(cfg RedisConfig, logger watermill.LoggerAdapter, client redis.UniversalClient, retrying bool) (*redisBackend, error) {
 	var opts []redisbroker.Option
 	if client != nil {
 		opts = append(opts, redisbroker.WithClient(client))
+	}
+	if retrying {
+		opts = append(opts, redisbroker.WithoutNackCount())
 	}
 	pub, err := redisbroker.NewPublisher(redisGroupConfig(cfg, ""), logger, opts...)
 	if err != nil {
