@@ -2,6 +2,8 @@ package redisbroker
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 
 	"github.com/redis/go-redis/v9"
@@ -14,7 +16,7 @@ import (
 // connection's CLIENT SETNAME, which shows in CLIENT LIST and helps find a
 // stuck consumer. The returned client releases the embedded server, if any,
 // when it is closed.
-func newClient(cfg Config, name string) (redis.UniversalClient, error) {
+func newClient(cfg Config, name string, tweaks ...func(*redis.Options)) (redis.UniversalClient, error) {
 	tc, err := cfg.tlsConfig()
 	if err != nil {
 		return nil, err
@@ -26,7 +28,7 @@ func newClient(cfg Config, name string) (redis.UniversalClient, error) {
 			return nil, err
 		}
 	}
-	c := redis.NewClient(&redis.Options{
+	ro := &redis.Options{
 		Addr:            addr,
 		Username:        cfg.Username,
 		Password:        string(cfg.Password),
@@ -37,8 +39,48 @@ func newClient(cfg Config, name string) (redis.UniversalClient, error) {
 		// Cluster-upgrade notifications are a managed-service feature;
 		// keep the connection setup to what every Redis answers.
 		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
-	})
-	return &ownedClient{UniversalClient: c, release: release}, nil
+	}
+	for _, tweak := range tweaks {
+		tweak(ro)
+	}
+	return &ownedClient{UniversalClient: redis.NewClient(ro), release: release}, nil
+}
+
+// ErrUnreachable is wrapped, with the cause, by the error of [Ping] when
+// Redis does not answer.
+var ErrUnreachable = errors.New("cannot reach Redis")
+
+// Ping checks that Redis answers: one PING to cfg.Addr, on a client of its
+// own that it closes, or through the client given with [WithClient]
+// (left open). Its own client does not retry the command (a refused
+// connection fails in under a second); bound the wait with ctx. It
+// returns an error wrapping [ErrUnreachable] and the cause (a dial error,
+// ctx's deadline…) when Redis does not answer, or a [*spillway.FieldError]
+// for a connection field Validate rejects. Call it at start-up to report
+// a wrong address or a server that is down at once, instead of on the
+// first Publish or read.
+func Ping(ctx context.Context, cfg Config, opts ...Option) error {
+	cfg.setDefaults()
+	o, err := buildOptions(opts)
+	if err != nil {
+		return err
+	}
+	if err := o.validate(cfg, false); err != nil {
+		return err
+	}
+	c := o.client
+	if c == nil {
+		own, err := newClient(cfg, "spillway-ping", func(ro *redis.Options) { ro.MaxRetries = -1 })
+		if err != nil {
+			return err
+		}
+		defer func() { _ = own.Close() }()
+		c = own
+	}
+	if err := c.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("%w: %w", ErrUnreachable, err)
+	}
+	return nil
 }
 
 // ownedClient runs release once after the client is closed.

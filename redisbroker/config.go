@@ -146,14 +146,15 @@ type Config struct {
 	NackResendSleep time.Duration `yaml:"nack_resend_sleep" env:"NACK_RESEND_SLEEP"`
 	// KeepAlive configures the keep-alive of held entries.
 	KeepAlive KeepAliveConfig `yaml:"keep_alive" envPrefix:"KEEP_ALIVE_"`
-	// MaxDeliveries is how many times Redis may deliver an entry to the
-	// group (its delivery count: a first read, then every claim from a
-	// consumer that died, stalled or let it go). A delivery past it is
-	// flagged for the [DeadLetter] middleware, which moves it to
+	// MaxDeliveries is how many times an entry may be delivered to the
+	// group: a first read, every claim from a consumer that died, stalled
+	// or let it go (Redis's delivery count), and every time a subscriber
+	// hands a nacked message over again (see [Deliveries]). A delivery past
+	// it is flagged for the [DeadLetter] middleware, which moves it to
 	// DeadLetterTopic instead of running its handler: a payload that
-	// kills its consumer process kills at most MaxDeliveries of them.
-	// Default 5; negative means unlimited. Nacks handled inside one
-	// subscriber do not count.
+	// kills its consumer process kills at most MaxDeliveries of them, and
+	// a handler that keeps failing an entry runs it MaxDeliveries times.
+	// Default 5; negative means unlimited.
 	MaxDeliveries int `yaml:"max_deliveries" env:"MAX_DELIVERIES"`
 
 	// DefaultMaxLen bounds every stream the publisher writes to about this

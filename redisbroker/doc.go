@@ -19,9 +19,11 @@
 //     subscriber: nothing to install; [Subscriber.Stats] reports it. An
 //     entry it loses is revoked ([Subscriber.Revoked]): a message waiting
 //     for budget steps aside, and no ack is sent over a peer's claim.
-//   - the delivery count ([Deliveries]) of every message, and
-//     Config.MaxDeliveries: a delivery past it is dead-lettered instead
-//     of run, so a payload that kills its consumer cannot kill them all.
+//   - the delivery count ([Deliveries]) of every message, nacked
+//     redeliveries included, and Config.MaxDeliveries: a delivery past it
+//     is dead-lettered instead of run, so a payload that kills its
+//     consumer cannot kill them all, and an entry whose handler keeps
+//     failing is not retried for ever.
 //   - [DeadLetter]: a handler middleware that moves entries that could not
 //     be unmarshalled (instead of ending the subscription, as upstream
 //     does), and entries delivered more than Config.MaxDeliveries times,

@@ -13,6 +13,7 @@ type Option func(*options)
 type options struct {
 	client    redis.UniversalClient
 	clientSet bool
+	noNacks   bool // WithoutNackCount
 }
 
 // WithClient makes a publisher or subscriber send every command through
@@ -29,6 +30,18 @@ type options struct {
 // constructor fail.
 func WithClient(client redis.UniversalClient) Option {
 	return func(o *options) { o.client, o.clientSet = client, true }
+}
+
+// WithoutNackCount makes a subscriber leave nacked messages out of the
+// delivery count ([Deliveries], Config.MaxDeliveries): only Redis's own
+// deliveries count, the first read and every claim. Use it when a
+// middleware of yours retries failures and dead-letters them itself, and
+// nacks messages it has not run (spillway's retry gate with defer: nack
+// does, and the router sets this option unless retry.disabled):
+// counting those nacks would dead-letter work the middleware meant to run
+// later. Publishers ignore it.
+func WithoutNackCount() Option {
+	return func(o *options) { o.noNacks = true }
 }
 
 func buildOptions(opts []Option) (options, error) {

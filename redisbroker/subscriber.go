@@ -50,6 +50,7 @@ const recoverPageSize = 500
 // and the keep-alive, and closes all clients.
 type Subscriber struct {
 	cfg     Config
+	nacks   bool // nacked messages count as deliveries (not WithoutNackCount)
 	logger  watermill.LoggerAdapter
 	names   []string
 	ups     []*redisstream.Subscriber
@@ -94,6 +95,7 @@ func NewSubscriber(cfg Config, logger watermill.LoggerAdapter, opts ...Option) (
 	}
 	s := &Subscriber{
 		cfg:     cfg,
+		nacks:   !o.noNacks,
 		logger:  logger,
 		names:   cfg.consumerNames(),
 		topics:  make(map[string]bool),
@@ -382,6 +384,14 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 // budget, say) would hold up shutdown. Such a message gets a context that
 // ends with the subscription, or when the consumer's next message arrives
 // (which upstream sends only once this one is settled).
+//
+// Upstream resends such a copy without XCLAIM, so Redis's delivery count
+// does not rise: forward counts it instead, one more delivery per copy of
+// the entry it handed over last, so that a message that keeps failing
+// reaches Config.MaxDeliveries and is dead-lettered. The count lives only
+// as long as the consumer holds the entry. A message never handed over is
+// never nacked, so it produces no copy and no count. With
+// [WithoutNackCount] it counts nothing.
 func (s *Subscriber) forward(ctx context.Context, in <-chan *message.Message, out chan<- *message.Message, wg *sync.WaitGroup) {
 	defer wg.Done()
 	var settled context.CancelFunc // ends the previous copy's context
@@ -390,12 +400,15 @@ func (s *Subscriber) forward(ctx context.Context, in <-chan *message.Message, ou
 			settled()
 		}
 	}()
+	var last entry      // the entry handed over last
+	var delivered int64 // its deliveries so far, nacked ones included
 	for msg := range in {
 		if settled != nil {
 			settled()
 			settled = nil
 		}
-		if msg.Context().Done() == nil {
+		resent := msg.Context().Done() == nil // a copy made after a nack
+		if resent {
 			mctx, cancel := context.WithCancel(ctx)
 			msg.SetContext(mctx)
 			settled = cancel
@@ -404,6 +417,12 @@ func (s *Subscriber) forward(ctx context.Context, in <-chan *message.Message, ou
 		// before this goroutine runs again. A message never handed over is
 		// never acked, and Close does not wait for it.
 		if e, ok := entryOf(msg); ok {
+			if resent && e == last && s.nacks {
+				delivered++
+				setDeliveries(msg, delivered, s.cfg.MaxDeliveries)
+			} else {
+				last, delivered = e, int64(max(Deliveries(msg), 1))
+			}
 			s.acks.handed(msg, e)
 			s.keepAlive.attempt(kaKey{stream: e.Stream, id: e.ID, consumer: e.Consumer}, msg)
 		}

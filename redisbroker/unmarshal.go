@@ -62,18 +62,29 @@ func entryOf(msg *message.Message) (entry, bool) {
 	return e, e.Stream != "" && e.ID != "" && e.Consumer != ""
 }
 
-// Deliveries returns how many times Redis has delivered the entry msg
-// stands for to its consumer group, this delivery included (its delivery
-// count, as XPENDING reports it): 1 for an entry read for the first time,
-// more for one claimed from a consumer that died, stalled or let it go.
-// A message nacked and handed over again by the same subscriber keeps its
-// count. It is 0 for a message that did not come from a [Subscriber].
+// Deliveries returns how many times the entry msg stands for was
+// delivered to its consumer group, this delivery included: Redis's
+// delivery count (as XPENDING reports it; 1 for an entry read for the
+// first time, more for one claimed from a consumer that died, stalled or
+// let it go), plus one for each time this subscriber handed it over again
+// after a nack. It is 0 for a message that did not come from a
+// [Subscriber].
 func Deliveries(msg *message.Message) int {
 	n, err := strconv.Atoi(msg.Metadata.Get(metadataDeliveries))
 	if err != nil || n < 0 {
 		return 0
 	}
 	return n
+}
+
+// setDeliveries records on msg that its entry was delivered n times, this
+// delivery included, and flags it for the dead-letter topic when n is
+// above maxDeliveries (unless that is not positive: unlimited).
+func setDeliveries(msg *message.Message, n int64, maxDeliveries int) {
+	msg.Metadata.Set(metadataDeliveries, strconv.FormatInt(n, 10))
+	if maxDeliveries > 0 && n > int64(maxDeliveries) {
+		msg.Metadata.Set(metadataExhausted, fmt.Sprintf("delivered %d times, more than MaxDeliveries (%d)", n, maxDeliveries))
+	}
 }
 
 // exhausted returns why msg must be dead-lettered because its entry was
@@ -126,10 +137,7 @@ func (u safeUnmarshaller) Unmarshal(values map[string]any) (*message.Message, er
 		msg.Metadata.Set(metadataGroup, u.group)
 		msg.Metadata.Set(metadataConsumer, ref.consumer)
 		if ref.deliveries > 0 {
-			msg.Metadata.Set(metadataDeliveries, strconv.FormatInt(ref.deliveries, 10))
-		}
-		if u.maxDeliveries > 0 && ref.deliveries > int64(u.maxDeliveries) {
-			msg.Metadata.Set(metadataExhausted, fmt.Sprintf("delivered %d times, more than MaxDeliveries (%d)", ref.deliveries, u.maxDeliveries))
+			setDeliveries(msg, ref.deliveries, u.maxDeliveries)
 		}
 	}
 	return msg, nil

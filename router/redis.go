@@ -7,6 +7,7 @@ import (
 	"maps"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -86,14 +87,25 @@ type redisBackend struct {
 	subs map[string]*redisbroker.Subscriber // by handler name
 }
 
-func newRedisBackend(cfg RedisConfig, logger watermill.LoggerAdapter, client redis.UniversalClient) (*redisBackend, error) {
+// With the retry gate (retrying) the subscribers leave nacks out of the
+// delivery count: the gate dead-letters failures itself, and with defer:
+// nack it nacks messages it has not run. Without it each nack counts, so
+// redis.max_deliveries ends an entry whose handler keeps failing.
+func newRedisBackend(cfg RedisConfig, logger watermill.LoggerAdapter, client redis.UniversalClient, retrying bool) (*redisBackend, error) {
 	var opts []redisbroker.Option
 	if client != nil {
 		opts = append(opts, redisbroker.WithClient(client))
 	}
+	if retrying {
+		opts = append(opts, redisbroker.WithoutNackCount())
+	}
 	pub, err := redisbroker.NewPublisher(redisGroupConfig(cfg, ""), logger, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("router: redis: publisher: %w", err)
+	}
+	if err := pingRedis(cfg, opts, client != nil); err != nil {
+		_ = pub.Close() // leaves a client of WithRedisClient open
+		return nil, err
 	}
 	dlPub := &latePublisher{}
 	dlPub.set(pub)
@@ -103,6 +115,29 @@ func newRedisBackend(cfg RedisConfig, logger watermill.LoggerAdapter, client red
 		return nil, err
 	}
 	return &redisBackend{cfg: cfg, logger: logger, opts: opts, pub: pub, dl: dl, dlPub: dlPub, subs: make(map[string]*redisbroker.Subscriber)}, nil
+}
+
+// pingTimeout bounds the PING with which New checks that Redis answers:
+// go-redis's dial timeout, which the redis section does not change.
+const pingTimeout = 5 * time.Second
+
+// pingRedis checks that Redis answers, so that New fails at once, naming
+// redis.addr, instead of Run failing later. A refused connection fails in
+// under a second; a host that does not answer at all, after pingTimeout.
+// Called once the publisher holds its client, so that an embedded server
+// is not started twice.
+func pingRedis(cfg RedisConfig, opts []redisbroker.Option, given bool) error {
+	ctx, cancel := context.WithTimeout(context.Background(), pingTimeout)
+	defer cancel()
+	err := redisbroker.Ping(ctx, redisGroupConfig(cfg, ""), opts...)
+	switch {
+	case err == nil:
+		return nil
+	case given:
+		return fmt.Errorf("router: redis: the client of WithRedisClient: %w", err)
+	default:
+		return fmt.Errorf("router: redis.addr %q: %w", cfg.Addr, err)
+	}
 }
 
 // redisRedelivery is the retry gate's sign of a Redis redelivery: the entry's

@@ -248,7 +248,7 @@ func newRouter(cfg Config, logger watermill.LoggerAdapter, o options, ctl contro
 	case BrokerKafka:
 		r.back, err = newKafkaBackend(cfg.Kafka, logger, o, ctl)
 	case BrokerRedis:
-		r.back, err = newRedisBackend(cfg.Redis, logger, o.redisClient)
+		r.back, err = newRedisBackend(cfg.Redis, logger, o.redisClient, !cfg.Retry.Disabled)
 	case BrokerCustom:
 		r.back = &customBackend{b: *o.custom}
 	default:
