@@ -47,7 +47,7 @@ func main() {
 	defer mp.Shutdown(context.Background())
 	go func() { log.Fatal(http.ListenAndServe(*metricsAddr, promhttp.Handler())) }()
 
-	r, err := router.New(cfg, watermill.NopLogger{}, router.WithTracerProvider(tp), router.WithMeterProvider(mp))
+	r, err := router.New(cfg, watermill.NewStdLoggerWithOut(os.Stdout, false, false), router.WithTracerProvider(tp), router.WithMeterProvider(mp))
 	check(err)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()

@@ -95,6 +95,9 @@ func runSamples(t *testing.T, bin string, env ...string) {
 	}
 	indexed := map[string]bool{}
 	for _, line := range strings.Split(strings.TrimSpace(stdout.String()), "\n") {
+		if strings.HasPrefix(line, "[watermill]") {
+			continue // the router's log
+		}
 		var id string
 		var n int
 		if _, err := fmt.Sscanf(line, "indexed %s %d vertices", &id, &n); err != nil {
