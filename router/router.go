@@ -727,7 +727,8 @@ func (r *Router) Run(ctx context.Context) error {
 	r.mu.Unlock()
 	if r.cfg.Retry.Disabled {
 		r.logger.Info("router: retry gate off (retry.disabled): a message whose handler fails is nacked and redelivered "+
-			"without bound, and holds up the messages behind it; only payloads that cannot be decoded are dead-lettered", nil)
+			"without bound (on Redis, up to redis.max_deliveries times), and may hold up the messages behind it; "+
+			"only payloads that cannot be decoded are dead-lettered", nil)
 	}
 	if r.lagSampler != nil {
 		r.lagSampler.Start() // a no-op once Close has closed it

@@ -262,6 +262,15 @@ func TestRepeatedErrorsLogBounded(t *testing.T) {
 	if len(logger.Lines()) >= 50 {
 		t.Errorf("%d log lines, want fewer than 50", len(logger.Lines()))
 	}
+	said := 0
+	for _, l := range logger.Lines() {
+		if strings.Contains(l, "retry gate off (retry.disabled)") {
+			said++
+		}
+	}
+	if said != 1 {
+		t.Errorf("the router said %d times that the retry gate is off, want once", said)
+	}
 }
 
 // TestLimitedLoggerCountsSuppressed: after the burst, one line per
