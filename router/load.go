@@ -18,9 +18,10 @@ import (
 
 // LoadConfig reads the YAML file at path (skipped when path is ""), then
 // applies SPILLWAY_* environment variables on top (the environment wins),
-// fills defaults and validates. Unknown YAML keys are errors, and so is a
-// set, non-empty SPILLWAY_* variable that no field reads (a typo would
-// otherwise be ignored), except the reserved names listed in
+// fills defaults and validates. Unknown YAML keys are errors, naming the
+// closest known key of their section (or, with none close, the section's
+// keys), and so is a set, non-empty SPILLWAY_* variable that no field
+// reads (a typo would otherwise be ignored), except the reserved names listed in
 // docs/router.md: SPILLWAY_CONFIG, SPILLWAY_TESTDATA,
 // SPILLWAY_REBALANCE_OBSERVE, SPILLWAY_REDIS_DEBUG and anything starting
 // with SPILLWAY_REQUIRE_. YAML anchors, aliases and merge keys (<<: *base)
@@ -349,11 +350,16 @@ func (d *decoder) node(n *yaml.Node, v reflect.Value, path string) {
 		return // an empty section
 	}
 	if r.Kind != yaml.MappingNode {
-		name := path
+		name, reason := path, "must be a mapping of keys to values"
 		if name == "" {
 			name = "(document)"
+			reason = "the file must be a mapping of settings, such as broker: kafka (docs/router.md lists them)"
 		}
-		d.errs = append(d.errs, &spillway.FieldError{Field: name, Value: "<" + kindName(r.Kind) + ">", Reason: "must be a mapping", Source: d.at(n)})
+		value := "<" + kindName(r.Kind) + ">"
+		if r.Kind == yaml.ScalarNode {
+			value = r.Value
+		}
+		d.errs = append(d.errs, &spillway.FieldError{Field: name, Value: value, Reason: reason, Source: d.at(n)})
 		return
 	}
 	t := v.Type()
@@ -365,7 +371,7 @@ func (d *decoder) node(n *yaml.Node, v reflect.Value, path string) {
 		}
 		field, ok := fieldByKey(t, key.Value)
 		if !ok {
-			d.errs = append(d.errs, &spillway.FieldError{Field: p, Value: key.Value, Reason: "unknown field", Source: d.at(key)})
+			d.errs = append(d.errs, &spillway.FieldError{Field: p, Value: key.Value, Reason: unknownKey(t, key.Value, path), Source: d.at(key)})
 			continue
 		}
 		d.node(val, v.FieldByIndex(field), p)
@@ -435,6 +441,37 @@ func (d *decoder) pairs(m *yaml.Node, path string) [][2]*yaml.Node {
 		put(kv[0], kv[1], false)
 	}
 	return out
+}
+
+// unknownKey is the reason for an unknown key in a section of struct
+// type t at path: the closest known key, if one is at most two edits
+// away, or else every key the section has.
+func unknownKey(t reflect.Type, key, path string) string {
+	known := make(map[string]bool)
+	keysOf(t, known)
+	if near := nearest(key, known); near != "" {
+		return "unknown field (did you mean " + near + "?)"
+	}
+	where := "at the top level"
+	if path != "" {
+		where = "in " + path
+	}
+	return "unknown field (the keys " + where + ": " + list(known) + ")"
+}
+
+// keysOf adds the YAML keys of struct type t to keys, those of inline
+// structs included.
+func keysOf(t reflect.Type, keys map[string]bool) {
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		switch {
+		case skipped(f):
+		case inline(f):
+			keysOf(f.Type, keys)
+		default:
+			keys[yamlName(f)] = true
+		}
+	}
 }
 
 func kindName(k yaml.Kind) string {

@@ -122,7 +122,7 @@ func configProblems(err error, src map[string]string) error {
 			line += " (" + source + ")"
 		}
 		line += ": " + ce.Reason
-		if ce.Value != ce.Field { // an unknown variable's value is its name
+		if ce.Value != ce.Field || !strings.HasPrefix(source, "env ") { // an unknown variable's value is its name
 			line += ", got " + strconv.Quote(ce.Value)
 		}
 		lines = append(lines, line)

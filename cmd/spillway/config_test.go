@@ -92,6 +92,7 @@ func TestConfigCheckProblems(t *testing.T) {
 		{"invalid", "config-invalid.yaml", map[string]string{"SPILLWAY_KAFKA_HEARTBEAT_INTERVAL": "2m"}},
 		{"unreadable", "config-unreadable.yaml", nil},
 		{"unknown-env", "config-anchors.yaml", map[string]string{"SPILLWAY_KAFKA_BROKER": "k:9092", "SPILLWAY_REDIS_PASWORD": "x"}},
+		{"typos", "config-typos.yaml", nil}, // every unknown key, with its line and the closest known one
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			clearSpillwayEnv(t)
