@@ -34,7 +34,8 @@ func LoadConfig(path string) (Config, error) {
 
 // LoadConfigSources is [LoadConfig] that also says where each value came
 // from. The map has one entry per leaf field, keyed by its YAML path (e.g.
-// kafka.brokers), whose value is "FILE:LINE" (the line of the value in the
+// kafka.brokers), and, for a list of sections, one per key of each item
+// (budget.lanes[0].weight), whose value is "FILE:LINE" (the line of the value in the
 // file, path as given), "env NAME" (the environment variable), or
 // [SourceDefault]. These are the strings [spillway.FieldError.Source] uses. When
 // only validation fails the map comes back with the error, so that a
@@ -60,8 +61,22 @@ func LoadConfigSources(path string) (Config, map[string]string, error) {
 	// A field that was not set, or was set to zero and then given its
 	// default, shows the default.
 	for _, l := range leaves() {
-		if _, ok := src[l.path]; !ok || !reflect.DeepEqual(loaded.FieldByIndex(l.index).Interface(), reflect.ValueOf(c).FieldByIndex(l.index).Interface()) {
+		v := reflect.ValueOf(c).FieldByIndex(l.index)
+		if _, ok := src[l.path]; !ok || !reflect.DeepEqual(loaded.FieldByIndex(l.index).Interface(), v.Interface()) {
 			src[l.path] = SourceDefault
+		}
+		if v.Kind() == reflect.Slice && v.Type().Elem().Kind() == reflect.Struct {
+			// A list of sections: each item's keys not written in the
+			// file hold their defaults (a lane's weight 1).
+			keys := make(map[string]bool)
+			keysOf(v.Type().Elem(), keys)
+			for i := range v.Len() {
+				for k := range keys {
+					if p := l.path + "[" + strconv.Itoa(i) + "]." + k; src[p] == "" {
+						src[p] = SourceDefault
+					}
+				}
+			}
 		}
 	}
 	if err := c.Validate(); err != nil {
@@ -316,11 +331,9 @@ func (d *decoder) node(n *yaml.Node, v reflect.Value, path string) {
 		// section, so an unknown key is an error naming it, but the list
 		// is one leaf.
 		items := reflect.MakeSlice(v.Type(), len(r.Content), len(r.Content))
-		sub := decoder{file: d.file, src: map[string]string{}}
 		for i, item := range r.Content {
-			sub.node(item, items.Index(i), path+"["+strconv.Itoa(i)+"]")
+			d.node(item, items.Index(i), path+"["+strconv.Itoa(i)+"]")
 		}
-		d.errs = append(d.errs, sub.errs...)
 		v.Set(items)
 		d.src[path] = d.at(n)
 		return

@@ -39,7 +39,9 @@ and exits with code 2. A source is FILE:LINE or "env NAME".`,
 		Short: "Print the effective configuration and where each value came from",
 		Long: `print loads FILE and the SPILLWAY_* environment like check and prints the
 configuration the router would run with, defaults filled in, as YAML. Secrets
-print as '[redacted]'. Each value ends with a comment naming its source:
+print as '[redacted]'. A default worked out from other settings shows its value:
+a lane's weight 1, budget.autosize.deadline the broker's redelivery deadline.
+Each value ends with a comment naming its source:
 "# from FILE:LINE", "# from env NAME" or "# default". A configuration that does not
 validate is reported as by check and nothing is printed.`,
 		Args: cobra.ExactArgs(1),
@@ -83,7 +85,7 @@ func runConfigPrint(e *env, path string) error {
 	if err != nil {
 		return err
 	}
-	out, err := renderSources(c, src)
+	out, err := renderSources(c.Effective(), src)
 	if err != nil {
 		return err
 	}
@@ -187,6 +189,13 @@ func annotate(n *yaml.Node, path string, src map[string]string) {
 			val.LineComment = s
 		} else {
 			key.LineComment = s
+		}
+		if val.Kind == yaml.SequenceNode {
+			// A list of sections (budget.lanes): each item's keys
+			// have sources of their own.
+			for j, item := range val.Content {
+				annotate(item, p+"["+strconv.Itoa(j)+"]", src)
+			}
 		}
 	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"os"
+	"path/filepath"
 	"runtime/debug"
 	"strings"
 	"testing"
@@ -59,6 +60,37 @@ func TestConfigPrint(t *testing.T) {
 		if !strings.Contains(line, " # from ") && !strings.HasSuffix(line, " # default") {
 			t.Errorf("no source: %q", line)
 		}
+	}
+}
+
+// TestConfigPrintLanes: each lane shows the weight it runs with (1 when
+// not set, not 0) and each of its keys its own source.
+func TestConfigPrintLanes(t *testing.T) {
+	clearSpillwayEnv(t)
+	code, stdout, stderr := runCLI(t, "config", "print", "testdata/config-lanes.yaml")
+	if code != exitOK || stderr != "" {
+		t.Fatalf("exit %d, stderr %q", code, stderr)
+	}
+	for _, want := range []string{
+		"  lanes: # from testdata/config-lanes.yaml:4\n" +
+			"    - name: fast # from testdata/config-lanes.yaml:4\n" +
+			"      weight: 1 # default\n" +
+			"      reserve: 0.1 # from testdata/config-lanes.yaml:4\n",
+		"    - name: rest # from testdata/config-lanes.yaml:5\n" +
+			"      weight: 3 # from testdata/config-lanes.yaml:6\n" +
+			"      reserve: 0 # default\n",
+	} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("output lacks\n%s\ngot:\n%s", want, stdout)
+		}
+	}
+	// What it prints loads again as the same configuration.
+	again := filepath.Join(t.TempDir(), "printed.yaml")
+	if err := os.WriteFile(again, []byte(stdout), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, stderr := runCLI(t, "config", "check", again); code != exitOK {
+		t.Errorf("printed config: exit %d, stderr %q", code, stderr)
 	}
 }
 
