@@ -79,6 +79,13 @@ func LoadConfigSources(path string) (Config, map[string]string, error) {
 			}
 		}
 	}
+	// A broker's consumer group left unset takes the top-level one, and
+	// its source.
+	for _, k := range []string{"kafka.consumer_group", "redis.consumer_group"} {
+		if src[k] == SourceDefault {
+			src[k] = src["consumer_group"]
+		}
+	}
 	if err := c.Validate(); err != nil {
 		return Config{}, src, err
 	}
