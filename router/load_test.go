@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/spillway-go/spillway"
-	"github.com/spillway-go/spillway/middleware"
 )
 
 // TestLoadConfigAnchors: anchors, aliases and merge keys read as YAML
@@ -287,41 +286,5 @@ func TestLoadConfigSourcesOfLaneKeys(t *testing.T) {
 		if src[key] != want {
 			t.Errorf("source of %s = %q, want %q", key, src[key], want)
 		}
-	}
-}
-
-// Effective fills what New works out from other fields, so that config
-// print shows the values the router runs with; Config itself keeps zero
-// (its defaults follow what they derive from).
-func TestConfigEffective(t *testing.T) {
-	c := Config{Broker: BrokerKafka}
-	c.Kafka.Brokers = []string{"k:9092"}
-	c.Kafka.RebalanceTimeout = 40 * time.Second
-	c.Budget.Lanes = []middleware.Lane{{Name: "fast", MaxCharge: 10}, {Name: "rest", Weight: 3}}
-	c.Budget.AutoSize.MemoryBytes = 1 << 30
-	c.Budget.AutoSize.BytesPerVertex = 1024
-	e := c.Effective()
-	if w := []int64{e.Budget.Lanes[0].Weight, e.Budget.Lanes[1].Weight}; w[0] != 1 || w[1] != 3 {
-		t.Errorf("lane weights %v, want [1 3]", w)
-	}
-	if c.Budget.Lanes[0].Weight != 0 {
-		t.Error("Effective changed the caller's lanes")
-	}
-	a := e.Budget.AutoSize
-	if a.Deadline != 40*time.Second || a.Window != 40*time.Second || a.MinBusy != 2*time.Second {
-		t.Errorf("autosize deadline %v window %v min_busy %v, want 40s 40s 2s", a.Deadline, a.Window, a.MinBusy)
-	}
-	if a.MemoryBound != 0 || a.Ceiling != 1<<20 { // memory_bound stays unset: memory_bytes gives it
-		t.Errorf("autosize memory_bound %d ceiling %d, want 0 %d", a.MemoryBound, a.Ceiling, 1<<20)
-	}
-	if err := e.Validate(); err != nil {
-		t.Errorf("the effective config does not validate: %v", err)
-	}
-	c.Budget.AutoSize.Window = 10 * time.Second
-	if a := c.Effective().Budget.AutoSize; a.Window != 10*time.Second || a.MinBusy != 500*time.Millisecond {
-		t.Errorf("set window: window %v min_busy %v, want 10s 500ms", a.Window, a.MinBusy)
-	}
-	if d := c.WithDefaults().Budget.AutoSize.Deadline; d != 0 {
-		t.Errorf("WithDefaults pinned the deadline: %v", d)
 	}
 }

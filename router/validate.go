@@ -100,43 +100,6 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
-// Effective returns c as a router runs with it, for showing (spillway
-// config print): [Config.WithDefaults], plus the zero fields whose default
-// another package or New works out from other fields:
-//
-//   - each lane's weight 0 is 1;
-//   - budget.autosize.ceiling 0 is the memory bound (memory_bound, or the
-//     bound computed from memory_bytes);
-//   - budget.autosize.deadline 0 is the broker's redelivery deadline
-//     ([Config.RedeliveryDeadline]), window 0 is the deadline and min_busy
-//     0 is window / 20.
-//
-// budget.autosize.parallelism 0 stays 0: it is GOMAXPROCS of the process
-// that runs the router. Give [New] the Config itself, not this: a derived
-// value would stay as it is here when what it derives from changes. The
-// result validates as c does.
-func (c Config) Effective() Config {
-	c.setDefaults()
-	if len(c.Budget.Lanes) > 0 {
-		c.Budget.Lanes = slices.Clone(c.Budget.Lanes)
-		for i := range c.Budget.Lanes {
-			if c.Budget.Lanes[i].Weight == 0 {
-				c.Budget.Lanes[i].Weight = 1
-			}
-		}
-	}
-	a := &c.Budget.AutoSize
-	a.Deadline = c.autoSizeDeadline()
-	a.Ceiling = a.ceiling()
-	if a.Window == 0 {
-		a.Window = a.Deadline
-	}
-	if a.MinBusy == 0 {
-		a.MinBusy = a.Window / 20
-	}
-	return c
-}
-
 // Validate reports every invalid field of c (after defaults are applied,
 // so zero fields are fine). Of the broker sections only the chosen
 // broker's is checked; the budget, shedding and retry sections are always
