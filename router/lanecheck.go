@@ -30,7 +30,7 @@ func checkLaneSelectors(c Config, topics map[string]string) error {
 				continue
 			}
 			reason := fmt.Sprintf("lane %q selects %s %q, which no registered handler has, so the lane matches nothing "+
-				"(registered %ss: %s)", lane, kind, n, kind, list(known))
+				"(registered %ss: %s)", lane, kind, n, kind, sortedNames(known))
 			if near := nearest(n, known); near != "" {
 				reason += "; did you mean " + strconv.Quote(near) + "?"
 			}
@@ -48,8 +48,8 @@ func checkLaneSelectors(c Config, topics map[string]string) error {
 	return errors.Join(errs...)
 }
 
-// list renders the names of set sorted, or "none".
-func list(set map[string]bool) string {
+// sortedNames renders the names of set sorted, or "none".
+func sortedNames(set map[string]bool) string {
 	if len(set) == 0 {
 		return "none"
 	}

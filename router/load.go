@@ -476,7 +476,7 @@ func unknownKey(t reflect.Type, key, path string) string {
 	if path != "" {
 		where = "in " + path
 	}
-	return "unknown field (the keys " + where + ": " + list(known) + ")"
+	return "unknown field (the keys " + where + ": " + sortedNames(known) + ")"
 }
 
 // keysOf adds the YAML keys of struct type t to keys, those of inline
