@@ -143,6 +143,15 @@ func Open(cfg Config, logger watermill.LoggerAdapter, opts ...Option) (*Cluster,
 	return c, nil
 }
 
+// probe checks, before a client connects to an external cluster, that
+// some broker address answers as Kafka (see [ErrNotKafkaListener]).
+func (c *Cluster) probe(sc *sarama.Config) error {
+	if c.cfg.embedded() {
+		return nil
+	}
+	return probe(c.brokers, sc)
+}
+
 // Brokers returns the bootstrap addresses the cluster's clients use: the
 // configured ones, or the embedded broker's loopback address.
 func (c *Cluster) Brokers() []string { return append([]string(nil), c.brokers...) }
@@ -155,6 +164,9 @@ func (c *Cluster) NewPublisher() (*kafka.Publisher, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := c.probe(pcfg); err != nil {
+		return nil, fmt.Errorf("kafkabroker: publisher: %w", err)
+	}
 	pub, err := kafka.NewPublisher(kafka.PublisherConfig{
 		Brokers:               c.brokers,
 		Marshaler:             c.marshaler,
@@ -162,7 +174,7 @@ func (c *Cluster) NewPublisher() (*kafka.Publisher, error) {
 		Tracer:                c.opts.tracer,
 	}, c.logger)
 	if err != nil {
-		return nil, fmt.Errorf("kafkabroker: publisher: %w", err)
+		return nil, fmt.Errorf("kafkabroker: publisher: %w", listenerHint(err, c.brokers))
 	}
 	return pub, nil
 }
@@ -209,9 +221,12 @@ func (c *Cluster) adminClient() (sarama.Client, sarama.ClusterAdmin, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	if err := c.probe(sc); err != nil {
+		return nil, nil, fmt.Errorf("kafkabroker: connecting to %v: %w", c.brokers, err)
+	}
 	client, err := sarama.NewClient(c.brokers, sc)
 	if err != nil {
-		return nil, nil, fmt.Errorf("kafkabroker: connecting to %v: %w", c.brokers, err)
+		return nil, nil, fmt.Errorf("kafkabroker: connecting to %v: %w", c.brokers, listenerHint(err, c.brokers))
 	}
 	admin, err := sarama.NewClusterAdminFromClient(client)
 	if err != nil {

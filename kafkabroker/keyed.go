@@ -162,13 +162,13 @@ func (s *KeySubscriber) Subscribe(ctx context.Context, topic string) (<-chan *me
 	client, err := sarama.NewClient(s.brokers, s.sarama)
 	if err != nil {
 		s.wg.Done()
-		return nil, fmt.Errorf("kafkabroker: connecting to %v: %w", s.brokers, err)
+		return nil, fmt.Errorf("kafkabroker: connecting to %v: %w", s.brokers, listenerHint(err, s.brokers))
 	}
 	commitClient, err := sarama.NewClient(s.brokers, s.sarama)
 	if err != nil {
 		_ = client.Close()
 		s.wg.Done()
-		return nil, fmt.Errorf("kafkabroker: connecting to %v: %w", s.brokers, err)
+		return nil, fmt.Errorf("kafkabroker: connecting to %v: %w", s.brokers, listenerHint(err, s.brokers))
 	}
 	group, err := sarama.NewConsumerGroupFromClient(s.group, client)
 	if err != nil {

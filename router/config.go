@@ -42,6 +42,14 @@ type Config struct {
 	// with WithBroker (which custom requires).
 	Broker Broker `yaml:"broker" env:"BROKER"`
 
+	// ConsumerGroup prefixes every handler's consumer group on Kafka and
+	// on Redis: handler h consumes in group "<consumer_group>.<h>"
+	// ([Router.ConsumerGroup]). kafka.consumer_group or
+	// redis.consumer_group, when set, overrides it for that broker; set
+	// this one instead, so that switching brokers keeps the group.
+	// Default spillway.
+	ConsumerGroup string `yaml:"consumer_group" env:"CONSUMER_GROUP"`
+
 	// CloseTimeout bounds a graceful shutdown: how long Close waits for
 	// admitted work to finish, and then for Watermill's router to stop its
 	// handlers. Default 30s.
@@ -273,7 +281,8 @@ type RetryConfig struct {
 // KafkaConfig is the kafka section: [kafkabroker.Config], whose yaml and
 // env tags are the section's keys (kafka.rebalance_timeout,
 // SPILLWAY_KAFKA_REBALANCE_TIMEOUT). Every default is chosen for
-// backpressure; docs/kafka.md explains each one.
+// backpressure; docs/kafka.md explains each one. kafka.consumer_group
+// defaults to the top-level consumer_group.
 type KafkaConfig = kafkabroker.Config
 
 // RedisConfig is the redis section: [redisbroker.Config], whose yaml and
@@ -284,7 +293,7 @@ type KafkaConfig = kafkabroker.Config
 //
 //   - consumer_group is a prefix: each handler consumes in its own group,
 //     "<consumer_group>.<handler>" ([Router.ConsumerGroup] names it).
-//     Default spillway.
+//     Default: the top-level consumer_group.
 //   - consumer is left empty by the defaults (config print shows ""); each
 //     subscriber then names itself "<hostname>-<program>" when it
 //     starts.
@@ -301,7 +310,7 @@ const redacted = "[redacted]"
 const (
 	defaultCloseTimeout   = 30 * time.Second
 	defaultBudgetVertices = 200_000
-	defaultConsumerGroup  = "spillway" // redis.consumer_group; kafka.consumer_group's default is the same
+	defaultConsumerGroup  = "spillway" // consumer_group, which kafka. and redis.consumer_group default to
 	defaultTelemetryName  = "spillway"
 
 	defaultAutoSizeWindows    = 5

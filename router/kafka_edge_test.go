@@ -2,6 +2,9 @@ package router
 
 import (
 	"context"
+	"errors"
+	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +14,8 @@ import (
 
 	"github.com/spillway-go/spillway/cost"
 	"github.com/spillway-go/spillway/internal/kafkatest"
+	"github.com/spillway-go/spillway/internal/redistest"
+	"github.com/spillway-go/spillway/kafkabroker"
 	"github.com/spillway-go/spillway/retrygate"
 )
 
@@ -142,5 +147,33 @@ func TestEdgeKafkaBrokerRedeliveryShedBeforeFresh(t *testing.T) {
 	}
 	if err := <-errs; err != nil {
 		t.Error(err)
+	}
+}
+
+// kafka.brokers pointing at a Redis port: Redis never replies to Kafka's
+// request, and Sarama's read timeout (the rebalance timeout plus 5 s, four
+// attempts) held New for over four minutes. New now fails within seconds,
+// naming the address and asking whether it is a Kafka listener, with the
+// read error still wrapped.
+func TestNewOnARedisPortAsksIfItIsKafka(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := Config{Broker: BrokerKafka}
+	cfg.Kafka.Brokers = []string{srv.Addr()}
+	cfg.Telemetry.Disabled = true
+	start := time.Now()
+	r, err := New(cfg, nil)
+	if err == nil {
+		_ = r.Close()
+		t.Fatal("New succeeded on a Redis port")
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("New took %v", took)
+	}
+	var ne net.Error
+	if !errors.Is(err, kafkabroker.ErrNotKafkaListener) || !errors.As(err, &ne) || !ne.Timeout() {
+		t.Fatalf("New = %v, want ErrNotKafkaListener wrapping the read timeout", err)
+	}
+	if want := "is " + srv.Addr() + " a Kafka listener?"; !strings.Contains(err.Error(), want) {
+		t.Errorf("%q lacks %q", err, want)
 	}
 }

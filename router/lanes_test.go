@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
@@ -129,4 +130,116 @@ func TestBudgetPressurePerLane(t *testing.T) {
 	cancel()
 	<-done
 	held.Release()
+}
+
+// A lane that selects a handler or topic no registered handler has would
+// match nothing and send its traffic to the last lane: Run refuses to start,
+// naming each such selector, the lane, and what exists.
+func TestRunRejectsLaneSelectorsThatMatchNothing(t *testing.T) {
+	cfg := Config{}
+	cfg.Telemetry.Disabled = true
+	cfg.Budget.Lanes = []middleware.Lane{
+		{Name: "fast", Handlers: []string{"positons"}},
+		{Name: "shapes", Topics: []string{"positions", "boundries"}},
+		{Name: "rest"},
+	}
+	r, err := New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	nop := func(*message.Message) error { return nil }
+	for _, h := range []string{"positions", "boundaries"} {
+		if _, err := r.AddConsumerHandler(h, h, nop); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err = r.Run(ctx)
+	if ctx.Err() != nil {
+		t.Fatal("Run did not return")
+	}
+	if !errors.Is(err, spillway.ErrInvalidConfig) {
+		t.Fatalf("Run = %v, want a config error", err)
+	}
+	got := map[string]*spillway.FieldError{}
+	for _, e := range unwrapAll(err) {
+		var fe *spillway.FieldError
+		if !errors.As(e, &fe) {
+			t.Fatalf("not a FieldError: %v", e)
+		}
+		got[fe.Field+"="+fe.Value] = fe
+	}
+	if len(got) != 2 {
+		t.Errorf("errors = %v, want two", err)
+	}
+	for key, want := range map[string][]string{
+		"budget.lanes[0].handlers=positons": {`lane "fast"`, "boundaries, positions", `did you mean "positions"?`},
+		"budget.lanes[1].topics=boundries":  {`lane "shapes"`, "boundaries, positions", `did you mean "boundaries"?`},
+	} {
+		fe := got[key]
+		if fe == nil {
+			t.Errorf("no error on %s in %v", key, err)
+			continue
+		}
+		for _, w := range want {
+			if !strings.Contains(fe.Reason, w) {
+				t.Errorf("%s: reason %q lacks %q", key, fe.Reason, w)
+			}
+		}
+	}
+	if _, err := r.AddConsumerHandler("late", "late", nop); err == nil {
+		t.Error("the router still takes handlers after Run refused to start")
+	}
+}
+
+// With valid selectors the router runs, and Stats shows each lane: its
+// name, its effective weight, what it holds and what it admitted.
+func TestStatsShowsLanes(t *testing.T) {
+	cfg := Config{}
+	cfg.Telemetry.Disabled = true
+	cfg.Budget.Vertices = 1000
+	cfg.Budget.Lanes = []middleware.Lane{
+		{Name: "fast", Handlers: []string{"positions"}, Reserve: 0.1},
+		{Name: "rest", Weight: 3},
+	}
+	r, err := New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	done := make(chan struct{}, 1)
+	if _, err := r.AddConsumerHandler("positions", "positions", func(*message.Message) error {
+		done <- struct{}{}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	runErr := make(chan error, 1)
+	go func() { runErr <- r.Run(context.Background()) }()
+	select {
+	case <-r.Running():
+	case err := <-runErr:
+		t.Fatalf("Run = %v", err)
+	}
+	if err := r.Publisher().Publish("positions", message.NewMessage("1", []byte(`{"type":"Point","coordinates":[1,2]}`))); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	ls := r.Stats().Lanes
+	if len(ls) != 2 || ls[0].Name != "fast" || ls[0].Weight != 1 || ls[0].Reserved != 100 ||
+		ls[1].Name != "rest" || ls[1].Weight != 3 {
+		t.Fatalf("Stats().Lanes = %+v", ls)
+	}
+	waitFor(t, "the fast lane's admission", func() bool { return r.Stats().Lanes[0].Admitted == 1 })
+	if a := r.Stats().Lanes[1].Admitted; a != 0 {
+		t.Errorf("rest lane admitted %d", a)
+	}
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-runErr; err != nil {
+		t.Fatal(err)
+	}
 }

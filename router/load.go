@@ -18,9 +18,10 @@ import (
 
 // LoadConfig reads the YAML file at path (skipped when path is ""), then
 // applies SPILLWAY_* environment variables on top (the environment wins),
-// fills defaults and validates. Unknown YAML keys are errors, and so is a
-// set, non-empty SPILLWAY_* variable that no field reads (a typo would
-// otherwise be ignored), except the reserved names listed in
+// fills defaults and validates. Unknown YAML keys are errors, naming the
+// closest known key of their section (or, with none close, the section's
+// keys), and so is a set, non-empty SPILLWAY_* variable that no field
+// reads (a typo would otherwise be ignored), except the reserved names listed in
 // docs/router.md: SPILLWAY_CONFIG, SPILLWAY_TESTDATA,
 // SPILLWAY_REBALANCE_OBSERVE, SPILLWAY_REDIS_DEBUG and anything starting
 // with SPILLWAY_REQUIRE_. YAML anchors, aliases and merge keys (<<: *base)
@@ -33,7 +34,8 @@ func LoadConfig(path string) (Config, error) {
 
 // LoadConfigSources is [LoadConfig] that also says where each value came
 // from. The map has one entry per leaf field, keyed by its YAML path (e.g.
-// kafka.brokers), whose value is "FILE:LINE" (the line of the value in the
+// kafka.brokers), and, for a list of sections, one per key of each item
+// (budget.lanes[0].weight), whose value is "FILE:LINE" (the line of the value in the
 // file, path as given), "env NAME" (the environment variable), or
 // [SourceDefault]. These are the strings [spillway.FieldError.Source] uses. When
 // only validation fails the map comes back with the error, so that a
@@ -59,8 +61,29 @@ func LoadConfigSources(path string) (Config, map[string]string, error) {
 	// A field that was not set, or was set to zero and then given its
 	// default, shows the default.
 	for _, l := range leaves() {
-		if _, ok := src[l.path]; !ok || !reflect.DeepEqual(loaded.FieldByIndex(l.index).Interface(), reflect.ValueOf(c).FieldByIndex(l.index).Interface()) {
+		v := reflect.ValueOf(c).FieldByIndex(l.index)
+		if _, ok := src[l.path]; !ok || !reflect.DeepEqual(loaded.FieldByIndex(l.index).Interface(), v.Interface()) {
 			src[l.path] = SourceDefault
+		}
+		if v.Kind() == reflect.Slice && v.Type().Elem().Kind() == reflect.Struct {
+			// A list of sections: each item's keys not written in the
+			// file hold their defaults (a lane's weight 1).
+			keys := make(map[string]bool)
+			keysOf(v.Type().Elem(), keys)
+			for i := range v.Len() {
+				for k := range keys {
+					if p := l.path + "[" + strconv.Itoa(i) + "]." + k; src[p] == "" {
+						src[p] = SourceDefault
+					}
+				}
+			}
+		}
+	}
+	// A broker's consumer group left unset takes the top-level one, and
+	// its source.
+	for _, k := range []string{"kafka.consumer_group", "redis.consumer_group"} {
+		if src[k] == SourceDefault {
+			src[k] = src["consumer_group"]
 		}
 	}
 	if err := c.Validate(); err != nil {
@@ -315,11 +338,9 @@ func (d *decoder) node(n *yaml.Node, v reflect.Value, path string) {
 		// section, so an unknown key is an error naming it, but the list
 		// is one leaf.
 		items := reflect.MakeSlice(v.Type(), len(r.Content), len(r.Content))
-		sub := decoder{file: d.file, src: map[string]string{}}
 		for i, item := range r.Content {
-			sub.node(item, items.Index(i), path+"["+strconv.Itoa(i)+"]")
+			d.node(item, items.Index(i), path+"["+strconv.Itoa(i)+"]")
 		}
-		d.errs = append(d.errs, sub.errs...)
 		v.Set(items)
 		d.src[path] = d.at(n)
 		return
@@ -349,11 +370,16 @@ func (d *decoder) node(n *yaml.Node, v reflect.Value, path string) {
 		return // an empty section
 	}
 	if r.Kind != yaml.MappingNode {
-		name := path
+		name, reason := path, "must be a mapping of keys to values"
 		if name == "" {
 			name = "(document)"
+			reason = "the file must be a mapping of settings, such as broker: kafka (docs/router.md lists them)"
 		}
-		d.errs = append(d.errs, &spillway.FieldError{Field: name, Value: "<" + kindName(r.Kind) + ">", Reason: "must be a mapping", Source: d.at(n)})
+		value := "<" + kindName(r.Kind) + ">"
+		if r.Kind == yaml.ScalarNode {
+			value = r.Value
+		}
+		d.errs = append(d.errs, &spillway.FieldError{Field: name, Value: value, Reason: reason, Source: d.at(n)})
 		return
 	}
 	t := v.Type()
@@ -365,7 +391,7 @@ func (d *decoder) node(n *yaml.Node, v reflect.Value, path string) {
 		}
 		field, ok := fieldByKey(t, key.Value)
 		if !ok {
-			d.errs = append(d.errs, &spillway.FieldError{Field: p, Value: key.Value, Reason: "unknown field", Source: d.at(key)})
+			d.errs = append(d.errs, &spillway.FieldError{Field: p, Value: key.Value, Reason: unknownKey(t, key.Value, path), Source: d.at(key)})
 			continue
 		}
 		d.node(val, v.FieldByIndex(field), p)
@@ -435,6 +461,37 @@ func (d *decoder) pairs(m *yaml.Node, path string) [][2]*yaml.Node {
 		put(kv[0], kv[1], false)
 	}
 	return out
+}
+
+// unknownKey is the reason for an unknown key in a section of struct
+// type t at path: the closest known key, if one is at most two edits
+// away, or else every key the section has.
+func unknownKey(t reflect.Type, key, path string) string {
+	known := make(map[string]bool)
+	keysOf(t, known)
+	if near := nearest(key, known); near != "" {
+		return "unknown field (did you mean " + near + "?)"
+	}
+	where := "at the top level"
+	if path != "" {
+		where = "in " + path
+	}
+	return "unknown field (the keys " + where + ": " + sortedNames(known) + ")"
+}
+
+// keysOf adds the YAML keys of struct type t to keys, those of inline
+// structs included.
+func keysOf(t reflect.Type, keys map[string]bool) {
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		switch {
+		case skipped(f):
+		case inline(f):
+			keysOf(f.Type, keys)
+		default:
+			keys[yamlName(f)] = true
+		}
+	}
 }
 
 func kindName(k yaml.Kind) string {

@@ -37,7 +37,7 @@ telemetry:
 	// checks the same document without them is read right.
 	_, err := LoadConfig(path)
 	var ce *spillway.FieldError
-	if !errors.As(err, &ce) || ce.Field != "x-timeouts" || ce.Reason != "unknown field" {
+	if !errors.As(err, &ce) || ce.Field != "x-timeouts" || !strings.HasPrefix(ce.Reason, "unknown field") {
 		t.Fatalf("want an unknown-field error for x-timeouts, got %v", err)
 	}
 
@@ -223,5 +223,68 @@ func TestLoadConfigSources(t *testing.T) {
 	// Nothing when the file cannot be read.
 	if _, src, err = LoadConfigSources(path + ".missing"); err == nil || src != nil {
 		t.Errorf("missing file: %v, %v", err, src)
+	}
+}
+
+// An unknown YAML key is named with its file:line and, like an unknown
+// environment variable, the closest known key of its section; with none
+// close, the section's keys. A document that is not a mapping says what it
+// got.
+func TestLoadConfigTypos(t *testing.T) {
+	clearEnv(t)
+	for _, tt := range []struct {
+		name, yaml, field, value, line string
+		reason                         []string
+	}{
+		{"top-level typo", "broker: memory\nretyr:\n  enabled: true\n", "retyr", "retyr", ":2", []string{"did you mean retry?"}},
+		{"section typo", "budget: {vertics: 1}\n", "budget.vertics", "vertics", ":1", []string{"did you mean vertices?"}},
+		{"inline section typo", "retry:\n  max_atempts: 3\n", "retry.max_atempts", "max_atempts", ":2", []string{"did you mean max_attempts?"}},
+		{"lane typo", "budget:\n  lanes:\n    - {name: a, wieght: 2}\n", "budget.lanes[0].wieght", "wieght", ":3", []string{"did you mean weight?"}},
+		{"nothing close", "foo: 1\n", "foo", "foo", ":1", []string{"unknown field", "keys at the top level: broker, budget, close_timeout,"}},
+		{"nothing close in a section", "telemetry:\n  sampler: x\n", "telemetry.sampler", "sampler", ":2", []string{"keys in telemetry: disabled, lag_interval,"}},
+		{"a list", "- a list\n", "(document)", "<sequence>", ":1", []string{"must be a mapping of settings"}},
+		{"a scalar", "hello\n", "(document)", "hello", ":1", []string{"must be a mapping of settings"}},
+		{"a section's scalar", "budget: 5\n", "budget", "5", ":1", []string{"must be a mapping"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			path := writeConfig(t, tt.yaml)
+			_, err := LoadConfig(path)
+			var fe *spillway.FieldError
+			if !errors.As(err, &fe) || len(unwrapAll(err)) != 1 {
+				t.Fatalf("LoadConfig = %v, want one FieldError", err)
+			}
+			if fe.Field != tt.field || fe.Value != tt.value || fe.Source != path+tt.line {
+				t.Errorf("field %q value %q source %q, want %q %q %q", fe.Field, fe.Value, fe.Source, tt.field, tt.value, path+tt.line)
+			}
+			for _, w := range tt.reason {
+				if !strings.Contains(fe.Reason, w) {
+					t.Errorf("reason %q lacks %q", fe.Reason, w)
+				}
+			}
+		})
+	}
+}
+
+// Each key of a lane has its own source: the line it is written on, or
+// the default.
+func TestLoadConfigSourcesOfLaneKeys(t *testing.T) {
+	clearEnv(t)
+	p := writeConfig(t, "budget:\n  lanes:\n    - {name: fast, handlers: [positions]}\n    - name: rest\n      weight: 3\n")
+	_, src, err := LoadConfigSources(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for key, want := range map[string]string{
+		"budget.lanes":             p + ":3",
+		"budget.lanes[0].name":     p + ":3",
+		"budget.lanes[0].handlers": p + ":3",
+		"budget.lanes[0].weight":   SourceDefault,
+		"budget.lanes[1].name":     p + ":4",
+		"budget.lanes[1].weight":   p + ":5",
+		"budget.lanes[1].topics":   SourceDefault,
+	} {
+		if src[key] != want {
+			t.Errorf("source of %s = %q, want %q", key, src[key], want)
+		}
 	}
 }

@@ -193,3 +193,84 @@ func TestCloseWaitsForRedisAcks(t *testing.T) {
 		t.Errorf("%d entries still pending after Close returned: the router did not wait for the subscriber's last ack", groups[0].Pending)
 	}
 }
+
+// TestTopLevelConsumerGroup: consumer_group (SPILLWAY_CONSUMER_GROUP) is
+// the group prefix on both brokers, so switching brokers keeps it; a
+// broker's own consumer_group overrides it for that broker.
+func TestTopLevelConsumerGroup(t *testing.T) {
+	t.Run("load", func(t *testing.T) {
+		clearEnv(t)
+		p := writeConfig(t, "consumer_group: tiles\n")
+		c, src, err := LoadConfigSources(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.ConsumerGroup != "tiles" || c.Kafka.ConsumerGroup != "tiles" || c.Redis.ConsumerGroup != "tiles" {
+			t.Errorf("groups %q kafka %q redis %q, want tiles for all", c.ConsumerGroup, c.Kafka.ConsumerGroup, c.Redis.ConsumerGroup)
+		}
+		for _, k := range []string{"consumer_group", "kafka.consumer_group", "redis.consumer_group"} {
+			if src[k] != p+":1" {
+				t.Errorf("source of %s = %q, want %s:1", k, src[k], p)
+			}
+		}
+
+		t.Setenv("SPILLWAY_CONSUMER_GROUP", "geo")
+		p = writeConfig(t, "consumer_group: tiles\nkafka:\n  consumer_group: ingest\n")
+		c, src, err = LoadConfigSources(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Kafka.ConsumerGroup != "ingest" || c.Redis.ConsumerGroup != "geo" {
+			t.Errorf("kafka %q redis %q, want ingest (its own) and geo (the environment's)", c.Kafka.ConsumerGroup, c.Redis.ConsumerGroup)
+		}
+		if src["kafka.consumer_group"] != p+":3" || src["redis.consumer_group"] != "env SPILLWAY_CONSUMER_GROUP" {
+			t.Errorf("sources kafka %q redis %q", src["kafka.consumer_group"], src["redis.consumer_group"])
+		}
+
+		t.Setenv("SPILLWAY_CONSUMER_GROUP", "")
+		_, err = LoadConfig(writeConfig(t, "consumer_group: ' '\n"))
+		var fe *spillway.FieldError
+		if !errors.As(err, &fe) || fe.Field != "consumer_group" {
+			t.Errorf("blank consumer_group: %v", err)
+		}
+	})
+	t.Run("kafka", func(t *testing.T) {
+		cfg := Config{Broker: BrokerKafka, ConsumerGroup: "tiles"}
+		cfg.setDefaults()
+		r := &Router{cfg: cfg, back: &kafkaBackend{cfg: cfg.Kafka}}
+		if g := r.ConsumerGroup("h"); g != "tiles.h" {
+			t.Errorf("kafka ConsumerGroup = %q, want tiles.h", g)
+		}
+	})
+	t.Run("redis", func(t *testing.T) {
+		defer goleak.VerifyNone(t, leakOptions...)
+		cfg := redisConfig(t)
+		cfg.ConsumerGroup = "tiles"
+		r, err := New(cfg, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var handled atomic.Int64
+		if _, err := r.AddConsumerHandler("h", "shapes", func(*message.Message) error {
+			handled.Add(1)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		errc := runRouter(t, r)
+		defer closeRouter(t, r, errc)
+		if err := r.Publisher().Publish("shapes", message.NewMessage("m-1", pingPayload(1))); err != nil {
+			t.Fatal(err)
+		}
+		waitHandled(t, &handled, 1)
+		client := redis.NewClient(&redis.Options{Addr: cfg.Redis.Addr})
+		defer client.Close()
+		groups, err := client.XInfoGroups(context.Background(), "shapes").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.ConsumerGroup("h") != "tiles.h" || len(groups) != 1 || groups[0].Name != "tiles.h" {
+			t.Errorf("ConsumerGroup %q, groups on the stream %+v, want tiles.h", r.ConsumerGroup("h"), groups)
+		}
+	})
+}

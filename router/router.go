@@ -710,6 +710,12 @@ func (r *Router) startIfRunning() error {
 // by ctx ending, or by a signal named with [WithSignals], each of which
 // shuts down gracefully (see Close). It returns nil after a graceful
 // shutdown.
+//
+// First it checks budget.lanes against the handlers added so far: a lane
+// that selects a handler or topic that none of them has matches nothing,
+// so Run closes the router and returns one [*spillway.FieldError] per such
+// name (field budget.lanes[i].handlers or .topics), listing the handlers or
+// topics that exist. Add the handlers a lane names before Run.
 func (r *Router) Run(ctx context.Context) error {
 	r.mu.Lock()
 	if r.ran {
@@ -719,6 +725,13 @@ func (r *Router) Run(ctx context.Context) error {
 	if r.closingCtx.Err() != nil {
 		r.mu.Unlock()
 		return errors.New("router: closed")
+	}
+	if err := checkLaneSelectors(r.cfg, r.topics); err != nil {
+		r.mu.Unlock()
+		if cerr := r.Close(); cerr != nil {
+			err = errors.Join(err, cerr)
+		}
+		return err
 	}
 	r.ran = true
 	// Subscribers get a context that outlives ctx: shutdown must go
@@ -847,7 +860,11 @@ func (r *Router) close() error {
 
 // Stats is a snapshot of the router's admission state.
 type Stats struct {
-	Budget        middleware.BudgetStats
+	Budget middleware.BudgetStats
+	// Lanes has one entry per budget.lanes entry, in order: its name,
+	// weight (the default, 1, when not set), reserved vertices, vertices
+	// in use, waiters and admissions. Nil without lanes.
+	Lanes         []middleware.LaneStats
 	Revocations   uint64 // messages waiting for budget or in the retry gate that stepped aside (Kafka rebalance, Redis entry lost, or superseded)
 	Cancellations uint64 // waiting messages that gave up (shutdown)
 	LateMarks     uint64 // acks committed after their session ended (Kafka)
@@ -896,6 +913,9 @@ func (r *Router) countAdmission(hooks []AdmissionHook) func(*message.Message, mi
 // Stats returns a snapshot.
 func (r *Router) Stats() Stats {
 	s := Stats{Budget: r.budget.Stats(), DeadLettered: r.deadLettered()}
+	if len(r.cfg.Budget.Lanes) > 0 {
+		s.Lanes = r.budget.Lanes()
+	}
 	s.Revocations, s.Cancellations = r.revocations.Load(), r.cancellations.Load()
 	s.Defaulted, s.Computed = r.defaulted.Load(), r.computed.Load()
 	if r.policy != nil {

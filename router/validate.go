@@ -27,6 +27,16 @@ func (c *Config) setDefaults() {
 	if c.CloseTimeout == 0 {
 		c.CloseTimeout = defaultCloseTimeout
 	}
+	if c.ConsumerGroup == "" {
+		c.ConsumerGroup = defaultConsumerGroup
+	}
+	// The broker sections' groups, unless set, follow the top-level one.
+	if c.Kafka.ConsumerGroup == "" {
+		c.Kafka.ConsumerGroup = c.ConsumerGroup
+	}
+	if c.Redis.ConsumerGroup == "" {
+		c.Redis.ConsumerGroup = c.ConsumerGroup
+	}
 	if c.Budget.Vertices == 0 {
 		c.Budget.Vertices = defaultBudgetVertices
 	}
@@ -103,12 +113,9 @@ func retryDefaults(r retrygate.Config, d time.Duration) retrygate.Config {
 }
 
 // setRedisDefaults fills the redis section: redisbroker's defaults, with
-// the router's consumer group prefix, and the consumer name left for each
-// subscriber to choose when it starts.
+// the consumer name left for each subscriber to choose when it starts.
+// setDefaults gives it the router's consumer group first.
 func setRedisDefaults(r *RedisConfig) {
-	if r.ConsumerGroup == "" {
-		r.ConsumerGroup = defaultConsumerGroup
-	}
 	consumer := r.Consumer
 	*r = r.WithDefaults()
 	r.Consumer = consumer
@@ -144,6 +151,9 @@ func (c Config) Validate() error {
 	}
 	if c.CloseTimeout < 0 {
 		bad("close_timeout", c.CloseTimeout.String(), "must be positive")
+	}
+	if strings.TrimSpace(c.ConsumerGroup) == "" {
+		bad("consumer_group", c.ConsumerGroup, "must not be blank")
 	}
 	if c.Budget.Vertices < 0 {
 		bad("budget.vertices", strconv.FormatInt(c.Budget.Vertices, 10), "must be positive")

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -13,6 +14,7 @@ import (
 
 	"github.com/spillway-go/spillway"
 	"github.com/spillway-go/spillway/router"
+	"github.com/spillway-go/spillway/sizing"
 )
 
 func newConfigCmd(e *env) *cobra.Command {
@@ -39,7 +41,9 @@ and exits with code 2. A source is FILE:LINE or "env NAME".`,
 		Short: "Print the effective configuration and where each value came from",
 		Long: `print loads FILE and the SPILLWAY_* environment like check and prints the
 configuration the router would run with, defaults filled in, as YAML. Secrets
-print as '[redacted]'. Each value ends with a comment naming its source:
+print as '[redacted]'. A default worked out from other settings shows its value:
+a lane's weight 1, budget.autosize.deadline the broker's redelivery deadline.
+Each value ends with a comment naming its source:
 "# from FILE:LINE", "# from env NAME" or "# default". A configuration that does not
 validate is reported as by check and nothing is printed.`,
 		Args: cobra.ExactArgs(1),
@@ -83,12 +87,53 @@ func runConfigPrint(e *env, path string) error {
 	if err != nil {
 		return err
 	}
-	out, err := renderSources(c, src)
+	out, err := renderSources(effective(c), src)
 	if err != nil {
 		return err
 	}
 	_, err = io.WriteString(e.stdout, out)
 	return err
+}
+
+// effective returns c, loaded with its defaults, as a router runs with
+// it: also the zero fields whose default another package or router.New
+// works out from other fields.
+//
+//   - each lane's weight 0 is 1;
+//   - budget.autosize.deadline 0 is the broker's redelivery deadline,
+//     window 0 is the deadline and min_busy 0 is window / 20 (sizing's
+//     defaults);
+//   - budget.autosize.ceiling 0 is the memory bound: memory_bound, or the
+//     bound computed from memory_bytes.
+//
+// budget.autosize.parallelism 0 stays 0: it is the GOMAXPROCS of the
+// process that runs the router. The result validates as c does.
+func effective(c router.Config) router.Config {
+	if len(c.Budget.Lanes) > 0 {
+		c.Budget.Lanes = slices.Clone(c.Budget.Lanes)
+		for i := range c.Budget.Lanes {
+			if c.Budget.Lanes[i].Weight == 0 {
+				c.Budget.Lanes[i].Weight = 1
+			}
+		}
+	}
+	a := &c.Budget.AutoSize
+	if a.Deadline == 0 {
+		a.Deadline = c.RedeliveryDeadline()
+	}
+	if a.Window == 0 {
+		a.Window = a.Deadline
+	}
+	if a.MinBusy == 0 {
+		a.MinBusy = a.Window / 20
+	}
+	if a.Ceiling == 0 {
+		a.Ceiling = a.MemoryBound
+		if a.Ceiling == 0 && a.MemoryBytes > 0 {
+			a.Ceiling = sizing.MemoryBound(a.MemoryBytes, a.Processes, a.PrefetchBytes, a.BytesPerVertex)
+		}
+	}
+	return c
 }
 
 // indexSuffix matches the element index validation appends to a list
@@ -122,7 +167,7 @@ func configProblems(err error, src map[string]string) error {
 			line += " (" + source + ")"
 		}
 		line += ": " + ce.Reason
-		if ce.Value != ce.Field { // an unknown variable's value is its name
+		if ce.Value != ce.Field || !strings.HasPrefix(source, "env ") { // an unknown variable's value is its name
 			line += ", got " + strconv.Quote(ce.Value)
 		}
 		lines = append(lines, line)
@@ -187,6 +232,13 @@ func annotate(n *yaml.Node, path string, src map[string]string) {
 			val.LineComment = s
 		} else {
 			key.LineComment = s
+		}
+		if val.Kind == yaml.SequenceNode {
+			// A list of sections (budget.lanes): each item's keys
+			// have sources of their own.
+			for j, item := range val.Content {
+				annotate(item, p+"["+strconv.Itoa(j)+"]", src)
+			}
 		}
 	}
 }

@@ -3,9 +3,14 @@ package main
 import (
 	"errors"
 	"os"
+	"path/filepath"
 	"runtime/debug"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/spillway-go/spillway/middleware"
+	"github.com/spillway-go/spillway/router"
 )
 
 // clearSpillwayEnv unsets every SPILLWAY_ variable for the test.
@@ -62,6 +67,37 @@ func TestConfigPrint(t *testing.T) {
 	}
 }
 
+// TestConfigPrintLanes: each lane shows the weight it runs with (1 when
+// not set, not 0) and each of its keys its own source.
+func TestConfigPrintLanes(t *testing.T) {
+	clearSpillwayEnv(t)
+	code, stdout, stderr := runCLI(t, "config", "print", "testdata/config-lanes.yaml")
+	if code != exitOK || stderr != "" {
+		t.Fatalf("exit %d, stderr %q", code, stderr)
+	}
+	for _, want := range []string{
+		"  lanes: # from testdata/config-lanes.yaml:4\n" +
+			"    - name: fast # from testdata/config-lanes.yaml:4\n" +
+			"      weight: 1 # default\n" +
+			"      reserve: 0.1 # from testdata/config-lanes.yaml:4\n",
+		"    - name: rest # from testdata/config-lanes.yaml:5\n" +
+			"      weight: 3 # from testdata/config-lanes.yaml:6\n" +
+			"      reserve: 0 # default\n",
+	} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("output lacks\n%s\ngot:\n%s", want, stdout)
+		}
+	}
+	// What it prints loads again as the same configuration.
+	again := filepath.Join(t.TempDir(), "printed.yaml")
+	if err := os.WriteFile(again, []byte(stdout), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, stderr := runCLI(t, "config", "check", again); code != exitOK {
+		t.Errorf("printed config: exit %d, stderr %q", code, stderr)
+	}
+}
+
 func TestConfigCheck(t *testing.T) {
 	clearSpillwayEnv(t)
 	code, stdout, stderr := runCLI(t, "config", "check", "testdata/config-anchors.yaml")
@@ -92,6 +128,7 @@ func TestConfigCheckProblems(t *testing.T) {
 		{"invalid", "config-invalid.yaml", map[string]string{"SPILLWAY_KAFKA_HEARTBEAT_INTERVAL": "2m"}},
 		{"unreadable", "config-unreadable.yaml", nil},
 		{"unknown-env", "config-anchors.yaml", map[string]string{"SPILLWAY_KAFKA_BROKER": "k:9092", "SPILLWAY_REDIS_PASWORD": "x"}},
+		{"typos", "config-typos.yaml", nil}, // every unknown key, with its line and the closest known one
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			clearSpillwayEnv(t)
@@ -197,5 +234,39 @@ func TestExitCodes(t *testing.T) {
 	// The help documents the codes.
 	if _, stdout, _ := runCLI(t, "--help"); !strings.Contains(stdout, "Exit codes:") || !strings.Contains(stdout, "2  bad input") {
 		t.Errorf("help lacks the exit codes:\n%s", stdout)
+	}
+}
+
+// effective fills what router.New works out from other fields, so that
+// config print shows the values the router runs with, and the result still
+// validates.
+func TestEffective(t *testing.T) {
+	c := router.Config{Broker: router.BrokerKafka}
+	c.Kafka.Brokers = []string{"k:9092"}
+	c.Kafka.RebalanceTimeout = 40 * time.Second
+	c.Budget.Lanes = []middleware.Lane{{Name: "fast", MaxCharge: 10}, {Name: "rest", Weight: 3}}
+	c.Budget.AutoSize.MemoryBytes = 1 << 30
+	c.Budget.AutoSize.BytesPerVertex = 1024
+	c = c.WithDefaults()
+	e := effective(c)
+	if w := []int64{e.Budget.Lanes[0].Weight, e.Budget.Lanes[1].Weight}; w[0] != 1 || w[1] != 3 {
+		t.Errorf("lane weights %v, want [1 3]", w)
+	}
+	if c.Budget.Lanes[0].Weight != 0 {
+		t.Error("effective changed the caller's lanes")
+	}
+	a := e.Budget.AutoSize
+	if a.Deadline != 40*time.Second || a.Window != 40*time.Second || a.MinBusy != 2*time.Second {
+		t.Errorf("autosize deadline %v window %v min_busy %v, want 40s 40s 2s", a.Deadline, a.Window, a.MinBusy)
+	}
+	if a.MemoryBound != 0 || a.Ceiling != 1<<20 { // memory_bound stays unset: memory_bytes gives it
+		t.Errorf("autosize memory_bound %d ceiling %d, want 0 %d", a.MemoryBound, a.Ceiling, 1<<20)
+	}
+	if err := e.Validate(); err != nil {
+		t.Errorf("the effective config does not validate: %v", err)
+	}
+	c.Budget.AutoSize.Window = 10 * time.Second
+	if a := effective(c).Budget.AutoSize; a.Window != 10*time.Second || a.MinBusy != 500*time.Millisecond {
+		t.Errorf("set window: window %v min_busy %v, want 10s 500ms", a.Window, a.MinBusy)
 	}
 }
