@@ -231,7 +231,9 @@ func applyEnv(c *Config, environ map[string]string, src map[string]string) error
 		errs := make([]error, 0, len(unknown))
 		for _, name := range unknown {
 			reason := "unknown environment variable: no configuration field reads it"
-			if near := nearest(name, known); near != "" {
+			if r, ok := removedKeys[name]; ok {
+				reason += "; " + r
+			} else if near := nearest(name, known); near != "" {
 				reason += "; did you mean " + near + "?"
 			} else {
 				reason += " (docs/router.md lists them)"
@@ -463,10 +465,24 @@ func (d *decoder) pairs(m *yaml.Node, path string) [][2]*yaml.Node {
 	return out
 }
 
+// removedKeys says what became of configuration keys that are gone, by
+// YAML path and by environment variable.
+var removedKeys = map[string]string{
+	"retry.enabled":                "the retry gate is on by default; retry.disabled: true turns it off",
+	envVarPrefix + "RETRY_ENABLED": "the retry gate is on by default; SPILLWAY_RETRY_DISABLED=true turns it off",
+}
+
 // unknownKey is the reason for an unknown key in a section of struct
 // type t at path: the closest known key, if one is at most two edits
 // away, or else every key the section has.
 func unknownKey(t reflect.Type, key, path string) string {
+	full := key
+	if path != "" {
+		full = path + "." + key
+	}
+	if r, ok := removedKeys[full]; ok {
+		return "unknown field (" + r + ")"
+	}
 	known := make(map[string]bool)
 	keysOf(t, known)
 	if near := nearest(key, known); near != "" {

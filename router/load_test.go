@@ -288,3 +288,18 @@ func TestLoadConfigSourcesOfLaneKeys(t *testing.T) {
 		}
 	}
 }
+
+// TestRemovedRetryEnabled: retry.enabled, gone since the gate is on by
+// default, says so and names its replacement, in the file and in the
+// environment.
+func TestRemovedRetryEnabled(t *testing.T) {
+	clearEnv(t)
+	path := writeConfig(t, "retry:\n  enabled: true\n")
+	if _, err := LoadConfig(path); err == nil || !strings.Contains(err.Error(), "retry.disabled: true turns it off") {
+		t.Errorf("retry.enabled in the file: %v", err)
+	}
+	t.Setenv("SPILLWAY_RETRY_ENABLED", "false")
+	if _, err := LoadConfig(""); err == nil || !strings.Contains(err.Error(), "SPILLWAY_RETRY_DISABLED=true turns it off") {
+		t.Errorf("SPILLWAY_RETRY_ENABLED: %v", err)
+	}
+}

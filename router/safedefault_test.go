@@ -138,9 +138,9 @@ func TestDefaultConfigBoundsEveryFate(t *testing.T) {
 			t.Logf("20 good messages handled in %s", time.Since(start).Round(time.Millisecond))
 
 			want := map[string]string{"malformed": "malformed", "rejected": "attempts_exhausted"}
-			got := dead.wait(t, len(want), 10*time.Second)
+			dead.wait(t, len(want), 10*time.Second)
 			time.Sleep(time.Second) // and nothing more
-			got = dead.all()
+			got := dead.all()
 			seen := make(map[string]int)
 			for _, m := range got {
 				seen[m.UUID]++
@@ -213,15 +213,11 @@ func (w *topicWatch) all() []*message.Message {
 	return append([]*message.Message(nil), w.msgs...)
 }
 
-// wait returns the messages seen once there are n, or after d.
-func (w *topicWatch) wait(t *testing.T, n int, d time.Duration) []*message.Message {
+// wait returns once n messages have been seen, or after d.
+func (w *topicWatch) wait(t *testing.T, n int, d time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(d)
-	for {
-		got := w.all()
-		if len(got) >= n || time.Now().After(deadline) {
-			return got
-		}
+	for len(w.all()) < n && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
@@ -321,9 +317,9 @@ func TestMalformedDeadLetteredWithGateOff(t *testing.T) {
 	if err := r.back.publisher().Publish("in", message.NewMessage("bad", []byte("not geometry"))); err != nil {
 		t.Fatal(err)
 	}
-	got := dead.wait(t, 1, 5*time.Second)
+	dead.wait(t, 1, 5*time.Second)
 	time.Sleep(200 * time.Millisecond)
-	if got = dead.all(); len(got) != 1 || got[0].UUID != "bad" || got[0].Metadata.Get(retrygate.DeadLetterCauseKey) != "malformed" {
+	if got := dead.all(); len(got) != 1 || got[0].UUID != "bad" || got[0].Metadata.Get(retrygate.DeadLetterCauseKey) != "malformed" {
 		t.Fatalf("dead letters %v, want bad once with cause malformed", got)
 	}
 	if n := runs.Load(); n != 1 {
