@@ -102,3 +102,50 @@ func ExampleWithHooks() {
 	// Output:
 	// line-1: admitted, 3 vertices granted
 }
+
+// A Watermill router of your own, with its middlewares and plugins: New
+// adds Spillway's stack to it in the right order, and handlers are added
+// and the router run through Spillway's Router.
+func ExampleWithWatermillRouter() {
+	wm, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
+	if err != nil {
+		panic(err)
+	}
+	// A middleware added before New runs outside Spillway's stack, once
+	// per delivery.
+	wm.AddMiddleware(func(h message.HandlerFunc) message.HandlerFunc {
+		return func(msg *message.Message) ([]*message.Message, error) {
+			fmt.Println("received", msg.UUID)
+			return h(msg)
+		}
+	})
+
+	r, err := router.New(router.Config{}, nil, router.WithWatermillRouter(wm))
+	if err != nil {
+		panic(err)
+	}
+	done := make(chan struct{})
+	_, err = r.AddConsumerHandler("index", "parcels", func(msg *message.Message) error {
+		fmt.Println("indexed", msg.UUID, "with", msg.Metadata.Get("vertex_count"), "vertices")
+		close(done)
+		return nil
+	})
+	if err != nil {
+		panic(err)
+	}
+	go func() { _ = r.Run(context.Background()) }()
+	<-r.Running()
+	payload := []byte(`{"type":"LineString","coordinates":[[0,0],[1,1],[2,0]]}`)
+	if err := r.Publisher().Publish("parcels", message.NewMessage("parcel-1", payload)); err != nil {
+		panic(err)
+	}
+	<-done
+	if err := r.Close(); err != nil {
+		panic(err)
+	}
+	fmt.Println("layers:", r.Layers())
+	// Output:
+	// received parcel-1
+	// indexed parcel-1 with 3 vertices
+	// layers: [tracing metrics retry-gate budget]
+}

@@ -53,6 +53,7 @@ type options struct {
 	saramaConfig   func(*sarama.Config) error
 	redisClient    redis.UniversalClient // WithRedisClient
 	custom         *CustomBroker         // WithBroker
+	wm             *message.Router       // WithWatermillRouter
 }
 
 // control switches parts of the stack off for the control runs of the
@@ -65,6 +66,30 @@ type control struct {
 	// outer wraps the whole stack, outside the settling layer: a test's
 	// instrument (internal/stackprobe).
 	outer message.HandlerMiddleware
+}
+
+// WithWatermillRouter builds the router on wm, a Watermill router of your
+// own (with its plugins, decorators and configuration), instead of a new
+// one. [New] adds Spillway's whole stack to wm as router-level
+// middlewares, in its fixed order (docs/router.md), so the order cannot be
+// wrong; the Router owns wm from then on:
+//
+//   - Add handlers with [Router.AddHandler] and [Router.AddConsumerHandler],
+//     never with wm's own methods: the router subscribes each one's retry
+//     topic and tracks its deliveries. Run refuses a handler added to wm
+//     directly, since the retry gate would defer its failures to a topic
+//     nothing consumes.
+//   - Middlewares added to wm before New run outside Spillway's stack (they
+//     see each delivery once, before tracing); those added after run
+//     inside it, with the message's vertices held, as handler-level ones
+//     do. Keep retries out of both: the retry gate retries outside the
+//     budget.
+//   - Run and Close wm through the Router, which drains admitted work
+//     before wm stops. wm must not be running.
+//
+// wm's CloseTimeout stays wm's; close_timeout bounds the drain.
+func WithWatermillRouter(wm *message.Router) Option {
+	return func(o *options) { o.wm = wm }
 }
 
 // WithSignals makes [Router.Run] shut the router down gracefully, as Close
@@ -412,9 +437,16 @@ func newRouter(cfg Config, logger watermill.LoggerAdapter, o options, ctl contro
 		return fail(err)
 	}
 
-	r.wm, err = message.NewRouter(message.RouterConfig{CloseTimeout: cfg.CloseTimeout}, logger)
-	if err != nil {
-		return fail(err)
+	switch {
+	case o.wm == nil:
+		r.wm, err = message.NewRouter(message.RouterConfig{CloseTimeout: cfg.CloseTimeout}, logger)
+		if err != nil {
+			return fail(err)
+		}
+	case o.wm.IsRunning() || o.wm.IsClosed():
+		return fail(errors.New("router: WithWatermillRouter: the Watermill router is running or closed; give it to New before Run"))
+	default:
+		r.wm = o.wm
 	}
 	// The stack's first growth: the tracing middleware makes it, right
 	// inside the settling layer; without tracing, the settling layer;
@@ -726,7 +758,12 @@ func (r *Router) Run(ctx context.Context) error {
 		r.mu.Unlock()
 		return errors.New("router: closed")
 	}
-	if err := checkLaneSelectors(r.cfg, r.topics); err != nil {
+	err := checkLaneSelectors(r.cfg, r.topics)
+	if direct := r.directHandlers(); len(direct) > 0 {
+		err = errors.Join(err, fmt.Errorf("router: handlers %s were added to the Watermill router directly: "+
+			"add them with Router.AddHandler or AddConsumerHandler, which consume their retry topics and track their deliveries", strings.Join(direct, ", ")))
+	}
+	if err != nil {
 		r.mu.Unlock()
 		if cerr := r.Close(); cerr != nil {
 			err = errors.Join(err, cerr)
@@ -775,6 +812,19 @@ func (r *Router) Run(ctx context.Context) error {
 	case <-r.closed:
 		return <-errc
 	}
+}
+
+// directHandlers returns, sorted, the handlers of the Watermill router that
+// were not added through r (WithWatermillRouter). r.mu must be held.
+func (r *Router) directHandlers() []string {
+	var out []string
+	for name := range r.wm.Handlers() {
+		if _, ok := r.topics[name]; !ok {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // Running is closed once the router is running (Watermill's Running).

@@ -6,8 +6,8 @@ import "testing"
 // when it was last lowered (docs/api.md); lower it when a change removes
 // identifiers, never raise it without a reason written there.
 const (
-	ceilingTotal  = 686
-	ceilingRouter = 124
+	ceilingTotal  = 687
+	ceilingRouter = 125
 )
 
 func TestSurfaceDoesNotGrow(t *testing.T) {
