@@ -48,7 +48,7 @@ func TestDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Config{Broker: BrokerMemory, CloseTimeout: 30 * time.Second}
+	want := Config{Broker: BrokerMemory, ConsumerGroup: "spillway", CloseTimeout: 30 * time.Second}
 	want.Budget.Vertices = 200_000
 	want.Budget.MaxPayloadBytes = 16 << 20
 	want.Budget.AutoSize = AutoSizeConfig{Processes: 1, AutoSizeConfig: sizing.AutoSizeConfig{Headroom: 0.5, Floor: 1, Windows: 5, MinWindows: 3, Hysteresis: 0.1, TailShare: 0.75}}

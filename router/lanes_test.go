@@ -175,8 +175,8 @@ func TestRunRejectsLaneSelectorsThatMatchNothing(t *testing.T) {
 		t.Errorf("errors = %v, want two", err)
 	}
 	for key, want := range map[string][]string{
-		"budget.lanes[0].handlers=positons": {`lane "fast"`, "boundaries, positions", `did you mean "positions"?`},
-		"budget.lanes[1].topics=boundries":  {`lane "shapes"`, "boundaries, positions", `did you mean "boundaries"?`},
+		"budget.lanes[0].handlers=positons": {`lane "fast"`, "boundaries, boundaries.retry, positions, positions.retry", `did you mean "positions"?`},
+		"budget.lanes[1].topics=boundries":  {`lane "shapes"`, "boundaries, boundaries.retry, positions, positions.retry", `did you mean "boundaries"?`},
 	} {
 		fe := got[key]
 		if fe == nil {

@@ -138,8 +138,13 @@ func TestUnstampedWarnedOncePerTopic(t *testing.T) {
 					t.Fatalf("warnings about %q: %q, want exactly one", topic, lines)
 				}
 				t.Log(lines[0])
-				for _, want := range []string{"carry no vertex_count", "the whole budget (1000 vertices), so they run one at a time",
-					"cost.NewStampingPublisher"} {
+				// GoChannel hands messages over in no fixed order, so
+				// the first of parcels may be its malformed one.
+				if !strings.Contains(lines[0], "carry no vertex_count") &&
+					(topic != "parcels" || !strings.Contains(lines[0], "carry a malformed vertex_count")) {
+					t.Errorf("warning about %q does not say what its messages carry: %s", topic, lines[0])
+				}
+				for _, want := range []string{"the whole budget (1000 vertices), so they run one at a time", "cost.NewStampingPublisher"} {
 					if !strings.Contains(lines[0], want) {
 						t.Errorf("warning about %q lacks %q: %s", topic, want, lines[0])
 					}
