@@ -19,7 +19,8 @@ import (
 // nothing new, and for a full fetch's records otherwise. Key mode waits
 // for its commits (the span of records read and not committed is bounded),
 // so on one partition that wait, not the work, bounded the throughput
-// (docs/benchmarks.md, "Key mode").
+// (TestKeyCommitNotBehindFetch shows the wait; KafkaKeyGoodput in
+// cmd/internal/demo, docs/benchmarks.md "Key mode", the throughput).
 type committer struct {
 	client sarama.Client
 	group  string

@@ -882,7 +882,8 @@ func (p *keyPartition) noteReadAhead() {
 // partitionConsumersBatchTimeout), so a consumer that paused whenever a
 // record waited, and resumed once none did, idled through that sleep
 // after each fetch: with one partition, most of the time
-// (docs/benchmarks.md, "Key mode"). Half the read-ahead covers the sleep
+// (TestKeyReadAheadPausesWithHysteresis; KafkaKeyGoodput's key-1p rows,
+// docs/benchmarks.md "Key mode"). Half the read-ahead covers the sleep
 // at tens of thousands of light records a second.
 func (p *keyPartition) pauseIfFull() {
 	limit, limitBytes := readAheadFactor*p.maxMsgs, p.maxBytes

@@ -57,7 +57,7 @@ judged: give --runs 2 or more for a verdict.
 
 The full sweep (three runs of each consumer, medians) takes about half an
 hour on two cores; --quick about two minutes.
-docs/benchmarks.md ("Scaling curve") shows a full run.`,
+docs/benchmarks.md ("Scaling curve") summarises a full run.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.quick {
@@ -95,7 +95,7 @@ docs/benchmarks.md ("Scaling curve") shows a full run.`,
 	f.Float64Var(&o.o.Tolerance, "tolerance", def.Tolerance, "how much the CPU ratio may rise along an axis (a share of its value at the smallest setting) before the check fails")
 	f.DurationVar(&o.o.RunTimeout, "run-timeout", def.RunTimeout, "the most one consumer run may take to consume its backlog")
 	f.BoolVar(&o.json, "json", false, "print the report as JSON on stdout instead of the table")
-	f.BoolVar(&o.md, "markdown", false, "print the table as Markdown (one row per cell, as docs/benchmarks.md shows it) instead of plain text")
+	f.BoolVar(&o.md, "markdown", false, "print the table as Markdown (one row per cell) instead of plain text")
 	f.StringVar(&o.chart, "chart", "scaling-chart.svg", `write the SVG chart here ("" for none)`)
 	f.StringVar(&o.results, "results", "", "also write the JSON report to this file")
 	f.BoolVar(&o.strict, "strict", false, "exit 1 when the verdict is FAIL")

@@ -96,7 +96,7 @@ func TestBenchTiny(t *testing.T) {
 		t.Errorf("--from chart: %v %.200s", err, b)
 	}
 
-	// --markdown: the docs' table, one row per cell, the verdict last.
+	// --markdown: a Markdown table, one row per cell, the verdict last.
 	code, stdout, stderr = runCLI(t, "bench", "--from", results, "--chart", "", "--markdown")
 	lines := strings.Split(strings.TrimSpace(stdout), "\n")
 	cells := 0

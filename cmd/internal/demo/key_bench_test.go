@@ -25,8 +25,8 @@ import (
 //	go test -run '^$' -bench 'KafkaKey' -benchtime 3000x -count 3 ./internal/demo/
 //
 // (3,000 messages time about 0.4 s of goodput: on a busy machine use
-// -benchtime 20000x for KafkaKeyGoodput, and alternate builds as
-// docs/benchmarks.md does.)
+// -benchtime 20000x for KafkaKeyGoodput, and run rounds in a loop as
+// docs/benchmarks.md, "Key mode", does.)
 //
 // BenchmarkKafkaKeyGoodput: the demo's mixed geometry (one heavy
 // multipolygon of 5,000+ vertices in 100 messages, a county parcel in 5,

@@ -22,5 +22,5 @@
 // CPU per message to the bare subscriber's in each cell, and the checks
 // that this ratio does not grow with parallelism, handlers or budget size.
 // [Report.WriteTable] and [Report.WriteChart] render it; docs/benchmarks.md
-// ("Scaling curve") shows a full run.
+// ("Scaling curve") summarises a full run.
 package scaling

@@ -8,9 +8,9 @@ import (
 	"github.com/spillway-go/spillway/cmd/internal/demo"
 )
 
-// WriteMarkdown writes the report as the Markdown table docs/benchmarks.md
-// shows: one row per cell, the bare subscriber's figures beside Spillway's
-// at every budget (joined by " / " in the budgets' order), then the verdict.
+// WriteMarkdown writes the report as a Markdown table: one row per cell,
+// the bare subscriber's figures beside Spillway's at every budget (joined
+// by " / " in the budgets' order), then the verdict.
 // Peak heap and measured messages are shown for the first budget.
 func (rep *Report) WriteMarkdown(w io.Writer) error {
 	ew := &errWriter{w: w}
