@@ -18,6 +18,11 @@ const (
 	errorEvery = 10 * time.Second
 )
 
+// maxErrorKinds bounds the kinds remembered: past it they are forgotten
+// and start afresh, so error messages that vary (an ID in the text) cannot
+// grow the table without end.
+const maxErrorKinds = 4096
+
 // suppressedField is the log field that counts the lines of one kind left
 // out since the last one logged.
 const suppressedField = "suppressed"
@@ -59,6 +64,9 @@ func (l limitedLogger) Error(msg string, err error, fields watermill.LogFields) 
 	k.mu.Lock()
 	e := k.kinds[kind]
 	if e == nil {
+		if len(k.kinds) >= maxErrorKinds {
+			clear(k.kinds)
+		}
 		e = &errorLimit{lim: rate.NewLimiter(rate.Every(k.every), k.burst)}
 		k.kinds[kind] = e
 	}

@@ -329,3 +329,16 @@ func TestMalformedDeadLetteredWithGateOff(t *testing.T) {
 		t.Errorf("%d outputs of a failed handler published", len(o))
 	}
 }
+
+// TestLimitedLoggerForgetsKinds: error lines whose text varies do not grow
+// the logger's table without end.
+func TestLimitedLoggerForgetsKinds(t *testing.T) {
+	kinds := &errorKinds{every: time.Hour, burst: 1, kinds: make(map[errorKind]*errorLimit)}
+	l := limitedLogger{next: watermill.NopLogger{}, kinds: kinds}
+	for i := range 3 * maxErrorKinds {
+		l.Error(fmt.Sprintf("failed %d", i), errIndex, nil)
+	}
+	if n := len(kinds.kinds); n > maxErrorKinds {
+		t.Errorf("%d kinds remembered, want at most %d", n, maxErrorKinds)
+	}
+}
