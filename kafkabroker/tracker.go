@@ -563,8 +563,9 @@ func (t *SessionTracker) Window() (records, bytes int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, p := range t.keyParts {
-		records += p.fill.Load()
-		bytes += p.fillBytes.Load()
+		r, b := p.w.inWindow()
+		records += r
+		bytes += b
 	}
 	return records, bytes
 }
