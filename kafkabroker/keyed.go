@@ -63,7 +63,7 @@ type KeySubscriber struct {
 	sarama    *sarama.Config
 	group     string
 	unmarshal kafka.Unmarshaler
-	tracker   *SessionTracker
+	keys      *keyTracker // its SessionTracker's mode
 	logger    watermill.LoggerAdapter
 
 	closing   chan struct{}
@@ -101,20 +101,18 @@ func (c *Cluster) NewKeySubscriber(group string) (*KeySubscriber, *SessionTracke
 	if !scfg.Version.IsAtLeast(sarama.V0_10_2_0) {
 		return nil, nil, &spillway.FieldError{Field: "version", Value: c.cfg.Version, Reason: "must be at least 0.10.2 with consumer key (Sarama's consumer groups)"}
 	}
-	tr := newSessionTracker(c.opts.tracer, group, c.seen)
-	tr.observeOnly = c.opts.observeOnly
-	tr.keyed = true
+	kt := newKeyTracker(c.opts.tracer, group, c.seen, c.opts.observeOnly)
 	s := &KeySubscriber{
 		cfg:       c.cfg,
 		brokers:   c.brokers,
 		sarama:    scfg,
 		group:     group,
 		unmarshal: c.marshaler,
-		tracker:   tr,
+		keys:      kt,
 		logger:    c.logger,
 		closing:   make(chan struct{}),
 	}
-	return s, tr, nil
+	return s, kt.st, nil
 }
 
 // keyMaxWait bounds how long a fetch waits for new records in key mode.
@@ -182,7 +180,7 @@ func (s *KeySubscriber) Subscribe(ctx context.Context, topic string) (<-chan *me
 	h := &keyHandler{s: s, topic: topic, out: out, ctx: ctx, group: group, client: client,
 		commits:   &committer{client: commitClient, group: s.group, conf: s.sarama},
 		logFields: watermill.LogFields{"consumer_group": s.group, "topic": topic}}
-	handler := s.tracker.tracer().WrapConsumerGroupHandler(h)
+	handler := s.keys.st.tracer().WrapConsumerGroupHandler(h)
 	go func() {
 		select {
 		case <-s.closing:
@@ -410,7 +408,7 @@ func (h *keyHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sarama
 	if ks == nil {
 		return nil
 	}
-	t := h.s.tracker
+	t := h.s.keys.st
 	tp := topicPartition{claim.Topic(), claim.Partition()}
 	p := &keyPartition{
 		h:          h,
@@ -431,8 +429,8 @@ func (h *keyHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sarama
 	ks.mu.Lock()
 	ks.parts[tp.partition] = p
 	ks.mu.Unlock()
-	t.registerKeyed(tp, p)
-	defer t.unregisterKeyed(tp, p)
+	h.s.keys.register(tp, p)
+	defer h.s.keys.unregister(tp, p)
 	return p.run(claim)
 }
 
@@ -626,7 +624,7 @@ func (p *keyPartition) finish(d *keyDelivery) {
 // never seen by a handler, so the next session must not take it for a
 // redelivery (the retry gate defers redeliveries under pressure).
 func (p *keyPartition) start(d *keyDelivery) {
-	t := p.h.s.tracker
+	t := p.h.s.keys.st
 	t.seen.receive(groupPartition{t.group, topicPartition{p.topic, p.partition}}, d.off)
 	p.inflight++
 	p.wg.Add(1)
@@ -776,7 +774,7 @@ func (p *keyPartition) deliver(d *keyDelivery) {
 // (deliveryContext), per message.
 func (p *keyPartition) attempts(d *keyDelivery) bool {
 	msg := d.msg
-	observe := p.h.s.tracker.observeOnly
+	observe := p.h.s.keys.st.observeOnly
 	for {
 		select {
 		case p.h.out <- msg:
@@ -830,7 +828,7 @@ func (p *keyPartition) acked(d *keyDelivery, observe bool) bool {
 		if observe || !d.completed.Load() {
 			return false
 		}
-		p.h.s.tracker.marked.Add(1)
+		p.h.s.keys.st.marked.Add(1)
 	}
 	return true
 }
