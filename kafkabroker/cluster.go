@@ -189,21 +189,20 @@ func (c *Cluster) NewSubscriber(group string) (*kafka.Subscriber, *SessionTracke
 	if err != nil {
 		return nil, nil, err
 	}
-	tr := newSessionTracker(c.opts.tracer, group, c.seen)
-	tr.observeOnly = c.opts.observeOnly
+	pt := newPartitionTracker(c.opts.tracer, group, c.seen, c.opts.observeOnly)
 	sub, err := kafka.NewSubscriber(kafka.SubscriberConfig{
 		Brokers:               c.brokers,
-		Unmarshaler:           tr.wrapUnmarshaler(c.marshaler),
+		Unmarshaler:           pt.wrapUnmarshaler(c.marshaler),
 		OverwriteSaramaConfig: scfg,
 		ConsumerGroup:         group,
 		NackResendSleep:       c.cfg.NackResendSleep,
 		ReconnectRetrySleep:   time.Second,
-		Tracer:                tr.tracer(),
+		Tracer:                pt.st.tracer(),
 	}, c.logger)
 	if err != nil {
 		return nil, nil, fmt.Errorf("kafkabroker: subscriber for group %s: %w", group, err)
 	}
-	return sub, tr, nil
+	return sub, pt.st, nil
 }
 
 // adminClient returns the shared client and cluster admin, creating them

@@ -139,22 +139,23 @@ const completedPrefix = "spw1:"
 // well under brokers' offset.metadata.max.bytes (4096 by default).
 const maxCompletedSpan = 3000 * 8
 
-// encodeCompleted describes the done records of win (in offset order, all
-// at or after wm) as commit metadata, "" when there are none. Done records
-// past maxCompletedSpan are left out: they are processed again.
-func encodeCompleted(wm int64, win []*keyDelivery) string {
+// encodeCompleted describes done, the offsets of records completed beyond
+// the watermark wm (in order, all after wm), as commit metadata, "" when
+// there are none. Offsets past maxCompletedSpan are left out: those
+// records are processed again.
+func encodeCompleted(wm int64, done []int64) string {
 	var last int64 = -1
-	for _, d := range win {
-		if d.done && d.off-wm < maxCompletedSpan {
-			last = d.off
+	for _, off := range done {
+		if off-wm < maxCompletedSpan {
+			last = off
 		}
 	}
 	if last < wm {
 		return ""
 	}
 	bits := make([]byte, (last-wm)/8+1)
-	for _, d := range win {
-		if i := d.off - wm; d.done && i >= 0 && i < maxCompletedSpan {
+	for _, off := range done {
+		if i := off - wm; i >= 0 && i < maxCompletedSpan {
 			bits[i/8] |= 1 << (i % 8)
 		}
 	}

@@ -63,7 +63,7 @@ type KeySubscriber struct {
 	sarama    *sarama.Config
 	group     string
 	unmarshal kafka.Unmarshaler
-	tracker   *SessionTracker
+	keys      *keyTracker // its SessionTracker's mode
 	logger    watermill.LoggerAdapter
 
 	closing   chan struct{}
@@ -101,20 +101,18 @@ func (c *Cluster) NewKeySubscriber(group string) (*KeySubscriber, *SessionTracke
 	if !scfg.Version.IsAtLeast(sarama.V0_10_2_0) {
 		return nil, nil, &spillway.FieldError{Field: "version", Value: c.cfg.Version, Reason: "must be at least 0.10.2 with consumer key (Sarama's consumer groups)"}
 	}
-	tr := newSessionTracker(c.opts.tracer, group, c.seen)
-	tr.observeOnly = c.opts.observeOnly
-	tr.keyed = true
+	kt := newKeyTracker(c.opts.tracer, group, c.seen, c.opts.observeOnly)
 	s := &KeySubscriber{
 		cfg:       c.cfg,
 		brokers:   c.brokers,
 		sarama:    scfg,
 		group:     group,
 		unmarshal: c.marshaler,
-		tracker:   tr,
+		keys:      kt,
 		logger:    c.logger,
 		closing:   make(chan struct{}),
 	}
-	return s, tr, nil
+	return s, kt.st, nil
 }
 
 // keyMaxWait bounds how long a fetch waits for new records in key mode.
@@ -182,7 +180,7 @@ func (s *KeySubscriber) Subscribe(ctx context.Context, topic string) (<-chan *me
 	h := &keyHandler{s: s, topic: topic, out: out, ctx: ctx, group: group, client: client,
 		commits:   &committer{client: commitClient, group: s.group, conf: s.sarama},
 		logFields: watermill.LogFields{"consumer_group": s.group, "topic": topic}}
-	handler := s.tracker.tracer().WrapConsumerGroupHandler(h)
+	handler := s.keys.st.tracer().WrapConsumerGroupHandler(h)
 	go func() {
 		select {
 		case <-s.closing:
@@ -410,7 +408,7 @@ func (h *keyHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sarama
 	if ks == nil {
 		return nil
 	}
-	t := h.s.tracker
+	t := h.s.keys.st
 	tp := topicPartition{claim.Topic(), claim.Partition()}
 	p := &keyPartition{
 		h:          h,
@@ -422,21 +420,17 @@ func (h *keyHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sarama
 		partition:  tp.partition,
 		seenBefore: t.seen.highest(groupPartition{t.group, tp}),
 		skip:       ks.skip[tp.partition],
-		lanes:      make(map[string]*keyLane),
+		w:          newKeyWindow[*keyDelivery](h.s.cfg.WindowMessages, h.s.cfg.WindowBytes, claim.InitialOffset()),
 		settled:    make(chan struct{}, 1),
 		wake:       make(chan struct{}, 1),
-		maxMsgs:    h.s.cfg.WindowMessages,
-		maxBytes:   h.s.cfg.WindowBytes,
-		maxSpan:    spanLimit(h.s.cfg.WindowMessages),
-		next:       claim.InitialOffset(),
 	}
 	p.marked.Store(-1)
 	p.committed.Store(claim.InitialOffset())
 	ks.mu.Lock()
 	ks.parts[tp.partition] = p
 	ks.mu.Unlock()
-	t.registerKeyed(tp, p)
-	defer t.unregisterKeyed(tp, p)
+	h.s.keys.register(tp, p)
+	defer h.s.keys.unregister(tp, p)
 	return p.run(claim)
 }
 
@@ -446,13 +440,8 @@ type keyEvent struct {
 	done bool // acked and counted; false: abandoned (the session or subscription ended)
 }
 
-// keyLane is one key's order: the delivery in flight, and the ones
-// waiting behind it.
-type keyLane struct {
-	waiting []*keyDelivery
-}
-
-// keyPartition is one claimed partition. Its fields below the line are
+// keyPartition is one claimed partition: the Sarama side of its
+// keyWindow, which does the bookkeeping. Its fields below the line are
 // owned by the run goroutine.
 type keyPartition struct {
 	h          *keyHandler
@@ -463,9 +452,6 @@ type keyPartition struct {
 	topic      string
 	partition  int32
 	seenBefore int64 // highest offset an earlier session received, -1 none
-	maxMsgs    int   // records read and not finished
-	maxBytes   int   // their bytes
-	maxSpan    int   // records read and not committed, finished ones included
 
 	// Deliveries report to the loop through reports: the loop is woken
 	// once per batch of reports rather than once per delivery.
@@ -478,24 +464,11 @@ type keyPartition struct {
 
 	marked    atomic.Int64 // watermark marked, -1 none yet
 	committed atomic.Int64 // watermark committed
-	fill      atomic.Int64 // records in the window: read and not finished
-	fillBytes atomic.Int64 // their bytes
-	ahead     atomic.Int64 // records read ahead: waiting for room in the window
-	aheadB    atomic.Int64 // their bytes
 
 	// ---- owned by run ----
+	w        *keyWindow[*keyDelivery] // its fill is read by the tracker
 	skip     completedSet
-	next     int64 // offset after the last record read
-	win      []*keyDelivery
-	head     int // first record not known committed
-	mark     int // first record not done
-	count    int // records in the window: not done, in win[mark:]
-	bytes    int // their bytes
-	inflight int
-	lanes    map[string]*keyLane
-	queue    []*sarama.ConsumerMessage // read ahead: read, waiting for room
-	qbytes   int                       // their bytes
-	paused   bool
+	inflight int // deliveries handed over and not settled
 	stopping bool
 	stopErr  error
 	lastMark int64
@@ -504,21 +477,19 @@ type keyPartition struct {
 // keyDelivery is one record read and not yet committed. Once done, only
 // its offset matters: the message and the record's value are let go.
 type keyDelivery struct {
-	p    *keyPartition
-	off  int64
-	rec  *sarama.ConsumerMessage
-	size int
-	key  string
-	msg  *message.Message
-	ctx  *deliveryContext // ended once settled, as Watermill expects after an ack
+	keyRecord
+	p   *keyPartition
+	rec *sarama.ConsumerMessage
+	msg *message.Message
+	ctx *deliveryContext // ended once settled, as Watermill expects after an ack
 
 	// completed: the handler succeeded in this delivery attempt
 	// (SessionTracker.Completed), so an ack after the session ended still
 	// counts.
 	completed atomic.Bool
-
-	done bool // owned by run
 }
+
+func (d *keyDelivery) record() *keyRecord { return &d.keyRecord }
 
 func recordSize(m *sarama.ConsumerMessage) int {
 	n := len(m.Key) + len(m.Value)
@@ -559,11 +530,11 @@ func (p *keyPartition) run(claim sarama.ConsumerGroupClaim) error {
 			}
 			p.readAhead(rec)
 			p.readReady(in)
-			p.noteReadAhead()
+			p.w.publishReadAhead()
 		case <-p.settled:
 			p.settleReady()
 		case <-p.wake:
-			p.release()
+			p.w.commit(p.committed.Load())
 		case <-sessDone:
 			p.stop(nil)
 		case <-subDone:
@@ -579,11 +550,7 @@ func (p *keyPartition) run(claim sarama.ConsumerGroupClaim) error {
 		p.pauseIfFull()
 	}
 	p.markWatermark(true)
-	for _, l := range p.lanes {
-		for _, d := range l.waiting {
-			d.ctx.End()
-		}
-	}
+	p.w.eachWaiting(func(d *keyDelivery) { d.ctx.End() })
 	p.wg.Wait()
 	return p.stopErr
 }
@@ -594,105 +561,51 @@ func (p *keyPartition) stop(err error) {
 	if !p.stopping {
 		p.stopping = true
 		p.stopErr = err
-		clear(p.queue)
-		p.queue, p.qbytes = nil, 0
-		p.noteReadAhead()
+		p.w.dropReadAhead()
 	}
-}
-
-// spanFactor is how many times the window's records may be read and not
-// yet committed, finished ones included: a slow record at the watermark
-// lets the records behind it finish and leave the window, up to this
-// bound, which also bounds what a crash makes the next owner repeat and
-// the commit metadata that lists the finished ones.
-const spanFactor = 8
-
-// spanLimit is the span of a window of msgs records: spanFactor times
-// it, within what the commit metadata can describe.
-func spanLimit(msgs int) int {
-	return max(1, min(spanFactor*msgs, maxCompletedSpan))
-}
-
-// span is the records read and not known committed.
-func (p *keyPartition) span() int { return len(p.win) - p.head }
-
-// fits reports whether a record of size bytes may enter the window now.
-func (p *keyPartition) fits(size int) bool {
-	if p.span() >= p.maxSpan {
-		return false // a commit makes room
-	}
-	if p.count == 0 {
-		return true // alone, whatever its size
-	}
-	return p.count < p.maxMsgs && p.bytes+size <= p.maxBytes
 }
 
 // admit moves the records read into the window while they fit.
 func (p *keyPartition) admit() {
 	n := 0
-	for n < len(p.queue) && !p.stopping {
-		rec := p.queue[n]
-		size := recordSize(rec)
-		if !p.fits(size) {
+	for !p.stopping {
+		d, ok := p.w.admitNext()
+		if !ok {
 			break
 		}
-		p.queue[n] = nil
-		p.qbytes -= size
 		n++
-		p.take(rec, size)
+		p.take(d)
 	}
-	if p.stopping {
-		return
-	}
-	if n == len(p.queue) {
-		p.queue = p.queue[:0]
-	} else if n > 0 {
-		p.queue = p.queue[n:]
-	}
-	if n > 0 {
-		p.noteReadAhead()
+	if n > 0 && !p.stopping {
+		p.w.publishReadAhead()
 	}
 }
 
-// take enters rec into the window and hands it over, or queues it behind
+// take enters d into the window and hands it over, or queues it behind
 // its key.
-func (p *keyPartition) take(rec *sarama.ConsumerMessage, size int) {
-	d := &keyDelivery{p: p, off: rec.Offset, rec: rec, size: size, key: string(rec.Key)}
-	if p.skip.has(rec.Offset) {
+func (p *keyPartition) take(d *keyDelivery) {
+	if p.skip.has(d.off) {
 		// An earlier owner completed it beyond its watermark.
-		p.enter(d)
+		p.w.enter(d)
 		p.finish(d)
 		return
 	}
-	msg, err := p.h.s.unmarshal.Unmarshal(rec)
+	msg, err := p.h.s.unmarshal.Unmarshal(d.rec)
 	if err != nil {
 		// As watermill-kafka: a record that cannot be decoded stops the
 		// partition until the next session; it is not committed.
 		p.h.s.logger.Error("Cannot unmarshal a Kafka record, stopping the partition", err,
-			p.h.logFields.Add(watermill.LogFields{"kafka_partition": p.partition, "kafka_partition_offset": rec.Offset}))
+			p.h.logFields.Add(watermill.LogFields{"kafka_partition": p.partition, "kafka_partition_offset": d.off}))
 		p.stop(fmt.Errorf("kafkabroker: message unmarshal failed: %w", err))
 		return
 	}
-	p.enter(d)
-	d.ctx = newDeliveryContext(p.h.ctx, rec, d)
+	p.w.enter(d)
+	d.ctx = newDeliveryContext(p.h.ctx, d.rec, d)
 	msg.SetContext(d.ctx)
 	d.msg = msg
-	if l := p.lanes[d.key]; l != nil {
-		l.waiting = append(l.waiting, d)
-		return
+	if p.w.claimKey(d) {
+		p.start(d)
 	}
-	p.lanes[d.key] = &keyLane{}
-	p.start(d)
-}
-
-// enter counts d in the window.
-func (p *keyPartition) enter(d *keyDelivery) {
-	p.win = append(p.win, d)
-	p.count++
-	p.bytes += d.size
-	p.next = d.off + 1
-	p.fill.Store(int64(p.count))
-	p.fillBytes.Store(int64(p.bytes))
 }
 
 // finish marks d done: it leaves the window, and only its offset stays
@@ -700,13 +613,9 @@ func (p *keyPartition) enter(d *keyDelivery) {
 // headers are let go (its other fields stay: the message's context and
 // the tracker may still read them).
 func (p *keyPartition) finish(d *keyDelivery) {
-	d.done = true
+	p.w.finish(d)
 	d.msg = nil
 	d.rec.Value, d.rec.Headers = nil, nil
-	p.count--
-	p.bytes -= d.size
-	p.fill.Store(int64(p.count))
-	p.fillBytes.Store(int64(p.bytes))
 }
 
 // start hands d over on a goroutine of its own. Only then does the
@@ -715,7 +624,7 @@ func (p *keyPartition) finish(d *keyDelivery) {
 // never seen by a handler, so the next session must not take it for a
 // redelivery (the retry gate defers redeliveries under pressure).
 func (p *keyPartition) start(d *keyDelivery) {
-	t := p.h.s.tracker
+	t := p.h.s.keys.st
 	t.seen.receive(groupPartition{t.group, topicPartition{p.topic, p.partition}}, d.off)
 	p.inflight++
 	p.wg.Add(1)
@@ -741,6 +650,15 @@ func (p *keyPartition) readReady(in <-chan *sarama.ConsumerMessage) {
 			return
 		}
 	}
+}
+
+// readAhead queues rec, read, in the window's read-ahead.
+func (p *keyPartition) readAhead(rec *sarama.ConsumerMessage) {
+	p.w.read(&keyDelivery{
+		keyRecord: keyRecord{off: rec.Offset, key: string(rec.Key), size: recordSize(rec)},
+		p:         p,
+		rec:       rec,
+	})
 }
 
 // report hands a delivery's outcome to the loop, waking it only when it
@@ -778,7 +696,6 @@ func (p *keyPartition) settle(ev keyEvent) {
 	d := ev.d
 	p.inflight--
 	d.ctx.End()
-	l := p.lanes[d.key]
 	if !ev.done {
 		// Abandoned: the session or subscription ended. The key stays
 		// blocked; nothing after it is handed over.
@@ -788,37 +705,23 @@ func (p *keyPartition) settle(ev keyEvent) {
 	if p.stopping {
 		return
 	}
-	if l == nil {
-		return
+	if next, ok := p.w.nextOfKey(d.key); ok {
+		p.start(next)
 	}
-	if len(l.waiting) == 0 {
-		delete(p.lanes, d.key)
-		return
-	}
-	next := l.waiting[0]
-	l.waiting[0] = nil
-	l.waiting = l.waiting[1:]
-	p.start(next)
 }
 
 // markWatermark marks the offset after the contiguous completed records.
 // The final mark also writes, in the commit's metadata, the records that
 // completed beyond it.
 func (p *keyPartition) markWatermark(final bool) {
-	for p.mark < len(p.win) && p.win[p.mark].done {
-		p.mark++
-	}
-	wm := p.next
-	if p.mark < len(p.win) {
-		wm = p.win[p.mark].off
-	}
+	wm := p.w.watermark()
 	if !final {
 		if wm > p.lastMark {
 			p.sess.MarkOffset(p.topic, p.partition, wm, "")
 			p.lastMark = wm
 			p.marked.Store(wm)
 			ch := p.ks.nudge
-			if 4*p.span() >= p.maxSpan {
+			if p.w.commitUrgent() {
 				ch = p.ks.urgent
 			}
 			select {
@@ -828,7 +731,7 @@ func (p *keyPartition) markWatermark(final bool) {
 		}
 		return
 	}
-	meta := encodeCompleted(wm, p.win[p.mark:])
+	meta := encodeCompleted(wm, p.w.doneBeyond())
 	if wm > p.lastMark {
 		p.sess.MarkOffset(p.topic, p.partition, wm, meta)
 	} else if meta != "" {
@@ -839,64 +742,19 @@ func (p *keyPartition) markWatermark(final bool) {
 	p.marked.Store(wm)
 }
 
-// release drops committed records, all done, from the span.
-func (p *keyPartition) release() {
-	c := p.committed.Load()
-	for p.head < p.mark && p.win[p.head].off < c {
-		p.win[p.head] = nil
-		p.head++
-	}
-	if p.head > 64 && p.head*2 > len(p.win) {
-		n := copy(p.win, p.win[p.head:])
-		clear(p.win[n:])
-		p.win = p.win[:n]
-		p.mark -= p.head
-		p.head = 0
-	}
-}
-
-// readAheadFactor is how many times the window's records may be read
-// ahead of it: read and waiting for room in the window.
-const readAheadFactor = 32
-
-// readAhead queues rec, read, until it fits in the window.
-func (p *keyPartition) readAhead(rec *sarama.ConsumerMessage) {
-	p.queue = append(p.queue, rec)
-	p.qbytes += recordSize(rec)
-}
-
-// noteReadAhead publishes the read-ahead's fill for
-// [SessionTracker.PartitionReadAheads], once per batch read or admitted.
-func (p *keyPartition) noteReadAhead() {
-	p.ahead.Store(int64(len(p.queue)))
-	p.aheadB.Store(int64(p.qbytes))
-}
-
-// pauseIfFull pauses fetching when the read-ahead is full, and resumes it
-// once the read-ahead is down to half of that: readAheadFactor times
-// window_messages records, or window_bytes bytes.
-//
-// Resuming before the read-ahead runs dry is what keeps a partition busy.
-// When every partition a broker connection fetches is paused, Sarama's
-// fetch loop sleeps 100 ms before it looks again (v1.43.3,
-// partitionConsumersBatchTimeout), so a consumer that paused whenever a
-// record waited, and resumed once none did, idled through that sleep
-// after each fetch: with one partition, most of the time
-// (TestKeyReadAheadPausesWithHysteresis; KafkaKeyGoodput's key-1p rows,
-// docs/benchmarks.md "Key mode"). Half the read-ahead covers the sleep
-// at tens of thousands of light records a second.
+// pauseIfFull pauses fetching the partition when its read-ahead is full,
+// and resumes it once the read-ahead is down to half of that
+// (keyWindow.pauseChange).
 func (p *keyPartition) pauseIfFull() {
-	limit, limitBytes := readAheadFactor*p.maxMsgs, p.maxBytes
-	if p.paused {
-		limit, limitBytes = limit/2, limitBytes/2
-	}
-	full := len(p.queue) >= limit || p.qbytes >= limitBytes
-	if full == p.paused || p.stopping {
+	if p.stopping {
 		return
 	}
-	p.paused = full
+	pause, changed := p.w.pauseChange()
+	if !changed {
+		return
+	}
 	parts := map[string][]int32{p.topic: {p.partition}}
-	if full {
+	if pause {
 		p.h.group.Pause(parts)
 	} else {
 		p.h.group.Resume(parts)
@@ -916,7 +774,7 @@ func (p *keyPartition) deliver(d *keyDelivery) {
 // (deliveryContext), per message.
 func (p *keyPartition) attempts(d *keyDelivery) bool {
 	msg := d.msg
-	observe := p.h.s.tracker.observeOnly
+	observe := p.h.s.keys.st.observeOnly
 	for {
 		select {
 		case p.h.out <- msg:
@@ -970,7 +828,7 @@ func (p *keyPartition) acked(d *keyDelivery, observe bool) bool {
 		if observe || !d.completed.Load() {
 			return false
 		}
-		p.h.s.tracker.marked.Add(1)
+		p.h.s.keys.st.marked.Add(1)
 	}
 	return true
 }

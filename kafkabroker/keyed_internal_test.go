@@ -33,7 +33,7 @@ func TestKeyReadAheadPausesWithHysteresis(t *testing.T) {
 	p := &keyPartition{
 		h:     &keyHandler{group: group},
 		topic: "t", partition: 2,
-		maxMsgs: 4, maxBytes: 1000, maxSpan: spanLimit(4),
+		w: newKeyWindow[*keyDelivery](4, 1000, 0),
 	}
 	rec := func(size int) *sarama.ConsumerMessage {
 		return &sarama.ConsumerMessage{Value: make([]byte, size)}
@@ -52,13 +52,13 @@ func TestKeyReadAheadPausesWithHysteresis(t *testing.T) {
 	}
 
 	// The window is full (count == maxMsgs) and records wait: reading goes on.
-	p.count = p.maxMsgs
+	p.w.count = p.w.maxMsgs
 	for range 10 {
 		p.readAhead(rec(1))
 	}
 	step("10 records waiting for a full window", "")
-	limit := readAheadFactor * p.maxMsgs // 128
-	for len(p.queue) < limit-1 {
+	limit := readAheadFactor * p.w.maxMsgs // 128
+	for len(p.w.ahead) < limit-1 {
 		p.readAhead(rec(1))
 	}
 	step("one record short of the read-ahead", "")
@@ -68,8 +68,8 @@ func TestKeyReadAheadPausesWithHysteresis(t *testing.T) {
 
 	drop := func(n int) {
 		for range n {
-			p.qbytes -= recordSize(p.queue[0])
-			p.queue = p.queue[1:]
+			p.w.aheadBytes -= p.w.ahead[0].size
+			p.w.ahead = p.w.ahead[1:]
 		}
 	}
 	drop(limit/2 - 1)
@@ -80,7 +80,7 @@ func TestKeyReadAheadPausesWithHysteresis(t *testing.T) {
 	step("read-ahead below half", "resume map[t:[2]]")
 
 	// Bytes: a few large records fill it as well.
-	drop(len(p.queue))
+	drop(len(p.w.ahead))
 	p.readAhead(rec(600))
 	step("600 of 1000 bytes", "")
 	p.readAhead(rec(400))

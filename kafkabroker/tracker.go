@@ -1,8 +1,6 @@
 package kafkabroker
 
 import (
-	"context"
-	"hash/maphash"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,7 +14,9 @@ import (
 // hooks into watermill-kafka as its tracer (the only hook into Sarama's
 // consumer-group sessions) and as a wrapper of its unmarshaler;
 // [Cluster.NewSubscriber] builds one per subscriber, and the router one per
-// Kafka handler.
+// Kafka handler. [Cluster.NewKeySubscriber] builds one for consumer key,
+// where the [KeySubscriber] keeps each delivery's state and the tracker
+// reads it from the message's context; what follows holds in both modes.
 //
 // The problem it solves: watermill-kafka delivers one message per claimed
 // partition and waits for its ack, so during a rebalance every delivered
@@ -69,25 +69,9 @@ type SessionTracker struct {
 	// behaviour ([WithObserveOnly]).
 	observeOnly bool
 
-	// keyed: the tracker of a [KeySubscriber], which keeps its deliveries'
-	// state itself (in the message context) and commits itself.
-	keyed bool
-
-	mu       sync.Mutex
-	claims   map[topicPartition]*claimState // under mu; readers use claimsView
-	keyParts map[topicPartition]*keyPartition
-	// claimsView is a copy of claims, replaced whenever claims changes
-	// (a claim starts or ends: rare), so the per-message paths read it
-	// without taking mu.
-	claimsView atomic.Pointer[claimsView]
-	// delivering maps the message each live claim is delivering now to
-	// its claim and offset, so the hooks the router calls for every
-	// message (Begin, Revoked, Completed) find the claim without reading
-	// partition, offset and topic from the message context. A message it
-	// does not hold (a copy resent after a nack) is looked up the long way.
-	// Sharded by the message's address, so that the claims' goroutines
-	// and the message goroutines do not queue for one lock.
-	delivering [deliveringShards]deliveringShard
+	// mode finds a message's delivery: a *partitionTracker for
+	// watermill-kafka's subscriber, a *keyTracker for a [KeySubscriber].
+	mode deliveries
 
 	ended       atomic.Uint64 // sessions whose context ended
 	marked      atomic.Uint64 // acks marked after their session ended
@@ -96,7 +80,24 @@ type SessionTracker struct {
 
 	evMu   sync.Mutex
 	events []SessionEvent
-	onEv   func(SessionEvent)
+}
+
+// deliveries is what the two consumer modes track differently: how a
+// message is found to be a delivery of a live session, and what windows
+// there are. The SessionTracker keeps what they share: the sessions seen,
+// the offsets received, the late marks.
+type deliveries interface {
+	// revoked, begin, completed and redelivered are Revoked (unless
+	// observe-only), Begin, Completed and Redelivered of the tracker.
+	revoked(msg *message.Message) <-chan struct{}
+	begin(msg *message.Message)
+	completed(msg *message.Message)
+	redelivered(msg *message.Message) bool
+	// consumeClaim runs next's ConsumeClaim of claim in session s.
+	consumeClaim(s sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim, next sarama.ConsumerGroupHandler) error
+	// windows calls f with what read returns for the window of every
+	// partition owned now, in topic and partition order.
+	windows(read func(*keyWindow[*keyDelivery]) (int64, int64), f func(topic string, partition int32, records, bytes int64))
 }
 
 // SessionEvent records one consumer-group session of one member, as the
@@ -115,187 +116,15 @@ type topicPartition struct {
 	partition int32
 }
 
-// newClaimState returns the state of a claim that has delivered nothing yet.
-func newClaimState(sess context.Context, seenBefore int64, high *atomic.Int64) *claimState {
-	c := &claimState{sess: sess, seenBefore: seenBefore, high: high}
-	c.current.Store(-1)
-	c.completed.Store(-1)
-	return c
-}
-
-// claimState is one claimed partition of one session.
-type claimState struct {
-	sess context.Context
-
-	// seenBefore is the highest offset of the partition that an earlier
-	// session had received when this claim started, -1 none: a message at
-	// or below it is a redelivery.
-	seenBefore int64
-
-	// current is the offset watermill-kafka is delivering, -1 before the
-	// first; completed the offset whose handler succeeded in the current
-	// attempt, -1 none. Atomics, not a lock: watermill-kafka delivers one
-	// message of a claim at a time and moves on only once it is acked, so
-	// the claim's goroutine and the message's never change them at once,
-	// and every reader compares completed with current, which a stale
-	// completed never matches. The message goroutine's reads then leave
-	// the claim's cache line shared instead of taking it for a lock.
-	current   atomic.Int64
-	completed atomic.Int64
-
-	msg *message.Message // the message unmarshalled for current; only the claim's goroutine uses it
-
-	high *atomic.Int64 // the offset memory's slot of this claim's group and partition
-}
-
-// delivered is what SessionTracker.delivering holds for a message: the
-// claim delivering it, at offset.
-type delivered struct {
-	msg    *message.Message
-	c      *claimState
-	offset int64
-}
-
-const deliveringShards = 16
-
-// deliveringShard is one share of SessionTracker.delivering: the messages
-// of the share being delivered, one per live claim at most, so a handful
-// over all the shards. A short list scanned for the message's address
-// costs less than a map's hashing and probing on every call, three of
-// them per message on the message goroutine and two on the claim's.
-type deliveringShard struct {
-	mu sync.Mutex
-	ds []delivered
-	_  [32]byte // one shard per 64-byte cache line
-}
-
-// deliveringOf returns msg's shard of t.delivering, picked by a hash of
-// msg's address (maphash.Comparable of a pointer hashes the pointer; heap
-// objects do not move).
-func (t *SessionTracker) deliveringOf(msg *message.Message) *deliveringShard {
-	return &t.delivering[maphash.Comparable(deliveringSeed, msg)%deliveringShards]
-}
-
-// deliveringSeed seeds deliveringOf's hash.
-var deliveringSeed = maphash.MakeSeed()
-
-// setDelivering records that d.c is delivering d.msg at d.offset; the
-// message must not be recorded already.
-func (t *SessionTracker) setDelivering(d delivered) {
-	sh := t.deliveringOf(d.msg)
-	sh.mu.Lock()
-	sh.ds = append(sh.ds, d)
-	sh.mu.Unlock()
-}
-
-// dropDelivering forgets msg.
-func (t *SessionTracker) dropDelivering(msg *message.Message) {
-	sh := t.deliveringOf(msg)
-	sh.mu.Lock()
-	for i := range sh.ds {
-		if sh.ds[i].msg == msg {
-			last := len(sh.ds) - 1
-			sh.ds[i] = sh.ds[last]
-			sh.ds[last] = delivered{} // the message, and its payload, are garbage now
-			sh.ds = sh.ds[:last]
-			break
-		}
-	}
-	sh.mu.Unlock()
-}
-
-// delivering returns what t holds for msg.
-func (sh *deliveringShard) delivering(msg *message.Message) (delivered, bool) {
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	for _, d := range sh.ds {
-		if d.msg == msg {
-			return d, true
-		}
-	}
-	return delivered{}, false
-}
-
-// deliveringCount returns how many messages t holds as being delivered.
-func (t *SessionTracker) deliveringCount() int {
-	n := 0
-	for i := range t.delivering {
-		sh := &t.delivering[i]
-		sh.mu.Lock()
-		n += len(sh.ds)
-		sh.mu.Unlock()
-	}
-	return n
-}
-
-// setClaimLocked registers c as the live claim of key, or, with c nil, removes
-// key's claim if it is still old; it publishes the new claimsView. The
-// caller holds t.mu.
-func (t *SessionTracker) setClaimLocked(key topicPartition, c, old *claimState) {
-	if c != nil {
-		t.claims[key] = c
-	} else if t.claims[key] == old {
-		delete(t.claims, key)
-	} else {
-		return
-	}
-	t.claimsView.Store(newClaimsView(t.claims))
-}
-
-// claimOf returns the live claim of key, nil if none, without locking.
-func (t *SessionTracker) claimOf(key topicPartition) *claimState {
-	if v := t.claimsView.Load(); v != nil {
-		return v.claim(key)
-	}
-	return nil
-}
-
-// claimsView is a read-only copy of a tracker's claims, indexed by
-// partition: looking a claim up, twice for every message the tracker's
-// unmarshaler sees, compares a topic or two instead of hashing it.
-type claimsView struct {
-	byPartition [][]topicClaim
-}
-
-type topicClaim struct {
-	topic string
-	c     *claimState
-}
-
-func newClaimsView(claims map[topicPartition]*claimState) *claimsView {
-	v := new(claimsView)
-	for k, c := range claims {
-		if k.partition < 0 {
-			continue // never claimed: Kafka's partitions count from 0
-		}
-		if n := int(k.partition) + 1; n > len(v.byPartition) {
-			v.byPartition = append(v.byPartition, make([][]topicClaim, n-len(v.byPartition))...)
-		}
-		v.byPartition[k.partition] = append(v.byPartition[k.partition], topicClaim{k.topic, c})
-	}
-	return v
-}
-
-func (v *claimsView) claim(key topicPartition) *claimState {
-	if key.partition < 0 || int(key.partition) >= len(v.byPartition) {
-		return nil
-	}
-	for _, tc := range v.byPartition[key.partition] {
-		if tc.topic == key.topic {
-			return tc.c
-		}
-	}
-	return nil
-}
-
 // newSessionTracker returns a tracker for consumer group group that
-// composes inner, which may be nil, and remembers the offsets it receives
-// in seen (a fresh memory if nil).
-func newSessionTracker(inner kafka.SaramaTracer, group string, seen *offsetMemory) *SessionTracker {
+// composes inner, which may be nil, remembers the offsets it receives in
+// seen (a fresh memory if nil), and finds deliveries with mode
+// (newPartitionTracker and newKeyTracker call it).
+func newSessionTracker(inner kafka.SaramaTracer, group string, seen *offsetMemory, observeOnly bool, mode deliveries) *SessionTracker {
 	if seen == nil {
 		seen = newOffsetMemory()
 	}
-	return &SessionTracker{inner: inner, group: group, seen: seen, claims: make(map[topicPartition]*claimState)}
+	return &SessionTracker{inner: inner, group: group, seen: seen, observeOnly: observeOnly, mode: mode}
 }
 
 // offsetMemory is, per consumer group and partition, the highest offset
@@ -398,12 +227,6 @@ func (t sessionTracer) WrapConsumerGroupHandler(h sarama.ConsumerGroupHandler) s
 	return out
 }
 
-// wrapUnmarshaler returns u observing every message before watermill-kafka
-// hands it to the router.
-func (t *SessionTracker) wrapUnmarshaler(u kafka.Unmarshaler) kafka.Unmarshaler {
-	return trackedUnmarshaler{t: t, next: u}
-}
-
 // Revoked returns the channel that closes when msg's session ends, or nil
 // if msg is not a delivery the tracker knows (then it cannot be revoked).
 // Use it as [middleware.BudgetConfig.Revoked].
@@ -411,162 +234,54 @@ func (t *SessionTracker) Revoked(msg *message.Message) <-chan struct{} {
 	if t.observeOnly {
 		return nil
 	}
-	if d := t.keyDelivery(msg); d != nil {
-		return d.p.sessDone
-	}
-	c, _, ok := t.lookup(msg)
-	if !ok {
-		return nil
-	}
-	return c.sess.Done()
+	return t.mode.revoked(msg)
 }
 
 // Begin starts a delivery attempt of msg: whatever a previous attempt of
 // the same message completed no longer counts. The router calls it before
 // budget admission.
-func (t *SessionTracker) Begin(msg *message.Message) {
-	if d := t.keyDelivery(msg); d != nil {
-		d.completed.Store(false)
-		return
-	}
-	// A first attempt finds -1 already (the unmarshaler's); reading
-	// first leaves the claim's cache line shared then.
-	if c, _, ok := t.lookup(msg); ok && c.completed.Load() != -1 {
-		c.completed.Store(-1)
-	}
-}
+func (t *SessionTracker) Begin(msg *message.Message) { t.mode.begin(msg) }
 
 // Completed records that msg's handler ran and succeeded in this attempt,
 // so its ack may be committed even if the session ends before the ack
 // arrives. The router calls it inside budget admission.
-func (t *SessionTracker) Completed(msg *message.Message) {
-	if d := t.keyDelivery(msg); d != nil {
-		d.completed.Store(true)
-		return
-	}
-	if c, off, ok := t.lookup(msg); ok {
-		if c.current.Load() == off {
-			c.completed.Store(off)
-		}
-	}
-}
+func (t *SessionTracker) Completed(msg *message.Message) { t.mode.completed(msg) }
 
 // Redelivered reports whether msg is a broker redelivery: an earlier
 // session of a subscriber of the same [Cluster] and consumer group had
 // already received its partition up to msg's offset or beyond. A message
 // the tracker does not know (not a delivery it is making now) is not.
 // Use it as retrygate.Options.IsRedelivery; the router does.
-func (t *SessionTracker) Redelivered(msg *message.Message) bool {
-	if d := t.keyDelivery(msg); d != nil {
-		return d.rec.Offset <= d.p.seenBefore
-	}
-	c, off, ok := t.lookup(msg)
-	return ok && off <= c.seenBefore
-}
-
-// keyDelivery returns msg's delivery when t is a [KeySubscriber]'s tracker
-// and msg one of its messages in flight, nil otherwise.
-func (t *SessionTracker) keyDelivery(msg *message.Message) *keyDelivery {
-	if !t.keyed {
-		return nil
-	}
-	if d := deliveryOf(msg); d != nil && d.p.h.s.tracker == t {
-		return d
-	}
-	return nil
-}
-
-func (t *SessionTracker) registerKeyed(tp topicPartition, p *keyPartition) {
-	t.mu.Lock()
-	if t.keyParts == nil {
-		t.keyParts = make(map[topicPartition]*keyPartition)
-	}
-	t.keyParts[tp] = p
-	t.mu.Unlock()
-}
-
-func (t *SessionTracker) unregisterKeyed(tp topicPartition, p *keyPartition) {
-	t.mu.Lock()
-	if t.keyParts[tp] == p {
-		delete(t.keyParts, tp)
-	}
-	t.mu.Unlock()
-}
-
-// lookup finds the claim msg was delivered from and msg's offset, provided
-// it is the message that claim is delivering now. The common case, a
-// message the tracker's unmarshaler recorded, is found here; the rest in
-// lookupByContext, whose frame is not on the stack then: the router calls
-// lookup deep on the message goroutine's stack (Revoked, under budget
-// admission), which must fit in the stack that goroutine starts with.
-func (t *SessionTracker) lookup(msg *message.Message) (*claimState, int64, bool) {
-	d, ok := t.deliveringOf(msg).delivering(msg)
-	if !ok {
-		return t.lookupByContext(msg)
-	}
-	return d.c, d.offset, d.c.current.Load() == d.offset
-}
-
-// lookupByContext is lookup for a message the unmarshaler did not record:
-// its partition and offset are read from its context.
-//
-//go:noinline
-func (t *SessionTracker) lookupByContext(msg *message.Message) (*claimState, int64, bool) {
-	ctx := msg.Context()
-	partition, ok := kafka.MessagePartitionFromCtx(ctx)
-	if !ok {
-		return nil, 0, false
-	}
-	offset, ok := kafka.MessagePartitionOffsetFromCtx(ctx)
-	if !ok {
-		return nil, 0, false
-	}
-	topic := message.SubscribeTopicFromCtx(ctx)
-	if topic == "" {
-		// Not delivered through a Watermill router, which is what puts
-		// the topic in the context: find the one claim of that
-		// partition delivering that offset.
-		c, ok := t.lookupByOffset(partition, offset)
-		return c, offset, ok
-	}
-	c := t.claimOf(topicPartition{topic, partition})
-	if c == nil {
-		return nil, 0, false
-	}
-	return c, offset, c.current.Load() == offset
-}
-
-// lookupByOffset finds the claim of partition that is delivering offset,
-// provided exactly one is.
-func (t *SessionTracker) lookupByOffset(partition int32, offset int64) (*claimState, bool) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	var found *claimState
-	for k, c := range t.claims {
-		if k.partition != partition {
-			continue
-		}
-		if c.current.Load() == offset {
-			if found != nil {
-				return nil, false // two topics at the same offset: ambiguous
-			}
-			found = c
-		}
-	}
-	return found, found != nil
-}
+func (t *SessionTracker) Redelivered(msg *message.Message) bool { return t.mode.redelivered(msg) }
 
 // Window returns the records, and their bytes, in the windows of the
-// partitions a [KeySubscriber] owns now: read and not yet committed. Zero
+// partitions a [KeySubscriber] owns now: read and not yet finished. Zero
 // for watermill-kafka's subscriber, which keeps no window of its own.
 func (t *SessionTracker) Window() (records, bytes int64) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	for _, p := range t.keyParts {
-		records += p.fill.Load()
-		bytes += p.fillBytes.Load()
-	}
+	t.mode.windows((*keyWindow[*keyDelivery]).inWindow, func(_ string, _ int32, r, b int64) {
+		records += r
+		bytes += b
+	})
 	return records, bytes
+}
+
+// PartitionWindows calls f with the window of every partition the member
+// owns now in consumer key, in topic and partition order: the records
+// read and not yet finished, and their bytes (Config.WindowMessages and
+// Config.WindowBytes bound them). It calls f for no partition with
+// consumer partition, or before the member owns any. [SessionTracker.Window]
+// is their sum. f runs after the tracker's lock is released.
+func (t *SessionTracker) PartitionWindows(f func(topic string, partition int32, records, bytes int64)) {
+	t.mode.windows((*keyWindow[*keyDelivery]).inWindow, f)
+}
+
+// PartitionReadAheads is [SessionTracker.PartitionWindows] for the
+// read-ahead: the records of each partition read and waiting for room in
+// the window, and their bytes. Reading a partition pauses when its
+// read-ahead reaches 32 times Config.WindowMessages records or
+// Config.WindowBytes bytes.
+func (t *SessionTracker) PartitionReadAheads(f func(topic string, partition int32, records, bytes int64)) {
+	t.mode.windows((*keyWindow[*keyDelivery]).readAheadFill, f)
 }
 
 // LateMarks returns how many acks were marked after their session had
@@ -590,12 +305,7 @@ func (t *SessionTracker) Events() []SessionEvent {
 func (t *SessionTracker) recordEvent(i int, f func(*SessionEvent)) {
 	t.evMu.Lock()
 	f(&t.events[i])
-	ev := t.events[i]
-	cb := t.onEv
 	t.evMu.Unlock()
-	if cb != nil {
-		cb(ev)
-	}
 }
 
 type trackedHandler struct {
@@ -648,97 +358,7 @@ func (h *trackedHandler) Cleanup(s sarama.ConsumerGroupSession) error {
 }
 
 func (h *trackedHandler) ConsumeClaim(s sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
-	key := topicPartition{claim.Topic(), claim.Partition()}
-	t := h.t
-	if t.keyed {
-		return h.next.ConsumeClaim(s, claim)
-	}
-	gp := groupPartition{t.group, key}
-	c := newClaimState(s.Context(), t.seen.highest(gp), t.seen.slot(gp))
-	t.mu.Lock()
-	t.setClaimLocked(key, c, nil)
-	t.mu.Unlock()
-	defer func() {
-		t.mu.Lock()
-		t.setClaimLocked(key, nil, c)
-		t.mu.Unlock()
-		if c.msg != nil {
-			t.dropDelivering(c.msg)
-			c.msg = nil
-		}
-	}()
-	if t.observeOnly {
-		return h.next.ConsumeClaim(s, claim)
-	}
-	return h.next.ConsumeClaim(&trackedSession{ConsumerGroupSession: s, t: t, c: c}, claim)
-}
-
-// trackedSession is the session watermill-kafka sees. After the real
-// session has ended, its context is reported live for exactly the ack of a
-// message whose handler completed in this session, so that ack is marked
-// (and committed when Sarama releases the session) instead of dropped.
-// Everything else is the real session.
-type trackedSession struct {
-	sarama.ConsumerGroupSession
-	t *SessionTracker
-	c *claimState
-}
-
-func (s *trackedSession) Context() context.Context {
-	real := s.ConsumerGroupSession.Context()
-	if real.Err() == nil {
-		return real
-	}
-	done := s.c.completed.Load()
-	keep := done >= 0 && done == s.c.current.Load()
-	if keep {
-		return context.WithoutCancel(real)
-	}
-	return real
-}
-
-func (s *trackedSession) MarkMessage(msg *sarama.ConsumerMessage, metadata string) {
-	late := s.ConsumerGroupSession.Context().Err() != nil
-	s.c.completed.CompareAndSwap(msg.Offset, -1) // one ack, one mark
-	s.ConsumerGroupSession.MarkMessage(msg, metadata)
-	if late {
-		s.t.marked.Add(1)
-	}
-}
-
-type trackedUnmarshaler struct {
-	t    *SessionTracker
-	next kafka.Unmarshaler
-}
-
-// Unmarshal runs on the goroutine of the claim m comes from (watermill-kafka
-// unmarshals in ConsumeClaim), so the claim's msg needs no lock.
-func (u trackedUnmarshaler) Unmarshal(m *sarama.ConsumerMessage) (*message.Message, error) {
-	key := topicPartition{m.Topic, m.Partition}
-	c := u.t.claimOf(key)
-	if c != nil && c.high != nil {
-		raise(c.high, m.Offset)
-	} else {
-		u.t.seen.receive(groupPartition{u.t.group, key}, m.Offset)
-	}
-	if c != nil {
-		if c.current.Load() != m.Offset {
-			c.completed.Store(-1)
-			c.current.Store(m.Offset)
-		}
-	}
-	msg, err := u.next.Unmarshal(m)
-	if c != nil {
-		if c.msg != nil {
-			u.t.dropDelivering(c.msg)
-			c.msg = nil
-		}
-		if err == nil && msg != nil && u.t.claimOf(key) == c {
-			c.msg = msg
-			u.t.setDelivering(delivered{msg: msg, c: c, offset: m.Offset})
-		}
-	}
-	return msg, err
+	return h.t.mode.consumeClaim(s, claim, h.next)
 }
 
 var _ kafka.SaramaTracer = sessionTracer{}

@@ -27,13 +27,13 @@ func BenchmarkTrackedDelivery(b *testing.B) {
 	}
 	for _, mode := range []string{"none", "unmarshal", "hooks"} {
 		b.Run("tracker="+mode, func(b *testing.B) {
-			tr := newSessionTracker(nil, "g", nil)
+			tr := newPartitionTracker(nil, "g", nil, false)
 			sess, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			tr.mu.Lock()
 			for p := range int32(12) {
 				gp := groupPartition{"g", topicPartition{"t", p}}
-				tr.setClaimLocked(topicPartition{"t", p}, newClaimState(sess, -1, tr.seen.slot(gp)), nil)
+				tr.setClaimLocked(topicPartition{"t", p}, newClaimState(sess, -1, tr.st.seen.slot(gp)), nil)
 			}
 			tr.mu.Unlock()
 			var u kafka.Unmarshaler = kafka.DefaultMarshaler{}
@@ -50,11 +50,11 @@ func BenchmarkTrackedDelivery(b *testing.B) {
 					b.Fatal(err)
 				}
 				if mode == "hooks" {
-					tr.Begin(msg)
-					if tr.Revoked(msg) == nil {
+					tr.st.Begin(msg)
+					if tr.st.Revoked(msg) == nil {
 						b.Fatal("no session channel")
 					}
-					tr.Completed(msg)
+					tr.st.Completed(msg)
 				}
 			}
 		})

@@ -16,7 +16,7 @@ import (
 // message itself, agrees with the lookup through the message context (what
 // a copy resent after a nack gets), and holds one message per live claim.
 func TestTrackerDeliveringByMessage(t *testing.T) {
-	tr := newSessionTracker(nil, "g", nil)
+	tr := newPartitionTracker(nil, "g", nil, false)
 	key := topicPartition{"t", 3}
 	c := newClaimState(context.Background(), 4, nil)
 	tr.mu.Lock()
@@ -41,21 +41,21 @@ func TestTrackerDeliveringByMessage(t *testing.T) {
 	if got, off, ok := tr.lookup(first); !ok || got != c || off != 4 {
 		t.Fatalf("lookup(first) = %p, %d, %v; want the claim at offset 4", got, off, ok)
 	}
-	if !tr.Redelivered(first) {
+	if !tr.st.Redelivered(first) {
 		t.Fatal("offset 4 was seen by an earlier session: want a redelivery")
 	}
-	tr.Begin(first)
-	tr.Completed(first)
+	tr.st.Begin(first)
+	tr.st.Completed(first)
 	if c.completed.Load() != 4 {
 		t.Fatalf("completed = %d, want 4", c.completed.Load())
 	}
 	// A new attempt of the same message (the retry gate's) starts
 	// uncompleted.
-	tr.Begin(first)
+	tr.st.Begin(first)
 	if c.completed.Load() != -1 {
 		t.Fatalf("completed = %d after a new attempt began, want -1", c.completed.Load())
 	}
-	tr.Completed(first)
+	tr.st.Completed(first)
 
 	second := deliver(5)
 	if n := tr.deliveringCount(); n != 1 {
@@ -64,7 +64,7 @@ func TestTrackerDeliveringByMessage(t *testing.T) {
 	if _, _, ok := tr.lookup(first); ok {
 		t.Fatal("the claim moved on: the first message must no longer be current")
 	}
-	if tr.Redelivered(second) {
+	if tr.st.Redelivered(second) {
 		t.Fatal("offset 5 is fresh")
 	}
 
@@ -88,7 +88,7 @@ func toRecordHeaders(hs []sarama.RecordHeader) []*sarama.RecordHeader {
 // garbage once everyone else drops it, with many claims sharing the
 // tracker's shards.
 func TestTrackerKeepsNoPastDelivery(t *testing.T) {
-	tr := newSessionTracker(nil, "g", nil)
+	tr := newPartitionTracker(nil, "g", nil, false)
 	const claims = 48
 	for p := range int32(claims) {
 		c := newClaimState(context.Background(), -1, nil)
@@ -135,7 +135,7 @@ func TestTrackerKeepsNoPastDelivery(t *testing.T) {
 // The claims view finds each live claim by topic and partition, with
 // several topics on one partition number, and nothing else.
 func TestClaimsView(t *testing.T) {
-	tr := newSessionTracker(nil, "g", nil)
+	tr := newPartitionTracker(nil, "g", nil, false)
 	keys := []topicPartition{{"a", 0}, {"b", 0}, {"a", 7}, {"c", 2}}
 	claims := make(map[topicPartition]*claimState)
 	for _, k := range keys {
