@@ -157,9 +157,6 @@ func NewBudget(cfg BudgetConfig) (*Budget, error) {
 // while it waits, the handler is not run and ctx.Err() is returned, so the
 // router nacks the message and it is redelivered rather than lost.
 func (m *Budget) Middleware(h message.HandlerFunc) message.HandlerFunc {
-	// The closure is kept small: what it holds stays on the message
-	// goroutine's stack while the handler runs, and Watermill starts each
-	// message's goroutine with a small stack (internal/stackroom).
 	return func(msg *message.Message) ([]*message.Message, error) {
 		var t Ticket
 		defer m.Release(&t)

@@ -64,7 +64,7 @@ type control struct {
 	noRevocation bool // admission is not revocation-aware; late acks are dropped
 
 	// outer wraps the whole stack, outside the settling layer: a test's
-	// instrument (internal/stackprobe).
+	// instrument.
 	outer message.HandlerMiddleware
 }
 
@@ -178,14 +178,9 @@ type Router struct {
 	outputs  message.Publisher // handler outputs: spillway_* stripped, stamped where countable
 	budget   *middleware.VertexBudget
 	budgetMW *middleware.Budget
-	// budgetQuiet admits a message that telemetry has nothing to record
-	// about (telhint.Quiet) on the same budget, without calling the
-	// metrics' admission hook (see Router.slot); nil unless the stack fits
-	// in a new goroutine's stack with telemetry on.
-	budgetQuiet *middleware.Budget
-	policy      *shedding.Policy  // nil: no sheddable topics
-	retry       *retrygate.Gate   // nil: retry.disabled
-	sizer       *sizing.AutoSizer // nil: budget.autosize.enabled is false
+	policy   *shedding.Policy  // nil: no sheddable topics
+	retry    *retrygate.Gate   // nil: retry.disabled
+	sizer    *sizing.AutoSizer // nil: budget.autosize.enabled is false
 
 	tracing    message.HandlerMiddleware // nil: telemetry.disabled
 	metrics    *telemetry.Metrics        // nil: telemetry.disabled
@@ -308,8 +303,7 @@ func newRouter(cfg Config, logger watermill.LoggerAdapter, o options, ctl contro
 			brokerAttrs = kafkatel.Attributes
 			topts = append(topts, telemetry.WithAttributes(brokerAttrs))
 		}
-		// The consumer spans carry the handler's consumer group too. The
-		// tracing middleware is made once the stack is known (stackFits).
+		// The consumer spans carry the handler's consumer group too.
 		tracingOpts = append(slices.Clip(topts), telemetry.WithAttributes(r.consumerAttributes(brokerAttrs)),
 			telhint.Outermost().(telemetry.Option))
 		if r.metrics, err = telemetry.NewMetrics(topts...); err != nil {
@@ -368,16 +362,11 @@ func newRouter(cfg Config, logger watermill.LoggerAdapter, o options, ctl contro
 		}
 	}
 
-	var quietBudget *middleware.BudgetConfig
 	if !ctl.noBudget {
 		bc := middleware.BudgetConfig{Budget: r.budget, Estimator: est, OnAdmission: r.countAdmission(hs.admission)}
 		r.limitSize(&bc)
 		if (cfg.Broker == BrokerKafka || cfg.Broker == BrokerRedis) && !ctl.noRevocation {
-			// A closure, not the method value r.revoked: the method
-			// value's wrapper would add a frame on the message
-			// goroutine's stack, on the deepest path of a stack that
-			// fits in the stack that goroutine starts with.
-			bc.Revoked = func(msg *message.Message) <-chan struct{} { return r.revoked(msg) }
+			bc.Revoked = r.revoked
 		}
 		if r.policy != nil && (bc.Revoked != nil || cfg.Shedding.Coalesce.Enabled) {
 			// A waiter steps aside when a newer message of its entity
@@ -387,12 +376,6 @@ func newRouter(cfg Config, logger watermill.LoggerAdapter, o options, ctl contro
 		}
 		if r.budgetMW, err = middleware.NewBudget(bc); err != nil {
 			return fail(err)
-		}
-		if r.metrics != nil {
-			// The metrics are the first admission hook; the quiet
-			// budget calls the others.
-			bc.OnAdmission = r.countAdmission(hs.admission[1:])
-			quietBudget = &bc
 		}
 	}
 
@@ -448,56 +431,15 @@ func newRouter(cfg Config, logger watermill.LoggerAdapter, o options, ctl contro
 	default:
 		r.wm = o.wm
 	}
-	// The stack's first growth: the tracing middleware makes it, right
-	// inside the settling layer; without tracing, the settling layer;
-	// unless the stack fits in the stack a message goroutine starts with.
-	// A stack that fits is grown by the tracing middleware only for a
-	// span, and by the metrics middleware only when it measures.
-	fits := r.fitsStartingStack()
 	if tracingOpts != nil {
-		if fits {
-			tracingOpts = append(tracingOpts, telhint.StackFits().(telemetry.Option))
-		}
 		r.tracing = telemetry.NewTracing(tracingOpts...)
 	}
-	if fits && quietBudget != nil {
-		if r.budgetQuiet, err = middleware.NewBudget(*quietBudget); err != nil {
-			return fail(err)
-		}
-	}
-	r.settling.reserve = r.tracing == nil && !fits
 	mws := r.stack().middlewares()
 	if ctl.outer != nil {
 		mws = append([]message.HandlerMiddleware{ctl.outer}, mws...)
 	}
 	r.wm.AddMiddleware(mws...)
 	return r, nil
-}
-
-// fitsStartingStack reports whether r's stack, without telemetry, runs a
-// message within the 2 KiB stack Watermill's message goroutine starts with,
-// so that growing it first (internal/stackroom) would only cost: the
-// memory broker, Kafka's partition mode and Redis (with its dead-letter
-// layer), each with no optional layer and no lanes
-// (TestLeanStackFitsStartingStack; the router's BenchmarkStackHighWater
-// measures the others). Every message of a stack that does not fit grows
-// it once, wherever it outgrows it, and growing it deep costs more than at
-// the top.
-func (r *Router) fitsStartingStack() bool {
-	c := r.cfg
-	lean := r.policy == nil && r.retry == nil && r.sizer == nil && len(c.Budget.Lanes) == 0
-	switch c.Broker {
-	case BrokerMemory:
-		return lean
-	case BrokerKafka:
-		return lean && c.Kafka.Consumer != kafkabroker.ConsumerKey
-	case BrokerRedis:
-		// With its dead-letter layer; with telemetry too it is a few
-		// bytes too deep since the budget slot dead-letters malformed
-		// payloads (retry.disabled).
-		return lean && c.Telemetry.Disabled
-	}
-	return false
 }
 
 // Config returns the configuration the router runs with (defaults filled).

@@ -7,7 +7,6 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/spillway-go/spillway/internal/lazyctx"
-	"github.com/spillway-go/spillway/internal/telhint"
 	"github.com/spillway-go/spillway/middleware"
 )
 
@@ -53,9 +52,8 @@ import (
 //     session tracker.
 //     c′. "malformed" (with retry.disabled, in the gate's stead): a
 //     message whose handler returned a decode error is dead-lettered
-//     ([Router.moveMalformed]) and acked. Part of the slot, so that it
-//     adds no frame to a lean stack; the copy is published before the
-//     message's vertices return.
+//     ([Router.moveMalformed]) and acked. Part of the slot, so that the
+//     copy is published before the message's vertices return.
 //     d. "shedding-admitted" ([shedding.Policy.Admitted]; with shedding):
 //     re-checks a message after its wait, marks it admitted (no longer
 //     supersedable) and records handled versions for the version guard.
@@ -156,8 +154,7 @@ func (r *Router) stack() middlewareStack {
 		s.retryGate = func(h message.HandlerFunc) message.HandlerFunc { return r.retryScope(r.retry.Middleware(h)) }
 	}
 	// The shutdown gate, admission and the admitted layer are one
-	// middleware (Router.slot): three nested closures would each keep a
-	// frame on the message goroutine's stack while the handler runs.
+	// middleware (Router.slot).
 	s.budget = []layer{{name: "shutdown-gate", mw: r.slot}}
 	if r.budgetMW != nil {
 		// Without it (a control configuration of the tests) there is no
@@ -235,11 +232,6 @@ func (c *retryContext) Value(key any) any {
 //     shutdown, so admitted work is never interrupted by Close; running
 //     work is counted for Close, and a success is reported to the Kafka
 //     session tracker.
-//
-// One closure, not three: each would keep its frame on the message
-// goroutine's stack while the handler runs, and that stack starts small
-// (internal/stackroom). The closure does its work in helpers called one
-// after the other, so that none of their frames is under the handler.
 func (r *Router) slot(h message.HandlerFunc) message.HandlerFunc {
 	// Watermill decorates each handler with its own closure, so this one
 	// serves a single handler, whose name its first message tells.
@@ -252,19 +244,12 @@ func (r *Router) slot(h message.HandlerFunc) message.HandlerFunc {
 		defer r.leave(d)
 		if d.tracker != nil {
 			// A new delivery attempt, and the channel that tells the
-			// budget its session ended (Router.revoked): asked from
-			// here, not from enter nor from under admission, so that
-			// the tracker's lookups stay shallow on the stack.
+			// budget its session ended (Router.revoked).
 			d.tracker.Begin(msg)
 			d.revoked = d.tracker.Revoked(msg)
 		}
 		msg.SetContext(d)
 		if b := r.budgetMW; b != nil {
-			if d.quiet {
-				// Without the metrics' admission hook, the deepest path
-				// of the stack: it would find nothing to record.
-				b = r.budgetQuiet
-			}
 			if err = b.Admit(msg, &d.ticket); !d.ticket.Admitted() {
 				return nil, err
 			}
@@ -309,16 +294,6 @@ func (r *Router) enter(msg *message.Message, handler *handlerName) (*delivery, e
 		d.handlerCtx = d.handlerLife
 	}
 	d.tracker = handler.trackerOf(orig, r)
-	if r.budgetQuiet != nil {
-		// Either mark counts only on the context that reaches the slot:
-		// a metrics middleware that measures wraps it in its record.
-		switch c := orig.(type) {
-		case *slotted:
-			d.quiet = c.quiet
-		case telhint.Quiet:
-			d.quiet = c.TelemetryQuiet()
-		}
-	}
 	// Without the retry gate's scope, Close must end the wait here.
 	// With it, orig already ends when Close starts, and the waiting
 	// context with it, never before: the gate sees its own context
@@ -364,9 +339,8 @@ type trackedBy struct {
 
 // trackerOf returns the delivery tracker of the handler, nil if it has
 // none: r.tracker(n.of(ctx)), looked up by name again only when r's
-// trackers have changed since the last lookup. Hashing the name on every
-// message would cost time, and stack on the deepest path of a stack that
-// fits in a new goroutine's.
+// trackers have changed since the last lookup, so that the name is not
+// hashed on every message.
 func (n *handlerName) trackerOf(ctx context.Context, r *Router) deliveryTracker {
 	if c, v := n.tracked.Load(), r.trackers.Load(); c != nil && c.version == v {
 		return c.tracker
@@ -463,9 +437,6 @@ type delivery struct {
 	// revoked is the tracker's Revoked channel for the message, read by
 	// the slot before admission; nil without a tracker.
 	revoked <-chan struct{}
-	// quiet: telemetry has nothing to record about the admission
-	// (telhint.Quiet), and the quiet budget admits the message.
-	quiet bool
 }
 
 // handlerContext is the handler's context under the retry gate: the values

@@ -21,7 +21,6 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/spillway-go/spillway/cost"
-	"github.com/spillway-go/spillway/internal/telhint"
 	"github.com/spillway-go/spillway/middleware"
 )
 
@@ -329,13 +328,10 @@ func TestLagThroughRouter(t *testing.T) {
 	}
 }
 
-// TestAdmissionHooksOnLeanStack: on a stack that fits in a new goroutine's
-// stack with telemetry on (the memory broker, no optional layer), the
-// router admits a message telemetry has nothing to record about without
-// the metrics' admission hook (Router.budgetQuiet). That must never cost a
-// measurement nor another hook's call: with a meter provider every
-// admission is measured, and without one every admission still reaches
-// the hooks of WithHooks.
+// TestAdmissionHooksOnLeanStack: on a stack with no optional layer and
+// telemetry on (the memory broker), with a meter provider every admission
+// is measured, and without one every admission still reaches the hooks of
+// WithHooks.
 func TestAdmissionHooksOnLeanStack(t *testing.T) {
 	defer goleak.VerifyNone(t, leakOptions...)
 	const n = 5
@@ -356,9 +352,6 @@ func TestAdmissionHooksOnLeanStack(t *testing.T) {
 			r, err := New(Config{Retry: RetryConfig{Disabled: true}}, nil, opts...) // a lean stack
 			if err != nil {
 				t.Fatal(err)
-			}
-			if r.budgetQuiet == nil {
-				t.Fatal("no quiet budget: the stack is expected to fit")
 			}
 			var handled atomic.Int64
 			if _, err := r.AddConsumerHandler("h", "lean", func(*message.Message) error {
@@ -399,27 +392,22 @@ func TestAdmissionHooksOnLeanStack(t *testing.T) {
 	}
 }
 
-// TestQuietMark: the tracing middleware that starts no span (no provider
-// installed) tells the router about a message telemetry has nothing to
-// record for by marking the router's own context, allocating none, when
-// the message carries no producer's span context; with one it allocates a
-// context that carries it and says the same. A message whose context
-// holds a span that records is not quiet: the metrics' admission hook
-// runs and records the admission on that span.
-func TestQuietMark(t *testing.T) {
+// TestAdmissionOnRecordingParent: with no tracer provider installed the
+// tracing middleware starts no span, but a message whose context already
+// holds a span that records (an outer middleware's) gets the admission
+// recorded on that span by the metrics' admission hook; a message without
+// one is handled just the same, with or without a producer's traceparent.
+func TestAdmissionOnRecordingParent(t *testing.T) {
 	defer goleak.VerifyNone(t, leakOptions...)
 	const traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 	for _, c := range []struct {
-		name             string
-		traceparent      bool
-		recordingParent  bool
-		wantMarked       bool // the handler gets the router's own context back
-		wantQuiet        bool
-		wantParentRecord bool
+		name            string
+		traceparent     bool
+		recordingParent bool
 	}{
-		{name: "plain", wantMarked: true, wantQuiet: true},
-		{name: "traceparent", traceparent: true, wantQuiet: true},
-		{name: "recording-parent", recordingParent: true, wantMarked: true, wantParentRecord: true},
+		{name: "plain"},
+		{name: "traceparent", traceparent: true},
+		{name: "recording-parent", recordingParent: true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			rec := tracetest.NewSpanRecorder()
@@ -441,20 +429,9 @@ func TestQuietMark(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if r.budgetQuiet == nil {
-				t.Fatal("no quiet budget: the stack is expected to fit")
-			}
-			type seen struct{ marked, quiet, found bool }
-			got := make(chan seen, 1)
+			got := make(chan trace.SpanContext, 1)
 			if _, err := r.AddConsumerHandler("h", "marks", func(msg *message.Message) error {
-				var s seen
-				switch ctx := msg.Context().(type) {
-				case *slotted:
-					s = seen{marked: true, quiet: ctx.quiet, found: true}
-				case telhint.Quiet:
-					s = seen{quiet: ctx.TelemetryQuiet(), found: true}
-				}
-				got <- s
+				got <- trace.SpanContextFromContext(msg.Context())
 				return nil
 			}); err != nil {
 				t.Fatal(err)
@@ -465,12 +442,9 @@ func TestQuietMark(t *testing.T) {
 				meta = []string{"traceparent", traceparent}
 			}
 			publishCosted(t, r, "marks", "m1", 10, meta...)
-			s := <-got
-			if !s.found {
-				t.Fatal("the handler's context is neither the router's nor a quiet one")
-			}
-			if s.marked != c.wantMarked || s.quiet != c.wantQuiet {
-				t.Errorf("router's own context %v, quiet %v; want %v, %v", s.marked, s.quiet, c.wantMarked, c.wantQuiet)
+			sc := <-got
+			if c.traceparent && sc.TraceID().String() != traceparent[3:35] {
+				t.Errorf("the handler's span context has trace %s, want the producer's", sc.TraceID())
 			}
 			if !c.recordingParent {
 				return
@@ -480,8 +454,8 @@ func TestQuietMark(t *testing.T) {
 			for _, kv := range rec.Ended()[0].Attributes() {
 				recorded = recorded || kv.Key == "spillway.admission.outcome"
 			}
-			if recorded != c.wantParentRecord {
-				t.Errorf("admission recorded on the recording parent span: %v, want %v", recorded, c.wantParentRecord)
+			if !recorded {
+				t.Error("the admission was not recorded on the recording parent span")
 			}
 		})
 	}

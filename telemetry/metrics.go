@@ -13,7 +13,6 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	noopmetric "go.opentelemetry.io/otel/metric/noop"
 
-	"github.com/spillway-go/spillway/internal/stackroom"
 	"github.com/spillway-go/spillway/middleware"
 	"github.com/spillway-go/spillway/retrygate"
 )
@@ -381,8 +380,6 @@ func (m *Metrics) Middleware(h message.HandlerFunc) message.HandlerFunc {
 	}
 	return func(msg *message.Message) ([]*message.Message, error) {
 		if m.idle() {
-			// A small frame on the goroutine's stack while the chain
-			// runs: measure's is not there.
 			return h(msg)
 		}
 		return m.measure(h, msg)
@@ -395,9 +392,6 @@ func (m *Metrics) Middleware(h message.HandlerFunc) message.HandlerFunc {
 func (m *Metrics) measure(h message.HandlerFunc, msg *message.Message) (out []*message.Message, err error) {
 	rec := recordFrom(msg.Context())
 	if rec == nil {
-		// Outermost (no tracing): grow the goroutine's stack while
-		// it is shallow.
-		stackroom.Reserve()
 		rec = ensureRecord(msg, m.cfg.topicOf(msg))
 	}
 	topic := rec.topic

@@ -26,10 +26,6 @@ const attemptKey = "spillway_attempt"
 type Option func(*config)
 
 type config struct {
-	// stackFits: the stack below the tracing middleware fits in a new
-	// goroutine's stack when no span is started (internal/telhint); only
-	// the Spillway router sets it.
-	stackFits bool
 	// outermost: no record can be in a message's context as the tracing
 	// middleware receives it (internal/telhint); only the Spillway router
 	// sets it.
@@ -155,6 +151,5 @@ func (c *config) topicOf(msg *message.Message) string {
 }
 
 func init() {
-	telhint.StackFits = func() any { return Option(func(c *config) { c.stackFits = true }) }
 	telhint.Outermost = func() any { return Option(func(c *config) { c.outermost = true }) }
 }

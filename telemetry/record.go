@@ -11,7 +11,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/spillway-go/spillway/cost"
-	"github.com/spillway-go/spillway/internal/telhint"
 	"github.com/spillway-go/spillway/middleware"
 )
 
@@ -141,17 +140,13 @@ func (c *recordContext) Value(key any) any {
 }
 
 // quietContext is the message's context below a tracing middleware that
-// started no span (tracing.quiet), unless the middleware marked the
-// router's context instead (telhint.QuietMarker): it answers the lookups
+// started no span (tracing.quiet): it answers the lookups
 // of the message's record and of its span itself, with what its parent
 // holds (the producer's span context instead, when the message carries
 // one), so that a layer deep on the stack (the admission hook, on every
 // message) finds either without walking the whole chain, a dozen values
 // on Kafka.
 // A context's values never change, so the answers stay true.
-//
-// It also tells the router (telhint.Quiet) whether telemetry has anything
-// to record about the message's admission.
 type quietContext struct {
 	context.Context
 	rec       *record // the parent's record, or nil
@@ -160,8 +155,6 @@ type quietContext struct {
 	recording bool    // span is a span that records
 	remote    remoteSpan
 }
-
-var _ telhint.Quiet = (*quietContext)(nil)
 
 // resolve looks c's record (unless none can be there) and span up in its
 // parent, once.

@@ -16,14 +16,10 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
-
-	"github.com/spillway-go/spillway/internal/stackroom"
-	"github.com/spillway-go/spillway/internal/telhint"
 )
 
 // tracing is the consumer side of Spillway's tracing: the middleware
-// [NewTracing] returns. It is immutable but for room, which is safe for
-// concurrent use.
+// [NewTracing] returns. It is immutable.
 type tracing struct {
 	cfg    config
 	tracer trace.Tracer
@@ -46,14 +42,6 @@ type tracing struct {
 	// one: until the application installs a propagator it extracts
 	// nothing (see carriesContext).
 	globalProp bool
-
-	// room learns whether the chain below outgrows a new message
-	// goroutine's stack on the quiet path (no span), when no router
-	// has said the stack fits (stackFits): only then is it grown at
-	// the top. A hand-composed stack with no-op providers fits, and
-	// growing it anyway cost 1.5 µs a message; one with a metrics
-	// middleware that measures, or a deep handler, does not.
-	room stackroom.Gauge
 }
 
 // noSpan is a span that does nothing.
@@ -169,85 +157,33 @@ func (t *tracing) carriesContext(msg *message.Message) bool {
 }
 
 // middleware wraps h in a consumer span.
-//
-// Its frames stay on the goroutine's stack while the chain runs, so they
-// are kept small: the work before and after the chain is done in helpers
-// whose frames are gone by then. Watermill starts each message's goroutine
-// with a small stack, and a chain that outgrows it has the whole stack
-// copied (about 1–2 µs per message). Being outermost, the middleware
-// grows the stack first, while it is shallow: in traced to 8 KiB when the
-// tracer records; when no span is started, to 4 KiB, and only while its
-// gauge (tracing.room) sees the chain below outgrow the stack a goroutine
-// starts with. (The Spillway router leaves the growth to this middleware
-// when there is one: growing it there too would copy the stack twice per
-// message. A router whose stack fits in the stack a goroutine starts with
-// tells it so, through internal/telhint, and it then grows nothing and
-// watches nothing when no span is started.)
 func (t *tracing) middleware(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
-		switch t.enter(msg) {
-		case enteredQuiet:
-			return h(msg)
-		case enteredGauged:
-			return t.quietGauged(h, msg)
+		if t.enter(msg) {
+			return t.traced(h, msg)
 		}
-		return t.traced(h, msg)
+		return h(msg)
 	}
 }
 
-// entry is what enter decided for a message.
-type entry uint8
-
-const (
-	enterTraced   entry = iota // start a span: traced
-	enteredQuiet               // no span; quiet has run; the stack fits
-	enteredGauged              // no span; quiet has run; see quietGauged
-)
-
-// enter decides whether msg gets a span (see startless) and, when it does
+// enter reports whether msg gets a span (see startless) and, when it does
 // not, does the quiet path's work (quiet). With the no-op tracer the
 // parent's span is looked up once, for both: on Kafka the message's
 // context is a dozen values deep, and each lookup walks all of it.
-//
-//go:noinline
-func (t *tracing) enter(msg *message.Message) entry {
+func (t *tracing) enter(msg *message.Message) bool {
 	var parent any // the value of OpenTelemetry's span key in the context
 	known := false
 	if key := spanKey(); t.noop && key != nil {
 		// startless's no-op case, keeping what the lookup found.
 		parent, known = msg.Context().Value(key), true
 		if s, ok := parent.(trace.Span); ok && s.IsRecording() {
-			return enterTraced
+			return true
 		}
 	} else if !t.startless(msg.Context()) {
-		return enterTraced
+		return true
 	}
 	t.quiet(msg, parent, known)
-	if t.cfg.stackFits {
-		return enteredQuiet
-	}
-	return enteredGauged
-}
-
-// quietGauged is the quiet path below no router that has said the stack
-// fits (see tracing.room): the stack is grown first if the gauge says the
-// chain outgrows it, and for a message the gauge watches the chain runs
-// without growing first and the gauge learns whether it moved. Kept apart
-// so that the middleware's frame, on every message's stack below a
-// router, does not grow.
-//
-//go:noinline
-func (t *tracing) quietGauged(h message.HandlerFunc, msg *message.Message) ([]*message.Message, error) {
-	if !t.room.Watch() {
-		if t.room.Grow() {
-			stackroom.Reserve()
-		}
-		return h(msg)
-	}
-	at := stackroom.Here()
-	out, err := h(msg)
-	t.room.Observe(stackroom.Here() != at)
-	return out, err
+	return false
 }
 
 // quiet is the middleware's work when no span is to be started (see
@@ -261,14 +197,6 @@ func (t *tracing) quietGauged(h message.HandlerFunc, msg *message.Message) ([]*m
 // message) itself: without it each would walk the whole context chain,
 // a dozen values deep on Kafka, to find nothing, and deep on the stack.
 //
-// Below a router whose stack fits (Outermost and StackFits), a message
-// that carries no producer's span context keeps its context, the
-// router's, which takes the finding as a mark (telhint.QuietMarker):
-// nothing is allocated, and the router, which then leaves out the
-// admission hook, is the one layer below that would have looked. A router
-// whose stack does not fit runs the hook on every message, and the quiet
-// context answers its lookups.
-//
 // When known, parent is the value of OpenTelemetry's span key in the
 // message's context, which enter has looked up already.
 //
@@ -276,15 +204,6 @@ func (t *tracing) quietGauged(h message.HandlerFunc, msg *message.Message) ([]*m
 func (t *tracing) quiet(msg *message.Message, parent any, known bool) {
 	ctx := msg.Context()
 	carries := !t.cfg.linkProducer && t.carriesContext(msg)
-	if m, ok := ctx.(telhint.QuietMarker); ok && t.cfg.outermost && t.cfg.stackFits && !carries {
-		if !known {
-			parent = trace.SpanFromContext(ctx)
-		}
-		if s, ok := parent.(trace.Span); !ok || !s.IsRecording() {
-			m.MarkTelemetryQuiet()
-		}
-		return
-	}
 	c := &quietContext{Context: ctx}
 	if carries {
 		t.extract(msg, c)
@@ -325,14 +244,6 @@ func readTraceContext(msg *message.Message, c *quietContext) {
 //
 //go:noinline
 func (t *tracing) traced(h message.HandlerFunc, msg *message.Message) (out []*message.Message, err error) {
-	// Outermost: grow the goroutine's stack while it is shallow; a copy
-	// made here moves the fewest frames. A tracer that may record (the
-	// SDK's) needs 8 KiB: its sampler runs deep below.
-	if t.noop {
-		stackroom.Reserve()
-	} else {
-		stackroom.ReserveDeep()
-	}
 	var cs consumerSpan
 	t.begin(msg, &cs)
 	returned := false
