@@ -26,7 +26,6 @@ import (
 
 	"github.com/spillway-go/spillway"
 	"github.com/spillway-go/spillway/cost"
-	"github.com/spillway-go/spillway/internal/telhint"
 	"github.com/spillway-go/spillway/kafkabroker"
 	"github.com/spillway-go/spillway/middleware"
 	"github.com/spillway-go/spillway/producer"
@@ -62,10 +61,6 @@ type options struct {
 type control struct {
 	noBudget     bool // no admission layer at all
 	noRevocation bool // admission is not revocation-aware; late acks are dropped
-
-	// outer wraps the whole stack, outside the settling layer: a test's
-	// instrument.
-	outer message.HandlerMiddleware
 }
 
 // WithWatermillRouter builds the router on wm, a Watermill router of your
@@ -304,8 +299,7 @@ func newRouter(cfg Config, logger watermill.LoggerAdapter, o options, ctl contro
 			topts = append(topts, telemetry.WithAttributes(brokerAttrs))
 		}
 		// The consumer spans carry the handler's consumer group too.
-		tracingOpts = append(slices.Clip(topts), telemetry.WithAttributes(r.consumerAttributes(brokerAttrs)),
-			telhint.Outermost().(telemetry.Option))
+		tracingOpts = append(slices.Clip(topts), telemetry.WithAttributes(r.consumerAttributes(brokerAttrs)))
 		if r.metrics, err = telemetry.NewMetrics(topts...); err != nil {
 			return fail(fmt.Errorf("router: telemetry: %w", err))
 		}
@@ -434,11 +428,7 @@ func newRouter(cfg Config, logger watermill.LoggerAdapter, o options, ctl contro
 	if tracingOpts != nil {
 		r.tracing = telemetry.NewTracing(tracingOpts...)
 	}
-	mws := r.stack().middlewares()
-	if ctl.outer != nil {
-		mws = append([]message.HandlerMiddleware{ctl.outer}, mws...)
-	}
-	r.wm.AddMiddleware(mws...)
+	r.wm.AddMiddleware(r.stack().middlewares()...)
 	return r, nil
 }
 

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	noopmetric "go.opentelemetry.io/otel/metric/noop"
@@ -91,17 +90,17 @@ var (
 //
 // A Metrics is safe for concurrent use. Recording never fails and never
 // blocks a message; label sets are built once per combination and reused.
-// With OpenTelemetry's no-op meter provider, or its global one while the
-// application has installed none, nothing is measured per message (the
-// no-op meter's [Metrics.Middleware] is the handler itself).
+// With OpenTelemetry's no-op meter provider nothing is measured per
+// message (the no-op meter's [Metrics.Middleware] is the handler itself);
+// with its global one, measurements go nowhere until the application
+// installs a provider.
 type Metrics struct {
 	cfg   config
 	meter metric.Meter
 
-	// noop: the meter is OpenTelemetry's no-op meter; placeholder: it
-	// came from OpenTelemetry's global provider before any provider was
-	// installed. See idle.
-	noop, placeholder bool
+	// noop: the meter is OpenTelemetry's no-op meter, and nothing is
+	// measured.
+	noop bool
 
 	duration       metric.Float64Histogram
 	vertices       metric.Int64Histogram
@@ -146,7 +145,6 @@ func NewMetrics(opts ...Option) (*Metrics, error) {
 	m := &Metrics{cfg: cfg, meter: meter(cfg.meterProvider)}
 	mt := m.meter
 	_, m.noop = mt.(noopmetric.Meter)
-	m.placeholder = globalDelegate(mt, "meter")
 	var errs []error
 	check := func(err error) {
 		if err != nil {
@@ -265,16 +263,6 @@ func NewMetrics(opts ...Option) (*Metrics, error) {
 	return m, nil
 }
 
-// idle reports whether measurements would go nowhere, so that the
-// per-message instruments need not be fed (nor their label sets looked
-// up): the meter is OpenTelemetry's no-op meter, or the global
-// placeholder while the application has still not installed a provider
-// (the global provider is the one the meter came from; instruments made
-// before then forward to the provider installed later, from then on).
-func (m *Metrics) idle() bool {
-	return m.noop || m.placeholder && otel.GetMeterProvider() == m.cfg.meterProvider
-}
-
 // attrKey identifies a cached attribute set.
 type attrKey struct {
 	shape uint8 // which of the fields below are labels
@@ -379,9 +367,6 @@ func (m *Metrics) Middleware(h message.HandlerFunc) message.HandlerFunc {
 		return h
 	}
 	return func(msg *message.Message) ([]*message.Message, error) {
-		if m.idle() {
-			return h(msg)
-		}
 		return m.measure(h, msg)
 	}
 }
@@ -439,7 +424,7 @@ func (m *Metrics) OnAdmission(msg *message.Message, a middleware.Admission) {
 		return
 	}
 	recordAdmission(msg, &a)
-	if !m.idle() {
+	if !m.noop {
 		m.admission(msg, &a)
 	}
 }
@@ -504,7 +489,7 @@ func (m *Metrics) OnRetryOutcome(e retrygate.Event) {
 // error, ...) are ignored. Safe for concurrent use.
 func (m *Metrics) count(ctx context.Context, outcome Outcome, topic, reason string, n int64) {
 	c, ok := m.outcomes[outcome]
-	if !ok || n == 0 || m.idle() {
+	if !ok || n == 0 || m.noop {
 		return
 	}
 	if ctx == nil {

@@ -114,91 +114,17 @@ type recordKey struct{}
 // record's allocation: one object per message instead of two. Done, Err and
 // Deadline are the parent's, so the context package still recognises a
 // cancellable parent and derived contexts start no extra goroutine.
-//
-// The tracing middleware may also store the producer's span context in it
-// (hasRemote): the context then answers OpenTelemetry's span lookups
-// (spanKey) with it, as the context propagation.TraceContext's Extract
-// returns would, without the two allocations that makes.
 type recordContext struct {
 	context.Context
-	rec       record
-	remote    remoteSpan
-	hasRemote bool
+	rec record
 }
 
-// Value returns the record for recordKey, the producer's span for
-// OpenTelemetry's span key when the context carries one, and asks the
-// parent otherwise.
+// Value returns the record for recordKey and asks the parent otherwise.
 func (c *recordContext) Value(key any) any {
 	if _, ok := key.(recordKey); ok {
 		return &c.rec
 	}
-	if c.hasRemote && key == spanKey() {
-		return &c.remote
-	}
 	return c.Context.Value(key)
-}
-
-// quietContext is the message's context below a tracing middleware that
-// started no span (tracing.quiet): it answers the lookups
-// of the message's record and of its span itself, with what its parent
-// holds (the producer's span context instead, when the message carries
-// one), so that a layer deep on the stack (the admission hook, on every
-// message) finds either without walking the whole chain, a dozen values
-// on Kafka.
-// A context's values never change, so the answers stay true.
-type quietContext struct {
-	context.Context
-	rec       *record // the parent's record, or nil
-	span      any     // the value for OpenTelemetry's span key, or nil
-	spanSet   bool    // span is known; false: ask the parent (spanKey unknown)
-	recording bool    // span is a span that records
-	remote    remoteSpan
-}
-
-// resolve looks c's record (unless none can be there) and span up in its
-// parent, once.
-//
-//go:noinline
-func (c *quietContext) resolve(noRecord bool) {
-	if !noRecord {
-		c.rec = recordFrom(c.Context)
-	}
-	if !c.spanSet {
-		key := spanKey()
-		if key == nil {
-			return
-		}
-		c.span, c.spanSet = c.Context.Value(key), true
-	}
-	if s, ok := c.span.(trace.Span); ok {
-		c.recording = s.IsRecording()
-	}
-}
-
-// Value answers the record and span lookups and asks the parent for
-// anything else.
-func (c *quietContext) Value(key any) any {
-	if _, ok := key.(recordKey); ok {
-		if c.rec == nil {
-			return nil
-		}
-		return c.rec
-	}
-	if c.spanSet && key == spanKey() {
-		return c.span
-	}
-	return c.Context.Value(key)
-}
-
-// TelemetryQuiet reports whether Metrics.OnAdmission would record nothing
-// about the message: it has no record and its span is known not to record.
-// The router asks the context that reaches its budget slot, so the answer
-// covers the meter too: a metrics middleware that measures wraps the
-// message's context in the record it makes, and one whose meter is idle
-// (or the no-op meter, whose middleware is no middleware) leaves it be.
-func (c *quietContext) TelemetryQuiet() bool {
-	return c.rec == nil && c.spanSet && !c.recording
 }
 
 // recordFrom returns the record in ctx, or nil.
@@ -349,12 +275,6 @@ func RecordAdmission(msg *message.Message, a middleware.Admission) {
 //go:noinline
 func recordAdmission(msg *message.Message, a *middleware.Admission) {
 	ctx := msg.Context()
-	if q, ok := ctx.(*quietContext); ok && q.TelemetryQuiet() {
-		// The tracing middleware's quiet context, right above, knows
-		// there is no record and no span that records: the lookups
-		// below, deep on the stack under the budget, would find nothing.
-		return
-	}
 	if r := recordFrom(ctx); r != nil {
 		r.setAdmission(a)
 	}
