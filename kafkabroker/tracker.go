@@ -496,9 +496,7 @@ func (t *SessionTracker) unregisterKeyed(tp topicPartition, p *keyPartition) {
 // lookup finds the claim msg was delivered from and msg's offset, provided
 // it is the message that claim is delivering now. The common case, a
 // message the tracker's unmarshaler recorded, is found here; the rest in
-// lookupByContext, whose frame is not on the stack then: the router calls
-// lookup deep on the message goroutine's stack (Revoked, under budget
-// admission), which must fit in the stack that goroutine starts with.
+// lookupByContext.
 func (t *SessionTracker) lookup(msg *message.Message) (*claimState, int64, bool) {
 	d, ok := t.deliveringOf(msg).delivering(msg)
 	if !ok {
@@ -509,8 +507,6 @@ func (t *SessionTracker) lookup(msg *message.Message) (*claimState, int64, bool)
 
 // lookupByContext is lookup for a message the unmarshaler did not record:
 // its partition and offset are read from its context.
-//
-//go:noinline
 func (t *SessionTracker) lookupByContext(msg *message.Message) (*claimState, int64, bool) {
 	ctx := msg.Context()
 	partition, ok := kafka.MessagePartitionFromCtx(ctx)

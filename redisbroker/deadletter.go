@@ -85,8 +85,6 @@ func (d *DeadLetter) Count() uint64 { return d.count.Load() }
 // malformed message has no vertex_count and would be charged the whole
 // budget, and an exhausted one must not reach the handler at all.
 func (d *DeadLetter) Middleware(h message.HandlerFunc) message.HandlerFunc {
-	// The closure's frame stays small: it is on the stack under the
-	// handler of every message, and moving an entry is rare (see move).
 	return func(msg *message.Message) ([]*message.Message, error) {
 		if flagged(msg) {
 			return nil, d.moveFlagged(msg)
@@ -95,11 +93,7 @@ func (d *DeadLetter) Middleware(h message.HandlerFunc) message.HandlerFunc {
 	}
 }
 
-// flagged reports whether msg must be moved to the dead-letter topic. Not
-// inlined: its metadata lookups would make the frame of every message's
-// middleware closure larger.
-//
-//go:noinline
+// flagged reports whether msg must be moved to the dead-letter topic.
 func flagged(msg *message.Message) bool { return IsMalformed(msg) || exhausted(msg) != "" }
 
 // moveFlagged moves msg, which flagged reports, with the reason it has.

@@ -22,10 +22,7 @@ const malformedCause = "malformed"
 
 // malformed returns what the handler returned for msg, out and err, or
 // nothing once msg has been dead-lettered by moveMalformed because err
-// says its payload cannot be decoded. Its own function, so that the budget
-// slot's frame stays small.
-//
-//go:noinline
+// says its payload cannot be decoded.
 func (r *Router) malformed(d *delivery, msg *message.Message, out []*message.Message, err error) ([]*message.Message, error) {
 	if !cost.IsUndecodable(err) || d.Err() != nil {
 		return out, err

@@ -486,8 +486,7 @@ func (r *Router) setTracker(handler string, tr deliveryTracker) {
 // peer), from its delivery tracker; nil when it has none.
 func (r *Router) revoked(msg *message.Message) <-chan struct{} {
 	if d, ok := msg.Context().(*delivery); ok {
-		// Under admission, on the deepest path of the stack: the slot
-		// asked the tracker already.
+		// Under admission: the slot asked the tracker already.
 		return d.revoked
 	}
 	if t := r.deliveryTrackerOf(msg); t != nil {
@@ -498,8 +497,6 @@ func (r *Router) revoked(msg *message.Message) <-chan struct{} {
 
 // deliveryTrackerOf returns the delivery tracker of msg's delivery, found
 // below its context, or of its handler.
-//
-//go:noinline
 func (r *Router) deliveryTrackerOf(msg *message.Message) deliveryTracker {
 	if d := deliveryFrom(msg.Context()); d != nil {
 		return d.tracker
@@ -872,9 +869,7 @@ type Stats struct {
 // countAdmission returns the budget's admission hook: it counts the
 // revoked and cancelled admissions, and the charges not read from a
 // vertex_count header, for [Router.Stats] (logging the first default
-// charge of each topic), then calls hooks in turn. The hooks are called
-// through their interface, not as method values, whose wrappers would add
-// a frame on the message goroutine's stack below the budget's.
+// charge of each topic), then calls hooks in turn.
 func (r *Router) countAdmission(hooks []AdmissionHook) func(*message.Message, middleware.Admission) {
 	return func(msg *message.Message, a middleware.Admission) {
 		switch a.Outcome {

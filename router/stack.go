@@ -349,8 +349,6 @@ func (n *handlerName) trackerOf(ctx context.Context, r *Router) deliveryTracker 
 }
 
 // lookUp is trackerOf's slow path.
-//
-//go:noinline
 func (n *handlerName) lookUp(ctx context.Context, r *Router) deliveryTracker {
 	v := r.trackers.Load()
 	name := n.of(ctx)
@@ -376,8 +374,6 @@ func retryLife(ctx context.Context) context.Context {
 
 // hold keeps a message that arrived after Close started until its delivery
 // context (life) ends, and returns that context's error.
-//
-//go:noinline
 func (r *Router) hold(life context.Context) error {
 	r.settling.held.Add(1)
 	defer r.settling.held.Add(-1)

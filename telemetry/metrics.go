@@ -303,8 +303,7 @@ func (c *attrCache) get(k attrKey) *measureOpts {
 	return c.insert(k)
 }
 
-// insert is the slow path of get, kept apart so that the hot path's stack
-// frame stays small (handlers run on fresh goroutines with small stacks).
+// insert is the slow path of get.
 func (c *attrCache) insert(k attrKey) *measureOpts {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -372,8 +371,6 @@ func (m *Metrics) Middleware(h message.HandlerFunc) message.HandlerFunc {
 }
 
 // measure runs h and measures msg; see [Metrics.Middleware].
-//
-//go:noinline
 func (m *Metrics) measure(h message.HandlerFunc, msg *message.Message) (out []*message.Message, err error) {
 	rec := recordFrom(msg.Context())
 	if rec == nil {
@@ -429,11 +426,7 @@ func (m *Metrics) OnAdmission(msg *message.Message, a middleware.Admission) {
 	}
 }
 
-// admission measures a; see [Metrics.OnAdmission]. Kept apart so that
-// OnAdmission's frame, below the budget's on every message's stack, stays
-// small.
-//
-//go:noinline
+// admission measures a; see [Metrics.OnAdmission].
 func (m *Metrics) admission(msg *message.Message, a *middleware.Admission) {
 	ctx := msg.Context()
 	topic := m.topicOf(msg)

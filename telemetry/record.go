@@ -267,12 +267,7 @@ func RecordAdmission(msg *message.Message, a middleware.Admission) {
 	}
 }
 
-// recordAdmission is RecordAdmission. It runs below the budget's frames,
-// where a message's goroutine is close to outgrowing its initial stack, so
-// its frame is kept small: the admission by pointer, the span's side in
-// annotateUnowned.
-//
-//go:noinline
+// recordAdmission is RecordAdmission, with the admission by pointer.
 func recordAdmission(msg *message.Message, a *middleware.Admission) {
 	ctx := msg.Context()
 	if r := recordFrom(ctx); r != nil {
@@ -285,8 +280,6 @@ func recordAdmission(msg *message.Message, a *middleware.Admission) {
 
 // setAdmission stores a in r, and its outcome when it decides the
 // message's.
-//
-//go:noinline
 func (r *record) setAdmission(a *middleware.Admission) {
 	o, reason := admissionOutcome(a.Outcome)
 	r.mu.Lock()
@@ -300,8 +293,6 @@ func (r *record) setAdmission(a *middleware.Admission) {
 // annotateUnowned sets a's attributes on span, unless span is the tracing
 // middleware's own consumer span, which gets them as it ends, in the same
 // call as the others.
-//
-//go:noinline
 func annotateUnowned(ctx context.Context, span trace.Span, a *middleware.Admission) {
 	if recordFrom(ctx).ownsSpan(span) {
 		return
@@ -310,8 +301,8 @@ func annotateUnowned(ctx context.Context, span trace.Span, a *middleware.Admissi
 	annotateAdmission(span, *a, o)
 }
 
-// annotateAdmission is kept out of RecordAdmission so that the common,
-// non-recording path has a small stack frame.
+// annotateAdmission sets a's attributes, and the outcome o when set, on
+// span.
 func annotateAdmission(span trace.Span, a middleware.Admission, o Outcome) {
 	attrs := appendAdmission(make([]attribute.KeyValue, 0, 7), a)
 	if o != "" {

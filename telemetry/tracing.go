@@ -124,8 +124,6 @@ func (t *tracing) carryProducer(msg *message.Message) {
 }
 
 // traced runs h with msg in a consumer span.
-//
-//go:noinline
 func (t *tracing) traced(h message.HandlerFunc, msg *message.Message) (out []*message.Message, err error) {
 	var cs consumerSpan
 	t.begin(msg, &cs)
@@ -165,8 +163,6 @@ type consumerSpan struct {
 
 // begin starts msg's consumer span and puts it, with the record, into the
 // message's context.
-//
-//go:noinline
 func (t *tracing) begin(msg *message.Message, cs *consumerSpan) {
 	topic := t.cfg.topicOf(msg)
 	st := t.starts.get(topic, t.newStart)
@@ -201,8 +197,6 @@ func (t *tracing) begin(msg *message.Message, cs *consumerSpan) {
 }
 
 // finish ends the span once the chain has returned err.
-//
-//go:noinline
 func (cs *consumerSpan) finish(err error) {
 	if cs.buf == nil {
 		cs.span.End()
