@@ -486,7 +486,7 @@ func (r *Router) setTracker(handler string, tr deliveryTracker) {
 // peer), from its delivery tracker; nil when it has none.
 func (r *Router) revoked(msg *message.Message) <-chan struct{} {
 	if d, ok := msg.Context().(*delivery); ok {
-		// Under admission: the slot asked the tracker already.
+		// Under admission: the gate asked the tracker already.
 		return d.revoked
 	}
 	if t := r.deliveryTrackerOf(msg); t != nil {
