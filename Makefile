@@ -33,13 +33,9 @@ deps:
 HEAVY      := ^(TestScenario|TestHeavyBurstRebalance|TestHeavyBurstRebalanceKey|TestTinyCurve)$$
 HEAVY_PKGS := ./router/ ./cmd/internal/demo/ ./cmd/internal/scaling/
 
-# The last line checks, without the race detector (whose frames are
-# larger), that a lean router's stack fits in the stack Watermill's message
-# goroutine starts with: the stack must not move (router/stackfit_test.go).
 test: deps
 	$(GO) test -race -timeout $(TIMEOUT) -skip '$(HEAVY)' $(PKGS)
 	$(GO) test -race -timeout $(TIMEOUT) -p 1 -run '$(HEAVY)' $(HEAVY_PKGS)
-	$(GO) test -count=1 -run '^TestLeanStackFitsStartingStack$$' ./router/
 
 test-short:
 	$(GO) test -short -timeout $(TIMEOUT) $(PKGS)

@@ -165,10 +165,7 @@ func (e *estimator) Estimate(msg *message.Message) Charge {
 // unstamped returns the count and source of msg, whose count (of source
 // src) cannot be trusted: computed from its payload if the estimator
 // computes missing counts and the payload parses, the default cost
-// otherwise. Apart from Estimate, whose frame is on the deepest path of
-// every message's stack.
-//
-//go:noinline
+// otherwise.
 func (e *estimator) unstamped(msg *message.Message, src Source) (int64, Source) {
 	if e.computeMissing {
 		// Same rule as the stamping publisher, so a computed charge equals

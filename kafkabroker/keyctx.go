@@ -43,12 +43,7 @@ func recordKey(read func(context.Context)) any {
 // recordKeySet is watermill-kafka's message context keys.
 type recordKeySet struct{ partition, offset, timestamp, key any }
 
-// theRecordKeys is learned once, at package initialisation: a plain
-// variable rather than a sync.OnceValue, because recordContext.Value runs
-// at the bottom of every context lookup a handler makes, often on a small
-// stack, where the extra frames of the OnceValue call were what made the
-// goroutine's stack grow (a copy of every frame above it, measured as most
-// of key mode's extra CPU per message).
+// theRecordKeys is learned once, at package initialisation.
 var theRecordKeys = learnRecordKeys()
 
 // recordKeys returns watermill-kafka's message context keys.

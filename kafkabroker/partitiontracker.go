@@ -285,9 +285,7 @@ func (v *claimsView) claim(key topicPartition) *claimState {
 // lookup finds the claim msg was delivered from and msg's offset, provided
 // it is the message that claim is delivering now. The common case, a
 // message the tracker's unmarshaler recorded, is found here; the rest in
-// lookupByContext, whose frame is not on the stack then: the router calls
-// lookup deep on the message goroutine's stack (Revoked, under budget
-// admission), which must fit in the stack that goroutine starts with.
+// lookupByContext.
 func (t *partitionTracker) lookup(msg *message.Message) (*claimState, int64, bool) {
 	d, ok := t.deliveringOf(msg).delivering(msg)
 	if !ok {
@@ -298,8 +296,6 @@ func (t *partitionTracker) lookup(msg *message.Message) (*claimState, int64, boo
 
 // lookupByContext is lookup for a message the unmarshaler did not record:
 // its partition and offset are read from its context.
-//
-//go:noinline
 func (t *partitionTracker) lookupByContext(msg *message.Message) (*claimState, int64, bool) {
 	ctx := msg.Context()
 	partition, ok := kafka.MessagePartitionFromCtx(ctx)

@@ -157,9 +157,6 @@ func NewBudget(cfg BudgetConfig) (*Budget, error) {
 // while it waits, the handler is not run and ctx.Err() is returned, so the
 // router nacks the message and it is redelivered rather than lost.
 func (m *Budget) Middleware(h message.HandlerFunc) message.HandlerFunc {
-	// The closure is kept small: what it holds stays on the message
-	// goroutine's stack while the handler runs, and Watermill starts each
-	// message's goroutine with a small stack (internal/stackroom).
 	return func(msg *message.Message) ([]*message.Message, error) {
 		var t Ticket
 		defer m.Release(&t)
@@ -196,11 +193,6 @@ func (t *Ticket) Admitted() bool { return t.p.b != nil }
 // Defer that call before calling Admit (releasing a ticket that holds
 // nothing does nothing): an OnAdmission hook that panics leaves the charge
 // in t.
-//
-// Each step runs from Admit's own small frame, one after the other, so that
-// the deepest (the estimator's metadata lookup, a session tracker's lookup
-// in Revoked, the OnAdmission hooks) stays shallow on the message
-// goroutine's stack.
 func (m *Budget) Admit(msg *message.Message, t *Ticket) error {
 	*t = Ticket{}
 	if n := m.cfg.MaxPayloadBytes; n > 0 && len(msg.Payload) > n {
@@ -247,8 +239,6 @@ func (m *Budget) Release(t *Ticket) {
 
 // admit waits for t's charge: t.p holds the permit afterwards, unless msg
 // is not to be run (the error says why, or is nil after a step aside).
-//
-//go:noinline
 func (m *Budget) admit(msg *message.Message, t *Ticket, abort <-chan struct{}) error {
 	var lane int
 	var ok bool
@@ -285,11 +275,7 @@ func (m *Budget) wait(msg *message.Message, t *Ticket, lane int, abort <-chan st
 }
 
 // revocation returns msg's revocation channel (Revoked) and whether it is
-// closed already, in which case msg steps aside at once. Called from
-// Admit, not from admit, whose larger frame would stay under the channel
-// receive's on the message goroutine's stack.
-//
-//go:noinline
+// closed already, in which case msg steps aside at once.
 func (m *Budget) revocation(msg *message.Message, t *Ticket) (<-chan struct{}, bool) {
 	abort := m.cfg.Revoked(msg)
 	if abort == nil {
@@ -304,10 +290,7 @@ func (m *Budget) revocation(msg *message.Message, t *Ticket) (<-chan struct{}, b
 	}
 }
 
-// announce reports t's admission (OnAdmission). Its frame holds the
-// Admission the hook is given, only while the hook runs.
-//
-//go:noinline
+// announce reports t's admission (OnAdmission).
 func (m *Budget) announce(msg *message.Message, t *Ticket) {
 	p := &t.p
 	m.cfg.OnAdmission(msg, Admission{Charge: t.c, Granted: p.vertices(), Clamped: p.clamped(), Wait: p.wait, Outcome: Admitted})
@@ -315,8 +298,6 @@ func (m *Budget) announce(msg *message.Message, t *Ticket) {
 
 // publish makes t's granted charge known to the layers inside (the
 // auto-sizer reads it instead of pricing the message again).
-//
-//go:noinline
 func (m *Budget) publish(msg *message.Message, t *Ticket) {
 	p := &t.p
 	t.rec = granted.Set(msg, granted.Charge{Requested: t.c.Vertices, Vertices: p.vertices(), Clamped: p.clamped(), Source: t.c.Source})
@@ -376,11 +357,7 @@ func (m *Budget) oversize(msg *message.Message, c cost.Charge, why string) error
 	return fmt.Errorf("%w: message %s: %s", ErrOversize, msg.UUID, why)
 }
 
-// stepAside records that msg stepped aside (Revoked). Not inlined: its
-// Admission would enlarge the frames of its callers, which are on the
-// message goroutine's stack on every message.
-//
-//go:noinline
+// stepAside records that msg stepped aside (Revoked).
 func (m *Budget) stepAside(msg *message.Message, c cost.Charge, wait time.Duration) {
 	m.observe(msg, Admission{Charge: c, Wait: wait, Outcome: Revoked})
 }

@@ -404,10 +404,7 @@ func (b *VertexBudget) tryAcquire(vertices int64) (Permit, bool) {
 }
 
 // waitLocked is acquire's slow path, entered with the lock held: the
-// charge queues in its lane. It is a function of its own so that the fast
-// path does not pay for its frame.
-//
-//go:noinline
+// charge queues in its lane.
 func (b *VertexBudget) waitLocked(ctx context.Context, li int, vertices, messages int64, abort <-chan struct{}) (Permit, error) {
 	l := &b.lanes[li]
 	if err := ctx.Err(); err != nil {

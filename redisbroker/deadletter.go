@@ -8,7 +8,6 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/spillway-go/spillway"
-	"github.com/spillway-go/spillway/internal/dlhint"
 )
 
 // Metadata set on a dead-lettered message. It keeps the rest of the
@@ -68,11 +67,6 @@ func (c DeadLetterConfig) Validate() error {
 type DeadLetter struct {
 	cfg   DeadLetterConfig
 	count atomic.Uint64
-	moved func(msg *message.Message, malformed bool) // internal/dlhint
-}
-
-func init() {
-	dlhint.OnMoved = func(d any, moved func(*message.Message, bool)) { d.(*DeadLetter).moved = moved }
 }
 
 // NewDeadLetter returns the middleware for cfg.
@@ -91,8 +85,6 @@ func (d *DeadLetter) Count() uint64 { return d.count.Load() }
 // malformed message has no vertex_count and would be charged the whole
 // budget, and an exhausted one must not reach the handler at all.
 func (d *DeadLetter) Middleware(h message.HandlerFunc) message.HandlerFunc {
-	// The closure's frame stays small: it is on the stack under the
-	// handler of every message, and moving an entry is rare (see move).
 	return func(msg *message.Message) ([]*message.Message, error) {
 		if flagged(msg) {
 			return nil, d.moveFlagged(msg)
@@ -101,23 +93,19 @@ func (d *DeadLetter) Middleware(h message.HandlerFunc) message.HandlerFunc {
 	}
 }
 
-// flagged reports whether msg must be moved to the dead-letter topic. Not
-// inlined: its metadata lookups would make the frame of every message's
-// middleware closure larger.
-//
-//go:noinline
+// flagged reports whether msg must be moved to the dead-letter topic.
 func flagged(msg *message.Message) bool { return IsMalformed(msg) || exhausted(msg) != "" }
 
 // moveFlagged moves msg, which flagged reports, with the reason it has.
 func (d *DeadLetter) moveFlagged(msg *message.Message) error {
 	if IsMalformed(msg) {
-		return d.move(msg, msg.Metadata.Get(metadataMalformedReason), true)
+		return d.move(msg, msg.Metadata.Get(metadataMalformedReason))
 	}
-	return d.move(msg, exhausted(msg), false)
+	return d.move(msg, exhausted(msg))
 }
 
 // move publishes msg's entry to the dead-letter topic with reason.
-func (d *DeadLetter) move(msg *message.Message, reason string, malformed bool) error {
+func (d *DeadLetter) move(msg *message.Message, reason string) error {
 	dl := message.NewMessage(msg.UUID, msg.Payload)
 	for k, v := range msg.Metadata {
 		dl.Metadata.Set(k, v)
@@ -137,8 +125,5 @@ func (d *DeadLetter) move(msg *message.Message, reason string, malformed bool) e
 	d.cfg.Logger.Info("Entry moved to the dead-letter topic", watermill.LogFields{
 		"stream": entry.Stream, "xid": entry.ID, "topic": d.cfg.Topic, "reason": reason,
 	})
-	if d.moved != nil {
-		d.moved(msg, malformed)
-	}
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/twpayne/go-geom"
 	"github.com/twpayne/go-geom/encoding/geojson"
 	"github.com/twpayne/go-geom/encoding/wkb"
@@ -173,4 +174,14 @@ func xyHull(g geom.T) geom.T { return xy.ConvexHull(g) }
 func (r *Router) kafkaTracker(handler string) *kafkabroker.SessionTracker {
 	t, _ := r.tracker(handler).(*kafkabroker.SessionTracker)
 	return t
+}
+
+// chain wraps h in r's middleware stack, as Watermill would: the first
+// layer outermost.
+func (r *Router) chain(h message.HandlerFunc) message.HandlerFunc {
+	mws := r.stack().middlewares()
+	for i := len(mws) - 1; i >= 0; i-- {
+		h = mws[i](h)
+	}
+	return h
 }

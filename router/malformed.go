@@ -20,28 +20,29 @@ import (
 // uses the same word.
 const malformedCause = "malformed"
 
-// malformed returns what the handler returned for msg, out and err, or
-// nothing once msg has been dead-lettered by moveMalformed because err
-// says its payload cannot be decoded. Its own function, so that the budget
-// slot's frame stays small.
-//
-//go:noinline
-func (r *Router) malformed(d *delivery, msg *message.Message, out []*message.Message, err error) ([]*message.Message, error) {
-	if !cost.IsUndecodable(err) || d.Err() != nil {
-		return out, err
+// malformedLayer is the budget slot's malformed part, present when the
+// retry gate is off (retry.disabled): a message whose handler failed with
+// an error that says its payload cannot be decoded ([cost.IsUndecodable])
+// is dead-lettered (moveMalformed) and acked, unless its delivery context
+// ended or the router is closing. Every other error goes back to the
+// broker unchanged, as in plain Watermill. With the gate on, the gate does
+// the same.
+func (r *Router) malformedLayer(h message.HandlerFunc) message.HandlerFunc {
+	return func(msg *message.Message) ([]*message.Message, error) {
+		ctx := msg.Context() // the context msg arrived with (Router.admitted)
+		out, err := h(msg)
+		if err == nil || !cost.IsUndecodable(err) || ctx.Err() != nil || r.closingCtx.Err() != nil {
+			return out, err
+		}
+		return nil, r.moveMalformed(ctx, msg, err)
 	}
-	return nil, r.moveMalformed(d.handlerCtx, msg, err)
 }
 
-// moveMalformed is the budget slot's malformed part, present when the
-// retry gate is off (retry.disabled): it publishes a dead-letter copy of
-// msg, whose handler failed with err, an error that says its payload
-// cannot be decoded ([cost.IsUndecodable]), with cause malformed, and
-// returns nil to have msg acked; if the copy cannot be published, an error
-// to have it nacked. Nacking it would only have the broker deliver the
-// same bytes again, forever. Every other error goes back to the broker
-// unchanged, as in plain Watermill. With the gate on, the gate does the
-// same. ctx is the context msg arrived with.
+// moveMalformed publishes a dead-letter copy of msg, whose handler failed
+// with err, with cause malformed, and returns nil to have msg acked
+// (nacking it would only have the broker deliver the same bytes again,
+// forever); if the copy cannot be published, an error to have it nacked.
+// ctx is the context msg arrived with.
 func (r *Router) moveMalformed(ctx context.Context, msg *message.Message, err error) error {
 	origin := r.originTopic(msg)
 	dest := r.cfg.Retry.DeadLetterTopicFor(origin)

@@ -14,7 +14,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/spillway-go/spillway"
-	"github.com/spillway-go/spillway/internal/dlhint"
 	"github.com/spillway-go/spillway/redisbroker"
 	"github.com/spillway-go/spillway/telemetry"
 	"github.com/spillway-go/spillway/telemetry/redistel"
@@ -210,10 +209,25 @@ func (b *redisBackend) lag(ctx context.Context, groups []groupTopic) ([]telemetr
 }
 
 func (b *redisBackend) deadLetter(moved func(*message.Message, bool)) message.HandlerMiddleware {
-	if moved != nil {
-		dlhint.OnMoved(b.dl, moved)
+	if moved == nil {
+		return b.dl.Middleware
 	}
-	return b.dl.Middleware
+	return func(h message.HandlerFunc) message.HandlerFunc {
+		return func(msg *message.Message) ([]*message.Message, error) {
+			// The middleware either moves msg or passes it to h: a
+			// message that returns without reaching h, and without an
+			// error, was moved.
+			reached := false
+			out, err := b.dl.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+				reached = true
+				return h(msg)
+			})(msg)
+			if !reached && err == nil {
+				moved(msg, redisbroker.IsMalformed(msg))
+			}
+			return out, err
+		}
+	}
 }
 
 func (b *redisBackend) system() string { return "redis" }

@@ -26,7 +26,6 @@ import (
 
 	"github.com/spillway-go/spillway"
 	"github.com/spillway-go/spillway/cost"
-	"github.com/spillway-go/spillway/internal/telhint"
 	"github.com/spillway-go/spillway/kafkabroker"
 	"github.com/spillway-go/spillway/middleware"
 	"github.com/spillway-go/spillway/producer"
@@ -62,10 +61,6 @@ type options struct {
 type control struct {
 	noBudget     bool // no admission layer at all
 	noRevocation bool // admission is not revocation-aware; late acks are dropped
-
-	// outer wraps the whole stack, outside the settling layer: a test's
-	// instrument (internal/stackprobe).
-	outer message.HandlerMiddleware
 }
 
 // WithWatermillRouter builds the router on wm, a Watermill router of your
@@ -178,14 +173,9 @@ type Router struct {
 	outputs  message.Publisher // handler outputs: spillway_* stripped, stamped where countable
 	budget   *middleware.VertexBudget
 	budgetMW *middleware.Budget
-	// budgetQuiet admits a message that telemetry has nothing to record
-	// about (telhint.Quiet) on the same budget, without calling the
-	// metrics' admission hook (see Router.slot); nil unless the stack fits
-	// in a new goroutine's stack with telemetry on.
-	budgetQuiet *middleware.Budget
-	policy      *shedding.Policy  // nil: no sheddable topics
-	retry       *retrygate.Gate   // nil: retry.disabled
-	sizer       *sizing.AutoSizer // nil: budget.autosize.enabled is false
+	policy   *shedding.Policy  // nil: no sheddable topics
+	retry    *retrygate.Gate   // nil: retry.disabled
+	sizer    *sizing.AutoSizer // nil: budget.autosize.enabled is false
 
 	tracing    message.HandlerMiddleware // nil: telemetry.disabled
 	metrics    *telemetry.Metrics        // nil: telemetry.disabled
@@ -308,10 +298,8 @@ func newRouter(cfg Config, logger watermill.LoggerAdapter, o options, ctl contro
 			brokerAttrs = kafkatel.Attributes
 			topts = append(topts, telemetry.WithAttributes(brokerAttrs))
 		}
-		// The consumer spans carry the handler's consumer group too. The
-		// tracing middleware is made once the stack is known (stackFits).
-		tracingOpts = append(slices.Clip(topts), telemetry.WithAttributes(r.consumerAttributes(brokerAttrs)),
-			telhint.Outermost().(telemetry.Option))
+		// The consumer spans carry the handler's consumer group too.
+		tracingOpts = append(slices.Clip(topts), telemetry.WithAttributes(r.consumerAttributes(brokerAttrs)))
 		if r.metrics, err = telemetry.NewMetrics(topts...); err != nil {
 			return fail(fmt.Errorf("router: telemetry: %w", err))
 		}
@@ -368,16 +356,11 @@ func newRouter(cfg Config, logger watermill.LoggerAdapter, o options, ctl contro
 		}
 	}
 
-	var quietBudget *middleware.BudgetConfig
 	if !ctl.noBudget {
 		bc := middleware.BudgetConfig{Budget: r.budget, Estimator: est, OnAdmission: r.countAdmission(hs.admission)}
 		r.limitSize(&bc)
 		if (cfg.Broker == BrokerKafka || cfg.Broker == BrokerRedis) && !ctl.noRevocation {
-			// A closure, not the method value r.revoked: the method
-			// value's wrapper would add a frame on the message
-			// goroutine's stack, on the deepest path of a stack that
-			// fits in the stack that goroutine starts with.
-			bc.Revoked = func(msg *message.Message) <-chan struct{} { return r.revoked(msg) }
+			bc.Revoked = r.revoked
 		}
 		if r.policy != nil && (bc.Revoked != nil || cfg.Shedding.Coalesce.Enabled) {
 			// A waiter steps aside when a newer message of its entity
@@ -387,12 +370,6 @@ func newRouter(cfg Config, logger watermill.LoggerAdapter, o options, ctl contro
 		}
 		if r.budgetMW, err = middleware.NewBudget(bc); err != nil {
 			return fail(err)
-		}
-		if r.metrics != nil {
-			// The metrics are the first admission hook; the quiet
-			// budget calls the others.
-			bc.OnAdmission = r.countAdmission(hs.admission[1:])
-			quietBudget = &bc
 		}
 	}
 
@@ -448,56 +425,11 @@ func newRouter(cfg Config, logger watermill.LoggerAdapter, o options, ctl contro
 	default:
 		r.wm = o.wm
 	}
-	// The stack's first growth: the tracing middleware makes it, right
-	// inside the settling layer; without tracing, the settling layer;
-	// unless the stack fits in the stack a message goroutine starts with.
-	// A stack that fits is grown by the tracing middleware only for a
-	// span, and by the metrics middleware only when it measures.
-	fits := r.fitsStartingStack()
 	if tracingOpts != nil {
-		if fits {
-			tracingOpts = append(tracingOpts, telhint.StackFits().(telemetry.Option))
-		}
 		r.tracing = telemetry.NewTracing(tracingOpts...)
 	}
-	if fits && quietBudget != nil {
-		if r.budgetQuiet, err = middleware.NewBudget(*quietBudget); err != nil {
-			return fail(err)
-		}
-	}
-	r.settling.reserve = r.tracing == nil && !fits
-	mws := r.stack().middlewares()
-	if ctl.outer != nil {
-		mws = append([]message.HandlerMiddleware{ctl.outer}, mws...)
-	}
-	r.wm.AddMiddleware(mws...)
+	r.wm.AddMiddleware(r.stack().middlewares()...)
 	return r, nil
-}
-
-// fitsStartingStack reports whether r's stack, without telemetry, runs a
-// message within the 2 KiB stack Watermill's message goroutine starts with,
-// so that growing it first (internal/stackroom) would only cost: the
-// memory broker, Kafka's partition mode and Redis (with its dead-letter
-// layer), each with no optional layer and no lanes
-// (TestLeanStackFitsStartingStack; the router's BenchmarkStackHighWater
-// measures the others). Every message of a stack that does not fit grows
-// it once, wherever it outgrows it, and growing it deep costs more than at
-// the top.
-func (r *Router) fitsStartingStack() bool {
-	c := r.cfg
-	lean := r.policy == nil && r.retry == nil && r.sizer == nil && len(c.Budget.Lanes) == 0
-	switch c.Broker {
-	case BrokerMemory:
-		return lean
-	case BrokerKafka:
-		return lean && c.Kafka.Consumer != kafkabroker.ConsumerKey
-	case BrokerRedis:
-		// With its dead-letter layer; with telemetry too it is a few
-		// bytes too deep since the budget slot dead-letters malformed
-		// payloads (retry.disabled).
-		return lean && c.Telemetry.Disabled
-	}
-	return false
 }
 
 // Config returns the configuration the router runs with (defaults filled).
@@ -554,8 +486,7 @@ func (r *Router) setTracker(handler string, tr deliveryTracker) {
 // peer), from its delivery tracker; nil when it has none.
 func (r *Router) revoked(msg *message.Message) <-chan struct{} {
 	if d, ok := msg.Context().(*delivery); ok {
-		// Under admission, on the deepest path of the stack: the slot
-		// asked the tracker already.
+		// Under admission: the gate asked the tracker already.
 		return d.revoked
 	}
 	if t := r.deliveryTrackerOf(msg); t != nil {
@@ -566,8 +497,6 @@ func (r *Router) revoked(msg *message.Message) <-chan struct{} {
 
 // deliveryTrackerOf returns the delivery tracker of msg's delivery, found
 // below its context, or of its handler.
-//
-//go:noinline
 func (r *Router) deliveryTrackerOf(msg *message.Message) deliveryTracker {
 	if d := deliveryFrom(msg.Context()); d != nil {
 		return d.tracker
@@ -940,9 +869,7 @@ type Stats struct {
 // countAdmission returns the budget's admission hook: it counts the
 // revoked and cancelled admissions, and the charges not read from a
 // vertex_count header, for [Router.Stats] (logging the first default
-// charge of each topic), then calls hooks in turn. The hooks are called
-// through their interface, not as method values, whose wrappers would add
-// a frame on the message goroutine's stack below the budget's.
+// charge of each topic), then calls hooks in turn.
 func (r *Router) countAdmission(hooks []AdmissionHook) func(*message.Message, middleware.Admission) {
 	return func(msg *message.Message, a middleware.Admission) {
 		switch a.Outcome {

@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
-
-	"github.com/spillway-go/spillway/internal/stackroom"
 )
 
 // settling follows each message from the moment it enters the stack until
@@ -30,13 +28,6 @@ import (
 // item of the router's own on the Kafka benchmark).
 type settling struct {
 	held atomic.Int64 // messages held at the shutdown gate
-
-	// reserve: the layer grows the message goroutine's stack. Not when
-	// the tracing middleware is right inside it, which does (to 8 KiB when
-	// its tracer records): growing it here first would copy it twice; nor
-	// when the stack fits in the one the goroutine starts with
-	// (Router.fitsStartingStack).
-	reserve bool
 
 	shards [settleShards]settleShard
 }
@@ -77,15 +68,9 @@ func (s *settling) shardOf(msg *message.Message) *settleShard {
 }
 
 // layer is the outermost middleware: it counts the message inside and, on
-// the way out, keeps it until it is settled. Being outermost, it also grows
-// the message goroutine's stack for the layers below while that is cheap
-// (internal/stackroom), unless the tracing middleware does or the stack
-// needs no more room (reserve).
+// the way out, keeps it until it is settled.
 func (s *settling) layer(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
-		if s.reserve {
-			stackroom.Reserve()
-		}
 		sh := s.shardOf(msg)
 		setSlotted(msg, sh)
 		sh.inside.Add(1)
@@ -96,25 +81,13 @@ func (s *settling) layer(h message.HandlerFunc) message.HandlerFunc {
 
 // slotted is a message's context from the settling layer down: the
 // context Watermill gave it, with the delivery context the budget slot
-// uses for the message's first attempt allocated alongside. Allocating it
-// here, at the top of the message goroutine's stack, keeps the allocator's
-// slow path (a span refill, every few dozen allocations) off the slot's
-// depth, where it would make the stack outgrow the one the goroutine
-// starts with (stackprobe.Moves: 4 % of the Kafka benchmark's messages
-// before).
+// uses for the message's first attempt allocated alongside, so that the
+// two cost one allocation.
 type slotted struct {
 	context.Context
 	d    delivery
 	used bool // d was handed out: later attempts (the retry gate's) allocate
-	// quiet: the tracing middleware found nothing for telemetry to record
-	// about the message's admission and said so here, instead of
-	// allocating a context that says it (telhint.QuietMarker).
-	quiet bool
 }
-
-// MarkTelemetryQuiet records the tracing middleware's finding that
-// telemetry has nothing to record about the message (telhint.QuietMarker).
-func (c *slotted) MarkTelemetryQuiet() { c.quiet = true }
 
 // slottedKey finds the slotted context below the contexts the layers
 // between the settling layer and the slot made.
@@ -128,10 +101,7 @@ func (c *slotted) Value(key any) any {
 	return c.Context.Value(key)
 }
 
-// setSlotted gives msg its slotted context. Not inlined, so that the
-// settling layer's frame, on the stack while the rest runs, stays small.
-//
-//go:noinline
+// setSlotted gives msg its slotted context.
 func setSlotted(msg *message.Message, sh *settleShard) {
 	c := &slotted{Context: msg.Context()}
 	c.d.shard = sh

@@ -7,8 +7,6 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/spillway-go/spillway/internal/lazyctx"
-	"github.com/spillway-go/spillway/internal/telhint"
-	"github.com/spillway-go/spillway/middleware"
 )
 
 // middlewareStack is the Spillway middleware stack, one named slot per layer,
@@ -43,19 +41,21 @@ import (
 //     dead-letters the payloads that cannot be decoded.
 //  6. Budget: admission against the vertex budget, innermost, so the
 //     vertices are held exactly while the handler (and handler-level
-//     middlewares) run. Its parts, outermost first:
-//     a. "shutdown-gate": once Close starts nothing new gets in; opens a
-//     new delivery attempt for the Kafka session tracker.
-//     b. "admission": [middleware.Budget]; its Revoked hook is the Kafka
+//     middlewares) run. Its parts, outermost first, each a middleware of
+//     its own:
+//     a. "shutdown-gate" ([Router.shutdownGate]): once Close starts
+//     nothing new gets in; opens a new delivery attempt for the Kafka
+//     session tracker.
+//     b. "admission" ([middleware.Budget.Middleware]): its Revoked hook is the Kafka
 //     session's end and, with coalescing, the message being superseded.
-//     c. "admitted": gives the handler its delivery context back, counts
+//     c. "admitted" ([Router.admitted]): gives the handler its delivery context back, counts
 //     running work for Close, reports completed deliveries to the Kafka
 //     session tracker.
 //     c′. "malformed" (with retry.disabled, in the gate's stead): a
 //     message whose handler returned a decode error is dead-lettered
-//     ([Router.moveMalformed]) and acked. Part of the slot, so that it
-//     adds no frame to a lean stack; the copy is published before the
-//     message's vertices return.
+//     ([Router.moveMalformed]) and acked. Inside admission, so that the
+//     copy is published before the message's vertices return; inside
+//     "admitted", so that the Kafka session tracker sees it completed.
 //     d. "shedding-admitted" ([shedding.Policy.Admitted]; with shedding):
 //     re-checks a message after its wait, marks it admitted (no longer
 //     supersedable) and records handled versions for the version guard.
@@ -80,13 +80,10 @@ type middlewareStack struct {
 	budget     []layer
 }
 
-// layer is one named part of a stack slot. A part done by the layer
-// before it in the same middleware (the budget slot's first three, see
-// Router.slot) has no middleware of its own and is marked done.
+// layer is one named part of a stack slot.
 type layer struct {
 	name string
 	mw   message.HandlerMiddleware
-	done bool // by the layer before it
 }
 
 // middlewares returns the present layers, outermost first, ready for
@@ -131,7 +128,7 @@ func (s middlewareStack) layers() []string {
 func (s middlewareStack) budgetLayers() []string {
 	var out []string
 	for _, l := range s.budget {
-		if l.mw != nil || l.done {
+		if l.mw != nil {
 			out = append(out, l.name)
 		}
 	}
@@ -155,19 +152,16 @@ func (r *Router) stack() middlewareStack {
 	if r.retry != nil {
 		s.retryGate = func(h message.HandlerFunc) message.HandlerFunc { return r.retryScope(r.retry.Middleware(h)) }
 	}
-	// The shutdown gate, admission and the admitted layer are one
-	// middleware (Router.slot): three nested closures would each keep a
-	// frame on the message goroutine's stack while the handler runs.
-	s.budget = []layer{{name: "shutdown-gate", mw: r.slot}}
+	s.budget = []layer{{name: "shutdown-gate", mw: r.shutdownGate}}
 	if r.budgetMW != nil {
 		// Without it (a control configuration of the tests) there is no
 		// admission at all, but the shutdown gate and in-flight
 		// accounting stay.
-		s.budget = append(s.budget, layer{name: "admission", done: true})
+		s.budget = append(s.budget, layer{name: "admission", mw: r.budgetMW.Middleware})
 	}
-	s.budget = append(s.budget, layer{name: "admitted", done: true})
+	s.budget = append(s.budget, layer{name: "admitted", mw: r.admitted})
 	if r.retry == nil {
-		s.budget = append(s.budget, layer{name: "malformed", done: true})
+		s.budget = append(s.budget, layer{name: "malformed", mw: r.malformedLayer})
 	}
 	if r.policy != nil {
 		s.budget = append(s.budget, layer{name: "shedding-admitted", mw: r.policy.Admitted})
@@ -218,33 +212,19 @@ func (c *retryContext) Value(key any) any {
 	return c.Context.Value(key)
 }
 
-// slot is the budget slot's first three parts in one middleware, outermost
-// first:
-//
-//   - the shutdown gate: once the router is closing it lets nothing new in:
-//     a message arriving then is held, without running and without holding
-//     budget, until its delivery context ends (the subscriber is being
-//     closed), and is then nacked, so the broker keeps it. A message that
-//     passed the gate waits for budget on a context that is also cancelled
-//     when closing starts, so waiters give up at once and are nacked. It
-//     also opens a new delivery attempt for the Kafka session tracker.
-//   - admission ([middleware.Budget.Admit]; absent in a test's control
-//     configuration): the message waits for its charge, which is refunded
-//     once the handler has returned.
-//   - admitted: the handler gets its delivery context back, unaffected by
-//     shutdown, so admitted work is never interrupted by Close; running
-//     work is counted for Close, and a success is reported to the Kafka
-//     session tracker.
-//
-// One closure, not three: each would keep its frame on the message
-// goroutine's stack while the handler runs, and that stack starts small
-// (internal/stackroom). The closure does its work in helpers called one
-// after the other, so that none of their frames is under the handler.
-func (r *Router) slot(h message.HandlerFunc) message.HandlerFunc {
+// shutdownGate is the budget slot's first part: once the router is
+// closing it lets nothing new in. A message arriving then is held, without
+// running and without holding budget, until its delivery context ends (the
+// subscriber is being closed), and is then nacked, so the broker keeps it.
+// A message that passes the gate waits for budget (the admission part,
+// [middleware.Budget.Middleware]) on a context that is also cancelled when
+// closing starts, so waiters give up at once and are nacked. The gate also
+// opens a new delivery attempt for the Kafka session tracker.
+func (r *Router) shutdownGate(h message.HandlerFunc) message.HandlerFunc {
 	// Watermill decorates each handler with its own closure, so this one
 	// serves a single handler, whose name its first message tells.
 	var handler handlerName
-	return func(msg *message.Message) (out []*message.Message, err error) {
+	return func(msg *message.Message) ([]*message.Message, error) {
 		d, err := r.enter(msg, &handler)
 		if d == nil {
 			return nil, err
@@ -252,30 +232,29 @@ func (r *Router) slot(h message.HandlerFunc) message.HandlerFunc {
 		defer r.leave(d)
 		if d.tracker != nil {
 			// A new delivery attempt, and the channel that tells the
-			// budget its session ended (Router.revoked): asked from
-			// here, not from enter nor from under admission, so that
-			// the tracker's lookups stay shallow on the stack.
+			// budget its session ended (Router.revoked).
 			d.tracker.Begin(msg)
 			d.revoked = d.tracker.Revoked(msg)
 		}
 		msg.SetContext(d)
-		if b := r.budgetMW; b != nil {
-			if d.quiet {
-				// Without the metrics' admission hook, the deepest path
-				// of the stack: it would find nothing to record.
-				b = r.budgetQuiet
-			}
-			if err = b.Admit(msg, &d.ticket); !d.ticket.Admitted() {
-				return nil, err
-			}
+		return h(msg)
+	}
+}
+
+// admitted is the budget slot's part right inside admission: the handler
+// gets its delivery context back, unaffected by shutdown, so admitted work
+// is never interrupted by Close; running work is counted for Close, and a
+// success is reported to the Kafka session tracker.
+func (r *Router) admitted(h message.HandlerFunc) message.HandlerFunc {
+	return func(msg *message.Message) ([]*message.Message, error) {
+		d := deliveryFrom(msg.Context()) // the gate's
+		if d == nil {
+			return h(msg)
 		}
-		r.handOver(msg, d)
-		out, err = h(msg)
-		if err != nil && r.retry == nil {
-			// The malformed part: without the retry gate, nothing
-			// else sets such a message aside.
-			out, err = r.malformed(d, msg, out, err)
-		}
+		msg.SetContext(d.handlerCtx)
+		d.shard.running.Add(1)
+		defer d.shard.running.Add(-1)
+		out, err := h(msg)
 		if err == nil && d.tracker != nil {
 			d.tracker.Completed(msg)
 		}
@@ -309,16 +288,6 @@ func (r *Router) enter(msg *message.Message, handler *handlerName) (*delivery, e
 		d.handlerCtx = d.handlerLife
 	}
 	d.tracker = handler.trackerOf(orig, r)
-	if r.budgetQuiet != nil {
-		// Either mark counts only on the context that reaches the slot:
-		// a metrics middleware that measures wraps it in its record.
-		switch c := orig.(type) {
-		case *slotted:
-			d.quiet = c.quiet
-		case telhint.Quiet:
-			d.quiet = c.TelemetryQuiet()
-		}
-	}
 	// Without the retry gate's scope, Close must end the wait here.
 	// With it, orig already ends when Close starts, and the waiting
 	// context with it, never before: the gate sees its own context
@@ -364,9 +333,8 @@ type trackedBy struct {
 
 // trackerOf returns the delivery tracker of the handler, nil if it has
 // none: r.tracker(n.of(ctx)), looked up by name again only when r's
-// trackers have changed since the last lookup. Hashing the name on every
-// message would cost time, and stack on the deepest path of a stack that
-// fits in a new goroutine's.
+// trackers have changed since the last lookup, so that the name is not
+// hashed on every message.
 func (n *handlerName) trackerOf(ctx context.Context, r *Router) deliveryTracker {
 	if c, v := n.tracked.Load(), r.trackers.Load(); c != nil && c.version == v {
 		return c.tracker
@@ -375,8 +343,6 @@ func (n *handlerName) trackerOf(ctx context.Context, r *Router) deliveryTracker 
 }
 
 // lookUp is trackerOf's slow path.
-//
-//go:noinline
 func (n *handlerName) lookUp(ctx context.Context, r *Router) deliveryTracker {
 	v := r.trackers.Load()
 	name := n.of(ctx)
@@ -402,8 +368,6 @@ func retryLife(ctx context.Context) context.Context {
 
 // hold keeps a message that arrived after Close started until its delivery
 // context (life) ends, and returns that context's error.
-//
-//go:noinline
 func (r *Router) hold(life context.Context) error {
 	r.settling.held.Add(1)
 	defer r.settling.held.Add(-1)
@@ -419,15 +383,9 @@ func newHandlerContext(values, life context.Context) *handlerContext {
 	return hc
 }
 
-// leave is the way out of the slot for a delivery enter returned, after
+// leave is the way out of the gate for a delivery enter returned, after
 // the handler returned, failed or panicked, or after admission refused it.
 func (r *Router) leave(d *delivery) {
-	if d.running {
-		d.shard.running.Add(-1)
-	}
-	if r.budgetMW != nil {
-		r.budgetMW.Release(&d.ticket)
-	}
 	d.End()
 	if d.handlerLife != nil {
 		d.handlerLife.End()
@@ -457,15 +415,10 @@ type delivery struct {
 	// the retry gate, see Router.enter); leave ends it.
 	handlerLife *handlerContext
 
-	ticket  middleware.Ticket // the admission, released by leave
-	shard   *settleShard      // where the message counts as running
-	running bool              // handed over to the handler: counted in shard.running
-	// revoked is the tracker's Revoked channel for the message, read by
-	// the slot before admission; nil without a tracker.
+	shard *settleShard // where the message counts as running (Router.admitted)
+	// revoked is the tracker's Revoked channel for the message, asked by
+	// the gate before admission; nil without a tracker.
 	revoked <-chan struct{}
-	// quiet: telemetry has nothing to record about the admission
-	// (telhint.Quiet), and the quiet budget admits the message.
-	quiet bool
 }
 
 // handlerContext is the handler's context under the retry gate: the values
@@ -499,11 +452,4 @@ func (d *delivery) Value(key any) any {
 		return d
 	}
 	return d.Context.Value(key)
-}
-
-// handOver gives msg its handler context back and counts it running.
-func (r *Router) handOver(msg *message.Message, d *delivery) {
-	msg.SetContext(d.handlerCtx)
-	d.shard.running.Add(1)
-	d.running = true
 }

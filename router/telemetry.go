@@ -14,8 +14,8 @@ import (
 // recordDeadLettered records a message the broker's dead-letter middleware
 // moved: counted, and its span marked dead_lettered, with the reason
 // malformed (unreadable) or redelivered (delivered more than
-// redis.max_deliveries times). The middleware calls it (internal/dlhint)
-// only when telemetry is on.
+// redis.max_deliveries times). The router's wrapper of the middleware
+// (redisBackend.deadLetter) calls it only when telemetry is on.
 func (r *Router) recordDeadLettered(msg *message.Message, malformed bool) {
 	reason := "redelivered"
 	if malformed {

@@ -21,7 +21,6 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/spillway-go/spillway/cost"
-	"github.com/spillway-go/spillway/internal/telhint"
 	"github.com/spillway-go/spillway/middleware"
 )
 
@@ -329,13 +328,10 @@ func TestLagThroughRouter(t *testing.T) {
 	}
 }
 
-// TestAdmissionHooksOnLeanStack: on a stack that fits in a new goroutine's
-// stack with telemetry on (the memory broker, no optional layer), the
-// router admits a message telemetry has nothing to record about without
-// the metrics' admission hook (Router.budgetQuiet). That must never cost a
-// measurement nor another hook's call: with a meter provider every
-// admission is measured, and without one every admission still reaches
-// the hooks of WithHooks.
+// TestAdmissionHooksOnLeanStack: on a stack with no optional layer and
+// telemetry on (the memory broker), with a meter provider every admission
+// is measured, and without one every admission still reaches the hooks of
+// WithHooks.
 func TestAdmissionHooksOnLeanStack(t *testing.T) {
 	defer goleak.VerifyNone(t, leakOptions...)
 	const n = 5
@@ -356,9 +352,6 @@ func TestAdmissionHooksOnLeanStack(t *testing.T) {
 			r, err := New(Config{Retry: RetryConfig{Disabled: true}}, nil, opts...) // a lean stack
 			if err != nil {
 				t.Fatal(err)
-			}
-			if r.budgetQuiet == nil {
-				t.Fatal("no quiet budget: the stack is expected to fit")
 			}
 			var handled atomic.Int64
 			if _, err := r.AddConsumerHandler("h", "lean", func(*message.Message) error {
@@ -399,89 +392,39 @@ func TestAdmissionHooksOnLeanStack(t *testing.T) {
 	}
 }
 
-// TestQuietMark: the tracing middleware that starts no span (no provider
-// installed) tells the router about a message telemetry has nothing to
-// record for by marking the router's own context, allocating none, when
-// the message carries no producer's span context; with one it allocates a
-// context that carries it and says the same. A message whose context
-// holds a span that records is not quiet: the metrics' admission hook
-// runs and records the admission on that span.
-func TestQuietMark(t *testing.T) {
+// TestHandlerSeesProducerTrace: with no tracer provider installed the
+// router's consumer span does not record, but the handler still finds the
+// producer's span context (from traceparent) in its message's context, for
+// its own spans and for propagation; a message without one has none.
+func TestHandlerSeesProducerTrace(t *testing.T) {
 	defer goleak.VerifyNone(t, leakOptions...)
 	const traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
-	for _, c := range []struct {
-		name             string
-		traceparent      bool
-		recordingParent  bool
-		wantMarked       bool // the handler gets the router's own context back
-		wantQuiet        bool
-		wantParentRecord bool
-	}{
-		{name: "plain", wantMarked: true, wantQuiet: true},
-		{name: "traceparent", traceparent: true, wantQuiet: true},
-		{name: "recording-parent", recordingParent: true, wantMarked: true, wantParentRecord: true},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			rec := tracetest.NewSpanRecorder()
-			tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-			var outer message.HandlerMiddleware
-			if c.recordingParent {
-				outer = func(h message.HandlerFunc) message.HandlerFunc {
-					return func(msg *message.Message) ([]*message.Message, error) {
-						ctx, span := tp.Tracer("test").Start(msg.Context(), "outer")
-						defer span.End()
-						msg.SetContext(ctx)
-						return h(msg)
-					}
-				}
-			}
-			var o options
-			WithPropagator(propagation.TraceContext{})(&o)
-			r, err := newRouter(Config{Broker: BrokerMemory, Retry: RetryConfig{Disabled: true}}, nil, o, control{outer: outer})
+	for _, withParent := range []bool{false, true} {
+		t.Run("traceparent="+strconv.FormatBool(withParent), func(t *testing.T) {
+			r, err := New(Config{Broker: BrokerMemory, Retry: RetryConfig{Disabled: true}}, nil,
+				WithPropagator(propagation.TraceContext{}))
 			if err != nil {
 				t.Fatal(err)
 			}
-			if r.budgetQuiet == nil {
-				t.Fatal("no quiet budget: the stack is expected to fit")
-			}
-			type seen struct{ marked, quiet, found bool }
-			got := make(chan seen, 1)
-			if _, err := r.AddConsumerHandler("h", "marks", func(msg *message.Message) error {
-				var s seen
-				switch ctx := msg.Context().(type) {
-				case *slotted:
-					s = seen{marked: true, quiet: ctx.quiet, found: true}
-				case telhint.Quiet:
-					s = seen{quiet: ctx.TelemetryQuiet(), found: true}
-				}
-				got <- s
+			got := make(chan trace.SpanContext, 1)
+			if _, err := r.AddConsumerHandler("h", "producer-trace", func(msg *message.Message) error {
+				got <- trace.SpanContextFromContext(msg.Context())
 				return nil
 			}); err != nil {
 				t.Fatal(err)
 			}
 			startRouter(t, r)
 			var meta []string
-			if c.traceparent {
+			if withParent {
 				meta = []string{"traceparent", traceparent}
 			}
-			publishCosted(t, r, "marks", "m1", 10, meta...)
-			s := <-got
-			if !s.found {
-				t.Fatal("the handler's context is neither the router's nor a quiet one")
+			publishCosted(t, r, "producer-trace", "m1", 10, meta...)
+			sc := <-got
+			if withParent && sc.TraceID().String() != traceparent[3:35] {
+				t.Errorf("the handler's span context has trace %s, want the producer's", sc.TraceID())
 			}
-			if s.marked != c.wantMarked || s.quiet != c.wantQuiet {
-				t.Errorf("router's own context %v, quiet %v; want %v, %v", s.marked, s.quiet, c.wantMarked, c.wantQuiet)
-			}
-			if !c.recordingParent {
-				return
-			}
-			waitFor(t, "the outer span to end", func() bool { return len(rec.Ended()) == 1 })
-			recorded := false
-			for _, kv := range rec.Ended()[0].Attributes() {
-				recorded = recorded || kv.Key == "spillway.admission.outcome"
-			}
-			if recorded != c.wantParentRecord {
-				t.Errorf("admission recorded on the recording parent span: %v, want %v", recorded, c.wantParentRecord)
+			if !withParent && sc.IsValid() {
+				t.Errorf("the handler's span context is %v, want none", sc)
 			}
 		})
 	}

@@ -70,11 +70,7 @@ const oversizeLogEvery = time.Minute
 // unstamped notes an admission whose charge was not read from a
 // vertex_count header: counted for [Router.Stats] when admitted, and, for
 // a charge of the default cost, the first of its topic logged. Called by
-// the admission hook for a source other than the header only. Not
-// inlined: its frame stays off the message goroutine's stack on the common
-// path.
-//
-//go:noinline
+// the admission hook for a source other than the header only.
 func (r *Router) unstamped(msg *message.Message, a *middleware.Admission) {
 	src := a.Charge.Source
 	switch a.Outcome {

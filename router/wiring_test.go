@@ -135,10 +135,10 @@ func TestStackLayers(t *testing.T) {
 	if got := s.budgetLayers(); !reflect.DeepEqual(got, want) {
 		t.Errorf("budget parts = %v, want %v", got, want)
 	}
-	// Four slots, the budget's parts (the first three in one middleware,
-	// Router.slot), and the settling layer outside them.
-	if n := len(s.middlewares()); n != 1+4+len(want)-2 {
-		t.Errorf("%d middlewares, want %d", n, 1+4+len(want)-2)
+	// Four slots, the budget's parts, each a middleware of its own, and
+	// the settling layer outside them.
+	if n := len(s.middlewares()); n != 1+4+len(want) {
+		t.Errorf("%d middlewares, want %d", n, 1+4+len(want))
 	}
 	if r.policy == nil || r.retry == nil || r.sizer == nil {
 		t.Error("accessor nil for a configured layer")

@@ -52,9 +52,6 @@ type benchStack struct {
 	// messages), so that what the SDK does with attributes is in the
 	// floor too.
 	attrs bool
-	// outer, if set, is the router's outermost middleware (the stack
-	// probes of BenchmarkStackHighWater).
-	outer message.HandlerMiddleware
 	// window, if set, bounds the messages published and not yet handled
 	// (BenchmarkStackWindowed).
 	window int
@@ -189,9 +186,6 @@ func runStack(b *testing.B, s benchStack, decode bool) {
 	router, err := message.NewRouter(message.RouterConfig{}, logger)
 	if err != nil {
 		b.Fatal(err)
-	}
-	if s.outer != nil {
-		router.AddMiddleware(s.outer)
 	}
 	var pub message.Publisher = pubSub
 	var onAdmission func(*message.Message, middleware.Admission)

@@ -33,6 +33,3 @@ func (s *LagSampler) Samples() []LagSample { return s.latest() }
 
 // Stats exposes stats to the external tests.
 func (s *LagSampler) Stats() lagStats { return s.stats() }
-
-// ParseTraceContext exposes parseTraceContext to the external tests.
-var ParseTraceContext = parseTraceContext

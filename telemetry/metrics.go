@@ -8,12 +8,10 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	noopmetric "go.opentelemetry.io/otel/metric/noop"
 
-	"github.com/spillway-go/spillway/internal/stackroom"
 	"github.com/spillway-go/spillway/middleware"
 	"github.com/spillway-go/spillway/retrygate"
 )
@@ -92,17 +90,17 @@ var (
 //
 // A Metrics is safe for concurrent use. Recording never fails and never
 // blocks a message; label sets are built once per combination and reused.
-// With OpenTelemetry's no-op meter provider, or its global one while the
-// application has installed none, nothing is measured per message (the
-// no-op meter's [Metrics.Middleware] is the handler itself).
+// With OpenTelemetry's no-op meter provider nothing is measured per
+// message (the no-op meter's [Metrics.Middleware] is the handler itself);
+// with its global one, measurements go nowhere until the application
+// installs a provider.
 type Metrics struct {
 	cfg   config
 	meter metric.Meter
 
-	// noop: the meter is OpenTelemetry's no-op meter; placeholder: it
-	// came from OpenTelemetry's global provider before any provider was
-	// installed. See idle.
-	noop, placeholder bool
+	// noop: the meter is OpenTelemetry's no-op meter, and nothing is
+	// measured.
+	noop bool
 
 	duration       metric.Float64Histogram
 	vertices       metric.Int64Histogram
@@ -147,7 +145,6 @@ func NewMetrics(opts ...Option) (*Metrics, error) {
 	m := &Metrics{cfg: cfg, meter: meter(cfg.meterProvider)}
 	mt := m.meter
 	_, m.noop = mt.(noopmetric.Meter)
-	m.placeholder = globalDelegate(mt, "meter")
 	var errs []error
 	check := func(err error) {
 		if err != nil {
@@ -266,16 +263,6 @@ func NewMetrics(opts ...Option) (*Metrics, error) {
 	return m, nil
 }
 
-// idle reports whether measurements would go nowhere, so that the
-// per-message instruments need not be fed (nor their label sets looked
-// up): the meter is OpenTelemetry's no-op meter, or the global
-// placeholder while the application has still not installed a provider
-// (the global provider is the one the meter came from; instruments made
-// before then forward to the provider installed later, from then on).
-func (m *Metrics) idle() bool {
-	return m.noop || m.placeholder && otel.GetMeterProvider() == m.cfg.meterProvider
-}
-
 // attrKey identifies a cached attribute set.
 type attrKey struct {
 	shape uint8 // which of the fields below are labels
@@ -316,8 +303,7 @@ func (c *attrCache) get(k attrKey) *measureOpts {
 	return c.insert(k)
 }
 
-// insert is the slow path of get, kept apart so that the hot path's stack
-// frame stays small (handlers run on fresh goroutines with small stacks).
+// insert is the slow path of get.
 func (c *attrCache) insert(k attrKey) *measureOpts {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -380,24 +366,14 @@ func (m *Metrics) Middleware(h message.HandlerFunc) message.HandlerFunc {
 		return h
 	}
 	return func(msg *message.Message) ([]*message.Message, error) {
-		if m.idle() {
-			// A small frame on the goroutine's stack while the chain
-			// runs: measure's is not there.
-			return h(msg)
-		}
 		return m.measure(h, msg)
 	}
 }
 
 // measure runs h and measures msg; see [Metrics.Middleware].
-//
-//go:noinline
 func (m *Metrics) measure(h message.HandlerFunc, msg *message.Message) (out []*message.Message, err error) {
 	rec := recordFrom(msg.Context())
 	if rec == nil {
-		// Outermost (no tracing): grow the goroutine's stack while
-		// it is shallow.
-		stackroom.Reserve()
 		rec = ensureRecord(msg, m.cfg.topicOf(msg))
 	}
 	topic := rec.topic
@@ -445,16 +421,12 @@ func (m *Metrics) OnAdmission(msg *message.Message, a middleware.Admission) {
 		return
 	}
 	recordAdmission(msg, &a)
-	if !m.idle() {
+	if !m.noop {
 		m.admission(msg, &a)
 	}
 }
 
-// admission measures a; see [Metrics.OnAdmission]. Kept apart so that
-// OnAdmission's frame, below the budget's on every message's stack, stays
-// small.
-//
-//go:noinline
+// admission measures a; see [Metrics.OnAdmission].
 func (m *Metrics) admission(msg *message.Message, a *middleware.Admission) {
 	ctx := msg.Context()
 	topic := m.topicOf(msg)
@@ -510,7 +482,7 @@ func (m *Metrics) OnRetryOutcome(e retrygate.Event) {
 // error, ...) are ignored. Safe for concurrent use.
 func (m *Metrics) count(ctx context.Context, outcome Outcome, topic, reason string, n int64) {
 	c, ok := m.outcomes[outcome]
-	if !ok || n == 0 || m.idle() {
+	if !ok || n == 0 || m.noop {
 		return
 	}
 	if ctx == nil {

@@ -7,8 +7,6 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
-
-	"github.com/spillway-go/spillway/internal/telhint"
 )
 
 // ScopeName is the instrumentation scope of every tracer and meter this
@@ -26,14 +24,6 @@ const attemptKey = "spillway_attempt"
 type Option func(*config)
 
 type config struct {
-	// stackFits: the stack below the tracing middleware fits in a new
-	// goroutine's stack when no span is started (internal/telhint); only
-	// the Spillway router sets it.
-	stackFits bool
-	// outermost: no record can be in a message's context as the tracing
-	// middleware receives it (internal/telhint); only the Spillway router
-	// sets it.
-	outermost      bool
 	tracerProvider trace.TracerProvider
 	meterProvider  metric.MeterProvider
 	propagator     propagation.TextMapPropagator
@@ -152,9 +142,4 @@ func (c *config) topicOf(msg *message.Message) string {
 		return c.topic(msg)
 	}
 	return message.SubscribeTopicFromCtx(msg.Context())
-}
-
-func init() {
-	telhint.StackFits = func() any { return Option(func(c *config) { c.stackFits = true }) }
-	telhint.Outermost = func() any { return Option(func(c *config) { c.outermost = true }) }
 }

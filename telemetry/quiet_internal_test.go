@@ -10,16 +10,13 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
-
-	"github.com/spillway-go/spillway/internal/telhint"
 )
 
 // A tracing middleware that starts no span gives the layers below a
-// context that answers the record and span lookups itself, with what its
-// parent holds or the producer's span context from traceparent, and passes
-// every other lookup on. It tells the router it is quiet exactly when the
-// message has no record and no recording span; a metrics middleware that
-// measures inside it hides it behind the record it makes.
+// context with what its parent holds (values, the parent's span, an outer
+// metrics middleware's record), or the producer's span context from
+// traceparent; a metrics middleware that measures inside it adds its
+// record.
 func TestQuietContext(t *testing.T) {
 	const traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 	producer := trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(),
@@ -67,18 +64,14 @@ func TestQuietContext(t *testing.T) {
 		}
 		return got
 	}
-	quiet := func(ctx context.Context) bool {
-		q, ok := ctx.(telhint.Quiet)
-		return ok && q.TelemetryQuiet()
-	}
 
 	t.Run("traceparent", func(t *testing.T) {
 		ctx := run(t, trace.ContextWithRemoteSpanContext(base, parentSC), traceparent, quietTracing())
 		if sc := trace.SpanContextFromContext(ctx); !sc.Equal(producer) {
 			t.Errorf("span context %v, want the producer's %v", sc, producer)
 		}
-		if ctx.Value(valueKey{}) != "v" || recordFrom(ctx) != nil || !quiet(ctx) {
-			t.Errorf("value %v, record %v, quiet %t; want v, none, quiet", ctx.Value(valueKey{}), recordFrom(ctx), quiet(ctx))
+		if ctx.Value(valueKey{}) != "v" || recordFrom(ctx) != nil {
+			t.Errorf("value %v, record %v; want v, none", ctx.Value(valueKey{}), recordFrom(ctx))
 		}
 	})
 	t.Run("parent-span", func(t *testing.T) {
@@ -86,144 +79,35 @@ func TestQuietContext(t *testing.T) {
 		if sc := trace.SpanContextFromContext(ctx); !sc.Equal(parentSC) {
 			t.Errorf("span context %v, want the parent's %v", sc, parentSC)
 		}
-		if !quiet(ctx) {
-			t.Error("not quiet")
-		}
 	})
 	t.Run("no-span", func(t *testing.T) {
 		ctx := run(t, base, "", quietTracing())
-		if trace.SpanContextFromContext(ctx).IsValid() || ctx.Value(valueKey{}) != "v" || !quiet(ctx) {
-			t.Errorf("span %v, value %v, quiet %t; want none, v, quiet",
-				trace.SpanContextFromContext(ctx), ctx.Value(valueKey{}), quiet(ctx))
+		if trace.SpanContextFromContext(ctx).IsValid() || ctx.Value(valueKey{}) != "v" {
+			t.Errorf("span %v, value %v; want none, v",
+				trace.SpanContextFromContext(ctx), ctx.Value(valueKey{}))
 		}
 	})
 	t.Run("outer-record", func(t *testing.T) {
 		ctx := run(t, base, traceparent, measuring(t), quietTracing())
-		if recordFrom(ctx) == nil || quiet(ctx) {
-			t.Errorf("record %v, quiet %t: the outer metrics middleware's record is hidden", recordFrom(ctx), quiet(ctx))
-		}
-	})
-	t.Run("outermost", func(t *testing.T) {
-		// Told it is the outermost telemetry layer (the router's), the
-		// middleware does not look for a record: a record there would
-		// be hidden, which is why only the router says so.
-		got := run(t, base, "", measuring(t), quietTracing(telhint.Outermost().(Option)))
-		if recordFrom(got) != nil || !quiet(got) {
-			t.Errorf("record %v, quiet %t: the record was looked for", recordFrom(got), quiet(got))
-		}
-	})
-	t.Run("recording-span", func(t *testing.T) {
-		tp := sdktrace.NewTracerProvider()
-		defer func() { _ = tp.Shutdown(context.Background()) }()
-		parent, span := tp.Tracer("t").Start(base, "parent")
-		defer span.End()
-		c := &quietContext{Context: parent}
-		c.resolve(false)
-		if trace.SpanFromContext(c) != span || c.TelemetryQuiet() {
-			t.Errorf("span %v, quiet %t; want the parent's recording span, not quiet", trace.SpanFromContext(c), c.TelemetryQuiet())
-		}
-	})
-	t.Run("marker", func(t *testing.T) {
-		// The router's context (a telhint.QuietMarker) is marked instead
-		// of wrapped only when the middleware is told both that it is
-		// outermost and that the stack fits: a router whose stack does not
-		// fit runs the admission hook on every message, and the hook's
-		// lookups need the quiet context's answers.
-		outermost, fits := telhint.Outermost().(Option), telhint.StackFits().(Option)
-		for _, c := range []struct {
-			name       string
-			opts       []Option
-			ctx        context.Context
-			tp         string
-			wantMarked bool
-		}{
-			{"outermost+fits", []Option{outermost, fits}, base, "", true},
-			{"outermost", []Option{outermost}, base, "", false},
-			{"fits", []Option{fits}, base, "", false},
-			{"outermost+fits/traceparent", []Option{outermost, fits}, base, traceparent, false},
-			// (A parent span that records is not marked either: the
-			// router's TestQuietMark, where the global placeholder
-			// tracer leaves such a message to the quiet path.)
-		} {
-			t.Run(c.name, func(t *testing.T) {
-				m := &markerContext{Context: c.ctx}
-				got := run(t, m, c.tp, quietTracing(c.opts...))
-				if (got == m) != c.wantMarked || m.marked != c.wantMarked {
-					_, wrapped := got.(*quietContext)
-					t.Errorf("handler got the router's context %t (a quiet context %t), marked %t; want %t",
-						got == m, wrapped, m.marked, c.wantMarked)
-				}
-			})
+		if recordFrom(ctx) == nil {
+			t.Error("the outer metrics middleware's record is hidden")
 		}
 	})
 	t.Run("inner-record", func(t *testing.T) {
 		got := run(t, base, "", quietTracing(), measuring(t))
-		if recordFrom(got) == nil || quiet(got) {
-			t.Errorf("record %v, quiet %t: a measuring metrics middleware must hide the quiet context", recordFrom(got), quiet(got))
+		if recordFrom(got) == nil {
+			t.Error("no record below a measuring metrics middleware")
 		}
 	})
 }
 
-// markerContext stands for the router's context, which the tracing
-// middleware may mark quiet (telhint.QuietMarker).
-type markerContext struct {
-	context.Context
-	marked bool
-}
-
-func (c *markerContext) MarkTelemetryQuiet() { c.marked = true }
-
-// On the quiet path with the no-op tracer, the parent's span is looked up
-// in the message's context once: deciding that no span is started and
-// answering the layers below share the lookup, which on Kafka walks a
-// dozen values.
-func TestQuietLooksUpTheSpanOnce(t *testing.T) {
-	outermost, fits := telhint.Outermost().(Option), telhint.StackFits().(Option)
-	for _, c := range []struct {
-		name string
-		opts []Option
-		want int // lookups that reach the message's context
-	}{
-		{"hand-composed", nil, 1},
-		// Marks the router's context, which the handler's own lookup
-		// then reaches too.
-		{"router", []Option{outermost, fits}, 2},
-		{"router-no-room", []Option{outermost}, 1},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			ctx := &countingContext{markerContext: markerContext{Context: context.Background()}}
-			h := NewTracing(append([]Option{WithTracerProvider(tracenoop.NewTracerProvider()),
-				WithPropagator(propagation.TraceContext{})}, c.opts...)...)(
-				func(msg *message.Message) ([]*message.Message, error) {
-					// What the admission hook asks, below.
-					if trace.SpanFromContext(msg.Context()).IsRecording() {
-						t.Error("a recording span appeared")
-					}
-					return nil, nil
-				})
-			msg := message.NewMessage("m", nil)
-			msg.SetContext(ctx)
-			if _, err := h(msg); err != nil {
-				t.Fatal(err)
-			}
-			if ctx.spanLookups != c.want {
-				t.Errorf("the span key was looked up %d times in the message's context, want %d", ctx.spanLookups, c.want)
-			}
-		})
-	}
-}
-
-// countingContext counts the lookups of OpenTelemetry's span key and of
-// the record's.
+// countingContext counts the lookups of the record's key.
 type countingContext struct {
-	markerContext
-	spanLookups, recordLookups int
+	context.Context
+	recordLookups int
 }
 
 func (c *countingContext) Value(key any) any {
-	if key == spanKey() {
-		c.spanLookups++
-	}
 	if _, ok := key.(recordKey); ok {
 		c.recordLookups++
 	}
@@ -254,7 +138,7 @@ func TestRecordsMade(t *testing.T) {
 	}
 
 	recordsMade.Store(false)
-	ctx := &countingContext{markerContext: markerContext{Context: context.Background()}}
+	ctx := &countingContext{Context: context.Background()}
 	run(ctx, keep, quietTracing)
 	if ctx.recordLookups != 0 || got != nil {
 		t.Errorf("before any record: %d record lookups, record %v; want 0, none", ctx.recordLookups, got)

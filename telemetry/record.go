@@ -11,7 +11,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/spillway-go/spillway/cost"
-	"github.com/spillway-go/spillway/internal/telhint"
 	"github.com/spillway-go/spillway/middleware"
 )
 
@@ -115,97 +114,17 @@ type recordKey struct{}
 // record's allocation: one object per message instead of two. Done, Err and
 // Deadline are the parent's, so the context package still recognises a
 // cancellable parent and derived contexts start no extra goroutine.
-//
-// The tracing middleware may also store the producer's span context in it
-// (hasRemote): the context then answers OpenTelemetry's span lookups
-// (spanKey) with it, as the context propagation.TraceContext's Extract
-// returns would, without the two allocations that makes.
 type recordContext struct {
 	context.Context
-	rec       record
-	remote    remoteSpan
-	hasRemote bool
+	rec record
 }
 
-// Value returns the record for recordKey, the producer's span for
-// OpenTelemetry's span key when the context carries one, and asks the
-// parent otherwise.
+// Value returns the record for recordKey and asks the parent otherwise.
 func (c *recordContext) Value(key any) any {
 	if _, ok := key.(recordKey); ok {
 		return &c.rec
 	}
-	if c.hasRemote && key == spanKey() {
-		return &c.remote
-	}
 	return c.Context.Value(key)
-}
-
-// quietContext is the message's context below a tracing middleware that
-// started no span (tracing.quiet), unless the middleware marked the
-// router's context instead (telhint.QuietMarker): it answers the lookups
-// of the message's record and of its span itself, with what its parent
-// holds (the producer's span context instead, when the message carries
-// one), so that a layer deep on the stack (the admission hook, on every
-// message) finds either without walking the whole chain, a dozen values
-// on Kafka.
-// A context's values never change, so the answers stay true.
-//
-// It also tells the router (telhint.Quiet) whether telemetry has anything
-// to record about the message's admission.
-type quietContext struct {
-	context.Context
-	rec       *record // the parent's record, or nil
-	span      any     // the value for OpenTelemetry's span key, or nil
-	spanSet   bool    // span is known; false: ask the parent (spanKey unknown)
-	recording bool    // span is a span that records
-	remote    remoteSpan
-}
-
-var _ telhint.Quiet = (*quietContext)(nil)
-
-// resolve looks c's record (unless none can be there) and span up in its
-// parent, once.
-//
-//go:noinline
-func (c *quietContext) resolve(noRecord bool) {
-	if !noRecord {
-		c.rec = recordFrom(c.Context)
-	}
-	if !c.spanSet {
-		key := spanKey()
-		if key == nil {
-			return
-		}
-		c.span, c.spanSet = c.Context.Value(key), true
-	}
-	if s, ok := c.span.(trace.Span); ok {
-		c.recording = s.IsRecording()
-	}
-}
-
-// Value answers the record and span lookups and asks the parent for
-// anything else.
-func (c *quietContext) Value(key any) any {
-	if _, ok := key.(recordKey); ok {
-		if c.rec == nil {
-			return nil
-		}
-		return c.rec
-	}
-	if c.spanSet && key == spanKey() {
-		return c.span
-	}
-	return c.Context.Value(key)
-}
-
-// TelemetryQuiet reports whether Metrics.OnAdmission would record nothing
-// about the message: it has no record and its span is known not to record.
-// The router asks the context that reaches its budget slot, so the answer
-// covers the meter too: a metrics middleware that measures wraps the
-// message's context in the record it makes, and one whose meter is idle
-// (or the no-op meter, whose middleware is no middleware) leaves it be.
-func (c *quietContext) TelemetryQuiet() bool {
-	return c.rec == nil && c.spanSet && !c.recording
 }
 
 // recordFrom returns the record in ctx, or nil.
@@ -348,20 +267,9 @@ func RecordAdmission(msg *message.Message, a middleware.Admission) {
 	}
 }
 
-// recordAdmission is RecordAdmission. It runs below the budget's frames,
-// where a message's goroutine is close to outgrowing its initial stack, so
-// its frame is kept small: the admission by pointer, the span's side in
-// annotateUnowned.
-//
-//go:noinline
+// recordAdmission is RecordAdmission, with the admission by pointer.
 func recordAdmission(msg *message.Message, a *middleware.Admission) {
 	ctx := msg.Context()
-	if q, ok := ctx.(*quietContext); ok && q.TelemetryQuiet() {
-		// The tracing middleware's quiet context, right above, knows
-		// there is no record and no span that records: the lookups
-		// below, deep on the stack under the budget, would find nothing.
-		return
-	}
 	if r := recordFrom(ctx); r != nil {
 		r.setAdmission(a)
 	}
@@ -372,8 +280,6 @@ func recordAdmission(msg *message.Message, a *middleware.Admission) {
 
 // setAdmission stores a in r, and its outcome when it decides the
 // message's.
-//
-//go:noinline
 func (r *record) setAdmission(a *middleware.Admission) {
 	o, reason := admissionOutcome(a.Outcome)
 	r.mu.Lock()
@@ -387,8 +293,6 @@ func (r *record) setAdmission(a *middleware.Admission) {
 // annotateUnowned sets a's attributes on span, unless span is the tracing
 // middleware's own consumer span, which gets them as it ends, in the same
 // call as the others.
-//
-//go:noinline
 func annotateUnowned(ctx context.Context, span trace.Span, a *middleware.Admission) {
 	if recordFrom(ctx).ownsSpan(span) {
 		return
@@ -397,8 +301,8 @@ func annotateUnowned(ctx context.Context, span trace.Span, a *middleware.Admissi
 	annotateAdmission(span, *a, o)
 }
 
-// annotateAdmission is kept out of RecordAdmission so that the common,
-// non-recording path has a small stack frame.
+// annotateAdmission sets a's attributes, and the outcome o when set, on
+// span.
 func annotateAdmission(span trace.Span, a middleware.Admission, o Outcome) {
 	attrs := appendAdmission(make([]attribute.KeyValue, 0, 7), a)
 	if o != "" {

@@ -3,90 +3,37 @@ package telemetry
 import (
 	"context"
 	"fmt"
-	"reflect"
 	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
 
 	"github.com/ThreeDotsLabs/watermill/message"
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
-
-	"github.com/spillway-go/spillway/internal/stackroom"
-	"github.com/spillway-go/spillway/internal/telhint"
 )
 
 // tracing is the consumer side of Spillway's tracing: the middleware
-// [NewTracing] returns. It is immutable but for room, which is safe for
-// concurrent use.
+// [NewTracing] returns. It is immutable.
 type tracing struct {
 	cfg    config
 	tracer trace.Tracer
 	fields []string // the metadata keys the propagator reads
-	// w3c: the propagator is propagation.TraceContext, and the middleware
-	// reads traceparent itself (parseTraceContext) into the message's
-	// record context.
-	w3c    bool
 	starts startCache
-
-	// placeholder is set when tracer came from OpenTelemetry's global
-	// provider before any provider was installed: such a tracer only
-	// forwards to the provider installed later, and until then its spans
-	// are non-recording copies of the parent's span context, which the
-	// message's context carries already. See startless.
-	placeholder bool
 	// noop is set when tracer is OpenTelemetry's no-op tracer.
 	noop bool
-	// globalProp is set when the propagator is OpenTelemetry's global
-	// one: until the application installs a propagator it extracts
-	// nothing (see carriesContext).
-	globalProp bool
-
-	// room learns whether the chain below outgrows a new message
-	// goroutine's stack on the quiet path (no span), when no router
-	// has said the stack fits (stackFits): only then is it grown at
-	// the top. A hand-composed stack with no-op providers fits, and
-	// growing it anyway cost 1.5 µs a message; one with a metrics
-	// middleware that measures, or a deep handler, does not.
-	room stackroom.Gauge
-}
-
-// noSpan is a span that does nothing.
-var noSpan = trace.SpanFromContext(context.Background())
-
-// globalPlaceholder reports whether tr is the tracer OpenTelemetry's global
-// provider hands out while no provider is installed (a delegating tracer
-// of its internal global package).
-func globalPlaceholder(tr trace.Tracer) bool {
-	return globalDelegate(tr, "tracer")
-}
-
-// globalDelegate reports whether v is a pointer to the type named name of
-// OpenTelemetry's internal global package: the delegating tracers and
-// meters its global providers hand out.
-func globalDelegate(v any, name string) bool {
-	t := reflect.TypeOf(v)
-	return t != nil && t.Kind() == reflect.Pointer && t.Elem().Name() == name &&
-		t.Elem().PkgPath() == "go.opentelemetry.io/otel/internal/global"
 }
 
 // startless reports whether a span need not be started for a message
-// whose context is parent: the tracer is the global placeholder and the
-// application has still not installed a provider (the global provider is
-// the one the tracer came from), or it is OpenTelemetry's no-op tracer
-// and parent's span does not record (that tracer would return parent's
-// span, or a no-op span, in a new context). Starting one would only
-// allocate a non-recording span.
+// whose context is parent: the tracer is OpenTelemetry's no-op tracer and
+// parent's span does not record (that tracer would return parent's span,
+// or a no-op span, in a new context). Starting one would only allocate a
+// non-recording span.
 func (t *tracing) startless(parent context.Context) bool {
-	if t.noop {
-		return !trace.SpanFromContext(parent).IsRecording()
-	}
-	return t.placeholder && otel.GetTracerProvider() == t.cfg.tracerProvider
+	return t.noop && !trace.SpanFromContext(parent).IsRecording()
 }
 
 // isNoopTracer reports whether tr is OpenTelemetry's no-op tracer (package
@@ -130,32 +77,17 @@ func NewTracing(opts ...Option) message.HandlerMiddleware {
 
 func newTracing(opts ...Option) *tracing {
 	cfg := newConfig(opts)
-	t := &tracing{
-		cfg:    cfg,
-		tracer: tracer(cfg.tracerProvider),
-		fields: cfg.propagator.Fields(),
-	}
-	t.placeholder = globalPlaceholder(t.tracer)
-	t.w3c = isW3C(cfg.propagator)
-	if t.w3c {
-		// A tracestate without a traceparent carries no span context:
-		// one lookup, not two, for a message that carries neither.
-		t.fields = []string{traceparentKey}
-	}
-	t.noop = isNoopTracer(t.tracer)
-	t.globalProp = globalDelegate(cfg.propagator, "textMapPropagator")
-	return t
+	tr := tracer(cfg.tracerProvider)
+	return &tracing{cfg: cfg, tracer: tr, fields: cfg.propagator.Fields(), noop: isNoopTracer(tr)}
 }
 
 // carriesContext reports whether msg has any of the propagator's fields:
 // without one there is nothing to extract, and the propagator is skipped.
-// A propagator that names no fields is always asked, except OpenTelemetry's
-// global propagator while the application has still not installed one (the
-// global propagator is the one the middleware came with): it would extract
-// nothing, and it takes a lock on every call to find that out.
+// A propagator that names no fields (OpenTelemetry's global one before the
+// application installs a propagator) is always asked.
 func (t *tracing) carriesContext(msg *message.Message) bool {
 	if len(t.fields) == 0 {
-		return !t.globalProp || otel.GetTextMapPropagator() != t.cfg.propagator
+		return true
 	}
 	if len(msg.Metadata) == 0 {
 		return false
@@ -169,170 +101,30 @@ func (t *tracing) carriesContext(msg *message.Message) bool {
 }
 
 // middleware wraps h in a consumer span.
-//
-// Its frames stay on the goroutine's stack while the chain runs, so they
-// are kept small: the work before and after the chain is done in helpers
-// whose frames are gone by then. Watermill starts each message's goroutine
-// with a small stack, and a chain that outgrows it has the whole stack
-// copied (about 1–2 µs per message). Being outermost, the middleware
-// grows the stack first, while it is shallow: in traced to 8 KiB when the
-// tracer records; when no span is started, to 4 KiB, and only while its
-// gauge (tracing.room) sees the chain below outgrow the stack a goroutine
-// starts with. (The Spillway router leaves the growth to this middleware
-// when there is one: growing it there too would copy the stack twice per
-// message. A router whose stack fits in the stack a goroutine starts with
-// tells it so, through internal/telhint, and it then grows nothing and
-// watches nothing when no span is started.)
 func (t *tracing) middleware(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
-		switch t.enter(msg) {
-		case enteredQuiet:
+		if t.startless(msg.Context()) {
+			t.carryProducer(msg)
 			return h(msg)
-		case enteredGauged:
-			return t.quietGauged(h, msg)
 		}
 		return t.traced(h, msg)
 	}
 }
 
-// entry is what enter decided for a message.
-type entry uint8
-
-const (
-	enterTraced   entry = iota // start a span: traced
-	enteredQuiet               // no span; quiet has run; the stack fits
-	enteredGauged              // no span; quiet has run; see quietGauged
-)
-
-// enter decides whether msg gets a span (see startless) and, when it does
-// not, does the quiet path's work (quiet). With the no-op tracer the
-// parent's span is looked up once, for both: on Kafka the message's
-// context is a dozen values deep, and each lookup walks all of it.
-//
-//go:noinline
-func (t *tracing) enter(msg *message.Message) entry {
-	var parent any // the value of OpenTelemetry's span key in the context
-	known := false
-	if key := spanKey(); t.noop && key != nil {
-		// startless's no-op case, keeping what the lookup found.
-		parent, known = msg.Context().Value(key), true
-		if s, ok := parent.(trace.Span); ok && s.IsRecording() {
-			return enterTraced
-		}
-	} else if !t.startless(msg.Context()) {
-		return enterTraced
-	}
-	t.quiet(msg, parent, known)
-	if t.cfg.stackFits {
-		return enteredQuiet
-	}
-	return enteredGauged
-}
-
-// quietGauged is the quiet path below no router that has said the stack
-// fits (see tracing.room): the stack is grown first if the gauge says the
-// chain outgrows it, and for a message the gauge watches the chain runs
-// without growing first and the gauge learns whether it moved. Kept apart
-// so that the middleware's frame, on every message's stack below a
-// router, does not grow.
-//
-//go:noinline
-func (t *tracing) quietGauged(h message.HandlerFunc, msg *message.Message) ([]*message.Message, error) {
-	if !t.room.Watch() {
-		if t.room.Grow() {
-			stackroom.Reserve()
-		}
-		return h(msg)
-	}
-	at := stackroom.Here()
-	out, err := h(msg)
-	t.room.Observe(stackroom.Here() != at)
-	return out, err
-}
-
-// quiet is the middleware's work when no span is to be started (see
+// carryProducer is the middleware's work when no span is started (see
 // startless): the producer's span context, when the message carries one,
 // goes into the message's context, for the handler and for propagation,
-// as the no-op tracer's or the placeholder's span would carry it. No
-// record is made: the metrics middleware makes its own when it measures.
-//
-// The message's context becomes a quietContext, which answers the record
-// and span lookups of the layers below (the admission hook's, on every
-// message) itself: without it each would walk the whole context chain,
-// a dozen values deep on Kafka, to find nothing, and deep on the stack.
-//
-// Below a router whose stack fits (Outermost and StackFits), a message
-// that carries no producer's span context keeps its context, the
-// router's, which takes the finding as a mark (telhint.QuietMarker):
-// nothing is allocated, and the router, which then leaves out the
-// admission hook, is the one layer below that would have looked. A router
-// whose stack does not fit runs the hook on every message, and the quiet
-// context answers its lookups.
-//
-// When known, parent is the value of OpenTelemetry's span key in the
-// message's context, which enter has looked up already.
-//
-//go:noinline
-func (t *tracing) quiet(msg *message.Message, parent any, known bool) {
-	ctx := msg.Context()
-	carries := !t.cfg.linkProducer && t.carriesContext(msg)
-	if m, ok := ctx.(telhint.QuietMarker); ok && t.cfg.outermost && t.cfg.stackFits && !carries {
-		if !known {
-			parent = trace.SpanFromContext(ctx)
-		}
-		if s, ok := parent.(trace.Span); !ok || !s.IsRecording() {
-			m.MarkTelemetryQuiet()
-		}
+// as the no-op tracer's span would carry it. No record is made: the
+// metrics middleware makes its own when it measures.
+func (t *tracing) carryProducer(msg *message.Message) {
+	if t.cfg.linkProducer || !t.carriesContext(msg) {
 		return
 	}
-	c := &quietContext{Context: ctx}
-	if carries {
-		t.extract(msg, c)
-	} else if known {
-		c.span, c.spanSet = parent, true
-	}
-	c.resolve(t.cfg.outermost)
-	msg.SetContext(c)
-}
-
-// extract puts the producer's span context that msg carries into c: read
-// by parseTraceContext for the W3C propagator (readTraceContext), by the
-// propagator into c's parent otherwise. Kept apart from quiet, and the
-// parse from the propagator's call, so that no large frame stays on the
-// stack below which a propagator or c.resolve reaches deeper.
-//
-//go:noinline
-func (t *tracing) extract(msg *message.Message, c *quietContext) {
-	if t.w3c {
-		readTraceContext(msg, c)
-		return
-	}
-	c.Context = t.cfg.propagator.Extract(c.Context, metadataCarrier{msg})
-}
-
-// readTraceContext stores the span context msg's traceparent describes,
-// if valid, as c's span.
-//
-//go:noinline
-func readTraceContext(msg *message.Message, c *quietContext) {
-	if sc := parseTraceContext(msg); sc.IsValid() {
-		c.remote = remoteSpan{sc: sc}
-		c.span, c.spanSet = &c.remote, true
-	}
+	msg.SetContext(t.cfg.propagator.Extract(msg.Context(), metadataCarrier{msg}))
 }
 
 // traced runs h with msg in a consumer span.
-//
-//go:noinline
 func (t *tracing) traced(h message.HandlerFunc, msg *message.Message) (out []*message.Message, err error) {
-	// Outermost: grow the goroutine's stack while it is shallow; a copy
-	// made here moves the fewest frames. A tracer that may record (the
-	// SDK's) needs 8 KiB: its sampler runs deep below.
-	if t.noop {
-		stackroom.Reserve()
-	} else {
-		stackroom.ReserveDeep()
-	}
 	var cs consumerSpan
 	t.begin(msg, &cs)
 	returned := false
@@ -371,16 +163,12 @@ type consumerSpan struct {
 
 // begin starts msg's consumer span and puts it, with the record, into the
 // message's context.
-//
-//go:noinline
 func (t *tracing) begin(msg *message.Message, cs *consumerSpan) {
-	skip := t.startless(msg.Context())
 	topic := t.cfg.topicOf(msg)
 	st := t.starts.get(topic, t.newStart)
 	parent, opts := msg.Context(), st.opts
 	// The message's record, made here unless an outer telemetry
-	// middleware made it: the span starts under it, so that the record
-	// can carry the producer's span context too.
+	// middleware made it.
 	var rc *recordContext
 	rec := recordFrom(parent)
 	if rec == nil {
@@ -388,36 +176,14 @@ func (t *tracing) begin(msg *message.Message, cs *consumerSpan) {
 		rec, parent = &rc.rec, rc
 	}
 	if t.carriesContext(msg) {
-		var sc trace.SpanContext
-		if t.w3c && rc != nil {
-			sc = parseTraceContext(msg)
-			if sc.IsValid() && !t.cfg.linkProducer {
-				rc.remote.sc, rc.hasRemote = sc, true
-			}
-		} else {
-			remote := t.cfg.propagator.Extract(parent, metadataCarrier{msg})
-			if !t.cfg.linkProducer {
-				parent = remote
-			} else {
-				sc = trace.SpanContextFromContext(remote)
-			}
-		}
-		if t.cfg.linkProducer && sc.IsValid() {
+		remote := t.cfg.propagator.Extract(parent, metadataCarrier{msg})
+		if !t.cfg.linkProducer {
+			parent = remote
+		} else if sc := trace.SpanContextFromContext(remote); sc.IsValid() {
 			opts = append(slices.Clip(opts), trace.WithLinks(trace.Link{SpanContext: sc}))
 		}
 	}
-	var (
-		ctx  context.Context
-		span trace.Span
-	)
-	if skip {
-		// The parent's span context stays in ctx for the handler and
-		// for propagation, as the placeholder's span would carry it;
-		// the middleware's own span calls do nothing.
-		ctx, span = parent, noSpan
-	} else {
-		ctx, span = t.tracer.Start(parent, st.name, opts...)
-	}
+	ctx, span := t.tracer.Start(parent, st.name, opts...)
 	cs.span, cs.rec = span, rec
 	if span.IsRecording() {
 		cs.buf = getAttrBuf()
@@ -431,8 +197,6 @@ func (t *tracing) begin(msg *message.Message, cs *consumerSpan) {
 }
 
 // finish ends the span once the chain has returned err.
-//
-//go:noinline
 func (cs *consumerSpan) finish(err error) {
 	if cs.buf == nil {
 		cs.span.End()
@@ -709,3 +473,24 @@ func (p *tracingPublisher) appendMessageAttributes(attrs []attribute.KeyValue, m
 
 // Close closes the wrapped publisher.
 func (p *tracingPublisher) Close() error { return p.pub.Close() }
+
+// attrBuf is a reusable slice for the attributes a span gets in one
+// SetAttributes call as it ends. Spans copy what they are given (the SDK
+// appends the values to a slice of its own), so the buffer goes back to
+// the pool once the call has returned.
+type attrBuf struct{ s []attribute.KeyValue }
+
+var attrBufs = sync.Pool{New: func() any { return &attrBuf{s: make([]attribute.KeyValue, 0, 16)} }}
+
+func getAttrBuf() *attrBuf { return attrBufs.Get().(*attrBuf) }
+
+// putAttrBuf returns b, holding s (b.s or what appending to it made), to
+// the pool; oversized slices are left to the collector.
+func putAttrBuf(b *attrBuf, s []attribute.KeyValue) {
+	if cap(s) > 64 {
+		return
+	}
+	clear(s)
+	b.s = s[:0]
+	attrBufs.Put(b)
+}
