@@ -8,6 +8,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 
 	"github.com/spillway-go/spillway/kafkabroker"
+	"github.com/spillway-go/spillway/redisbroker"
 	"github.com/spillway-go/spillway/telemetry"
 )
 
@@ -39,6 +40,24 @@ type backend interface {
 	deadLetter(moved func(msg *message.Message, malformed bool)) message.HandlerMiddleware
 	// system is the messaging.system attribute of spans.
 	system() string
+	// brokers is the bootstrap addresses of the broker's clients; nil
+	// where the broker has none.
+	brokers() []string
+	// redelivered reports whether msg is a broker redelivery; tr is the
+	// tracker of the handler that received it, nil if it has none.
+	redelivered(msg *message.Message, tr deliveryTracker) bool
+	// useCopies hands the backend the router's publisher for copies
+	// (traced, not counted) once it exists, for what the backend
+	// publishes itself (Redis dead letters).
+	useCopies(p message.Publisher)
+	// addStats adds the broker's own counters to s.
+	addStats(s *Stats)
+	// keepAlive sums the keep-alive counters of the open subscribers;
+	// false where the broker has no keep-alive (all but Redis).
+	keepAlive() (redisbroker.SubscriberStats, bool)
+	// keyWindows calls f with each handler's consumer group and session
+	// tracker when the broker is Kafka in consumer key; otherwise never.
+	keyWindows(f func(group string, kt *kafkabroker.SessionTracker))
 	// close releases what the backend owns, after the router and the
 	// publisher are closed.
 	close() error
@@ -53,6 +72,8 @@ type deliveryTracker interface {
 	Revoked(msg *message.Message) <-chan struct{}
 	Begin(msg *message.Message)
 	Completed(msg *message.Message)
+	// Redelivered reports whether the broker delivered msg before.
+	Redelivered(msg *message.Message) bool
 }
 
 var _ deliveryTracker = (*kafkabroker.SessionTracker)(nil)
@@ -62,6 +83,7 @@ var _ deliveryTracker = (*kafkabroker.SessionTracker)(nil)
 // There are no consumer groups and no sessions; every subscriber gets every
 // message, and a message is redelivered only when nacked.
 type memoryBackend struct {
+	noExtras
 	ch *gochannel.GoChannel
 }
 
@@ -98,3 +120,17 @@ func (b *memoryBackend) close() error { return nil }
 type nopCloseSubscriber struct{ message.Subscriber }
 
 func (nopCloseSubscriber) Close() error { return nil }
+
+// noExtras answers the backend methods that only some brokers need with
+// nothing: no bootstrap addresses, no redeliveries the router can tell, no
+// counters of its own, no keep-alive and no key windows.
+type noExtras struct{}
+
+func (noExtras) brokers() []string                                  { return nil }
+func (noExtras) redelivered(*message.Message, deliveryTracker) bool { return false }
+func (noExtras) useCopies(message.Publisher)                        {}
+func (noExtras) addStats(*Stats)                                    {}
+func (noExtras) keepAlive() (redisbroker.SubscriberStats, bool) {
+	return redisbroker.SubscriberStats{}, false
+}
+func (noExtras) keyWindows(func(group string, kt *kafkabroker.SessionTracker)) {}

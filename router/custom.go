@@ -109,6 +109,7 @@ func (o options) validateCustom(cfg Config) []error {
 
 // customBackend runs the router on a [CustomBroker].
 type customBackend struct {
+	noExtras
 	b CustomBroker
 
 	mu   sync.Mutex

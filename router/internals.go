@@ -8,7 +8,6 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/spillway-go/spillway/kafkabroker"
-	"github.com/spillway-go/spillway/redisbroker"
 	"github.com/spillway-go/spillway/telemetry"
 )
 
@@ -122,7 +121,7 @@ func (r *Router) observeInternals() error {
 		if st.Retry != nil {
 			o.ObserveFloat64(tokens, st.Retry.RetryTokens, set())
 		}
-		if ka, ok := r.keepAliveStats(); ok {
+		if ka, ok := r.back.keepAlive(); ok {
 			o.ObserveInt64(tracked, int64(ka.Tracked), set())
 			o.ObserveInt64(refreshed, int64(ka.Refreshed), set())
 			o.ObserveInt64(lost, int64(ka.Lost), set(attribute.String("reason", "claimed")))
@@ -130,7 +129,7 @@ func (r *Router) observeInternals() error {
 			o.ObserveInt64(lost, int64(ka.Revoked), set(attribute.String("reason", "revoked")))
 			o.ObserveInt64(errs, int64(ka.RefreshErrors), set())
 		}
-		r.keyWindows(func(group string, kt *kafkabroker.SessionTracker) {
+		r.back.keyWindows(func(group string, kt *kafkabroker.SessionTracker) {
 			observe := func(records, bytes metric.Int64Observable) func(string, int32, int64, int64) {
 				return func(topic string, partition int32, n, size int64) {
 					at := set(attribute.String("topic", topic), attribute.String("group", group), attribute.Int("partition", int(partition)))
@@ -148,27 +147,4 @@ func (r *Router) observeInternals() error {
 	}
 	r.unregister = append(r.unregister, reg.Unregister)
 	return nil
-}
-
-// keepAliveStats sums the keep-alive counters of the router's Redis
-// subscribers; false on other brokers. Counters of subscribers already
-// closed are not included.
-func (r *Router) keepAliveStats() (redisbroker.SubscriberStats, bool) {
-	b, ok := r.back.(*redisBackend)
-	if !ok {
-		return redisbroker.SubscriberStats{}, false
-	}
-	var sum redisbroker.SubscriberStats
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for _, s := range b.subs {
-		st := s.Stats()
-		sum.Tracked += st.Tracked
-		sum.Refreshed += st.Refreshed
-		sum.Lost += st.Lost
-		sum.Expired += st.Expired
-		sum.Revoked += st.Revoked
-		sum.RefreshErrors += st.RefreshErrors
-	}
-	return sum, true
 }

@@ -184,6 +184,7 @@ type namedTracker struct{ name string }
 func (*namedTracker) Revoked(*message.Message) <-chan struct{} { return nil }
 func (*namedTracker) Begin(*message.Message)                   {}
 func (*namedTracker) Completed(*message.Message)               {}
+func (*namedTracker) Redelivered(*message.Message) bool        { return false }
 
 // The settling layer allocates each message's first delivery context at
 // the top of the stack; the slot takes it through the contexts the layers

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/spillway-go/spillway"
 	"github.com/spillway-go/spillway/kafkabroker"
+	"github.com/spillway-go/spillway/redisbroker"
 	"github.com/spillway-go/spillway/telemetry"
 )
 
@@ -20,6 +22,9 @@ type kafkaBackend struct {
 	cfg     KafkaConfig
 	cluster *kafkabroker.Cluster
 	pub     *kafka.Publisher
+
+	mu       sync.Mutex
+	trackers map[string]*kafkabroker.SessionTracker // by handler name
 }
 
 func newKafkaBackend(cfg KafkaConfig, logger watermill.LoggerAdapter, o options, c control) (*kafkaBackend, error) {
@@ -36,7 +41,7 @@ func newKafkaBackend(cfg KafkaConfig, logger watermill.LoggerAdapter, o options,
 		_ = cl.Close()
 		return nil, kafkaError(err)
 	}
-	return &kafkaBackend{cfg: cfg, cluster: cl, pub: pub}, nil
+	return &kafkaBackend{cfg: cfg, cluster: cl, pub: pub, trackers: make(map[string]*kafkabroker.SessionTracker)}, nil
 }
 
 // kafkaError turns kafkabroker's configuration errors into FieldErrors
@@ -51,27 +56,17 @@ func kafkaError(err error) error {
 // Brokers returns the bootstrap addresses the router's Kafka clients use:
 // the configured ones, or the embedded broker's loopback address. Nil for
 // other brokers.
-func (r *Router) Brokers() []string {
-	if b, ok := r.back.(*kafkaBackend); ok {
-		return b.cluster.Brokers()
-	}
-	return nil
-}
+func (r *Router) Brokers() []string { return r.back.brokers() }
 
 // isRedelivery reports whether msg is a broker redelivery: on Kafka, a
 // message at or below the offset an earlier session of this router had
 // already received for its partition
-// ([kafkabroker.SessionTracker.Redelivered]). The retry gate sheds such
-// work before fresh work while the consumer is saturated, and coalescing
-// never lets it supersede. False for deliveries no session tracker knows.
+// ([kafkabroker.SessionTracker.Redelivered]); on Redis, an entry delivered
+// before. The retry gate sheds such work before fresh work while the
+// consumer is saturated, and coalescing never lets it supersede. False for
+// deliveries no session tracker knows.
 func (r *Router) isRedelivery(msg *message.Message) bool {
-	if r.cfg.Broker == BrokerRedis {
-		return redisRedelivery(msg)
-	}
-	if t, ok := r.tracker(message.HandlerNameFromCtx(msg.Context())).(*kafkabroker.SessionTracker); ok && t != nil {
-		return t.Redelivered(msg)
-	}
-	return false
+	return r.back.redelivered(msg, r.tracker(message.HandlerNameFromCtx(msg.Context())))
 }
 
 func (b *kafkaBackend) group(handler string) string { return b.cfg.ConsumerGroup + "." + handler }
@@ -82,17 +77,22 @@ func (b *kafkaBackend) publisher() message.Publisher { return b.pub }
 // names: watermill-kafka's (partition) or a [kafkabroker.KeySubscriber]
 // (key). Both come with a [kafkabroker.SessionTracker].
 func (b *kafkaBackend) subscriber(handler, _ string) (message.Subscriber, deliveryTracker, error) {
+	var (
+		sub message.Subscriber
+		tr  *kafkabroker.SessionTracker
+		err error
+	)
 	if b.cfg.Consumer == kafkabroker.ConsumerKey {
-		sub, tr, err := b.cluster.NewKeySubscriber(b.group(handler))
-		if err != nil {
-			return nil, nil, kafkaError(err)
-		}
-		return sub, tr, nil
+		sub, tr, err = b.cluster.NewKeySubscriber(b.group(handler))
+	} else {
+		sub, tr, err = b.cluster.NewSubscriber(b.group(handler))
 	}
-	sub, tr, err := b.cluster.NewSubscriber(b.group(handler))
 	if err != nil {
 		return nil, nil, kafkaError(err)
 	}
+	b.mu.Lock()
+	b.trackers[handler] = tr
+	b.mu.Unlock()
 	return sub, tr, nil
 }
 
@@ -129,22 +129,40 @@ func (b *kafkaBackend) system() string { return "kafka" }
 
 func (b *kafkaBackend) close() error { return b.cluster.Close() }
 
-// keyWindows calls f with the session tracker of every handler of the
-// router that runs on Kafka in consumer key, and the handler's consumer
-// group; the tracker reports each partition's window and read-ahead. It
-// calls f for nothing unless the router runs on Kafka in consumer key.
-func (r *Router) keyWindows(f func(group string, kt *kafkabroker.SessionTracker)) {
-	b, isKafka := r.back.(*kafkaBackend)
-	if !isKafka || b.cfg.Consumer != kafkabroker.ConsumerKey {
+func (b *kafkaBackend) brokers() []string { return b.cluster.Brokers() }
+
+// redelivered asks the handler's session tracker whether an earlier session
+// of this router had already received msg.
+func (b *kafkaBackend) redelivered(msg *message.Message, tr deliveryTracker) bool {
+	return tr != nil && tr.Redelivered(msg)
+}
+
+func (b *kafkaBackend) useCopies(message.Publisher) {}
+
+// addStats sums the session trackers' late marks and evictions.
+func (b *kafkaBackend) addStats(s *Stats) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, kt := range b.trackers {
+		s.LateMarks += kt.LateMarks()
+		s.Evictions += kt.Evictions()
+	}
+}
+
+func (b *kafkaBackend) keepAlive() (redisbroker.SubscriberStats, bool) {
+	return redisbroker.SubscriberStats{}, false
+}
+
+// keyWindows calls f with the session tracker of every handler and the
+// handler's consumer group, in consumer key only; the tracker reports each
+// partition's window and read-ahead.
+func (b *kafkaBackend) keyWindows(f func(group string, kt *kafkabroker.SessionTracker)) {
+	if b.cfg.Consumer != kafkabroker.ConsumerKey {
 		return
 	}
-	m := r.trackers.Load()
-	if m == nil {
-		return
-	}
-	for handler, t := range *m {
-		if kt, isKT := t.(*kafkabroker.SessionTracker); isKT {
-			f(b.group(handler), kt)
-		}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for handler, kt := range b.trackers {
+		f(b.group(handler), kt)
 	}
 }

@@ -44,11 +44,7 @@ func (r *Router) buildPublishers(topts []telemetry.Option) {
 		r.copies = telemetry.NewTracingPublisher(r.copies, topts...)
 		r.outputs = telemetry.NewTracingPublisher(r.outputs, topts...)
 	}
-	if rb, ok := r.back.(*redisBackend); ok {
-		// Dead letters of unreadable entries are copies too: traced,
-		// and not counted.
-		rb.dlPub.set(r.copies)
-	}
+	r.back.useCopies(r.copies)
 }
 
 // strippingPublisher deletes every spillway_* metadata key of the messages

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/spillway-go/spillway"
+	"github.com/spillway-go/spillway/kafkabroker"
 	"github.com/spillway-go/spillway/redisbroker"
 	"github.com/spillway-go/spillway/telemetry"
 	"github.com/spillway-go/spillway/telemetry/redistel"
@@ -175,6 +176,7 @@ type redisTracker struct{ sub *redisbroker.Subscriber }
 func (t redisTracker) Revoked(msg *message.Message) <-chan struct{} { return t.sub.Revoked(msg) }
 func (redisTracker) Begin(*message.Message)                         {}
 func (t redisTracker) Completed(msg *message.Message)               { t.sub.Completed(msg) }
+func (redisTracker) Redelivered(msg *message.Message) bool          { return redisRedelivery(msg) }
 
 func (b *redisBackend) group(handler string) string { return redisGroup(b.cfg, handler) }
 
@@ -254,11 +256,38 @@ func (s *redisSubscriber) Close() error {
 // Close waits for the first, which Watermill's router started.
 func (s *redisSubscriber) waitClosed() { _ = s.Subscriber.Close() }
 
-// deadLettered returns how many malformed Redis entries were moved to
-// redis.dead_letter_topic (0 on other brokers).
-func (r *Router) deadLettered() uint64 {
-	if b, ok := r.back.(*redisBackend); ok {
-		return b.dl.Count()
-	}
-	return 0
+// brokers is nil: Redis has no bootstrap list.
+func (b *redisBackend) brokers() []string { return nil }
+
+// redelivered reports whether Redis delivered msg's entry before.
+func (b *redisBackend) redelivered(msg *message.Message, _ deliveryTracker) bool {
+	return redisRedelivery(msg)
 }
+
+// useCopies makes dead letters of unreadable entries copies too: traced,
+// and not counted.
+func (b *redisBackend) useCopies(p message.Publisher) { b.dlPub.set(p) }
+
+// addStats counts the malformed entries moved to redis.dead_letter_topic.
+func (b *redisBackend) addStats(s *Stats) { s.DeadLettered += b.dl.Count() }
+
+// keepAlive sums the keep-alive counters of the open subscribers; those
+// of subscribers already closed are not included.
+func (b *redisBackend) keepAlive() (redisbroker.SubscriberStats, bool) {
+	var sum redisbroker.SubscriberStats
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, s := range b.subs {
+		st := s.Stats()
+		sum.Tracked += st.Tracked
+		sum.Refreshed += st.Refreshed
+		sum.Lost += st.Lost
+		sum.Expired += st.Expired
+		sum.Revoked += st.Revoked
+		sum.RefreshErrors += st.RefreshErrors
+	}
+	return sum, true
+}
+
+// keyWindows has nothing to report: key windows are Kafka's.
+func (b *redisBackend) keyWindows(func(string, *kafkabroker.SessionTracker)) {}

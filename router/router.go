@@ -26,7 +26,6 @@ import (
 
 	"github.com/spillway-go/spillway"
 	"github.com/spillway-go/spillway/cost"
-	"github.com/spillway-go/spillway/kafkabroker"
 	"github.com/spillway-go/spillway/middleware"
 	"github.com/spillway-go/spillway/producer"
 	"github.com/spillway-go/spillway/retrygate"
@@ -889,7 +888,7 @@ func (r *Router) countAdmission(hooks []AdmissionHook) func(*message.Message, mi
 
 // Stats returns a snapshot.
 func (r *Router) Stats() Stats {
-	s := Stats{Budget: r.budget.Stats(), DeadLettered: r.deadLettered()}
+	s := Stats{Budget: r.budget.Stats()}
 	if len(r.cfg.Budget.Lanes) > 0 {
 		s.Lanes = r.budget.Lanes()
 	}
@@ -916,14 +915,7 @@ func (r *Router) Stats() Stats {
 		st := r.lagThrottled.Stats()
 		s.LagThrottle = &st
 	}
-	if m := r.trackers.Load(); m != nil {
-		for _, t := range *m {
-			if kt, ok := t.(*kafkabroker.SessionTracker); ok {
-				s.LateMarks += kt.LateMarks()
-				s.Evictions += kt.Evictions()
-			}
-		}
-	}
+	r.back.addStats(&s)
 	return s
 }
 
