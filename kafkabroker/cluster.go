@@ -13,8 +13,6 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/spillway-go/spillway"
-	"github.com/spillway-go/spillway/telemetry"
-	"github.com/spillway-go/spillway/telemetry/kafkatel"
 )
 
 // errClosed is returned by a closed [Cluster].
@@ -74,16 +72,13 @@ type Cluster struct {
 	marshaler    kafka.MarshalerUnmarshaler
 	seen         *offsetMemory // offsets received, for SessionTracker.Redelivered
 
-	mu         sync.Mutex
-	closed     bool
-	client     sarama.Client // lazily, for topic creation and lag
-	admin      sarama.ClusterAdmin
-	lagSources map[groupTopic]telemetry.LagSource
+	mu     sync.Mutex
+	closed bool
+	client sarama.Client // lazily, for topic creation and lag
+	admin  sarama.ClusterAdmin
 
 	replChecked map[string]bool // topics whose replication factor was read
 }
-
-type groupTopic struct{ group, topic string }
 
 // Open validates cfg (after defaults), starts the embedded broker when
 // Brokers is [spillway.Embedded], and creates cfg.Topics when it must (embedded
@@ -97,7 +92,7 @@ func Open(cfg Config, logger watermill.LoggerAdapter, opts ...Option) (*Cluster,
 	if logger == nil {
 		logger = watermill.NopLogger{}
 	}
-	c := &Cluster{cfg: cfg, logger: logger, brokers: cfg.Brokers, seen: newOffsetMemory(), lagSources: make(map[groupTopic]telemetry.LagSource)}
+	c := &Cluster{cfg: cfg, logger: logger, brokers: cfg.Brokers, seen: newOffsetMemory()}
 	for _, o := range opts {
 		if o != nil {
 			o(&c.opts)
@@ -323,32 +318,19 @@ func (c *Cluster) checkReplication(topic string) {
 	}
 }
 
-// LagSource returns the source of group's lag on topic (per partition, the
-// high-water mark minus the committed offset; see kafkatel.NewLagSource),
-// over the cluster's shared client. Sources are built once per group and
-// topic and live until Close.
-func (c *Cluster) LagSource(group, topic string) (telemetry.LagSource, error) {
+// Client returns the cluster's shared Sarama client, connected on first
+// use, for reading metadata and offsets: telemetry/kafkatel.NewLagSource
+// reads a group's lag over it. It lives until Close; do not close it
+// yourself. After Close it fails with an error matching
+// [spillway.ErrClosed].
+func (c *Cluster) Client() (sarama.Client, error) {
 	client, _, err := c.adminClient()
-	if err != nil {
-		return nil, err
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	key := groupTopic{group, topic}
-	if src := c.lagSources[key]; src != nil {
-		return src, nil
-	}
-	src, err := kafkatel.NewLagSource(client, group, topic)
-	if err != nil {
-		return nil, fmt.Errorf("kafkabroker: lag: %w", err)
-	}
-	c.lagSources[key] = src
-	return src, nil
+	return client, err
 }
 
 // Close closes the shared client and stops the embedded broker. Close
 // the publishers and subscribers first. Later calls return nil;
-// EnsureTopic and LagSource then fail with an error matching
+// EnsureTopic and Client then fail with an error matching
 // [spillway.ErrClosed].
 func (c *Cluster) Close() error {
 	var errs []error
@@ -360,7 +342,6 @@ func (c *Cluster) Close() error {
 			errs = append(errs, err)
 		}
 		c.admin, c.client = nil, nil
-		clear(c.lagSources)
 	}
 	stop := c.stopEmbedded
 	c.stopEmbedded = nil

@@ -13,6 +13,7 @@ import (
 	"github.com/spillway-go/spillway"
 	"github.com/spillway-go/spillway/internal/kafkatest"
 	"github.com/spillway-go/spillway/kafkabroker"
+	"github.com/spillway-go/spillway/telemetry/kafkatel"
 )
 
 // TestClusterRoundTrip: a Cluster on a broker address creates topics,
@@ -71,7 +72,11 @@ func TestClusterRoundTrip(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	src, err := cl.LagSource(cfg.WithDefaults().ConsumerGroup+".h", "geo")
+	client, err := cl.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := kafkatel.NewLagSource(client, cfg.WithDefaults().ConsumerGroup+".h", "geo")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,9 +12,10 @@
 //     [*spillway.FieldError]s.
 //   - [Cluster]: [Open] starts the embedded broker when asked for and
 //     creates topics; [Cluster.NewPublisher] and [Cluster.NewSubscriber]
-//     build watermill-kafka clients; [Cluster.LagSource] feeds a
-//     telemetry.LagSampler. [WithSaramaConfig] is applied last to every
-//     Sarama configuration it builds.
+//     build watermill-kafka clients; [Cluster.Client] is the shared
+//     Sarama client that telemetry/kafkatel reads lag over.
+//     [WithSaramaConfig] is applied last to every Sarama configuration it
+//     builds.
 //   - [SessionTracker]: makes budget admission revocation-aware. A message
 //     waiting for budget steps aside when its consumer-group session ends;
 //     admitted work that finishes during a rebalance is still committed,

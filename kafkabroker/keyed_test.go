@@ -17,6 +17,7 @@ import (
 
 	"github.com/spillway-go/spillway/internal/kafkatest"
 	"github.com/spillway-go/spillway/kafkabroker"
+	"github.com/spillway-go/spillway/telemetry/kafkatel"
 )
 
 // leakCheck fails t if, when it ends, goroutines run that did not run
@@ -254,7 +255,11 @@ func waitFor(t *testing.T, d time.Duration, cond func() bool, what string) {
 // lag is the group's total lag on topic.
 func lag(t *testing.T, cl *kafkabroker.Cluster, group, topic string) int64 {
 	t.Helper()
-	src, err := cl.LagSource(group, topic)
+	client, err := cl.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := kafkatel.NewLagSource(client, group, topic)
 	if err != nil {
 		t.Fatal(err)
 	}

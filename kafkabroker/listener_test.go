@@ -49,7 +49,7 @@ func TestNotAKafkaListener(t *testing.T) {
 	defer cl.Close()
 	for name, connect := range map[string]func() error{
 		"publisher": func() error { _, err := cl.NewPublisher(); return err },
-		"admin":     func() error { _, err := cl.LagSource("g", "t"); return err },
+		"admin":     func() error { _, err := cl.Client(); return err },
 		"key subscriber": func() error {
 			sub, _, err := cl.NewKeySubscriber("g")
 			if err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/spillway-go/spillway/kafkabroker"
 	"github.com/spillway-go/spillway/redisbroker"
 	"github.com/spillway-go/spillway/telemetry"
+	"github.com/spillway-go/spillway/telemetry/kafkatel"
 )
 
 // kafkaBackend runs handlers as watermill-kafka consumer groups, built by
@@ -23,8 +24,9 @@ type kafkaBackend struct {
 	cluster *kafkabroker.Cluster
 	pub     *kafka.Publisher
 
-	mu       sync.Mutex
-	trackers map[string]*kafkabroker.SessionTracker // by handler name
+	mu         sync.Mutex
+	trackers   map[string]*kafkabroker.SessionTracker // by handler name
+	lagSources map[groupTopic]telemetry.LagSource
 }
 
 func newKafkaBackend(cfg KafkaConfig, logger watermill.LoggerAdapter, o options, c control) (*kafkaBackend, error) {
@@ -41,7 +43,11 @@ func newKafkaBackend(cfg KafkaConfig, logger watermill.LoggerAdapter, o options,
 		_ = cl.Close()
 		return nil, kafkaError(err)
 	}
-	return &kafkaBackend{cfg: cfg, cluster: cl, pub: pub, trackers: make(map[string]*kafkabroker.SessionTracker)}, nil
+	return &kafkaBackend{
+		cfg: cfg, cluster: cl, pub: pub,
+		trackers:   make(map[string]*kafkabroker.SessionTracker),
+		lagSources: make(map[groupTopic]telemetry.LagSource),
+	}, nil
 }
 
 // kafkaError turns kafkabroker's configuration errors into FieldErrors
@@ -105,14 +111,14 @@ func (b *kafkaBackend) ensureTopic(topic string) error {
 
 // lag reads each handler group's lag per partition (the high-water mark
 // minus the committed offset; a partition never committed counts from its
-// oldest retained offset), one source per handler, built on first use over
-// the cluster's shared client.
+// oldest retained offset), one kafkatel source per handler and topic, built
+// on first use over the cluster's shared client.
 func (b *kafkaBackend) lag(ctx context.Context, groups []groupTopic) ([]telemetry.LagSample, error) {
 	var out []telemetry.LagSample
 	for _, g := range groups {
-		src, err := b.cluster.LagSource(b.group(g.handler), g.topic)
+		src, err := b.lagSource(g)
 		if err != nil {
-			return nil, kafkaError(err)
+			return nil, err
 		}
 		samples, err := src.Lag(ctx)
 		if err != nil {
@@ -121,6 +127,26 @@ func (b *kafkaBackend) lag(ctx context.Context, groups []groupTopic) ([]telemetr
 		out = append(out, samples...)
 	}
 	return out, nil
+}
+
+// lagSource returns the lag source of g's group and topic, built once.
+// The cluster's client fails after Close, and so does this.
+func (b *kafkaBackend) lagSource(g groupTopic) (telemetry.LagSource, error) {
+	client, err := b.cluster.Client()
+	if err != nil {
+		return nil, kafkaError(err)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if src := b.lagSources[g]; src != nil {
+		return src, nil
+	}
+	src, err := kafkatel.NewLagSource(client, b.group(g.handler), g.topic)
+	if err != nil {
+		return nil, fmt.Errorf("router: kafka: lag: %w", err)
+	}
+	b.lagSources[g] = src
+	return src, nil
 }
 
 func (b *kafkaBackend) deadLetter(func(*message.Message, bool)) message.HandlerMiddleware { return nil }

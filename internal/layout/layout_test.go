@@ -105,7 +105,7 @@ type pkg struct {
 }
 
 // Which library package may import which: the broker packages never import
-// router; cost, sizing, middleware and producer import no broker, telemetry
+// router or telemetry, and telemetry's core no broker; cost, sizing, middleware and producer import no broker, telemetry
 // or router package (nor each other, but for cost, and sizing building on
 // cost); no library package imports the embedded brokers.
 func TestDependencyDirection(t *testing.T) {
@@ -151,8 +151,17 @@ func TestDependencyDirection(t *testing.T) {
 	}
 	// The root package is the shared vocabulary: it imports no other.
 	forbid("", "cost", "sizing", "middleware", "producer", "shedding", "retrygate", "kafkabroker", "redisbroker", "telemetry", "router")
-	forbid("kafkabroker", "router")
-	forbid("redisbroker", "router", "telemetry")
+	// Both brokers relate to telemetry the same way: a broker never
+	// imports telemetry; the adapters under telemetry/ (kafkatel,
+	// redistel) may import the brokers, and the router wires the two.
+	for from := range imports {
+		for _, broker := range []string{"kafkabroker", "redisbroker"} {
+			if from == broker || strings.HasPrefix(from, broker+"/") {
+				forbid(from, "router", "telemetry")
+			}
+		}
+	}
+	forbid("telemetry", "router", "kafkabroker", "redisbroker")
 	forbid("cost", "router", "kafkabroker", "redisbroker", "telemetry", "middleware", "sizing", "producer")
 	forbid("sizing", "router", "kafkabroker", "redisbroker", "telemetry", "middleware", "producer")
 	forbid("middleware", "router", "kafkabroker", "redisbroker", "telemetry", "producer")
