@@ -228,6 +228,8 @@ func New(cfg Config, logger watermill.LoggerAdapter, opts ...Option) (*Router, e
 	return newRouter(cfg, logger, o, control{})
 }
 
+// newRouter is New with test controls: it checks cfg, opens the backend,
+// then builds the layers over it (build).
 func newRouter(cfg Config, logger watermill.LoggerAdapter, o options, ctl control) (*Router, error) {
 	if cfg.Broker == "" && o.custom != nil {
 		cfg.Broker = BrokerCustom
@@ -254,181 +256,262 @@ func newRouter(cfg Config, logger watermill.LoggerAdapter, o options, ctl contro
 		closed:  make(chan struct{}),
 	}
 	r.closingCtx, r.closingCancel = context.WithCancel(context.Background())
-
-	var err error
-	switch cfg.Broker {
-	case BrokerMemory:
-		r.back = newMemoryBackend(logger)
-	case BrokerKafka:
-		r.back, err = newKafkaBackend(cfg.Kafka, logger, o, ctl)
-	case BrokerRedis:
-		r.back, err = newRedisBackend(cfg.Redis, logger, o.redisClient, !cfg.Retry.Disabled)
-	case BrokerCustom:
-		r.back = &customBackend{b: *o.custom}
-	default:
-		// Validate rejects any other broker name before this point.
-		return nil, fmt.Errorf("router: unknown broker %q", cfg.Broker)
-	}
-	if err != nil {
+	if err := r.openBackend(ctl); err != nil {
 		return nil, err
 	}
-
-	// From here on a failure must close what the backend opened.
-	fail := func(err error) (*Router, error) {
+	if err := r.build(ctl); err != nil {
+		// Close what the backend opened, and the metrics registered.
 		r.unregisterMetrics()
 		_ = r.back.publisher().Close()
 		_ = r.back.close()
 		return nil, err
 	}
+	return r, nil
+}
 
-	// Telemetry, outermost first: tracing, metrics; the producer chain is
-	// tracing over stamping over the broker.
-	var topts, tracingOpts []telemetry.Option
-	if !cfg.Telemetry.Disabled {
-		topts = []telemetry.Option{
-			telemetry.WithTracerProvider(o.tracerProvider),
-			telemetry.WithMeterProvider(o.meterProvider),
-			telemetry.WithPropagator(o.propagator),
-			telemetry.WithMessagingSystem(r.back.system()),
-			telemetry.WithLinkToProducer(cfg.Telemetry.LinkProducer),
-		}
-		var brokerAttrs func(*message.Message) []attribute.KeyValue
-		if cfg.Broker == BrokerKafka {
-			brokerAttrs = kafkatel.Attributes
-			topts = append(topts, telemetry.WithAttributes(brokerAttrs))
-		}
-		// The consumer spans carry the handler's consumer group too.
-		tracingOpts = append(slices.Clip(topts), telemetry.WithAttributes(r.consumerAttributes(brokerAttrs)))
-		if r.metrics, err = telemetry.NewMetrics(topts...); err != nil {
-			return fail(fmt.Errorf("router: telemetry: %w", err))
-		}
+// build runs the construction steps after openBackend, in order; on an
+// error the caller closes the backend.
+func (r *Router) build(ctl control) error {
+	topts, tracingOpts, err := r.buildTelemetry()
+	if err != nil {
+		return err
 	}
-	// The router's metrics are the first hook: they see every event
-	// before the hooks of WithHooks.
-	hooks := o.hooks
+	hs, err := r.buildHooks()
+	if err != nil {
+		return err
+	}
+	r.buildPublishers(topts)
+	r.buildDeadLetter()
+	est, err := r.buildBudget()
+	if err != nil {
+		return err
+	}
+	if err := r.buildShedding(hs); err != nil {
+		return err
+	}
+	if err := r.buildAdmission(hs, est, ctl); err != nil {
+		return err
+	}
+	if err := r.buildRetryGate(hs, ctl); err != nil {
+		return err
+	}
+	if err := r.buildAutoSizer(hs, est); err != nil {
+		return err
+	}
+	if err := r.observe(); err != nil {
+		return err
+	}
+	if err := r.buildProducer(topts); err != nil {
+		return err
+	}
+	return r.buildWatermillRouter(tracingOpts)
+}
+
+// openBackend opens the broker that cfg.broker names.
+func (r *Router) openBackend(ctl control) error {
+	var err error
+	switch r.cfg.Broker {
+	case BrokerMemory:
+		r.back = newMemoryBackend(r.logger)
+	case BrokerKafka:
+		r.back, err = newKafkaBackend(r.cfg.Kafka, r.logger, r.opts, ctl)
+	case BrokerRedis:
+		r.back, err = newRedisBackend(r.cfg.Redis, r.logger, r.opts.redisClient, !r.cfg.Retry.Disabled)
+	case BrokerCustom:
+		r.back = &customBackend{b: *r.opts.custom}
+	default:
+		// Validate rejects any other broker name before this point.
+		return fmt.Errorf("router: unknown broker %q", r.cfg.Broker)
+	}
+	return err
+}
+
+// buildTelemetry builds the router's metrics and returns the telemetry
+// options of the publishers and of the consumer spans; both nil when
+// telemetry is disabled. Tracing is outermost, then metrics; the producer
+// chain is tracing over stamping over the broker.
+func (r *Router) buildTelemetry() (topts, tracingOpts []telemetry.Option, err error) {
+	if r.cfg.Telemetry.Disabled {
+		return nil, nil, nil
+	}
+	o := r.opts
+	topts = []telemetry.Option{
+		telemetry.WithTracerProvider(o.tracerProvider),
+		telemetry.WithMeterProvider(o.meterProvider),
+		telemetry.WithPropagator(o.propagator),
+		telemetry.WithMessagingSystem(r.back.system()),
+		telemetry.WithLinkToProducer(r.cfg.Telemetry.LinkProducer),
+	}
+	var brokerAttrs func(*message.Message) []attribute.KeyValue
+	if r.cfg.Broker == BrokerKafka {
+		brokerAttrs = kafkatel.Attributes
+		topts = append(topts, telemetry.WithAttributes(brokerAttrs))
+	}
+	// The consumer spans carry the handler's consumer group too.
+	tracingOpts = append(slices.Clip(topts), telemetry.WithAttributes(r.consumerAttributes(brokerAttrs)))
+	if r.metrics, err = telemetry.NewMetrics(topts...); err != nil {
+		return nil, nil, fmt.Errorf("router: telemetry: %w", err)
+	}
+	return topts, tracingOpts, nil
+}
+
+// buildHooks returns the hooks the router calls: its metrics first, so
+// that they see every event before the hooks of WithHooks.
+func (r *Router) buildHooks() (hookSet, error) {
+	hooks := r.opts.hooks
 	if r.metrics != nil {
 		hooks = append([]any{r.metrics}, hooks...)
 	}
-	hs, err := newHookSet(hooks)
-	if err != nil {
-		return fail(err)
-	}
-	r.buildPublishers(topts)
+	return newHookSet(hooks)
+}
+
+// buildDeadLetter takes the broker's dead-letter layer, counted in the
+// metrics when there are any.
+func (r *Router) buildDeadLetter() {
 	var moved func(*message.Message, bool)
 	if r.metrics != nil {
 		moved = r.recordDeadLettered
 	}
 	r.deadLetter = r.back.deadLetter(moved)
+}
 
+// buildBudget builds the vertex budget and returns the cost estimator
+// (WithEstimator's, or one from budget.default_cost).
+func (r *Router) buildBudget() (cost.ChargeEstimator, error) {
+	cfg := r.cfg.Budget
 	var bopts []middleware.Option
-	if cfg.Budget.MessageLimit > 0 {
-		bopts = append(bopts, middleware.WithMessageLimit(cfg.Budget.MessageLimit))
+	if cfg.MessageLimit > 0 {
+		bopts = append(bopts, middleware.WithMessageLimit(cfg.MessageLimit))
 	}
-	if len(cfg.Budget.Lanes) > 0 {
-		bopts = append(bopts, middleware.WithLanes(cfg.Budget.Lanes...))
+	if len(cfg.Lanes) > 0 {
+		bopts = append(bopts, middleware.WithLanes(cfg.Lanes...))
 	}
-	if r.budget, err = middleware.NewVertexBudget(cfg.Budget.Vertices, bopts...); err != nil {
-		return fail(fmt.Errorf("router: budget: %w", err))
+	var err error
+	if r.budget, err = middleware.NewVertexBudget(cfg.Vertices, bopts...); err != nil {
+		return nil, fmt.Errorf("router: budget: %w", err)
 	}
-	est := o.estimator
-	if est == nil {
-		var eopts []cost.Option
-		if cfg.Budget.ComputeMissing {
-			eopts = append(eopts, cost.WithComputeMissing())
-		}
-		est = cost.NewEstimator(cfg.Budget.DefaultCost, eopts...)
+	if est := r.opts.estimator; est != nil {
+		return est, nil
 	}
+	var eopts []cost.Option
+	if cfg.ComputeMissing {
+		eopts = append(eopts, cost.WithComputeMissing())
+	}
+	return cost.NewEstimator(cfg.DefaultCost, eopts...), nil
+}
 
-	if len(cfg.Shedding.Topics) > 0 {
-		sopts := []shedding.Option{shedding.WithAuditPublisher(nopClosePublisher{r.copies}), shedding.WithOnShed(hs.onShed),
-			shedding.WithRedelivery(r.redelivered)}
-		if !cfg.Retry.Disabled {
-			sopts = append(sopts, shedding.WithTopicFunc(r.originTopic))
-		}
-		if r.policy, err = shedding.New(cfg.Shedding.Config, r.sheddingPressure(cfg.Shedding.Pressure), sopts...); err != nil {
-			return fail(err)
-		}
-		if t := cfg.Shedding.AuditTopic; t != "" {
-			if err := r.back.ensureTopic(t); err != nil {
-				return fail(err)
-			}
-		}
+// buildShedding builds the priority shedding policy when shedding.topics
+// names any, and makes its audit topic exist.
+func (r *Router) buildShedding(hs hookSet) error {
+	cfg := r.cfg
+	if len(cfg.Shedding.Topics) == 0 {
+		return nil
 	}
-
-	if !ctl.noBudget {
-		bc := middleware.BudgetConfig{Budget: r.budget, Estimator: est, OnAdmission: r.countAdmission(hs.admission)}
-		r.limitSize(&bc)
-		if (cfg.Broker == BrokerKafka || cfg.Broker == BrokerRedis) && !ctl.noRevocation {
-			bc.Revoked = r.revoked
-		}
-		if r.policy != nil && (bc.Revoked != nil || cfg.Shedding.Coalesce.Enabled) {
-			// A waiter steps aside when a newer message of its entity
-			// supersedes it, when its Kafka session ends, or when its
-			// Redis entry is lost.
-			bc.Revoked = r.policy.Revoked(bc.Revoked)
-		}
-		if r.budgetMW, err = middleware.NewBudget(bc); err != nil {
-			return fail(err)
-		}
-	}
-
+	sopts := []shedding.Option{shedding.WithAuditPublisher(nopClosePublisher{r.copies}), shedding.WithOnShed(hs.onShed),
+		shedding.WithRedelivery(r.redelivered)}
 	if !cfg.Retry.Disabled {
-		// A message waiting in the gate steps aside when its Kafka session
-		// ends or its Redis entry is lost, as a budget waiter does.
-		var retryRevoked func(*message.Message) <-chan struct{}
-		if (cfg.Broker == BrokerKafka || cfg.Broker == BrokerRedis) && !ctl.noRevocation {
-			retryRevoked = r.revoked
-		}
-		r.retry, err = retrygate.New(cfg.Retry.Config, retrygate.Options{
-			Publisher:    nopClosePublisher{r.copies},
-			Pressure:     budgetPressure{r},
-			IsPermanent:  o.isPermanent,
-			IsRedelivery: r.isRedelivery,
-			Revoked:      retryRevoked,
-			OnOutcome:    hs.onRetryOutcome,
-			Logger:       logger,
-		})
-		if err != nil {
-			return fail(err)
-		}
+		sopts = append(sopts, shedding.WithTopicFunc(r.originTopic))
 	}
+	var err error
+	if r.policy, err = shedding.New(cfg.Shedding.Config, r.sheddingPressure(cfg.Shedding.Pressure), sopts...); err != nil {
+		return err
+	}
+	if t := cfg.Shedding.AuditTopic; t != "" {
+		return r.back.ensureTopic(t)
+	}
+	return nil
+}
 
-	if a := cfg.Budget.AutoSize; a.Enabled && r.budgetMW != nil {
-		sc := a.AutoSizeConfig
-		sc.Budget = r.budget
-		sc.Deadline = cfg.autoSizeDeadline()
-		sc.MemoryBound = a.memoryBound()
-		sc.Estimator = est
-		sc.OnResize = hs.onResize
-		r.sizer, err = sizing.NewAutoSizer(sc)
-		if err != nil {
-			return fail(fmt.Errorf("router: budget.autosize: %w", err))
-		}
-	}
+// revocable reports whether waiters step aside when their delivery is
+// lost: on Kafka (session ended) and Redis (entry lost).
+func (r *Router) revocable(ctl control) bool {
+	return (r.cfg.Broker == BrokerKafka || r.cfg.Broker == BrokerRedis) && !ctl.noRevocation
+}
 
-	if err := r.observe(); err != nil {
-		return fail(err)
+// buildAdmission builds the budget's admission middleware.
+func (r *Router) buildAdmission(hs hookSet, est cost.ChargeEstimator, ctl control) error {
+	if ctl.noBudget {
+		return nil
 	}
-	if err := r.buildProducer(topts); err != nil {
-		return fail(err)
+	bc := middleware.BudgetConfig{Budget: r.budget, Estimator: est, OnAdmission: r.countAdmission(hs.admission)}
+	r.limitSize(&bc)
+	if r.revocable(ctl) {
+		bc.Revoked = r.revoked
 	}
+	if r.policy != nil && (bc.Revoked != nil || r.cfg.Shedding.Coalesce.Enabled) {
+		// A waiter steps aside when a newer message of its entity
+		// supersedes it, when its Kafka session ends, or when its
+		// Redis entry is lost.
+		bc.Revoked = r.policy.Revoked(bc.Revoked)
+	}
+	var err error
+	r.budgetMW, err = middleware.NewBudget(bc)
+	return err
+}
 
-	switch {
-	case o.wm == nil:
-		r.wm, err = message.NewRouter(message.RouterConfig{CloseTimeout: cfg.CloseTimeout}, logger)
-		if err != nil {
-			return fail(err)
+// buildRetryGate builds the retry gate unless retry.disabled.
+func (r *Router) buildRetryGate(hs hookSet, ctl control) error {
+	if r.cfg.Retry.Disabled {
+		return nil
+	}
+	// A message waiting in the gate steps aside when its Kafka session
+	// ends or its Redis entry is lost, as a budget waiter does.
+	var retryRevoked func(*message.Message) <-chan struct{}
+	if r.revocable(ctl) {
+		retryRevoked = r.revoked
+	}
+	var err error
+	r.retry, err = retrygate.New(r.cfg.Retry.Config, retrygate.Options{
+		Publisher:    nopClosePublisher{r.copies},
+		Pressure:     budgetPressure{r},
+		IsPermanent:  r.opts.isPermanent,
+		IsRedelivery: r.isRedelivery,
+		Revoked:      retryRevoked,
+		OnOutcome:    hs.onRetryOutcome,
+		Logger:       r.logger,
+	})
+	return err
+}
+
+// buildAutoSizer builds the budget's auto-sizer when budget.autosize is
+// enabled and the budget admits.
+func (r *Router) buildAutoSizer(hs hookSet, est cost.ChargeEstimator) error {
+	a := r.cfg.Budget.AutoSize
+	if !a.Enabled || r.budgetMW == nil {
+		return nil
+	}
+	sc := a.AutoSizeConfig
+	sc.Budget = r.budget
+	sc.Deadline = r.cfg.autoSizeDeadline()
+	sc.MemoryBound = a.memoryBound()
+	sc.Estimator = est
+	sc.OnResize = hs.onResize
+	var err error
+	if r.sizer, err = sizing.NewAutoSizer(sc); err != nil {
+		return fmt.Errorf("router: budget.autosize: %w", err)
+	}
+	return nil
+}
+
+// buildWatermillRouter takes WithWatermillRouter's router, or builds one,
+// and adds the middleware stack to it.
+func (r *Router) buildWatermillRouter(tracingOpts []telemetry.Option) error {
+	switch wm := r.opts.wm; {
+	case wm == nil:
+		var err error
+		if r.wm, err = message.NewRouter(message.RouterConfig{CloseTimeout: r.cfg.CloseTimeout}, r.logger); err != nil {
+			return err
 		}
-	case o.wm.IsRunning() || o.wm.IsClosed():
-		return fail(errors.New("router: WithWatermillRouter: the Watermill router is running or closed; give it to New before Run"))
+	case wm.IsRunning() || wm.IsClosed():
+		return errors.New("router: WithWatermillRouter: the Watermill router is running or closed; give it to New before Run")
 	default:
-		r.wm = o.wm
+		r.wm = wm
 	}
 	if tracingOpts != nil {
 		r.tracing = telemetry.NewTracing(tracingOpts...)
 	}
 	r.wm.AddMiddleware(r.stack().middlewares()...)
-	return r, nil
+	return nil
 }
 
 // Config returns the configuration the router runs with (defaults filled).

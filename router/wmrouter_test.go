@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 )
 
 // TestWithWatermillRouter: on a Watermill router of the user's, New adds
@@ -108,6 +109,27 @@ func TestWithWatermillRouter(t *testing.T) {
 		defer wm.Close()
 		if _, err := New(Config{}, nil, WithWatermillRouter(wm)); err == nil {
 			t.Error("New took a running Watermill router")
+		}
+	})
+	// New fails at its last step here, after the broker was opened: it
+	// closes the broker's publisher on the way out.
+	t.Run("refused closes the broker", func(t *testing.T) {
+		wm, err := message.NewRouter(message.RouterConfig{}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := wm.Close(); err != nil {
+			t.Fatal(err)
+		}
+		ch := gochannel.NewGoChannel(gochannel.Config{}, nil)
+		defer ch.Close()
+		var closes closeCounter
+		b := CustomBroker{Publisher: countedPublisher{ch, &closes}, Subscriber: func(string, string) (message.Subscriber, error) { return ch, nil }}
+		if _, err := New(Config{}, nil, WithBroker(b), WithWatermillRouter(wm)); err == nil {
+			t.Fatal("New took a closed Watermill router")
+		}
+		if n := closes.n.Load(); n != 1 {
+			t.Errorf("the broker's publisher was closed %d times, want 1", n)
 		}
 	})
 }
