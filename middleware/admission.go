@@ -10,7 +10,6 @@ import (
 
 	"github.com/spillway-go/spillway"
 	"github.com/spillway-go/spillway/cost"
-	"github.com/spillway-go/spillway/internal/granted"
 )
 
 // Outcome is how a message left budget admission. Its value is the name
@@ -149,8 +148,11 @@ func NewBudget(cfg BudgetConfig) (*Budget, error) {
 	return m, nil
 }
 
-// Middleware wraps h with budget admission: [Budget.Admit] before h runs,
-// [Budget.Release] once it has returned, failed or panicked.
+// Middleware wraps h with budget admission: the message is priced and
+// waits for its charge before h runs, and the charge is refunded once h
+// has returned, failed or panicked. While h runs the message's context
+// carries the charge it was admitted with ([cost.AdmittedFromCtx]); the
+// context the middleware received is put back when h returns.
 //
 // While a message waits it stays unacked, so the subscriber releases no new
 // work from that partition or subscription. If the message context ends
@@ -158,43 +160,39 @@ func NewBudget(cfg BudgetConfig) (*Budget, error) {
 // router nacks the message and it is redelivered rather than lost.
 func (m *Budget) Middleware(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
-		var t Ticket
-		defer m.Release(&t)
-		if err := m.Admit(msg, &t); !t.Admitted() {
+		var t ticket
+		defer m.release(&t)
+		if err := m.admit(msg, &t); !t.admitted() {
 			// Refused, stepped aside or cancelled: not run.
 			return nil, err
 		}
+		ctx := msg.Context()
+		defer msg.SetContext(ctx)
+		msg.SetContext(cost.WithAdmitted(ctx, t.c))
 		return h(msg)
 	}
 }
 
-// Ticket is one message's admission by [Budget.Admit]: the charge it holds
-// while its handler runs. The zero Ticket holds nothing. A Ticket is used
-// by one goroutine at a time.
-type Ticket struct {
-	p   Permit
-	c   cost.Charge
-	rec granted.Record
+// ticket is one message's admission: the charge it holds while its
+// handler runs. The zero ticket holds nothing.
+type ticket struct {
+	p Permit
+	c cost.Charge
 }
 
-// Admitted reports whether the message was admitted: it is to be run, and
+// admitted reports whether the message was admitted: it is to be run, and
 // the ticket released afterwards.
-func (t *Ticket) Admitted() bool { return t.p.b != nil }
+func (t *ticket) admitted() bool { return t.p.b != nil }
 
-// Admit is [Budget.Middleware]'s admission, for a caller that runs the
-// handler itself (a middleware of its own that does other work around
-// admission). It prices msg, waits for its charge as the middleware does,
-// reports the outcome to OnAdmission and fills t, which must hold nothing
-// (a zero Ticket, or one released). If t is not
-// [Ticket.Admitted] afterwards, msg must not be run, and the error (nil
-// after a step aside or an accepted oversize) is the middleware's result;
-// t then holds nothing. Otherwise the caller runs the handler and then
-// calls [Budget.Release] with t, also when the handler fails or panics.
-// Defer that call before calling Admit (releasing a ticket that holds
-// nothing does nothing): an OnAdmission hook that panics leaves the charge
-// in t.
-func (m *Budget) Admit(msg *message.Message, t *Ticket) error {
-	*t = Ticket{}
+// admit prices msg, waits for its charge, reports the outcome to
+// OnAdmission and fills t, which must hold nothing. If t is not admitted
+// afterwards, msg must not be run, and the error (nil after a step aside
+// or an accepted oversize) is the middleware's result. Otherwise the
+// caller runs the handler and then calls release with t, also when the
+// handler fails or panics: the caller defers that call before admit, so
+// that an OnAdmission hook that panics leaves nothing held.
+func (m *Budget) admit(msg *message.Message, t *ticket) error {
+	*t = ticket{}
 	if n := m.cfg.MaxPayloadBytes; n > 0 && len(msg.Payload) > n {
 		// Not priced: the estimator may have to parse it.
 		return m.oversizePayload(msg, n)
@@ -210,36 +208,30 @@ func (m *Budget) Admit(msg *message.Message, t *Ticket) error {
 			return nil
 		}
 	}
-	if err := m.admit(msg, t, abort); !t.Admitted() {
+	if err := m.take(msg, t, abort); !t.admitted() {
 		return err
 	}
 	// From here t holds the charge: a hook that panics leaves it to the
-	// caller's deferred Release.
+	// caller's deferred release.
 	if m.cfg.OnAdmission != nil {
 		m.announce(msg, t)
-	}
-	if granted.Wanted() {
-		m.publish(msg, t)
 	}
 	return nil
 }
 
-// Release ends t's admission once its handler has returned: the granted
-// record is dropped and the charge refunded. Releasing a ticket that holds
-// nothing, or releasing it again, does nothing.
-func (m *Budget) Release(t *Ticket) {
-	if !t.Admitted() {
+// release refunds t's charge once its handler has returned. Releasing a
+// ticket that holds nothing, or releasing it again, does nothing.
+func (m *Budget) release(t *ticket) {
+	if !t.admitted() {
 		return
 	}
-	t.rec.Restore()
-	t.rec = granted.Record{}
 	m.cfg.Budget.release(t.p)
 	t.p = Permit{}
 }
 
-// admit waits for t's charge: t.p holds the permit afterwards, unless msg
+// take waits for t's charge: t.p holds the permit afterwards, unless msg
 // is not to be run (the error says why, or is nil after a step aside).
-func (m *Budget) admit(msg *message.Message, t *Ticket, abort <-chan struct{}) error {
+func (m *Budget) take(msg *message.Message, t *ticket, abort <-chan struct{}) error {
 	var lane int
 	var ok bool
 	if m.lanes {
@@ -255,7 +247,7 @@ func (m *Budget) admit(msg *message.Message, t *Ticket, abort <-chan struct{}) e
 }
 
 // wait is admit's slow path: the charge did not fit at once.
-func (m *Budget) wait(msg *message.Message, t *Ticket, lane int, abort <-chan struct{}) error {
+func (m *Budget) wait(msg *message.Message, t *ticket, lane int, abort <-chan struct{}) error {
 	p, err := m.cfg.Budget.acquire(msg.Context(), lane, t.c.Vertices, t.c.Messages, abort)
 	if err == nil {
 		t.p = p
@@ -276,7 +268,7 @@ func (m *Budget) wait(msg *message.Message, t *Ticket, lane int, abort <-chan st
 
 // revocation returns msg's revocation channel (Revoked) and whether it is
 // closed already, in which case msg steps aside at once.
-func (m *Budget) revocation(msg *message.Message, t *Ticket) (<-chan struct{}, bool) {
+func (m *Budget) revocation(msg *message.Message, t *ticket) (<-chan struct{}, bool) {
 	abort := m.cfg.Revoked(msg)
 	if abort == nil {
 		return nil, false
@@ -291,16 +283,9 @@ func (m *Budget) revocation(msg *message.Message, t *Ticket) (<-chan struct{}, b
 }
 
 // announce reports t's admission (OnAdmission).
-func (m *Budget) announce(msg *message.Message, t *Ticket) {
+func (m *Budget) announce(msg *message.Message, t *ticket) {
 	p := &t.p
 	m.cfg.OnAdmission(msg, Admission{Charge: t.c, Granted: p.vertices(), Clamped: p.clamped(), Wait: p.wait, Outcome: Admitted})
-}
-
-// publish makes t's granted charge known to the layers inside (the
-// auto-sizer reads it instead of pricing the message again).
-func (m *Budget) publish(msg *message.Message, t *Ticket) {
-	p := &t.p
-	t.rec = granted.Set(msg, granted.Charge{Requested: t.c.Vertices, Vertices: p.vertices(), Clamped: p.clamped(), Source: t.c.Source})
 }
 
 // oversizePayload refuses msg for its payload's size.

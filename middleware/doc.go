@@ -6,10 +6,13 @@
 // [VertexBudget] is a weighted, FIFO semaphore measured in vertices (and,
 // optionally, in messages). [Budget] is the Watermill middleware that charges
 // each message's [cost.Charge] against a VertexBudget before the handler runs
-// and refunds it when the handler returns, fails or panics; its two halves,
-// [Budget.Admit] and [Budget.Release], serve a middleware of one's own that
-// does other work around admission. A budget's capacity is at most
-// [MaxCapacity], and its arithmetic never overflows.
+// and refunds it when the handler returns, fails or panics. While the
+// handler runs, the message's context carries the charge it was admitted
+// with: layers inside the budget read it with [cost.AdmittedFromCtx]
+// instead of pricing the message again (the auto-sizer in package sizing
+// does), and a layer that replaces the message's context passes it on with
+// [cost.WithAdmitted]. A budget's capacity is at most [MaxCapacity], and
+// its arithmetic never overflows.
 //
 // [BudgetConfig.MaxPayloadBytes] and [BudgetConfig.MaxVertices] refuse a
 // message that is too big to run at all (a payload above what memory can

@@ -89,37 +89,6 @@ func ExampleBudget() {
 	// after close: 0
 }
 
-// Admission in a middleware of one's own: Admit before the handler,
-// Release (deferred before Admit, so that a panicking OnAdmission hook is
-// refunded too) after it, with other work around them in the same closure.
-func ExampleBudget_Admit() {
-	budget, err := middleware.NewVertexBudget(100_000)
-	if err != nil {
-		panic(err)
-	}
-	admission, _ := middleware.NewBudget(middleware.BudgetConfig{Budget: budget})
-	withAdmission := func(h message.HandlerFunc) message.HandlerFunc {
-		return func(msg *message.Message) ([]*message.Message, error) {
-			var t middleware.Ticket
-			defer admission.Release(&t)
-			if err := admission.Admit(msg, &t); !t.Admitted() {
-				return nil, err // refused or cancelled: not run
-			}
-			fmt.Printf("admitted %s: %d vertices in use\n", msg.UUID, budget.Stats().InUse)
-			return h(msg)
-		}
-	}
-	handler := withAdmission(func(*message.Message) ([]*message.Message, error) { return nil, nil })
-
-	msg := message.NewMessage("parcel-2", []byte(`{"type":"Point","coordinates":[1,2]}`))
-	msg.Metadata.Set(cost.MetadataKey, "800")
-	_, _ = handler(msg)
-	fmt.Println("after the handler:", budget.Stats().InUse)
-	// Output:
-	// admitted parcel-2: 800 vertices in use
-	// after the handler: 0
-}
-
 // Two lanes on one budget: positions (charges below 1,000 vertices) with a
 // tenth of the budget reserved, and boundaries for the rest. While heavy
 // boundaries hold all they may and another waits, a position is admitted

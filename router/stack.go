@@ -6,6 +6,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/spillway-go/spillway/cost"
 	"github.com/spillway-go/spillway/internal/lazyctx"
 )
 
@@ -48,7 +49,8 @@ import (
 //     session tracker.
 //     b. "admission" ([middleware.Budget.Middleware]): its Revoked hook is the Kafka
 //     session's end and, with coalescing, the message being superseded.
-//     c. "admitted" ([Router.admitted]): gives the handler its delivery context back, counts
+//     c. "admitted" ([Router.admitted]): gives the handler its delivery context back
+//     (with the admitted charge, for the auto-sizer), counts
 //     running work for Close, reports completed deliveries to the Kafka
 //     session tracker.
 //     c′. "malformed" (with retry.disabled, in the gate's stead): a
@@ -251,7 +253,11 @@ func (r *Router) admitted(h message.HandlerFunc) message.HandlerFunc {
 		if d == nil {
 			return h(msg)
 		}
-		msg.SetContext(d.handlerCtx)
+		ctx := d.handlerCtx
+		if c, ok := cost.AdmittedFromCtx(msg.Context()); ok {
+			ctx = cost.WithAdmitted(ctx, c) // for the auto-sizer
+		}
+		msg.SetContext(ctx)
 		d.shard.running.Add(1)
 		defer d.shard.running.Add(-1)
 		out, err := h(msg)

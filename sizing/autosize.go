@@ -13,7 +13,6 @@ import (
 
 	"github.com/spillway-go/spillway"
 	"github.com/spillway-go/spillway/cost"
-	"github.com/spillway-go/spillway/internal/granted"
 )
 
 // Resizable is a budget whose capacity can change at run time.
@@ -311,8 +310,6 @@ func NewAutoSizer(cfg AutoSizeConfig) (*AutoSizer, error) {
 	}
 	a.bounds.MemoryBound = cfg.MemoryBound
 	a.capacity.Store(cfg.Budget.Capacity())
-	// Budget middlewares publish the charges they grant from now on.
-	granted.Want()
 	return a, nil
 }
 
@@ -348,9 +345,10 @@ func (a *AutoSizer) Middleware(h message.HandlerFunc) message.HandlerFunc {
 // sample returns the vertices msg's handler call is measured with, and
 // false when the call is not to be measured at all.
 //
-// Inside a budget middleware the charge it granted is used, so the message
-// is priced once. Outside one the estimator prices it. Either way only
-// counted costs are measured (a header or a computed count: a default
+// Inside a budget middleware the charge it admitted the message with,
+// which it passes down in the message's context ([cost.AdmittedFromCtx]),
+// is used, so the message is priced once. Outside one the estimator prices
+// it. Either way only counted costs are measured (a header or a computed count: a default
 // charge would teach a made-up rate), and a header count above the
 // capacity is not: the budget clamped it, so it cannot be told from a
 // forged vertex_count, which would poison the throughput. A computed count
@@ -358,8 +356,8 @@ func (a *AutoSizer) Middleware(h message.HandlerFunc) message.HandlerFunc {
 // measured at that size.
 func (a *AutoSizer) sample(msg *message.Message) (int64, bool) {
 	var c cost.Charge
-	if g, ok := granted.Get(msg); ok {
-		c = cost.Charge{Vertices: g.Requested, Source: g.Source}
+	if admitted, ok := cost.AdmittedFromCtx(msg.Context()); ok {
+		c = admitted
 	} else {
 		c = a.cfg.Estimator.Estimate(msg)
 	}

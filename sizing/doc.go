@@ -25,8 +25,10 @@
 // middleware and keeps a [Resizable] budget at the deadline bound the
 // measured speed gives, as the traffic mix drifts, under a fixed memory
 // bound and a guard against the slowest calls. Behind a budget middleware
-// it measures the charge the budget granted, so a message is priced once
-// and a forged vertex_count above the capacity is never a sample.
+// it measures the charge the budget admitted the message with, which the
+// middleware passes down in the message's context ([cost.AdmittedFromCtx]),
+// so a message is priced once; a vertex_count above the capacity is never
+// a sample, so a forged one cannot skew it.
 //
 // Package sizing reads message costs through package cost; cost does not
 // depend on sizing. See docs/sizing.md for the method and its reasoning.

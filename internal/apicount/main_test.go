@@ -6,7 +6,7 @@ import "testing"
 // when it was last lowered (docs/api.md); lower it when a change removes
 // identifiers, never raise it without a reason written there.
 const (
-	ceilingTotal  = 687
+	ceilingTotal  = 685
 	ceilingRouter = 125
 )
 
