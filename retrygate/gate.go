@@ -261,7 +261,8 @@ type delivery struct {
 	redelivered         bool
 	retries             int
 	lastErr             error
-	bo                  *backoff.ExponentialBackOff
+	bo                  *backoff.ExponentialBackOff // made by backoff
+	boSkip              int                         // the waits earlier deliveries used, for backoff
 	done                bool
 }
 
@@ -279,8 +280,18 @@ func (g *Gate) arrive(msg *message.Message) *delivery {
 	d.deferrals = readCount(msg, deferralsKey)
 	d.origin = g.originOf(msg, d.topic)
 	d.redelivered = d.attempts > 0 || (g.opts.IsRedelivery != nil && g.opts.IsRedelivery(msg))
-	d.bo = g.newBackOff(d.attempts + d.deferrals)
+	d.boSkip = d.attempts + d.deferrals
 	return d
+}
+
+// backoff returns the delivery's backoff schedule, made the first time a
+// wait or a deferral needs it: a message that succeeds at once never needs
+// one.
+func (d *delivery) backoff() *backoff.ExponentialBackOff {
+	if d.bo == nil {
+		d.bo = d.g.newBackOff(d.boSkip)
+	}
+	return d.bo
 }
 
 // originOf returns the topic msg originates from: the one OriginTopicKey
@@ -337,11 +348,11 @@ func (d *delivery) run(h message.HandlerFunc) ([]*message.Message, error) {
 	}
 	if d.redelivered {
 		if g.saturated(d.msg) {
-			return d.deferMsg(causeSaturatedOnArrival, d.bo.NextBackOff())
+			return d.deferMsg(causeSaturatedOnArrival, d.backoff().NextBackOff())
 		}
 		if !g.budget.take() {
 			g.counts.get(d.topic).budgetDenied.Add(1)
-			return d.deferMsg(causeRetryBudget, d.bo.NextBackOff())
+			return d.deferMsg(causeRetryBudget, d.backoff().NextBackOff())
 		}
 	}
 	for {
@@ -369,9 +380,9 @@ func (d *delivery) run(h message.HandlerFunc) ([]*message.Message, error) {
 		case d.attempts >= g.cfg.MaxAttempts:
 			return d.deadLetter(causeAttemptsExhausted)
 		case g.saturated(d.msg):
-			return d.deferMsg(causeSaturated, d.bo.NextBackOff())
+			return d.deferMsg(causeSaturated, d.backoff().NextBackOff())
 		}
-		wait := d.bo.NextBackOff()
+		wait := d.backoff().NextBackOff()
 		if time.Since(d.start)+wait > g.cfg.MaxElapsedTime {
 			return d.deferMsg(causeMaxElapsed, wait)
 		}
@@ -387,7 +398,7 @@ func (d *delivery) run(h message.HandlerFunc) ([]*message.Message, error) {
 		if g.saturated(d.msg) {
 			// Pressure rose while we waited; the token is spent, the
 			// retry is not.
-			return d.deferMsg(causeSaturated, d.bo.NextBackOff())
+			return d.deferMsg(causeSaturated, d.backoff().NextBackOff())
 		}
 		d.retries++
 		g.counts.get(d.topic).retries.Add(1)
