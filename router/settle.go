@@ -2,7 +2,7 @@ package router
 
 import (
 	"context"
-	"reflect"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -60,18 +60,17 @@ type settleEntry struct {
 	acked, nacked <-chan struct{}
 }
 
-// shardOf picks msg's shard from its address (heap objects do not move).
-func (s *settling) shardOf(msg *message.Message) *settleShard {
-	p := uint64(reflect.ValueOf(msg).Pointer())
-	// Fibonacci hashing: the top bits of the product mix every bit.
-	return &s.shards[(p*0x9E3779B97F4A7C15)>>(64-4)]
+// pick picks a shard at random: a delivery keeps the shard it was given,
+// and only the sums over the shards are read, so any spread will do.
+func (s *settling) pick() *settleShard {
+	return &s.shards[rand.Uint64()%settleShards]
 }
 
 // layer is the outermost middleware: it counts the message inside and, on
 // the way out, keeps it until it is settled.
 func (s *settling) layer(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
-		sh := s.shardOf(msg)
+		sh := s.pick()
 		setSlotted(msg, sh)
 		sh.inside.Add(1)
 		defer sh.leave(msg)

@@ -286,7 +286,7 @@ func (r *Router) enter(msg *message.Message, handler *handlerName) (*delivery, e
 	}
 	d := newDelivery(orig)
 	if d.shard == nil { // not the settling layer's: a later attempt
-		d.shard = r.settling.shardOf(msg)
+		d.shard = r.settling.pick()
 	}
 	d.handlerCtx = orig
 	if life != orig {
