@@ -32,10 +32,12 @@ import (
 //	                            router uses (16-message window, 256 KiB fetch)
 //	consumer=spillway           the Spillway router: the same subscriber plus
 //	                            the session tracker and the middleware stack
-//	                            (shutdown gate, budget admission, accounting),
-//	                            telemetry on as by default (no providers: the
-//	                            OpenTelemetry no-op globals, the lag sampler)
+//	                            (retry gate, shutdown gate, budget admission,
+//	                            accounting), telemetry on as by default (no
+//	                            providers: the OpenTelemetry no-op globals,
+//	                            the lag sampler)
 //	consumer=spillway-no-otel   the same with telemetry.disabled
+//	consumer=spillway-no-retry  the same with retry.disabled
 //	consumer=spillway-key       the Spillway router with kafka.consumer key
 //	                            (kafkabroker.KeySubscriber instead of
 //	                            watermill-kafka's subscriber)
@@ -59,7 +61,7 @@ func benchCluster(b *testing.B, partitions int) (*cluster, message.Publisher) {
 
 func BenchmarkKafkaConsume(b *testing.B) {
 	var seq atomic.Int64
-	for _, c := range []string{"upstream-defaults", "upstream", "spillway", "spillway-no-otel", "spillway-key"} {
+	for _, c := range []string{"upstream-defaults", "upstream", "spillway", "spillway-no-otel", "spillway-no-retry", "spillway-key"} {
 		b.Run("consumer="+c, func(b *testing.B) {
 			// A broker of its own: the consumers after the first would
 			// otherwise run next to every earlier one's messages.
@@ -100,12 +102,13 @@ func benchConsume(b *testing.B, consumer string, brokers []string, topic string)
 	)
 	group := "bench-" + topic
 	switch consumer {
-	case "spillway", "spillway-no-otel", "spillway-key":
+	case "spillway", "spillway-no-otel", "spillway-no-retry", "spillway-key":
 		cfg := router.Config{Broker: router.BrokerKafka}
 		if consumer == "spillway-key" {
 			cfg.Kafka.Consumer = "key"
 		}
 		cfg.Telemetry.Disabled = consumer == "spillway-no-otel"
+		cfg.Retry.Disabled = consumer == "spillway-no-retry"
 		cfg.Budget.Vertices = 1 << 40
 		cfg.Kafka.Brokers = brokers
 		cfg.Kafka.Version = kafkaVersion.String() // kfake's limit
