@@ -26,9 +26,15 @@ var errReplicationFactorOne = errors.New("kafkabroker: topic has replication fac
 type Option func(*options)
 
 type options struct {
-	tracer      kafka.SaramaTracer
-	saramaHook  func(*sarama.Config) error
-	observeOnly bool
+	tracer     kafka.SaramaTracer
+	saramaHook func(*sarama.Config) error
+	logger     watermill.LoggerAdapter
+}
+
+// WithLogger makes the cluster, its publisher and its subscribers log to
+// logger. Without it (or with nil) they log nothing.
+func WithLogger(logger watermill.LoggerAdapter) Option {
+	return func(o *options) { o.logger = logger }
 }
 
 // WithTracer composes a watermill-kafka tracer (for example
@@ -45,14 +51,6 @@ func WithTracer(t kafka.SaramaTracer) Option {
 // constructor that asked for the configuration.
 func WithSaramaConfig(f func(*sarama.Config) error) Option {
 	return func(o *options) { o.saramaHook = f }
-}
-
-// WithObserveOnly makes the subscribers' session trackers record sessions
-// without changing delivery: [SessionTracker.Revoked] returns nil and an
-// ack that arrives after its session ended is dropped, as with stock
-// watermill-kafka. For comparisons with revocation-aware admission.
-func WithObserveOnly() Option {
-	return func(o *options) { o.observeOnly = true }
 }
 
 // Cluster is Spillway's handle on one Kafka cluster, external or
@@ -80,24 +78,26 @@ type Cluster struct {
 	replChecked map[string]bool // topics whose replication factor was read
 }
 
-// Open validates cfg (after defaults), starts the embedded broker when
-// Brokers is [spillway.Embedded], and creates cfg.Topics when it must (embedded
-// broker, or CreateTopics). A nil logger logs nothing. Configuration
-// problems are [*spillway.FieldError]s.
-func Open(cfg Config, logger watermill.LoggerAdapter, opts ...Option) (*Cluster, error) {
+// New validates cfg (after defaults), starts the embedded broker when
+// Brokers is [spillway.Embedded], and creates cfg.Topics when it must
+// (embedded broker, or CreateTopics). Configuration problems are
+// [*spillway.FieldError]s.
+func New(cfg Config, opts ...Option) (*Cluster, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if logger == nil {
-		logger = watermill.NopLogger{}
-	}
-	c := &Cluster{cfg: cfg, logger: logger, brokers: cfg.Brokers, seen: newOffsetMemory()}
+	c := &Cluster{cfg: cfg, brokers: cfg.Brokers, seen: newOffsetMemory()}
 	for _, o := range opts {
 		if o != nil {
 			o(&c.opts)
 		}
 	}
+	logger := c.opts.logger
+	if logger == nil {
+		logger = watermill.NopLogger{}
+	}
+	c.logger = logger
 	keyField := cfg.KeyMetadata
 	c.marshaler = kafka.NewWithPartitioningMarshaler(func(_ string, msg *message.Message) (string, error) {
 		if k := msg.Metadata.Get(keyField); k != "" {
@@ -174,17 +174,34 @@ func (c *Cluster) NewPublisher() (*kafka.Publisher, error) {
 	return pub, nil
 }
 
-// NewSubscriber returns a watermill-kafka subscriber in consumer group
-// group, and the [SessionTracker] that makes budget admission on it
-// revocation-aware (pass tracker.Revoked to the budget, and call Begin
-// and Completed around admission; the router does this). The caller
-// closes the subscriber.
-func (c *Cluster) NewSubscriber(group string) (*kafka.Subscriber, *SessionTracker, error) {
+// NewSubscriber returns a subscriber in consumer group group, in the mode
+// Config.Consumer names, and the [SessionTracker] that makes budget
+// admission on it revocation-aware (pass tracker.Revoked to the budget,
+// and call Begin and Completed around admission; the router does this).
+// The caller closes the subscriber.
+//
+// With [ConsumerPartition] it is watermill-kafka's subscriber: one message
+// per partition in flight. With [ConsumerKey] it hands over many records
+// of a partition at once, one at a time per record key, within a
+// per-partition window (Config.WindowMessages and Config.WindowBytes);
+// the committed offset is the contiguous completed watermark. Handlers
+// see the same *message.Message in both modes, with the partition,
+// offset, timestamp and key in its context (kafka.MessagePartitionFromCtx
+// and its siblings). docs/kafka.md, "Consumer key", gives the guarantees
+// of key mode.
+func (c *Cluster) NewSubscriber(group string) (message.Subscriber, *SessionTracker, error) {
+	if c.cfg.Consumer == ConsumerKey {
+		ks, tr, err := c.newKeySubscriber(group)
+		if err != nil {
+			return nil, nil, err // not a nil *keySubscriber in an interface
+		}
+		return ks, tr, nil
+	}
 	scfg, err := c.cfg.subscriberSarama(c.opts.saramaHook)
 	if err != nil {
 		return nil, nil, err
 	}
-	pt := newPartitionTracker(c.opts.tracer, group, c.seen, c.opts.observeOnly)
+	pt := newPartitionTracker(c.opts.tracer, group, c.seen)
 	sub, err := kafka.NewSubscriber(kafka.SubscriberConfig{
 		Brokers:               c.brokers,
 		Unmarshaler:           pt.wrapUnmarshaler(c.marshaler),

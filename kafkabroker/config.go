@@ -48,7 +48,7 @@ const (
 	ConsumerPartition = "partition"
 	// ConsumerKey hands over every record of a partition's window at once,
 	// one at a time per Kafka record key, so the budget rather than the
-	// partition count bounds concurrency ([KeySubscriber]).
+	// partition count bounds concurrency (keySubscriber).
 	ConsumerKey = "key"
 )
 
@@ -147,7 +147,7 @@ type Config struct {
 	NackResendSleep time.Duration `yaml:"nack_resend_sleep" env:"NACK_RESEND_SLEEP"`
 
 	// Consumer is how handlers consume: partition (watermill-kafka, one
-	// message in flight per partition) or key (a [KeySubscriber]: messages
+	// message in flight per partition) or key (a keySubscriber: messages
 	// of different keys in flight together, each key in offset order,
 	// within a per-partition window). Default partition.
 	Consumer string `yaml:"consumer" env:"CONSUMER"`
@@ -256,7 +256,9 @@ func (c *Config) setDefaults() {
 	}
 }
 
-// WithDefaults returns c with every zero field set to its default.
+// WithDefaults returns c with every zero field set to its default. The
+// router uses it to compute the effective kafka section ([New] applies the
+// defaults itself).
 func (c Config) WithDefaults() Config {
 	c.setDefaults()
 	return c

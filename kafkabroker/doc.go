@@ -10,19 +10,19 @@
 //     window (channel buffer, fetch size), the rebalance timeout that is
 //     the redelivery deadline, TLS and SASL. [Config.Validate] reports
 //     [*spillway.FieldError]s.
-//   - [Cluster]: [Open] starts the embedded broker when asked for and
+//   - [Cluster]: [New] starts the embedded broker when asked for and
 //     creates topics; [Cluster.NewPublisher] and [Cluster.NewSubscriber]
-//     build watermill-kafka clients; [Cluster.Client] is the shared
-//     Sarama client that telemetry/kafkatel reads lag over.
+//     build the Watermill publisher and subscribers; [Cluster.Client] is
+//     the shared Sarama client that telemetry/kafkatel reads lag over.
 //     [WithSaramaConfig] is applied last to every Sarama configuration it
-//     builds.
+//     builds; [WithLogger] and [WithTracer] are optional too.
 //   - [SessionTracker]: makes budget admission revocation-aware. A message
 //     waiting for budget steps aside when its consumer-group session ends;
 //     admitted work that finishes during a rebalance is still committed,
 //     and [SessionTracker.Redelivered] tells broker redeliveries from
 //     fresh messages. docs/kafka.md explains the mechanism.
-//   - [KeySubscriber] ([Cluster.NewKeySubscriber], Config.Consumer key):
-//     many messages of a partition in flight at once, one at a time per
+//   - Consumer key ([ConsumerKey] in Config.Consumer): the subscriber
+//     hands over many messages of a partition in flight at once, one at a time per
 //     record key, within a per-partition window; the committed offset is
 //     the contiguous completed watermark, committed on a Sarama client of
 //     its own so that commits never wait behind fetches. docs/kafka.md,

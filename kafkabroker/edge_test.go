@@ -51,10 +51,10 @@ func TestEdgeKafkaPublisherWaitsForAllReplicas(t *testing.T) {
 // messages are consumed back, each once.
 func TestEdgeKafkaIdempotentPublishRoundTrip(t *testing.T) {
 	broker := kafkatest.Start(t, 1)
-	cl, err := kafkabroker.Open(kafkabroker.Config{
+	cl, err := kafkabroker.New(kafkabroker.Config{
 		Brokers: broker.Brokers(), Version: "2.3.0", Partitions: 1, CreateTopics: true,
 		HeartbeatInterval: 100 * time.Millisecond,
-	}, nil)
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,9 +131,9 @@ func TestEdgeKafkaReplicationFactorOneWarns(t *testing.T) {
 	broker := kafkatest.Start(t, 1, "existing")
 	for _, create := range []bool{true, false} {
 		log := &warnLogger{}
-		cl, err := kafkabroker.Open(kafkabroker.Config{
+		cl, err := kafkabroker.New(kafkabroker.Config{
 			Brokers: broker.Brokers(), Version: "2.3.0", Partitions: 1, CreateTopics: create,
-		}, log)
+		}, kafkabroker.WithLogger(log))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -163,10 +163,10 @@ func TestEdgeKafkaReplicationFactorOneWarns(t *testing.T) {
 // another group.
 func TestEdgeKafkaRedeliveryMarked(t *testing.T) {
 	broker := kafkatest.Start(t, 1, "positions")
-	cl, err := kafkabroker.Open(kafkabroker.Config{
+	cl, err := kafkabroker.New(kafkabroker.Config{
 		Brokers: broker.Brokers(), Version: "2.3.0", Partitions: 1,
 		HeartbeatInterval: 100 * time.Millisecond, NackResendSleep: time.Millisecond,
-	}, nil)
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

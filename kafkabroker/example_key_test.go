@@ -21,12 +21,12 @@ func init() { embedreg.RegisterKafka(kafkatest.Embedded) }
 // Consumer key on one partition: messages of different keys are in flight
 // together (here all six before any is acked), while each key's messages
 // come one at a time, in order.
-func ExampleCluster_NewKeySubscriber() {
-	cl, err := kafkabroker.Open(kafkabroker.Config{
+func ExampleCluster_NewSubscriber_key() {
+	cl, err := kafkabroker.New(kafkabroker.Config{
 		Brokers:    []string{spillway.Embedded},
 		Partitions: 1,
 		Consumer:   kafkabroker.ConsumerKey,
-	}, nil)
+	})
 	if err != nil {
 		panic(err)
 	}
@@ -47,7 +47,7 @@ func ExampleCluster_NewKeySubscriber() {
 		}
 	}
 
-	sub, _, err := cl.NewKeySubscriber("indexer")
+	sub, _, err := cl.NewSubscriber("indexer")
 	if err != nil {
 		panic(err)
 	}

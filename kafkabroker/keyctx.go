@@ -15,7 +15,7 @@ import (
 // watermill-kafka puts a consumed record's partition, offset, timestamp and
 // key in the message context under keys of an unexported type, readable
 // through its exported getters (kafka.MessagePartitionFromCtx and
-// siblings) but with no exported setter. A [KeySubscriber] must put them
+// siblings) but with no exported setter. A keySubscriber must put them
 // under the very same keys, or handlers, telemetry (kafkatel.Attributes)
 // and the [SessionTracker] would see nothing. It learns each key by asking
 // the getter to read from a context that records the key it is asked for:
@@ -70,7 +70,7 @@ func withRecord(ctx context.Context, rec *sarama.ConsumerMessage) context.Contex
 type recordContext struct {
 	context.Context
 	rec *sarama.ConsumerMessage
-	d   *keyDelivery // nil outside a KeySubscriber
+	d   *keyDelivery // nil outside a keySubscriber
 }
 
 func (c *recordContext) Value(key any) any {

@@ -16,11 +16,11 @@ import (
 	"github.com/spillway-go/spillway"
 )
 
-// KeySubscriber is the subscriber of consumer key ([ConsumerKey]): a
+// keySubscriber is the subscriber of consumer key ([ConsumerKey]): a
 // Watermill subscriber on a Sarama consumer group that hands over many
 // records of a partition at once, so the vertex budget, not the partition
-// count, bounds a member's concurrency. [Cluster.NewKeySubscriber] builds
-// one; the router does with kafka.consumer key.
+// count, bounds a member's concurrency. [Cluster.NewSubscriber] builds
+// one when Config.Consumer is key.
 //
 // Handlers see the same *message.Message as with watermill-kafka: the
 // same unmarshaler builds it, and its context carries the partition,
@@ -56,8 +56,8 @@ import (
 //     Config.WindowMessages records.
 //
 // Each Subscribe call joins the consumer group with a client of its own.
-// A KeySubscriber is safe for concurrent use.
-type KeySubscriber struct {
+// A keySubscriber is safe for concurrent use.
+type keySubscriber struct {
 	cfg       Config
 	brokers   []string
 	sarama    *sarama.Config
@@ -76,12 +76,9 @@ type KeySubscriber struct {
 // errSubscriberClosed is returned by Subscribe after Close.
 var errSubscriberClosed = fmt.Errorf("kafkabroker: key subscriber: %w", spillway.ErrClosed)
 
-// NewKeySubscriber returns a [KeySubscriber] in consumer group group, and
-// the [SessionTracker] that makes budget admission on it revocation-aware
-// (as with [Cluster.NewSubscriber]). It uses Config.WindowMessages and
-// Config.WindowBytes whatever Config.Consumer says. The caller closes the
-// subscriber.
-func (c *Cluster) NewKeySubscriber(group string) (*KeySubscriber, *SessionTracker, error) {
+// newKeySubscriber returns a keySubscriber in consumer group group, and
+// its [SessionTracker] (see [Cluster.NewSubscriber]).
+func (c *Cluster) newKeySubscriber(group string) (*keySubscriber, *SessionTracker, error) {
 	hook := c.opts.saramaHook
 	scfg, err := c.cfg.subscriberSarama(func(sc *sarama.Config) error {
 		c.cfg.keyFetch(sc)
@@ -101,8 +98,8 @@ func (c *Cluster) NewKeySubscriber(group string) (*KeySubscriber, *SessionTracke
 	if !scfg.Version.IsAtLeast(sarama.V0_10_2_0) {
 		return nil, nil, &spillway.FieldError{Field: "version", Value: c.cfg.Version, Reason: "must be at least 0.10.2 with consumer key (Sarama's consumer groups)"}
 	}
-	kt := newKeyTracker(c.opts.tracer, group, c.seen, c.opts.observeOnly)
-	s := &KeySubscriber{
+	kt := newKeyTracker(c.opts.tracer, group, c.seen)
+	s := &keySubscriber{
 		cfg:       c.cfg,
 		brokers:   c.brokers,
 		sarama:    scfg,
@@ -149,7 +146,7 @@ func (k Config) keyFetch(c *sarama.Config) {
 // message handed over is settled. Each subscription opens two Sarama
 // clients: one consumes, the other commits the watermarks (a commit on
 // the consuming connection would wait behind its fetches).
-func (s *KeySubscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
+func (s *keySubscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -226,7 +223,7 @@ func (s *KeySubscriber) Subscribe(ctx context.Context, topic string) (<-chan *me
 // channel. Messages handed over and not yet acked are not committed: the
 // next owner of their partitions receives them again. Later calls return
 // nil.
-func (s *KeySubscriber) Close() error {
+func (s *keySubscriber) Close() error {
 	s.closeOnce.Do(func() {
 		s.mu.Lock()
 		s.closed = true
@@ -239,7 +236,7 @@ func (s *KeySubscriber) Close() error {
 
 // keyHandler is the consumer group handler of one subscription.
 type keyHandler struct {
-	s         *KeySubscriber
+	s         *keySubscriber
 	topic     string
 	out       chan *message.Message
 	ctx       context.Context // the subscription's: ends with Close
@@ -774,7 +771,6 @@ func (p *keyPartition) deliver(d *keyDelivery) {
 // (deliveryContext), per message.
 func (p *keyPartition) attempts(d *keyDelivery) bool {
 	msg := d.msg
-	observe := p.h.s.keys.st.observeOnly
 	for {
 		select {
 		case p.h.out <- msg:
@@ -785,7 +781,7 @@ func (p *keyPartition) attempts(d *keyDelivery) bool {
 		}
 		select {
 		case <-msg.Acked():
-			return p.acked(d, observe)
+			return p.acked(d)
 		case <-msg.Nacked():
 		case <-p.subDone:
 			// The subscription is closing. An ack that came first still
@@ -794,7 +790,7 @@ func (p *keyPartition) attempts(d *keyDelivery) bool {
 			// its finished work abandoned, redone by the next owner.
 			select {
 			case <-msg.Acked():
-				return p.acked(d, observe)
+				return p.acked(d)
 			default:
 				return false
 			}
@@ -823,9 +819,9 @@ func (p *keyPartition) attempts(d *keyDelivery) bool {
 // acked reports whether d's ack counts: always while the session lives;
 // after it ended (late), only for work this attempt completed, not for a
 // message that stepped aside.
-func (p *keyPartition) acked(d *keyDelivery, observe bool) bool {
+func (p *keyPartition) acked(d *keyDelivery) bool {
 	if p.sess.Context().Err() != nil {
-		if observe || !d.completed.Load() {
+		if !d.completed.Load() {
 			return false
 		}
 		p.h.s.keys.st.marked.Add(1)

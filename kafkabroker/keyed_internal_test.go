@@ -115,7 +115,7 @@ func TestKeyCommitFallsBackToSession(t *testing.T) {
 	}
 	sess := &sessionRecorder{}
 	ks := &keySession{sess: sess, h: &keyHandler{
-		s:       &KeySubscriber{logger: watermill.NopLogger{}},
+		s:       &keySubscriber{logger: watermill.NopLogger{}},
 		topic:   "t",
 		commits: &committer{client: client, group: "g", conf: conf},
 	}}

@@ -15,7 +15,7 @@ import (
 
 // initializing makes the suite create each topic before it subscribes.
 type initializing struct {
-	*kafkabroker.KeySubscriber
+	message.Subscriber
 	cl *kafkabroker.Cluster
 }
 
@@ -31,7 +31,7 @@ func TestKeyPubSubSuite(t *testing.T) {
 		t.Skip("Watermill's universal suite: about a minute")
 	}
 	broker := kafkatest.Start(t, 4)
-	cl, err := kafkabroker.Open(kafkabroker.Config{
+	cl, err := kafkabroker.New(kafkabroker.Config{
 		Brokers:           broker.Brokers(),
 		Version:           "2.3.0",
 		Partitions:        4,
@@ -40,7 +40,7 @@ func TestKeyPubSubSuite(t *testing.T) {
 		HeartbeatInterval: 100 * time.Millisecond,
 		SessionTimeout:    6 * time.Second,
 		RebalanceTimeout:  3 * time.Second,
-	}, nil)
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +50,7 @@ func TestKeyPubSubSuite(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		sub, _, err := cl.NewKeySubscriber(group)
+		sub, _, err := cl.NewSubscriber(group)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -71,7 +71,7 @@ func TestKeyPubSubSuiteOrdered(t *testing.T) {
 		t.Skip("Watermill's universal suite: about a minute")
 	}
 	broker := kafkatest.Start(t, 1)
-	cl, err := kafkabroker.Open(kafkabroker.Config{
+	cl, err := kafkabroker.New(kafkabroker.Config{
 		Brokers:           broker.Brokers(),
 		Version:           "2.3.0",
 		Partitions:        1,
@@ -80,7 +80,7 @@ func TestKeyPubSubSuiteOrdered(t *testing.T) {
 		HeartbeatInterval: 100 * time.Millisecond,
 		SessionTimeout:    6 * time.Second,
 		RebalanceTimeout:  3 * time.Second,
-	}, nil)
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +96,7 @@ func TestKeyPubSubSuiteOrdered(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		sub, _, err := cl.NewKeySubscriber(group)
+		sub, _, err := cl.NewSubscriber(group)
 		if err != nil {
 			t.Fatal(err)
 		}

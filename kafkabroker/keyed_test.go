@@ -52,7 +52,7 @@ func keyCluster(t *testing.T, partitions int32, mutate func(*kafkabroker.Config)
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	cl, err := kafkabroker.Open(cfg, nil, opts...)
+	cl, err := kafkabroker.New(cfg, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +95,7 @@ func publishKeyed(t *testing.T, cl *kafkabroker.Cluster, topic string, n, keys i
 // goroutine of its own, as Watermill's router does, telling its tracker
 // when a handler succeeded, as the router's stack does.
 type member struct {
-	sub     *kafkabroker.KeySubscriber
+	sub     message.Subscriber
 	tr      *kafkabroker.SessionTracker
 	leaving atomic.Bool
 	wg      sync.WaitGroup
@@ -104,7 +104,7 @@ type member struct {
 
 func join(t *testing.T, cl *kafkabroker.Cluster, group, topic string, handle func(*message.Message) bool) *member {
 	t.Helper()
-	sub, tr, err := cl.NewKeySubscriber(group)
+	sub, tr, err := cl.NewSubscriber(group)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,8 +237,8 @@ func TestKeyOrder(t *testing.T) {
 	if bad > 0 {
 		t.Errorf("%d of %d keys out of order, incomplete or duplicated", bad, keys)
 	}
-	t.Logf("%d processed, %d nacks, sessions a %d b %d, late marks a %d b %d",
-		total.Load(), nacks.Load(), len(a.tr.Events()), len(b.tr.Events()), a.tr.LateMarks(), b.tr.LateMarks())
+	t.Logf("%d processed, %d nacks, late marks a %d b %d, evictions a %d b %d",
+		total.Load(), nacks.Load(), a.tr.LateMarks(), b.tr.LateMarks(), a.tr.Evictions(), b.tr.Evictions())
 }
 
 func waitFor(t *testing.T, d time.Duration, cond func() bool, what string) {
@@ -704,7 +704,7 @@ func TestKeyAckedBeforeCloseCounts(t *testing.T) {
 	cl := keyCluster(t, 1, func(c *kafkabroker.Config) { c.WindowMessages = 64 })
 	publishKeyed(t, cl, topic, n, n, nil)
 	for round := range 3 {
-		sub, tr, err := cl.NewKeySubscriber("g")
+		sub, tr, err := cl.NewSubscriber("g")
 		if err != nil {
 			t.Fatal(err)
 		}

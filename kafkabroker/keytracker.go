@@ -10,7 +10,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 )
 
-// keyTracker is the [SessionTracker] of a [KeySubscriber] (consumer key).
+// keyTracker is the [SessionTracker] of a keySubscriber (consumer key).
 // The subscriber keeps each delivery's state itself and puts the delivery
 // in its message's context, so a message is found there; the partitions
 // register here so that their windows can be reported.
@@ -21,11 +21,11 @@ type keyTracker struct {
 	parts map[topicPartition]*keyPartition
 }
 
-// newKeyTracker returns the tracker of a [KeySubscriber] in consumer
+// newKeyTracker returns the tracker of a keySubscriber in consumer
 // group group (see newSessionTracker).
-func newKeyTracker(inner kafka.SaramaTracer, group string, seen *offsetMemory, observeOnly bool) *keyTracker {
+func newKeyTracker(inner kafka.SaramaTracer, group string, seen *offsetMemory) *keyTracker {
 	t := &keyTracker{parts: make(map[topicPartition]*keyPartition)}
-	t.st = newSessionTracker(inner, group, seen, observeOnly, t)
+	t.st = newSessionTracker(inner, group, seen, t)
 	return t
 }
 

@@ -42,7 +42,7 @@ func httpListener(t *testing.T) string {
 // names the address, and the Sarama error still wrapped.
 func TestNotAKafkaListener(t *testing.T) {
 	addr := httpListener(t)
-	cl, err := kafkabroker.Open(kafkabroker.Config{Brokers: []string{addr}}, nil)
+	cl, err := kafkabroker.New(kafkabroker.Config{Brokers: []string{addr}, Consumer: kafkabroker.ConsumerKey})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +51,7 @@ func TestNotAKafkaListener(t *testing.T) {
 		"publisher": func() error { _, err := cl.NewPublisher(); return err },
 		"admin":     func() error { _, err := cl.Client(); return err },
 		"key subscriber": func() error {
-			sub, _, err := cl.NewKeySubscriber("g")
+			sub, _, err := cl.NewSubscriber("g")
 			if err != nil {
 				return err
 			}
@@ -86,7 +86,7 @@ func TestRefusedIsNotAListenerProblem(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	_ = ln.Close()
-	cl, err := kafkabroker.Open(kafkabroker.Config{Brokers: []string{addr}}, nil)
+	cl, err := kafkabroker.New(kafkabroker.Config{Brokers: []string{addr}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -39,9 +39,9 @@ type partitionTracker struct {
 
 // newPartitionTracker returns the tracker of a watermill-kafka subscriber
 // in consumer group group (see newSessionTracker).
-func newPartitionTracker(inner kafka.SaramaTracer, group string, seen *offsetMemory, observeOnly bool) *partitionTracker {
+func newPartitionTracker(inner kafka.SaramaTracer, group string, seen *offsetMemory) *partitionTracker {
 	t := &partitionTracker{claims: make(map[topicPartition]*claimState)}
-	t.st = newSessionTracker(inner, group, seen, observeOnly, t)
+	t.st = newSessionTracker(inner, group, seen, t)
 	return t
 }
 
@@ -103,9 +103,6 @@ func (t *partitionTracker) consumeClaim(s sarama.ConsumerGroupSession, claim sar
 			c.msg = nil
 		}
 	}()
-	if t.st.observeOnly {
-		return next.ConsumeClaim(s, claim)
-	}
 	return next.ConsumeClaim(&trackedSession{ConsumerGroupSession: s, t: t.st, c: c}, claim)
 }
 

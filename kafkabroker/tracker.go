@@ -3,7 +3,6 @@ package kafkabroker
 import (
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/IBM/sarama"
 	"github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
@@ -14,9 +13,9 @@ import (
 // hooks into watermill-kafka as its tracer (the only hook into Sarama's
 // consumer-group sessions) and as a wrapper of its unmarshaler;
 // [Cluster.NewSubscriber] builds one per subscriber, and the router one per
-// Kafka handler. [Cluster.NewKeySubscriber] builds one for consumer key,
-// where the [KeySubscriber] keeps each delivery's state and the tracker
-// reads it from the message's context; what follows holds in both modes.
+// Kafka handler. In consumer key the subscriber keeps each delivery's
+// state and the tracker reads it from the message's context; what follows
+// holds in both modes.
 //
 // The problem it solves: watermill-kafka delivers one message per claimed
 // partition and waits for its ack, so during a rebalance every delivered
@@ -64,22 +63,13 @@ type SessionTracker struct {
 	group string
 	seen  *offsetMemory
 
-	// observeOnly records sessions but neither revokes waiting messages
-	// nor keeps a session live for late acks: stock watermill-kafka
-	// behaviour ([WithObserveOnly]).
-	observeOnly bool
-
 	// mode finds a message's delivery: a *partitionTracker for
-	// watermill-kafka's subscriber, a *keyTracker for a [KeySubscriber].
+	// watermill-kafka's subscriber, a *keyTracker for a keySubscriber.
 	mode deliveries
 
-	ended       atomic.Uint64 // sessions whose context ended
 	marked      atomic.Uint64 // acks marked after their session ended
 	lastMember  atomic.Value  // string
 	memberSwaps atomic.Uint64 // member id changed between sessions: evicted
-
-	evMu   sync.Mutex
-	events []SessionEvent
 }
 
 // deliveries is what the two consumer modes track differently: how a
@@ -87,8 +77,8 @@ type SessionTracker struct {
 // there are. The SessionTracker keeps what they share: the sessions seen,
 // the offsets received, the late marks.
 type deliveries interface {
-	// revoked, begin, completed and redelivered are Revoked (unless
-	// observe-only), Begin, Completed and Redelivered of the tracker.
+	// revoked, begin, completed and redelivered are Revoked, Begin,
+	// Completed and Redelivered of the tracker.
 	revoked(msg *message.Message) <-chan struct{}
 	begin(msg *message.Message)
 	completed(msg *message.Message)
@@ -100,17 +90,6 @@ type deliveries interface {
 	windows(read func(*keyWindow[*keyDelivery]) (int64, int64), f func(topic string, partition int32, records, bytes int64))
 }
 
-// SessionEvent records one consumer-group session of one member, as the
-// tracker saw it.
-type SessionEvent struct {
-	MemberID   string
-	Generation int32
-	Claims     int       // partitions claimed
-	Started    time.Time // Setup
-	Ended      time.Time // the session context ended (rebalance or close); zero while live
-	Released   time.Time // Cleanup: every claim returned; zero while live
-}
-
 type topicPartition struct {
 	topic     string
 	partition int32
@@ -120,11 +99,11 @@ type topicPartition struct {
 // composes inner, which may be nil, remembers the offsets it receives in
 // seen (a fresh memory if nil), and finds deliveries with mode
 // (newPartitionTracker and newKeyTracker call it).
-func newSessionTracker(inner kafka.SaramaTracer, group string, seen *offsetMemory, observeOnly bool, mode deliveries) *SessionTracker {
+func newSessionTracker(inner kafka.SaramaTracer, group string, seen *offsetMemory, mode deliveries) *SessionTracker {
 	if seen == nil {
 		seen = newOffsetMemory()
 	}
-	return &SessionTracker{inner: inner, group: group, seen: seen, observeOnly: observeOnly, mode: mode}
+	return &SessionTracker{inner: inner, group: group, seen: seen, mode: mode}
 }
 
 // offsetMemory is, per consumer group and partition, the highest offset
@@ -231,9 +210,6 @@ func (t sessionTracer) WrapConsumerGroupHandler(h sarama.ConsumerGroupHandler) s
 // if msg is not a delivery the tracker knows (then it cannot be revoked).
 // Use it as [middleware.BudgetConfig.Revoked].
 func (t *SessionTracker) Revoked(msg *message.Message) <-chan struct{} {
-	if t.observeOnly {
-		return nil
-	}
 	return t.mode.revoked(msg)
 }
 
@@ -255,7 +231,7 @@ func (t *SessionTracker) Completed(msg *message.Message) { t.mode.completed(msg)
 func (t *SessionTracker) Redelivered(msg *message.Message) bool { return t.mode.redelivered(msg) }
 
 // Window returns the records, and their bytes, in the windows of the
-// partitions a [KeySubscriber] owns now: read and not yet finished. Zero
+// partitions a keySubscriber owns now: read and not yet finished. Zero
 // for watermill-kafka's subscriber, which keeps no window of its own.
 func (t *SessionTracker) Window() (records, bytes int64) {
 	t.mode.windows((*keyWindow[*keyDelivery]).inWindow, func(_ string, _ int32, r, b int64) {
@@ -294,28 +270,15 @@ func (t *SessionTracker) LateMarks() uint64 { return t.marked.Load() }
 // missed session timeout).
 func (t *SessionTracker) Evictions() uint64 { return t.memberSwaps.Load() }
 
-// Events returns a copy of the sessions seen so far, oldest first: one
-// per session set up.
-func (t *SessionTracker) Events() []SessionEvent {
-	t.evMu.Lock()
-	defer t.evMu.Unlock()
-	return append([]SessionEvent(nil), t.events...)
-}
-
-func (t *SessionTracker) recordEvent(i int, f func(*SessionEvent)) {
-	t.evMu.Lock()
-	f(&t.events[i])
-	t.evMu.Unlock()
-}
-
+// trackedHandler is the consumer group handler watermill-kafka (or the
+// key subscriber) runs, wrapped so that the tracker sees every session
+// and claim.
 type trackedHandler struct {
 	t    *SessionTracker
 	next sarama.ConsumerGroupHandler
-
-	mu    sync.Mutex
-	event map[sarama.ConsumerGroupSession]int
 }
 
+// Setup counts an eviction when the member comes back under a new id.
 func (h *trackedHandler) Setup(s sarama.ConsumerGroupSession) error {
 	t := h.t
 	member := s.MemberID()
@@ -323,39 +286,10 @@ func (h *trackedHandler) Setup(s sarama.ConsumerGroupSession) error {
 		t.memberSwaps.Add(1)
 	}
 	t.lastMember.Store(member)
-	n := 0
-	for _, ps := range s.Claims() {
-		n += len(ps)
-	}
-	t.evMu.Lock()
-	t.events = append(t.events, SessionEvent{MemberID: member, Generation: s.GenerationID(), Claims: n, Started: time.Now()})
-	i := len(t.events) - 1
-	t.evMu.Unlock()
-	h.mu.Lock()
-	if h.event == nil {
-		h.event = make(map[sarama.ConsumerGroupSession]int)
-	}
-	h.event[s] = i
-	h.mu.Unlock()
-	go func() {
-		<-s.Context().Done()
-		t.ended.Add(1)
-		t.recordEvent(i, func(e *SessionEvent) { e.Ended = time.Now() })
-	}()
 	return h.next.Setup(s)
 }
 
-func (h *trackedHandler) Cleanup(s sarama.ConsumerGroupSession) error {
-	err := h.next.Cleanup(s)
-	h.mu.Lock()
-	i, ok := h.event[s]
-	delete(h.event, s)
-	h.mu.Unlock()
-	if ok {
-		h.t.recordEvent(i, func(e *SessionEvent) { e.Released = time.Now() })
-	}
-	return err
-}
+func (h *trackedHandler) Cleanup(s sarama.ConsumerGroupSession) error { return h.next.Cleanup(s) }
 
 func (h *trackedHandler) ConsumeClaim(s sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
 	return h.t.mode.consumeClaim(s, claim, h.next)

@@ -27,7 +27,7 @@ func BenchmarkTrackedDelivery(b *testing.B) {
 	}
 	for _, mode := range []string{"none", "unmarshal", "hooks"} {
 		b.Run("tracker="+mode, func(b *testing.B) {
-			tr := newPartitionTracker(nil, "g", nil, false)
+			tr := newPartitionTracker(nil, "g", nil)
 			sess, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			tr.mu.Lock()

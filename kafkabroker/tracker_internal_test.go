@@ -16,7 +16,7 @@ import (
 // message itself, agrees with the lookup through the message context (what
 // a copy resent after a nack gets), and holds one message per live claim.
 func TestTrackerDeliveringByMessage(t *testing.T) {
-	tr := newPartitionTracker(nil, "g", nil, false)
+	tr := newPartitionTracker(nil, "g", nil)
 	key := topicPartition{"t", 3}
 	c := newClaimState(context.Background(), 4, nil)
 	tr.mu.Lock()
@@ -88,7 +88,7 @@ func toRecordHeaders(hs []sarama.RecordHeader) []*sarama.RecordHeader {
 // garbage once everyone else drops it, with many claims sharing the
 // tracker's shards.
 func TestTrackerKeepsNoPastDelivery(t *testing.T) {
-	tr := newPartitionTracker(nil, "g", nil, false)
+	tr := newPartitionTracker(nil, "g", nil)
 	const claims = 48
 	for p := range int32(claims) {
 		c := newClaimState(context.Background(), -1, nil)
@@ -135,7 +135,7 @@ func TestTrackerKeepsNoPastDelivery(t *testing.T) {
 // The claims view finds each live claim by topic and partition, with
 // several topics on one partition number, and nothing else.
 func TestClaimsView(t *testing.T) {
-	tr := newPartitionTracker(nil, "g", nil, false)
+	tr := newPartitionTracker(nil, "g", nil)
 	keys := []topicPartition{{"a", 0}, {"b", 0}, {"a", 7}, {"c", 2}}
 	claims := make(map[topicPartition]*claimState)
 	for _, k := range keys {

@@ -172,7 +172,11 @@ func xyHull(g geom.T) geom.T { return xy.ConvexHull(g) }
 // kafkaTracker is the Kafka session tracker of the handler named handler,
 // or nil.
 func (r *Router) kafkaTracker(handler string) *kafkabroker.SessionTracker {
-	t, _ := r.tracker(handler).(*kafkabroker.SessionTracker)
+	tr := r.tracker(handler)
+	if b, ok := tr.(blindTracker); ok {
+		tr = b.deliveryTracker
+	}
+	t, _ := tr.(*kafkabroker.SessionTracker)
 	return t
 }
 

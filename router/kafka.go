@@ -29,12 +29,9 @@ type kafkaBackend struct {
 	lagSources map[groupTopic]telemetry.LagSource
 }
 
-func newKafkaBackend(cfg KafkaConfig, logger watermill.LoggerAdapter, o options, c control) (*kafkaBackend, error) {
-	kopts := []kafkabroker.Option{kafkabroker.WithTracer(o.tracer), kafkabroker.WithSaramaConfig(o.saramaConfig)}
-	if c.noRevocation {
-		kopts = append(kopts, kafkabroker.WithObserveOnly())
-	}
-	cl, err := kafkabroker.Open(cfg, logger, kopts...)
+func newKafkaBackend(cfg KafkaConfig, logger watermill.LoggerAdapter, o options) (*kafkaBackend, error) {
+	cl, err := kafkabroker.New(cfg, kafkabroker.WithLogger(logger), kafkabroker.WithTracer(o.tracer),
+		kafkabroker.WithSaramaConfig(o.saramaConfig))
 	if err != nil {
 		return nil, kafkaError(err)
 	}
@@ -80,19 +77,9 @@ func (b *kafkaBackend) group(handler string) string { return b.cfg.ConsumerGroup
 func (b *kafkaBackend) publisher() message.Publisher { return b.pub }
 
 // subscriber builds the handler's subscriber in the mode kafka.consumer
-// names: watermill-kafka's (partition) or a [kafkabroker.KeySubscriber]
-// (key). Both come with a [kafkabroker.SessionTracker].
+// names (partition or key), with its [kafkabroker.SessionTracker].
 func (b *kafkaBackend) subscriber(handler, _ string) (message.Subscriber, deliveryTracker, error) {
-	var (
-		sub message.Subscriber
-		tr  *kafkabroker.SessionTracker
-		err error
-	)
-	if b.cfg.Consumer == kafkabroker.ConsumerKey {
-		sub, tr, err = b.cluster.NewKeySubscriber(b.group(handler))
-	} else {
-		sub, tr, err = b.cluster.NewSubscriber(b.group(handler))
-	}
+	sub, tr, err := b.cluster.NewSubscriber(b.group(handler))
 	if err != nil {
 		return nil, nil, kafkaError(err)
 	}

@@ -78,13 +78,14 @@ func TestKeyRebalanceMidBurst(t *testing.T) {
 		return nil
 	}
 	type member struct {
-		r      *Router
-		logger *recordingLogger
-		runErr chan error
+		r        *Router
+		logger   *recordingLogger
+		sessions *sessionLog
+		runErr   chan error
 	}
 	join := func() *member {
-		m := &member{logger: newRecordingLogger(t), runErr: make(chan error, 1)}
-		r, err := newRouter(cfg, m.logger, options{}, control{})
+		m := &member{logger: newRecordingLogger(t), sessions: newSessionLog(topic), runErr: make(chan error, 1)}
+		r, err := New(cfg, m.logger, WithSaramaTracer(m.sessions))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -126,8 +127,8 @@ func TestKeyRebalanceMidBurst(t *testing.T) {
 	time.Sleep(time.Second) // a duplicate, if any, shows up now
 
 	var rebalance time.Duration
-	if ev := b.r.kafkaTracker("geo").Events(); len(ev) > 0 {
-		rebalance = ev[0].Started.Sub(joined)
+	if ev := b.sessions.sessions(); len(ev) > 0 {
+		rebalance = ev[0].started.Sub(joined)
 	}
 	sa, sb := a.r.Stats(), b.r.Stats()
 	for _, m := range []*member{b, a} {

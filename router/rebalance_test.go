@@ -40,8 +40,10 @@ import (
 //
 // Three stacks run the same scenario on the same machine:
 //
-//   - control: no budget, message-count concurrency only (stock
-//     watermill-kafka). Must fail: late rebalance, eviction or duplicates.
+//   - control: message-count concurrency only (stock watermill-kafka): a
+//     budget the whole burst fits in, so nothing ever waits, and no
+//     revocation-awareness. Must fail: late rebalance, eviction or
+//     duplicates.
 //   - budget-only: the vertex budget without revocation-awareness. Its
 //     outcome is recorded (docs/kafka.md); it fails the same way.
 //   - spillway: budget plus revocation-aware admission. The rebalance
@@ -70,16 +72,28 @@ func (m scenarioMode) String() string {
 	return [...]string{"control", "budget-only", "spillway"}[m]
 }
 
-func (m scenarioMode) control() control {
-	switch m {
-	case modeControl:
-		return control{noBudget: true, noRevocation: true}
-	case modeBudgetOnly:
-		return control{noRevocation: true}
-	default:
-		return control{}
+// withoutRevocation makes r's admission blind to lost deliveries, as stock
+// watermill-kafka is, for the control stacks: a message waiting for budget
+// never steps aside when its session ends, and an ack that arrives after
+// its session ended is dropped, since the session tracker never hears that
+// the handler completed. Call it after adding the handlers, before Run.
+func (r *Router) withoutRevocation() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if m := r.trackers.Load(); m != nil {
+		for name, tr := range *m {
+			r.setTracker(name, blindTracker{tr})
+		}
 	}
 }
+
+// blindTracker is a delivery tracker that neither revokes nor hears of
+// completions; sessions are still tracked and redeliveries still told.
+type blindTracker struct{ deliveryTracker }
+
+func (blindTracker) Revoked(*message.Message) <-chan struct{} { return nil }
+
+func (blindTracker) Completed(*message.Message) {}
 
 // calibration is what the machine can do, measured.
 type calibration struct {
@@ -216,10 +230,11 @@ var errAbandoned = errors.New("abandoned at teardown")
 
 // member is one consumer of the group: a router and its bookkeeping.
 type member struct {
-	name   string
-	r      *Router
-	logger *recordingLogger
-	runErr chan error
+	name     string
+	r        *Router
+	logger   *recordingLogger
+	sessions *sessionLog // of the burst topic's group
+	runErr   chan error
 }
 
 // runScenario runs the scenario once with the stack of mode, consuming
@@ -245,6 +260,11 @@ func runScenario(t *testing.T, mode scenarioMode, consumer string, msgs []burstM
 
 	cfg := Config{Broker: BrokerKafka, CloseTimeout: 15 * time.Second}
 	cfg.Budget.Vertices = cal.budget
+	if mode == modeControl {
+		// No admission control: the whole burst fits, nothing waits.
+		cfg.Budget.Vertices = int64(len(msgs)) * heavyVertices
+		res.capacity = cfg.Budget.Vertices
+	}
 	cfg.Kafka.Brokers = cluster.Brokers()
 	cfg.Kafka.Version = "2.3.0" // kfake's limit
 	cfg.Kafka.ConsumerGroup = "rebalance-" + mode.String() + "-" + consumer
@@ -306,14 +326,17 @@ func runScenario(t *testing.T, mode scenarioMode, consumer string, msgs []burstM
 	}
 
 	newMember := func(name string) *member {
-		m := &member{name: name, logger: newRecordingLogger(t), runErr: make(chan error, 1)}
-		r, err := newRouter(cfg, m.logger, options{}, mode.control())
+		m := &member{name: name, logger: newRecordingLogger(t), sessions: newSessionLog(burstTopic), runErr: make(chan error, 1)}
+		r, err := New(cfg, m.logger, WithSaramaTracer(m.sessions))
 		if err != nil {
 			t.Fatal(err)
 		}
 		m.r = r
 		if _, err := r.AddConsumerHandler("geo", burstTopic, handler(name)); err != nil {
 			t.Fatal(err)
+		}
+		if mode != modeSpillway {
+			r.withoutRevocation()
 		}
 		return m
 	}
@@ -381,18 +404,18 @@ wait:
 	}
 
 	// Measure before teardown.
-	bEvents := b.r.kafkaTracker("geo").Events()
-	aEvents := a.r.kafkaTracker("geo").Events()
+	bEvents := b.sessions.sessions()
+	aEvents := a.sessions.sessions()
 	if len(bEvents) > 0 {
-		res.rebalance = bEvents[0].Started.Sub(joined)
+		res.rebalance = bEvents[0].started.Sub(joined)
 	} else {
 		res.rebalance = time.Since(joined) // never completed while we watched
 	}
 	if len(aEvents) > 0 {
-		if e := aEvents[0].Ended; !e.IsZero() {
+		if e := aEvents[0].ended; !e.IsZero() {
 			res.noticed = e.Sub(joined)
 		}
-		if r := aEvents[0].Released; !r.IsZero() {
+		if r := aEvents[0].released; !r.IsZero() {
 			res.released = r.Sub(joined)
 		}
 	}

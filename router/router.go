@@ -54,14 +54,6 @@ type options struct {
 	wm             *message.Router       // WithWatermillRouter
 }
 
-// control switches parts of the stack off for the control runs of the
-// rebalance test. [New] always passes the zero value; only tests call
-// newRouter with anything else.
-type control struct {
-	noBudget     bool // no admission layer at all
-	noRevocation bool // admission is not revocation-aware; late acks are dropped
-}
-
 // WithWatermillRouter builds the router on wm, a Watermill router of your
 // own (with its plugins, decorators and configuration), instead of a new
 // one. [New] adds Spillway's whole stack to wm as router-level
@@ -225,12 +217,12 @@ func New(cfg Config, logger watermill.LoggerAdapter, opts ...Option) (*Router, e
 			opt(&o)
 		}
 	}
-	return newRouter(cfg, logger, o, control{})
+	return newRouter(cfg, logger, o)
 }
 
-// newRouter is New with test controls: it checks cfg, opens the backend,
-// then builds the layers over it (build).
-func newRouter(cfg Config, logger watermill.LoggerAdapter, o options, ctl control) (*Router, error) {
+// newRouter is New after the options are applied: it checks cfg, opens
+// the backend, then builds the layers over it (build).
+func newRouter(cfg Config, logger watermill.LoggerAdapter, o options) (*Router, error) {
 	if cfg.Broker == "" && o.custom != nil {
 		cfg.Broker = BrokerCustom
 	}
@@ -256,10 +248,10 @@ func newRouter(cfg Config, logger watermill.LoggerAdapter, o options, ctl contro
 		closed:  make(chan struct{}),
 	}
 	r.closingCtx, r.closingCancel = context.WithCancel(context.Background())
-	if err := r.openBackend(ctl); err != nil {
+	if err := r.openBackend(); err != nil {
 		return nil, err
 	}
-	if err := r.build(ctl); err != nil {
+	if err := r.build(); err != nil {
 		// Close what the backend opened, and the metrics registered.
 		r.unregisterMetrics()
 		_ = r.back.publisher().Close()
@@ -271,7 +263,7 @@ func newRouter(cfg Config, logger watermill.LoggerAdapter, o options, ctl contro
 
 // build runs the construction steps after openBackend, in order; on an
 // error the caller closes the backend.
-func (r *Router) build(ctl control) error {
+func (r *Router) build() error {
 	topts, tracingOpts, err := r.buildTelemetry()
 	if err != nil {
 		return err
@@ -289,10 +281,10 @@ func (r *Router) build(ctl control) error {
 	if err := r.buildShedding(hs); err != nil {
 		return err
 	}
-	if err := r.buildAdmission(hs, est, ctl); err != nil {
+	if err := r.buildAdmission(hs, est); err != nil {
 		return err
 	}
-	if err := r.buildRetryGate(hs, ctl); err != nil {
+	if err := r.buildRetryGate(hs); err != nil {
 		return err
 	}
 	if err := r.buildAutoSizer(hs, est); err != nil {
@@ -308,13 +300,13 @@ func (r *Router) build(ctl control) error {
 }
 
 // openBackend opens the broker that cfg.broker names.
-func (r *Router) openBackend(ctl control) error {
+func (r *Router) openBackend() error {
 	var err error
 	switch r.cfg.Broker {
 	case BrokerMemory:
 		r.back = newMemoryBackend(r.logger)
 	case BrokerKafka:
-		r.back, err = newKafkaBackend(r.cfg.Kafka, r.logger, r.opts, ctl)
+		r.back, err = newKafkaBackend(r.cfg.Kafka, r.logger, r.opts)
 	case BrokerRedis:
 		r.back, err = newRedisBackend(r.cfg.Redis, r.logger, r.opts.redisClient, !r.cfg.Retry.Disabled)
 	case BrokerCustom:
@@ -424,18 +416,15 @@ func (r *Router) buildShedding(hs hookSet) error {
 
 // revocable reports whether waiters step aside when their delivery is
 // lost: on Kafka (session ended) and Redis (entry lost).
-func (r *Router) revocable(ctl control) bool {
-	return (r.cfg.Broker == BrokerKafka || r.cfg.Broker == BrokerRedis) && !ctl.noRevocation
+func (r *Router) revocable() bool {
+	return r.cfg.Broker == BrokerKafka || r.cfg.Broker == BrokerRedis
 }
 
 // buildAdmission builds the budget's admission middleware.
-func (r *Router) buildAdmission(hs hookSet, est cost.ChargeEstimator, ctl control) error {
-	if ctl.noBudget {
-		return nil
-	}
+func (r *Router) buildAdmission(hs hookSet, est cost.ChargeEstimator) error {
 	bc := middleware.BudgetConfig{Budget: r.budget, Estimator: est, OnAdmission: r.countAdmission(hs.admission)}
 	r.limitSize(&bc)
-	if r.revocable(ctl) {
+	if r.revocable() {
 		bc.Revoked = r.revoked
 	}
 	if r.policy != nil && (bc.Revoked != nil || r.cfg.Shedding.Coalesce.Enabled) {
@@ -450,14 +439,14 @@ func (r *Router) buildAdmission(hs hookSet, est cost.ChargeEstimator, ctl contro
 }
 
 // buildRetryGate builds the retry gate unless retry.disabled.
-func (r *Router) buildRetryGate(hs hookSet, ctl control) error {
+func (r *Router) buildRetryGate(hs hookSet) error {
 	if r.cfg.Retry.Disabled {
 		return nil
 	}
 	// A message waiting in the gate steps aside when its Kafka session
 	// ends or its Redis entry is lost, as a budget waiter does.
 	var retryRevoked func(*message.Message) <-chan struct{}
-	if r.revocable(ctl) {
+	if r.revocable() {
 		retryRevoked = r.revoked
 	}
 	var err error
@@ -474,10 +463,10 @@ func (r *Router) buildRetryGate(hs hookSet, ctl control) error {
 }
 
 // buildAutoSizer builds the budget's auto-sizer when budget.autosize is
-// enabled and the budget admits.
+// enabled.
 func (r *Router) buildAutoSizer(hs hookSet, est cost.ChargeEstimator) error {
 	a := r.cfg.Budget.AutoSize
-	if !a.Enabled || r.budgetMW == nil {
+	if !a.Enabled {
 		return nil
 	}
 	sc := a.AutoSizeConfig

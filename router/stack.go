@@ -154,14 +154,11 @@ func (r *Router) stack() middlewareStack {
 	if r.retry != nil {
 		s.retryGate = func(h message.HandlerFunc) message.HandlerFunc { return r.retryScope(r.retry.Middleware(h)) }
 	}
-	s.budget = []layer{{name: "shutdown-gate", mw: r.shutdownGate}}
-	if r.budgetMW != nil {
-		// Without it (a control configuration of the tests) there is no
-		// admission at all, but the shutdown gate and in-flight
-		// accounting stay.
-		s.budget = append(s.budget, layer{name: "admission", mw: r.budgetMW.Middleware})
+	s.budget = []layer{
+		{name: "shutdown-gate", mw: r.shutdownGate},
+		{name: "admission", mw: r.budgetMW.Middleware},
+		{name: "admitted", mw: r.admitted},
 	}
-	s.budget = append(s.budget, layer{name: "admitted", mw: r.admitted})
 	if r.retry == nil {
 		s.budget = append(s.budget, layer{name: "malformed", mw: r.malformedLayer})
 	}

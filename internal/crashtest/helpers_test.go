@@ -56,7 +56,7 @@ func rawPublisher(t *testing.T, c router.Config) message.Publisher {
 	t.Helper()
 	switch c.Broker {
 	case router.BrokerKafka:
-		cl, err := kafkabroker.Open(c.Kafka, nil)
+		cl, err := kafkabroker.New(c.Kafka)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -39,7 +39,7 @@ import (
 //	consumer=spillway-no-otel   the same with telemetry.disabled
 //	consumer=spillway-no-retry  the same with retry.disabled
 //	consumer=spillway-key       the Spillway router with kafka.consumer key
-//	                            (kafkabroker.KeySubscriber instead of
+//	                            (Spillway's key subscriber instead of
 //	                            watermill-kafka's subscriber)
 //
 // benchCluster starts an embedded Kafka cluster with partitions per topic

@@ -73,7 +73,7 @@ func keyBenchRouter(b *testing.B, brokers []string, consumer string, partitions 
 // ensureTopic creates topic with partitions partitions.
 func ensureTopic(b *testing.B, brokers []string, topic string, partitions int32) {
 	b.Helper()
-	cl, err := kafkabroker.Open(kafkabroker.Config{Brokers: brokers, Version: kafkaVersion.String(), Partitions: partitions, CreateTopics: true}, nil)
+	cl, err := kafkabroker.New(kafkabroker.Config{Brokers: brokers, Version: kafkaVersion.String(), Partitions: partitions, CreateTopics: true})
 	if err != nil {
 		b.Fatal(err)
 	}
