@@ -19,6 +19,6 @@ var ErrEmbeddedNotLinked = errors.New(`the "embedded" broker needs the embedded 
 	`beside the one for github.com/spillway-go/spillway; see docs/quickstart.md)`)
 
 // ErrClosed is returned when a closed broker client is used: a
-// kafkabroker Cluster, a redisbroker Publisher or Subscriber. Match it with
+// kafkabroker Cluster, a redisbroker publisher or Subscriber. Match it with
 // errors.Is; the error names the package that returned it.
 var ErrClosed = errors.New("closed")

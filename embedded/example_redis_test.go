@@ -24,16 +24,16 @@ import (
 func Example_redis() {
 	logger := watermill.NopLogger{}
 	cfg := redisbroker.Config{Addr: spillway.Embedded, ConsumerGroup: "tiler", Consumers: 4}
-	pub, err := redisbroker.NewPublisher(cfg, logger)
+	pub, err := redisbroker.NewPublisher(cfg, redisbroker.WithLogger(logger))
 	if err != nil {
 		panic(err)
 	}
 	defer pub.Close()
-	sub, err := redisbroker.NewSubscriber(cfg, logger)
+	sub, err := redisbroker.NewSubscriber(cfg, redisbroker.WithLogger(logger))
 	if err != nil {
 		panic(err)
 	}
-	dead, err := redisbroker.NewDeadLetter(redisbroker.DeadLetterConfig{Publisher: pub, Topic: cfg.WithDefaults().DeadLetterTopic})
+	dead, err := redisbroker.NewDeadLetter(cfg, redisbroker.WithPublisher(pub))
 	if err != nil {
 		panic(err)
 	}

@@ -57,7 +57,7 @@ func BenchmarkPublish(b *testing.B) {
 		benchPublish(b, pub, payload)
 	})
 	b.Run("spillway", func(b *testing.B) {
-		pub, err := redisbroker.NewPublisher(redisbroker.Config{Addr: srv.Addr()}, nil)
+		pub, err := redisbroker.NewPublisher(redisbroker.Config{Addr: srv.Addr()})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -115,17 +115,17 @@ func BenchmarkConsume(b *testing.B) {
 		b.Run("spillway/consumers="+strconv.Itoa(consumers), func(b *testing.B) {
 			topic := fill(b, raw, b.N, payload)
 			cfg := redisbroker.Config{Addr: srv.Addr(), ConsumerGroup: uniq("g"), Consumer: uniq("c"), Consumers: consumers}
-			sub, err := redisbroker.NewSubscriber(cfg, nil)
+			sub, err := redisbroker.NewSubscriber(cfg)
 			if err != nil {
 				b.Fatal(err)
 			}
 			defer sub.Close()
-			pub, err := redisbroker.NewPublisher(cfg, nil)
+			pub, err := redisbroker.NewPublisher(cfg)
 			if err != nil {
 				b.Fatal(err)
 			}
 			defer pub.Close()
-			dl, err := redisbroker.NewDeadLetter(redisbroker.DeadLetterConfig{Publisher: pub})
+			dl, err := redisbroker.NewDeadLetter(redisbroker.Config{}, redisbroker.WithPublisher(pub))
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -76,16 +76,17 @@ type KeepAliveConfig struct {
 	Disabled bool `yaml:"disabled" env:"DISABLED"`
 }
 
-// Config configures a [Publisher] and a [Subscriber]. The zero value plus
-// Addr and ConsumerGroup is a working configuration; every other field has a
-// default, stated on the field (docs/redis.md explains them).
+// Config configures [NewPublisher], [NewSubscriber] and [NewDeadLetter].
+// The zero value plus Addr and ConsumerGroup is a working configuration;
+// every other field has a default, stated on the field (docs/redis.md
+// explains them).
 //
 // The yaml and env tags are the keys of the router's redis section
 // (redis.max_idle_time, SPILLWAY_REDIS_MAX_IDLE_TIME); there ConsumerGroup
 // is the prefix of each handler's group (see the router package).
 //
-// Config holds a password as a [spillway.Secret]: it is never logged, and
-// String and GoString redact it too.
+// Config holds its password (and TLS.KeyPEM) as a [spillway.Secret]: it
+// is never logged, and printing a Config with %v, %+v or %#v redacts it.
 type Config struct {
 	// Addr is the server's host:port, or [spillway.Embedded] ("embedded")
 	// for an in-process miniredis, once package
@@ -139,7 +140,11 @@ type Config struct {
 	// a dead consumer's work is taken over within MaxIdleTime + ClaimInterval.
 	ClaimInterval time.Duration `yaml:"claim_interval" env:"CLAIM_INTERVAL"`
 	// MaxIdleTime is the redelivery deadline: a pending entry idle for this
-	// long is claimed by another consumer. Default 30s.
+	// long (not refreshed by the keep-alive) is claimed by another
+	// consumer and run again. Default 30s. Size the vertex budget against
+	// it (admitted work should drain well within it): it is the deadline
+	// whenever the keep-alive is disabled, cannot reach Redis, or has given
+	// up on a message after KeepAlive.MaxInFlight.
 	MaxIdleTime time.Duration `yaml:"max_idle_time" env:"MAX_IDLE_TIME"`
 	// NackResendSleep is the pause before a nacked message is redelivered.
 	// Default 100ms; negative means no pause.
@@ -207,17 +212,6 @@ func (c *Config) setDefaults() {
 func (c Config) WithDefaults() Config {
 	c.setDefaults()
 	return c
-}
-
-// RedeliveryDeadline returns MaxIdleTime (after defaults): how long an
-// entry may stay pending without a keep-alive refresh before another
-// consumer claims it and runs it again. Size the vertex budget against it
-// (admitted work should drain well within it), because it is the deadline
-// that applies whenever the keep-alive is not installed, cannot reach
-// Redis, or has given up on a message after KeepAlive.MaxInFlight.
-func (c Config) RedeliveryDeadline() time.Duration {
-	c.setDefaults()
-	return c.MaxIdleTime
 }
 
 // invalid is the [*spillway.FieldError] for field (its Go name in
@@ -386,20 +380,6 @@ func sanitizeName(s string) string {
 	}
 	return string(b)
 }
-
-// String describes the configuration with the password redacted.
-func (c Config) String() string {
-	pw := c.Password.String()
-	return fmt.Sprintf("redisbroker.Config{Addr:%q Username:%q Password:%q DB:%d TLS:%t ConsumerGroup:%q Consumer:%q Consumers:%d "+
-		"BlockTime:%s ClaimInterval:%s MaxIdleTime:%s NackResendSleep:%s KeepAlive:{Interval:%s MaxInFlight:%s} "+
-		"MaxDeliveries:%d DefaultMaxLen:%d MaxLen:%v DeadLetterTopic:%q}",
-		c.Addr, c.Username, pw, c.DB, tlsEnabled(c.TLS), c.ConsumerGroup, c.Consumer, c.Consumers,
-		c.BlockTime, c.ClaimInterval, c.MaxIdleTime, c.NackResendSleep, c.KeepAlive.Interval, c.KeepAlive.MaxInFlight,
-		c.MaxDeliveries, c.DefaultMaxLen, c.MaxLen, c.DeadLetterTopic)
-}
-
-// GoString is String, so %#v redacts the password too.
-func (c Config) GoString() string { return c.String() }
 
 // tlsConfig builds the client TLS configuration, or nil when TLS is off.
 func (c Config) tlsConfig() (*tls.Config, error) {

@@ -28,12 +28,6 @@ func TestConfigDefaults(t *testing.T) {
 		c.DeadLetterTopic != redisbroker.DefaultDeadLetterTopic || c.Consumer != redisbroker.DefaultConsumerName() {
 		t.Fatalf("defaults = %v", c)
 	}
-	if d := (redisbroker.Config{}).RedeliveryDeadline(); d != redisbroker.DefaultMaxIdleTime {
-		t.Fatalf("RedeliveryDeadline() = %s", d)
-	}
-	if d := (redisbroker.Config{MaxIdleTime: 7 * time.Second}).RedeliveryDeadline(); d != 7*time.Second {
-		t.Fatalf("RedeliveryDeadline() = %s", d)
-	}
 }
 
 func TestConsumerNames(t *testing.T) {
@@ -84,12 +78,12 @@ func TestConfigValidateNamesFieldAndValue(t *testing.T) {
 		}
 	}
 	// A publisher does not need a group.
-	p, err := redisbroker.NewPublisher(redisbroker.Config{Addr: "127.0.0.1:1"}, nil)
+	p, err := redisbroker.NewPublisher(redisbroker.Config{Addr: "127.0.0.1:1"})
 	if err != nil {
 		t.Fatalf("publisher without group: %v", err)
 	}
 	_ = p.Close()
-	if _, err := redisbroker.NewSubscriber(redisbroker.Config{Addr: "127.0.0.1:1"}, nil); !errors.Is(err, spillway.ErrInvalidConfig) {
+	if _, err := redisbroker.NewSubscriber(redisbroker.Config{Addr: "127.0.0.1:1"}); !errors.Is(err, spillway.ErrInvalidConfig) {
 		t.Fatalf("subscriber without group: %v", err)
 	}
 	// Disabled keep-alive skips its checks.
@@ -103,10 +97,12 @@ func TestConfigValidateNamesFieldAndValue(t *testing.T) {
 
 const secret = "hunter2-very-secret"
 
-// The password appears in no rendering of the configuration and in no error.
+// The password (and an inline TLS key) appears in no rendering of the
+// configuration and in no error.
 func TestPasswordNeverShown(t *testing.T) {
 	c := redisbroker.Config{Addr: "127.0.0.1:6379", Username: "svc", Password: secret, ConsumerGroup: "g"}
-	for _, s := range []string{c.String(), fmt.Sprint(c), fmt.Sprintf("%v %+v %#v %s", c, c, c, c), fmt.Sprint(&c)} {
+	c.TLS.KeyPEM = secret + "-key"
+	for _, s := range []string{fmt.Sprint(c), fmt.Sprintf("%v %+v %#v", c, c, c), fmt.Sprint(&c)} {
 		if strings.Contains(s, secret) {
 			t.Fatalf("password shown: %s", s)
 		}
@@ -165,7 +161,7 @@ func TestTLS(t *testing.T) {
 	}
 	badCA := cfg
 	badCA.TLS.CAFile = files.ClientCert + ".missing"
-	if _, err := redisbroker.NewPublisher(badCA, nil); err == nil {
+	if _, err := redisbroker.NewPublisher(badCA); err == nil {
 		t.Fatal("a missing CA file was accepted")
 	}
 }

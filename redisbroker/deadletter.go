@@ -22,36 +22,6 @@ const (
 	metadataDeadLetterReason = "spillway_deadletter_reason"
 )
 
-// DeadLetterConfig configures the [DeadLetter] middleware.
-type DeadLetterConfig struct {
-	// Publisher writes to the dead-letter topic. Required. A redisbroker
-	// [Publisher] writes it as a stream next to the others.
-	Publisher message.Publisher
-	// Topic is the dead-letter topic. Default spillway.deadletter (use
-	// Config.DeadLetterTopic to keep both in one place).
-	Topic string
-	// Logger, if set, logs each dead-lettered entry at Info.
-	Logger watermill.LoggerAdapter
-}
-
-func (c *DeadLetterConfig) setDefaults() {
-	if c.Topic == "" {
-		c.Topic = defaultDeadLetterTopic
-	}
-	if c.Logger == nil {
-		c.Logger = watermill.NopLogger{}
-	}
-}
-
-// Validate reports whether the configuration can be used: a
-// [*spillway.FieldError] for Publisher if it is nil.
-func (c DeadLetterConfig) Validate() error {
-	if c.Publisher == nil {
-		return &spillway.FieldError{Field: "Publisher", Value: "nil", Reason: "required"}
-	}
-	return nil
-}
-
 // DeadLetter is a Watermill middleware that moves malformed messages (see
 // [IsMalformed]), and messages whose entry Redis has delivered more than
 // Config.MaxDeliveries times, to the dead-letter topic instead of running
@@ -65,17 +35,28 @@ func (c DeadLetterConfig) Validate() error {
 // message carries the producer's W3C trace context when its metadata
 // field could still be read.
 type DeadLetter struct {
-	cfg   DeadLetterConfig
-	count atomic.Uint64
+	pub    message.Publisher
+	topic  string
+	logger watermill.LoggerAdapter
+	count  atomic.Uint64
 }
 
-// NewDeadLetter returns the middleware for cfg.
-func NewDeadLetter(cfg DeadLetterConfig) (*DeadLetter, error) {
+// NewDeadLetter returns the middleware that moves entries to
+// cfg.DeadLetterTopic (default spillway.deadletter; the other fields of
+// cfg are not used), publishing them with the publisher given with
+// [WithPublisher], which is required. With [WithLogger] it logs each
+// dead-lettered entry at Info.
+func NewDeadLetter(cfg Config, opts ...Option) (*DeadLetter, error) {
 	cfg.setDefaults()
-	if err := cfg.Validate(); err != nil {
+	o, err := buildOptions(opts)
+	if err != nil {
 		return nil, err
 	}
-	return &DeadLetter{cfg: cfg}, nil
+	if o.publisher == nil {
+		return nil, &spillway.FieldError{Field: "WithPublisher", Value: "nil",
+			Reason: "required: give NewDeadLetter the publisher of the dead-letter topic"}
+	}
+	return &DeadLetter{pub: o.publisher, topic: cfg.DeadLetterTopic, logger: o.logger}, nil
 }
 
 // Count returns how many messages were moved to the dead-letter topic.
@@ -118,12 +99,12 @@ func (d *DeadLetter) move(msg *message.Message, reason string) error {
 	dl.Metadata.Set(metadataDeadLetterSource, entry.Stream)
 	dl.Metadata.Set(metadataDeadLetterID, entry.ID)
 	dl.SetContext(msg.Context())
-	if err := d.cfg.Publisher.Publish(d.cfg.Topic, dl); err != nil {
+	if err := d.pub.Publish(d.topic, dl); err != nil {
 		return fmt.Errorf("redisbroker: dead-lettering entry %s of %q: %w", entry.ID, entry.Stream, err)
 	}
 	d.count.Add(1)
-	d.cfg.Logger.Info("Entry moved to the dead-letter topic", watermill.LogFields{
-		"stream": entry.Stream, "xid": entry.ID, "topic": d.cfg.Topic, "reason": reason,
+	d.logger.Info("Entry moved to the dead-letter topic", watermill.LogFields{
+		"stream": entry.Stream, "xid": entry.ID, "topic": d.topic, "reason": reason,
 	})
 	return nil
 }

@@ -28,7 +28,7 @@ func TestMalformedEntriesAreDeadLettered(t *testing.T) {
 	topic := uniq("poison")
 	sub := newSubscriber(t, cfg)
 	pub := newPublisher(t, cfg)
-	dl, err := redisbroker.NewDeadLetter(redisbroker.DeadLetterConfig{Publisher: pub, Topic: cfg.DeadLetterTopic})
+	dl, err := redisbroker.NewDeadLetter(cfg, redisbroker.WithPublisher(pub))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +119,7 @@ func TestDeadLetterPublishFailureNacks(t *testing.T) {
 	topic := uniq("poison-nack")
 	sub := newSubscriber(t, cfg)
 	failing := &flakyPublisher{failures: 3, pub: newPublisher(t, cfg)}
-	dl, err := redisbroker.NewDeadLetter(redisbroker.DeadLetterConfig{Publisher: failing, Topic: uniq("dead")})
+	dl, err := redisbroker.NewDeadLetter(redisbroker.Config{DeadLetterTopic: uniq("dead")}, redisbroker.WithPublisher(failing))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,13 +162,14 @@ func (f *flakyPublisher) calls() int {
 
 func (f *flakyPublisher) Close() error { return nil }
 
-func TestDeadLetterConfigValidate(t *testing.T) {
-	_, err := redisbroker.NewDeadLetter(redisbroker.DeadLetterConfig{})
+// NewDeadLetter needs WithPublisher, and defaults the topic.
+func TestNewDeadLetterNeedsPublisher(t *testing.T) {
+	_, err := redisbroker.NewDeadLetter(redisbroker.Config{})
 	var fe *spillway.FieldError
-	if !errors.Is(err, spillway.ErrInvalidConfig) || !errors.As(err, &fe) || fe.Field != "Publisher" {
-		t.Fatalf("err = %v, want a FieldError on Publisher", err)
+	if !errors.Is(err, spillway.ErrInvalidConfig) || !errors.As(err, &fe) || fe.Field != "WithPublisher" {
+		t.Fatalf("err = %v, want a FieldError on WithPublisher", err)
 	}
-	dl, err := redisbroker.NewDeadLetter(redisbroker.DeadLetterConfig{Publisher: &flakyPublisher{}})
+	dl, err := redisbroker.NewDeadLetter(redisbroker.Config{}, redisbroker.WithPublisher(&flakyPublisher{}))
 	if err != nil || dl.Topic() != redisbroker.DefaultDeadLetterTopic {
 		t.Fatalf("dl = %v, %v", dl, err)
 	}

@@ -4,7 +4,7 @@
 //
 // # Pieces
 //
-//   - [Publisher]: XADD per message, optionally trimming each stream to an
+//   - [NewPublisher]: XADD per message, optionally trimming each stream to an
 //     approximate MAXLEN (oldest entries go first, read or not).
 //   - [Subscriber]: Config.Consumers consumers of one consumer group per
 //     topic, each with a stable name and its own client, fanned in to one
@@ -39,9 +39,9 @@
 // With a Watermill router, add the dead-letter middleware outside (before)
 // the budget:
 //
-//	sub, _ := redisbroker.NewSubscriber(cfg, logger)
-//	pub, _ := redisbroker.NewPublisher(cfg, logger)
-//	dl, _ := redisbroker.NewDeadLetter(redisbroker.DeadLetterConfig{Publisher: pub, Topic: cfg.DeadLetterTopic})
+//	sub, _ := redisbroker.NewSubscriber(cfg, redisbroker.WithLogger(logger))
+//	pub, _ := redisbroker.NewPublisher(cfg, redisbroker.WithLogger(logger))
+//	dl, _ := redisbroker.NewDeadLetter(cfg, redisbroker.WithPublisher(pub))
 //	router.AddMiddleware(
 //		dl.Middleware,     // malformed entries never reach the budget or the handler
 //		budget.Middleware, // middleware.Budget with Revoked: sub.Revoked
@@ -58,7 +58,7 @@
 // At least once. An entry is acked after its handler succeeds, and only
 // while its consumer still owns it; a nacked message is redelivered to the
 // same consumer after NackResendSleep; an entry whose consumer died is
-// claimed by a peer after MaxIdleTime ([Config.RedeliveryDeadline]). Connection errors are retried forever
+// claimed by a peer after MaxIdleTime, the redelivery deadline. Connection errors are retried forever
 // (go-redis reconnects); a consumer group lost with a server restarted
 // without persistence is recreated. See docs/redis.md.
 package redisbroker

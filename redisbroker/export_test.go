@@ -30,7 +30,7 @@ var DefaultConsumerName = defaultConsumerName
 
 func (c Config) ConsumerNames() []string  { return c.consumerNames() }
 func (s *Subscriber) Consumers() []string { return s.consumers() }
-func (d *DeadLetter) Topic() string       { return d.cfg.Topic }
+func (d *DeadLetter) Topic() string       { return d.topic }
 
 // Unexported types and functions the external tests use.
 type (

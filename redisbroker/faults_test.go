@@ -124,7 +124,7 @@ func TestConsumerKilledMidMessagePeerTakesOver(t *testing.T) {
 
 	deadCfg := cfg
 	deadCfg.Consumer = cfg.Consumer + "-dead"
-	dying, err := redisbroker.NewSubscriber(deadCfg, testLogger(t))
+	dying, err := redisbroker.NewSubscriber(deadCfg, redisbroker.WithLogger(testLogger(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +176,7 @@ func TestRestartedConsumerRecoversItsPendingEntriesAtOnce(t *testing.T) {
 	cfg.MaxIdleTime = 10 * time.Minute // the idle claim cannot explain a quick recovery
 	topic := uniq("restart")
 
-	first, err := redisbroker.NewSubscriber(cfg, testLogger(t))
+	first, err := redisbroker.NewSubscriber(cfg, redisbroker.WithLogger(testLogger(t)))
 	if err != nil {
 		t.Fatal(err)
 	}

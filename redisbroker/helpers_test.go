@@ -69,9 +69,9 @@ func testConfig(srv *redistest.Server) redisbroker.Config {
 	}
 }
 
-func newPublisher(t testing.TB, cfg redisbroker.Config) *redisbroker.Publisher {
+func newPublisher(t testing.TB, cfg redisbroker.Config) message.Publisher {
 	t.Helper()
-	p, err := redisbroker.NewPublisher(cfg, nil)
+	p, err := redisbroker.NewPublisher(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +81,7 @@ func newPublisher(t testing.TB, cfg redisbroker.Config) *redisbroker.Publisher {
 
 func newSubscriber(t testing.TB, cfg redisbroker.Config) *redisbroker.Subscriber {
 	t.Helper()
-	s, err := redisbroker.NewSubscriber(cfg, testLogger(t))
+	s, err := redisbroker.NewSubscriber(cfg, redisbroker.WithLogger(testLogger(t)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,7 +29,7 @@ func TestNackedRedeliveriesCountTowardsMaxDeliveries(t *testing.T) {
 		t.Fatalf("default MaxDeliveries = %d, want 5", got)
 	}
 	pub := newPublisher(t, cfg)
-	dl, err := redisbroker.NewDeadLetter(redisbroker.DeadLetterConfig{Publisher: pub, Topic: cfg.DeadLetterTopic})
+	dl, err := redisbroker.NewDeadLetter(cfg, redisbroker.WithPublisher(pub))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,13 +107,13 @@ func TestWithoutNackCountLeavesNacksUncounted(t *testing.T) {
 	cfg.NackResendSleep = 20 * time.Millisecond
 	cfg.DeadLetterTopic = uniq("dead")
 	topic := uniq("uncounted")
-	sub, err := redisbroker.NewSubscriber(cfg, testLogger(t), redisbroker.WithoutNackCount())
+	sub, err := redisbroker.NewSubscriber(cfg, redisbroker.WithLogger(testLogger(t)), redisbroker.WithoutNackCount())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = sub.Close() })
 	pub := newPublisher(t, cfg)
-	dl, err := redisbroker.NewDeadLetter(redisbroker.DeadLetterConfig{Publisher: pub, Topic: cfg.DeadLetterTopic})
+	dl, err := redisbroker.NewDeadLetter(cfg, redisbroker.WithPublisher(pub))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,19 +1,37 @@
 package redisbroker
 
 import (
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/spillway-go/spillway"
 )
 
-// Option customises a [Publisher] or a [Subscriber] with code rather than
-// configuration.
+// Option customises what [NewPublisher], [NewSubscriber], [NewDeadLetter]
+// and [Ping] build with code rather than configuration. Each says which
+// constructors it applies to; the others ignore it.
 type Option func(*options)
 
 type options struct {
 	client    redis.UniversalClient
 	clientSet bool
 	noNacks   bool // WithoutNackCount
+	logger    watermill.LoggerAdapter
+	publisher message.Publisher // WithPublisher
+}
+
+// WithLogger makes a publisher, subscriber or dead-letter middleware log
+// to logger. Without it (or with nil) they log nothing. Ping ignores it.
+func WithLogger(logger watermill.LoggerAdapter) Option {
+	return func(o *options) { o.logger = logger }
+}
+
+// WithPublisher gives [NewDeadLetter] the publisher it writes dead
+// letters with (required there). A publisher of [NewPublisher] writes
+// them as a stream next to the others. The other constructors ignore it.
+func WithPublisher(p message.Publisher) Option {
+	return func(o *options) { o.publisher = p }
 }
 
 // WithClient makes a publisher or subscriber send every command through
@@ -53,6 +71,9 @@ func buildOptions(opts []Option) (options, error) {
 	}
 	if o.clientSet && o.client == nil {
 		return o, &spillway.FieldError{Field: "WithClient", Value: "nil", Reason: "needs a client"}
+	}
+	if o.logger == nil {
+		o.logger = watermill.NopLogger{}
 	}
 	return o, nil
 }

@@ -26,11 +26,11 @@ func TestWithClient(t *testing.T) {
 	cfg.Addr = "" // the client's address is the one used
 	topic := uniq("own-client")
 
-	pub, err := redisbroker.NewPublisher(cfg, nil, redisbroker.WithClient(client))
+	pub, err := redisbroker.NewPublisher(cfg, redisbroker.WithClient(client))
 	if err != nil {
 		t.Fatal(err)
 	}
-	sub, err := redisbroker.NewSubscriber(cfg, testLogger(t), redisbroker.WithClient(client))
+	sub, err := redisbroker.NewSubscriber(cfg, redisbroker.WithLogger(testLogger(t)), redisbroker.WithClient(client))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,14 +88,14 @@ func countName(list, prefix string) int {
 
 func TestWithClientNil(t *testing.T) {
 	cfg := redisbroker.Config{ConsumerGroup: "g"}
-	if _, err := redisbroker.NewPublisher(cfg, nil, redisbroker.WithClient(nil)); !errors.Is(err, spillway.ErrInvalidConfig) {
+	if _, err := redisbroker.NewPublisher(cfg, redisbroker.WithClient(nil)); !errors.Is(err, spillway.ErrInvalidConfig) {
 		t.Errorf("publisher: err = %v", err)
 	}
-	if _, err := redisbroker.NewSubscriber(cfg, nil, redisbroker.WithClient(nil)); !errors.Is(err, spillway.ErrInvalidConfig) {
+	if _, err := redisbroker.NewSubscriber(cfg, redisbroker.WithClient(nil)); !errors.Is(err, spillway.ErrInvalidConfig) {
 		t.Errorf("subscriber: err = %v", err)
 	}
 	// Without a client, Addr is still required.
-	if _, err := redisbroker.NewSubscriber(cfg, nil); !errors.Is(err, spillway.ErrInvalidConfig) {
+	if _, err := redisbroker.NewSubscriber(cfg); !errors.Is(err, spillway.ErrInvalidConfig) {
 		t.Errorf("no Addr, no client: err = %v", err)
 	}
 	// The stream and subscriber fields are still checked with a client.
@@ -103,7 +103,7 @@ func TestWithClientNil(t *testing.T) {
 	bad.DefaultMaxLen = -1
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	defer c.Close()
-	if _, err := redisbroker.NewSubscriber(bad, nil, redisbroker.WithClient(c)); !errors.Is(err, spillway.ErrInvalidConfig) {
+	if _, err := redisbroker.NewSubscriber(bad, redisbroker.WithClient(c)); !errors.Is(err, spillway.ErrInvalidConfig) {
 		t.Errorf("DefaultMaxLen -1 with a client: err = %v", err)
 	}
 }

@@ -116,20 +116,20 @@ func TestUniversalPubSub(t *testing.T) {
 			ClaimInterval: 3 * time.Second,
 			MaxIdleTime:   5 * time.Second,
 		}
-		pub, err := redisbroker.NewPublisher(cfg, nil)
+		pub, err := redisbroker.NewPublisher(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
-		sub, err := redisbroker.NewSubscriber(cfg, testLogger(t))
+		sub, err := redisbroker.NewSubscriber(cfg, redisbroker.WithLogger(testLogger(t)))
 		if err != nil {
 			t.Fatal(err)
 		}
-		dlPub, err := redisbroker.NewPublisher(cfg, nil)
+		dlPub, err := redisbroker.NewPublisher(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = dlPub.Close() })
-		dl, err := redisbroker.NewDeadLetter(redisbroker.DeadLetterConfig{Publisher: dlPub, Topic: cfg.WithDefaults().DeadLetterTopic})
+		dl, err := redisbroker.NewDeadLetter(cfg, redisbroker.WithPublisher(dlPub))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -77,8 +77,9 @@ var (
 
 // NewSubscriber creates the consumers of cfg.ConsumerGroup; it connects
 // lazily to cfg.Addr, or uses the client given with [WithClient]. It starts
-// the keep-alive goroutine.
-func NewSubscriber(cfg Config, logger watermill.LoggerAdapter, opts ...Option) (*Subscriber, error) {
+// the keep-alive goroutine. Options: [WithClient], [WithLogger],
+// [WithoutNackCount].
+func NewSubscriber(cfg Config, opts ...Option) (*Subscriber, error) {
 	if cfg.Consumer == "" {
 		cfg.Consumer = defaultConsumerName() + "-" + strconv.FormatInt(defaultNamed.Add(1), 10)
 	}
@@ -90,9 +91,7 @@ func NewSubscriber(cfg Config, logger watermill.LoggerAdapter, opts ...Option) (
 	if err := o.validate(cfg, true); err != nil {
 		return nil, err
 	}
-	if logger == nil {
-		logger = watermill.NopLogger{}
-	}
+	logger := o.logger
 	s := &Subscriber{
 		cfg:     cfg,
 		nacks:   !o.noNacks,

@@ -98,7 +98,7 @@ func TestNackedMessageContextEndsOnClose(t *testing.T) {
 	cfg := testConfig(srv)
 	cfg.NackResendSleep = -1
 	topic := uniq("nackctx")
-	sub, err := redisbroker.NewSubscriber(cfg, testLogger(t))
+	sub, err := redisbroker.NewSubscriber(cfg, redisbroker.WithLogger(testLogger(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,7 +195,7 @@ func TestEmbedded(t *testing.T) {
 	if err := cfg.Validate(); !errors.Is(err, spillway.ErrEmbeddedNotLinked) || !strings.Contains(err.Error(), "spillway/embedded") {
 		t.Fatalf("Validate with nothing registered: %v, want ErrEmbeddedNotLinked naming the import", err)
 	}
-	if _, err := redisbroker.NewPublisher(cfg, nil); !errors.Is(err, spillway.ErrEmbeddedNotLinked) {
+	if _, err := redisbroker.NewPublisher(cfg); !errors.Is(err, spillway.ErrEmbeddedNotLinked) {
 		t.Fatalf("NewPublisher with nothing registered: %v, want ErrEmbeddedNotLinked", err)
 	}
 	srv := redistest.Start(t)

@@ -593,7 +593,7 @@ telemetry:
 		t.Error("redis.password printed")
 	}
 	bc := redisGroupConfig(r, redisGroup(r, "h"))
-	if bc.Password != "s3cret" || bc.ConsumerGroup != "tiler.h" || bc.RedeliveryDeadline() != 45*time.Second || bc.Validate() != nil {
+	if bc.Password != "s3cret" || bc.ConsumerGroup != "tiler.h" || bc.MaxIdleTime != 45*time.Second || bc.Validate() != nil {
 		t.Errorf("redisbroker config = %v (%v)", bc, bc.Validate())
 	}
 

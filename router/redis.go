@@ -72,14 +72,14 @@ func (o options) validate(cfg Config) error {
 }
 
 // redisBackend runs each handler as its own redisbroker.Subscriber, in
-// its own consumer group, with its own clients; one redisbroker.Publisher
+// its own consumer group, with its own clients; one redisbroker publisher
 // serves the router. Entries that cannot be unmarshalled are moved to
 // redis.dead_letter_topic by the dead-letter layer of the stack.
 type redisBackend struct {
 	cfg    RedisConfig
 	logger watermill.LoggerAdapter
-	opts   []redisbroker.Option // WithClient, if WithRedisClient gave one
-	pub    *redisbroker.Publisher
+	opts   []redisbroker.Option // WithLogger, WithClient if WithRedisClient gave one, WithoutNackCount
+	pub    message.Publisher
 	dl     *redisbroker.DeadLetter
 	dlPub  *latePublisher // dl's publisher: the router's copies publisher once built
 
@@ -92,14 +92,14 @@ type redisBackend struct {
 // nack it nacks messages it has not run. Without it each nack counts, so
 // redis.max_deliveries ends an entry whose handler keeps failing.
 func newRedisBackend(cfg RedisConfig, logger watermill.LoggerAdapter, client redis.UniversalClient, retrying bool) (*redisBackend, error) {
-	var opts []redisbroker.Option
+	opts := []redisbroker.Option{redisbroker.WithLogger(logger)}
 	if client != nil {
 		opts = append(opts, redisbroker.WithClient(client))
 	}
 	if retrying {
 		opts = append(opts, redisbroker.WithoutNackCount())
 	}
-	pub, err := redisbroker.NewPublisher(redisGroupConfig(cfg, ""), logger, opts...)
+	pub, err := redisbroker.NewPublisher(redisGroupConfig(cfg, ""), opts...)
 	if err != nil {
 		return nil, fmt.Errorf("router: redis: publisher: %w", err)
 	}
@@ -109,7 +109,7 @@ func newRedisBackend(cfg RedisConfig, logger watermill.LoggerAdapter, client red
 	}
 	dlPub := &latePublisher{}
 	dlPub.set(pub)
-	dl, err := redisbroker.NewDeadLetter(redisbroker.DeadLetterConfig{Publisher: dlPub, Topic: cfg.DeadLetterTopic, Logger: logger})
+	dl, err := redisbroker.NewDeadLetter(cfg, redisbroker.WithPublisher(dlPub), redisbroker.WithLogger(logger))
 	if err != nil {
 		_ = pub.Close()
 		return nil, err
@@ -148,7 +148,7 @@ func redisRedelivery(msg *message.Message) bool { return redisbroker.Deliveries(
 func (b *redisBackend) publisher() message.Publisher { return b.pub }
 
 func (b *redisBackend) subscriber(handler, _ string) (message.Subscriber, deliveryTracker, error) {
-	sub, err := redisbroker.NewSubscriber(redisGroupConfig(b.cfg, b.group(handler)), b.logger, b.opts...)
+	sub, err := redisbroker.NewSubscriber(redisGroupConfig(b.cfg, b.group(handler)), b.opts...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("router: redis: subscriber for %s: %w", handler, err)
 	}

@@ -81,17 +81,17 @@ func run(data string, budgetVertices int64, passes, consumers, rate, pings int, 
 	}
 
 	logger := watermill.NopLogger{}
-	redisPub, err := redisbroker.NewPublisher(cfg, logger)
+	redisPub, err := redisbroker.NewPublisher(cfg, redisbroker.WithLogger(logger))
 	if err != nil {
 		return err
 	}
 	defer redisPub.Close()
 	publisher := cost.NewStampingPublisher(redisPub)
-	sub, err := redisbroker.NewSubscriber(cfg, logger)
+	sub, err := redisbroker.NewSubscriber(cfg, redisbroker.WithLogger(logger))
 	if err != nil {
 		return err
 	}
-	dead, err := redisbroker.NewDeadLetter(redisbroker.DeadLetterConfig{Publisher: redisPub, Topic: cfg.DeadLetterTopic})
+	dead, err := redisbroker.NewDeadLetter(cfg, redisbroker.WithPublisher(redisPub))
 	if err != nil {
 		return err
 	}
@@ -209,7 +209,7 @@ func run(data string, budgetVertices int64, passes, consumers, rate, pings int, 
 	fmt.Printf("budget: peak %d of %d vertices, %d admissions waited (longest %s), %d clamped\n",
 		s.PeakInUse, s.Capacity, s.Waited, s.MaxWait.Round(time.Millisecond), s.Clamped)
 	fmt.Printf("redis: %d keep-alive refreshes, %d entries lost to peers, %d expired, %d malformed (%d dead-lettered); redelivery deadline %s\n",
-		st.Refreshed, st.Lost, st.Expired, st.Malformed, dead.Count(), cfg.RedeliveryDeadline())
+		st.Refreshed, st.Lost, st.Expired, st.Malformed, dead.Count(), cfg.WithDefaults().MaxIdleTime)
 	return nil
 }
 

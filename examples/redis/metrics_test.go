@@ -25,12 +25,12 @@ func TestMetricsEndpoint(t *testing.T) {
 	}
 	defer ms.Close()
 	cfg := redisbroker.Config{Addr: spillway.Embedded, ConsumerGroup: "metrics-test", Consumers: 1, BlockTime: 50 * time.Millisecond}
-	pub, err := redisbroker.NewPublisher(cfg, nil)
+	pub, err := redisbroker.NewPublisher(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer pub.Close()
-	sub, err := redisbroker.NewSubscriber(cfg, nil)
+	sub, err := redisbroker.NewSubscriber(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

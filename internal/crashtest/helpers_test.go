@@ -68,7 +68,7 @@ func rawPublisher(t *testing.T, c router.Config) message.Publisher {
 		t.Cleanup(func() { _ = p.Close() })
 		return p
 	default:
-		p, err := redisbroker.NewPublisher(c.Redis, nil)
+		p, err := redisbroker.NewPublisher(c.Redis)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -41,12 +41,12 @@ func TestLagSource(t *testing.T) {
 		ClaimInterval: 250 * time.Millisecond,
 		MaxIdleTime:   5 * time.Second,
 	}
-	pub, err := redisbroker.NewPublisher(cfg, nil)
+	pub, err := redisbroker.NewPublisher(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer pub.Close()
-	sub, err := redisbroker.NewSubscriber(cfg, nil)
+	sub, err := redisbroker.NewSubscriber(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
