@@ -22,10 +22,10 @@
 //     and [SessionTracker.Redelivered] tells broker redeliveries from
 //     fresh messages. docs/kafka.md explains the mechanism.
 //   - Consumer key ([ConsumerKey] in Config.Consumer): the subscriber
-//     hands over many messages of a partition in flight at once, one at a time per
-//     record key, within a per-partition window; the committed offset is
-//     the contiguous completed watermark, committed on a Sarama client of
-//     its own so that commits never wait behind fetches. docs/kafka.md,
+//     keeps many messages of a partition in flight at once, one at a time
+//     per record key, within a per-partition window; the committed offset
+//     is the contiguous completed watermark, committed on a Sarama client
+//     of its own so that commits never wait behind fetches. docs/kafka.md,
 //     "Consumer key".
 //   - Durability: the publisher waits for all in-sync replicas and is
 //     idempotent (Kafka 0.11 and later), and [Cluster.EnsureTopic] warns
