@@ -482,7 +482,7 @@ func TestHeavyBurstRebalance(t *testing.T) {
 	checkSpillwayScenario(t, sp, len(msgs))
 
 	if ctl := results[modeControl]; !ctl.failed() {
-		t.Errorf("control (no budget) did not fail: the scenario does not prove the mechanism: %v", ctl)
+		t.Errorf("control (nothing waits for budget) did not fail: the scenario does not prove the mechanism: %v", ctl)
 	}
 	if bo := results[modeBudgetOnly]; !bo.failed() {
 		t.Errorf("budget-only did not fail; update docs/kafka.md: %v", bo)
