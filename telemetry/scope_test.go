@@ -40,7 +40,7 @@ func TestScopeVersionAndSchema(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.Count(context.Background(), telemetry.OutcomeShed, "shapes", "test", 1)
+	m.Count(context.Background(), "shed", "shapes", "test", 1)
 	rm := collect(t, reader)
 	if len(rm.ScopeMetrics) == 0 {
 		t.Fatal("no metrics")
