@@ -52,6 +52,28 @@ func TestScopeVersionAndSchema(t *testing.T) {
 	}
 }
 
+// Meter takes its provider from the package's options: an instrument a
+// program adds with it is reported by that provider under Spillway's
+// scope.
+func TestMeterFromOptions(t *testing.T) {
+	mp, reader := newMeterProvider()
+	ctr, err := telemetry.Meter(telemetry.WithMeterProvider(mp), telemetry.WithMessagingSystem("kafka")).
+		Int64Counter("app.parcels")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctr.Add(context.Background(), 3)
+	rm := collect(t, reader)
+	if len(rm.ScopeMetrics) != 1 {
+		t.Fatalf("%d scopes, want 1", len(rm.ScopeMetrics))
+	}
+	sm := rm.ScopeMetrics[0]
+	if sm.Scope.Name != telemetry.ScopeName || sm.Scope.Version != telemetry.ScopeVersion() ||
+		len(sm.Metrics) != 1 || sm.Metrics[0].Name != "app.parcels" {
+		t.Fatalf("scope %+v with %d metrics, want %s with app.parcels", sm.Scope, len(sm.Metrics), telemetry.ScopeName)
+	}
+}
+
 // The version is the library module's, wherever it sits in the build.
 func TestModuleVersion(t *testing.T) {
 	const mod = "github.com/spillway-go/spillway"
