@@ -16,7 +16,9 @@ const MetadataKey = "vertex_count"
 // the default charge for a message whose cost is unknown.
 const FullBudget int64 = math.MaxInt64
 
-// Source says where the vertex count of a [Charge] came from.
+// Source says where the vertex count of a [Charge] came from. The zero
+// value is SourceHeader, so a charge an estimator of your own returns
+// without a Source counts as read from the metadata.
 type Source uint8
 
 const (
@@ -40,7 +42,9 @@ var sourceNames = [...]string{
 	SourceComputed:  "computed",
 }
 
-// String returns "header", "missing", "malformed" or "computed".
+// String returns "header", "missing", "malformed" or "computed": the source
+// label of the spillway.admission.charges metric and the
+// spillway.cost.source span attribute.
 func (s Source) String() string {
 	if int(s) < len(sourceNames) {
 		return sourceNames[s]
@@ -52,7 +56,9 @@ func (s Source) String() string {
 //
 // Vertices is the work dimension. Messages is the per-message dimension, for
 // handlers whose cost is dominated by a fixed per-message price such as a
-// database round trip; a budget with a message limit bounds both.
+// database round trip; a budget with a message limit bounds both. The
+// estimator of [NewEstimator] charges one message; an estimator of your own
+// may charge more.
 type Charge struct {
 	Vertices int64
 	Messages int64
@@ -77,37 +83,22 @@ type estimator struct {
 // options are what an [Option] sets. Each constructor reads the ones that
 // concern it.
 type options struct {
-	key             string // both
-	computeMissing  bool   // NewEstimator
-	messagesPerCall int64  // NewEstimator
-	overwrite       bool   // NewStampingPublisher
-	skipUncountable bool   // NewStampingPublisher
+	computeMissing  bool // NewEstimator
+	skipUncountable bool // NewStampingPublisher
 }
 
 // Option configures [NewEstimator] or [NewStampingPublisher]. Each option
-// says which of them it is for; the other ignores it, so the two ends of a
-// stream can share one list (for example a [WithMetadataKey]).
+// says which of them it is for; the other ignores it.
 type Option func(*options)
 
 func newOptions(opts []Option) options {
-	o := options{key: MetadataKey, messagesPerCall: 1}
+	var o options
 	for _, f := range opts {
 		if f != nil {
 			f(&o)
 		}
 	}
 	return o
-}
-
-// WithMetadataKey makes the estimator read, and the stamping publisher
-// write, the count under key instead of [MetadataKey]. Give it to both ends
-// of the stream. An empty key is ignored.
-func WithMetadataKey(key string) Option {
-	return func(o *options) {
-		if key != "" {
-			o.key = key
-		}
-	}
 }
 
 // WithComputeMissing makes the estimator count the payload's vertices when the
@@ -118,16 +109,6 @@ func WithMetadataKey(key string) Option {
 // prefer stamping at ingest. For [NewEstimator].
 func WithComputeMissing() Option {
 	return func(o *options) { o.computeMissing = true }
-}
-
-// WithMessageCost sets the Messages dimension of every charge (default 1).
-// A negative n is ignored. For [NewEstimator].
-func WithMessageCost(n int64) Option {
-	return func(o *options) {
-		if n >= 0 {
-			o.messagesPerCall = n
-		}
-	}
 }
 
 // NewEstimator returns an estimator that turns a message into a [Charge]
@@ -152,14 +133,14 @@ func NewEstimator(defaultCost int64, opts ...Option) ChargeEstimator {
 
 // Estimate returns the charge for msg.
 func (e *estimator) Estimate(msg *message.Message) Charge {
-	n, src := ParseCount(msg.Metadata.Get(e.key), len(msg.Payload))
+	n, src := ParseCount(msg.Metadata.Get(MetadataKey), len(msg.Payload))
 	if src != SourceHeader {
 		n, src = e.unstamped(msg, src)
 	}
 	// Decoding takes memory in proportion to the payload's bytes, whatever
 	// the count says: never charge less than the size floor.
 	n = max(n, sizeFloor(len(msg.Payload)))
-	return Charge{Vertices: n, Messages: e.messagesPerCall, Source: src}
+	return Charge{Vertices: n, Messages: 1, Source: src}
 }
 
 // unstamped returns the count and source of msg, whose count (of source

@@ -136,22 +136,9 @@ func TestEstimator(t *testing.T) {
 		{"empty payload without compute is missing", nil, "", nil,
 			cost.Charge{Vertices: def, Messages: 1, Source: cost.SourceMissing}},
 
-		{"message cost", []cost.Option{cost.WithMessageCost(5)}, squareGeoJSON, map[string]string{key: "42"},
-			cost.Charge{Vertices: 42, Messages: 5, Source: cost.SourceHeader}},
-		{"message cost zero", []cost.Option{cost.WithMessageCost(0)}, squareGeoJSON, nil,
-			cost.Charge{Vertices: def, Messages: 0, Source: cost.SourceMissing}},
-		{"negative message cost is ignored", []cost.Option{cost.WithMessageCost(-1)}, squareGeoJSON, map[string]string{key: "42"},
-			cost.Charge{Vertices: 42, Messages: 1, Source: cost.SourceHeader}},
-
-		{"metadata key", []cost.Option{cost.WithMetadataKey("vc")}, squareGeoJSON, map[string]string{"vc": "7", key: "99"},
-			cost.Charge{Vertices: 7, Messages: 1, Source: cost.SourceHeader}},
-		{"metadata key ignores the default key", []cost.Option{cost.WithMetadataKey("vc")}, squareGeoJSON, map[string]string{key: "99"},
-			cost.Charge{Vertices: def, Messages: 1, Source: cost.SourceMissing}},
-		{"empty metadata key is ignored", []cost.Option{cost.WithMetadataKey("")}, squareGeoJSON, map[string]string{key: "99"},
-			cost.Charge{Vertices: 99, Messages: 1, Source: cost.SourceHeader}},
 		{"nil option is ignored", []cost.Option{nil}, squareGeoJSON, map[string]string{key: "99"},
 			cost.Charge{Vertices: 99, Messages: 1, Source: cost.SourceHeader}},
-		{"the stamping publisher's option is ignored", []cost.Option{cost.WithOverwrite()}, squareGeoJSON, map[string]string{key: "99"},
+		{"the stamping publisher's option is ignored", []cost.Option{cost.WithSkipUncountable()}, squareGeoJSON, map[string]string{key: "99"},
 			cost.Charge{Vertices: 99, Messages: 1, Source: cost.SourceHeader}},
 	}
 	for _, tt := range tests {

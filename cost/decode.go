@@ -26,14 +26,11 @@ const maxNestingDepth = 32
 // Errors returned by [Decode] and [CountPayload]. They are always wrapped with
 // context (format, offset, what was expected); test with [errors.Is].
 var (
-	// ErrEmptyPayload: the payload is empty or only whitespace.
-	ErrEmptyPayload = errors.New("cost: empty payload")
-	// ErrUnknownFormat: the payload is not GeoJSON, WKB, EWKB or hex-encoded
-	// WKB/EWKB.
-	ErrUnknownFormat = errors.New("cost: unknown payload format")
-	// ErrMalformed: the format was recognised but the payload could not be
-	// decoded: truncated, inconsistent counts, unsupported geometry types,
-	// mixed layouts, invalid JSON and so on.
+	// ErrMalformed: the payload is not a geometry that can be decoded:
+	// empty or only whitespace, of a format other than GeoJSON, WKB, EWKB
+	// or hex-encoded WKB/EWKB, or of a recognised format but truncated,
+	// with inconsistent counts, unsupported geometry types, mixed layouts,
+	// invalid JSON and so on. The wrapped text says which.
 	ErrMalformed = errors.New("cost: malformed geometry")
 	// ErrTooLarge: the payload exceeds [MaxPayloadBytes], nests geometries
 	// deeper than 32 levels (the outermost geometry is level 1, the members
@@ -42,14 +39,18 @@ var (
 	ErrTooLarge = errors.New("cost: geometry too large")
 )
 
+// The kinds of [ErrMalformed] that are not about a recognised format.
+var (
+	errEmptyPayload  = fmt.Errorf("%w: empty payload", ErrMalformed)
+	errUnknownFormat = fmt.Errorf("%w: unknown payload format", ErrMalformed)
+)
+
 // IsUndecodable reports whether err, or any error it wraps, says that a
-// payload cannot be decoded: [ErrEmptyPayload], [ErrUnknownFormat],
-// [ErrMalformed] or [ErrTooLarge]. Decoding the same payload again fails
+// payload cannot be decoded: [ErrMalformed] or [ErrTooLarge]. Decoding the same payload again fails
 // the same way, so a consumer should set such a message aside (the router
 // dead-letters it with cause "malformed") rather than retry it.
 func IsUndecodable(err error) bool {
-	return errors.Is(err, ErrEmptyPayload) || errors.Is(err, ErrUnknownFormat) ||
-		errors.Is(err, ErrMalformed) || errors.Is(err, ErrTooLarge)
+	return errors.Is(err, ErrMalformed) || errors.Is(err, ErrTooLarge)
 }
 
 // format is the encoding of a payload, as detected by sniff.
@@ -84,8 +85,7 @@ const (
 // billions of points fails fast with [ErrMalformed] instead of allocating
 // gigabytes.
 //
-// Errors wrap [ErrEmptyPayload], [ErrUnknownFormat], [ErrMalformed] or
-// [ErrTooLarge]. Decode never panics on bad input: a panic inside go-geom is
+// Errors wrap [ErrMalformed] or [ErrTooLarge]. Decode never panics on bad input: a panic inside go-geom is
 // reported as ErrMalformed.
 func Decode(payload []byte) (geom.T, error) {
 	f, body, err := sniff(payload)
@@ -121,7 +121,7 @@ func CountPayload(payload []byte) (int, error) {
 // GeoJSON, and the decoded bytes for hex text.
 func sniff(payload []byte) (format, []byte, error) {
 	if len(payload) == 0 {
-		return 0, nil, ErrEmptyPayload
+		return 0, nil, errEmptyPayload
 	}
 	if len(payload) > MaxPayloadBytes {
 		return 0, nil, fmt.Errorf("%w: payload is %d bytes, limit is %d", ErrTooLarge, len(payload), MaxPayloadBytes)
@@ -131,7 +131,7 @@ func sniff(payload []byte) (format, []byte, error) {
 	}
 	text := trimSpace(payload)
 	if len(text) == 0 {
-		return 0, nil, fmt.Errorf("%w: %d bytes of whitespace", ErrEmptyPayload, len(payload))
+		return 0, nil, fmt.Errorf("%w: %d bytes of whitespace", errEmptyPayload, len(payload))
 	}
 	switch c := text[0]; {
 	case c == '{':
@@ -139,7 +139,7 @@ func sniff(payload []byte) (format, []byte, error) {
 	case isHexDigit(c):
 		return sniffHex(text)
 	}
-	return 0, nil, fmt.Errorf("%w: unexpected first byte %q", ErrUnknownFormat, text[0])
+	return 0, nil, fmt.Errorf("%w: unexpected first byte %q", errUnknownFormat, text[0])
 }
 
 // sniffHex decodes text that starts with a hex digit, if it is entirely hex
@@ -147,14 +147,14 @@ func sniff(payload []byte) (format, []byte, error) {
 func sniffHex(text []byte) (format, []byte, error) {
 	for _, c := range text {
 		if !isHexDigit(c) {
-			return 0, nil, fmt.Errorf("%w: text is neither GeoJSON nor hex-encoded WKB", ErrUnknownFormat)
+			return 0, nil, fmt.Errorf("%w: text is neither GeoJSON nor hex-encoded WKB", errUnknownFormat)
 		}
 	}
 	if len(text)%2 != 0 {
 		return 0, nil, fmt.Errorf("%w: hex WKB: odd number of hex digits (%d)", ErrMalformed, len(text))
 	}
 	if first := fromHex(text[0])<<4 | fromHex(text[1]); first != wkbcommon.XDRID && first != wkbcommon.NDRID {
-		return 0, nil, fmt.Errorf("%w: hex text does not start with a WKB byte-order mark", ErrUnknownFormat)
+		return 0, nil, fmt.Errorf("%w: hex text does not start with a WKB byte-order mark", errUnknownFormat)
 	}
 	body := make([]byte, len(text)/2)
 	if _, err := hex.Decode(body, text); err != nil {

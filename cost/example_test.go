@@ -58,7 +58,7 @@ func ExampleCountPayload() {
 	fmt.Println(n, err)
 
 	_, err = cost.CountPayload([]byte("POINT (1 2)"))
-	fmt.Println(errors.Is(err, cost.ErrUnknownFormat))
+	fmt.Println(errors.Is(err, cost.ErrMalformed))
 
 	// Output:
 	// 9 <nil>

@@ -135,9 +135,9 @@ func (w geoJSONWalk) document(b []byte) (geom.T, int, error) {
 	case "Point", "MultiPoint", "LineString", "MultiLineString", "Polygon", "MultiPolygon", "GeometryCollection":
 		return w.geometry(&obj, 1)
 	case "":
-		return nil, 0, fmt.Errorf("%w: JSON object has no GeoJSON \"type\" member", ErrUnknownFormat)
+		return nil, 0, fmt.Errorf("%w: JSON object has no GeoJSON \"type\" member", errUnknownFormat)
 	default:
-		return nil, 0, fmt.Errorf("%w: JSON object has unsupported GeoJSON type %q", ErrUnknownFormat, obj.Type)
+		return nil, 0, fmt.Errorf("%w: JSON object has unsupported GeoJSON type %q", errUnknownFormat, obj.Type)
 	}
 }
 

@@ -18,14 +18,6 @@ type stampingPublisher struct {
 	options
 }
 
-// WithOverwrite makes the stamping publisher count every payload and
-// overwrite any existing count, instead of trusting a count that
-// [ParseCount] accepts. Use it when producers cannot be trusted to stamp
-// honestly. For [NewStampingPublisher].
-func WithOverwrite() Option {
-	return func(o *options) { o.overwrite = true }
-}
-
 // WithSkipUncountable makes the stamping publisher publish a message whose
 // payload it cannot count as it is, unstamped (or with the count it
 // already carries), instead of refusing the whole call with
@@ -85,10 +77,8 @@ func (p *stampingPublisher) Publish(topic string, messages ...*message.Message) 
 		if msg == nil {
 			return fmt.Errorf("%w: message %d of %d is nil", ErrUnstampable, i, len(messages))
 		}
-		if !p.overwrite {
-			if _, src := ParseCount(msg.Metadata.Get(p.key), len(msg.Payload)); src == SourceHeader {
-				continue
-			}
+		if _, src := ParseCount(msg.Metadata.Get(MetadataKey), len(msg.Payload)); src == SourceHeader {
+			continue
 		}
 		n, err := payloadCharge(msg.Payload)
 		if err != nil && p.skipUncountable {
@@ -111,7 +101,7 @@ func (p *stampingPublisher) Publish(topic string, messages ...*message.Message) 
 		if msg.Metadata == nil {
 			msg.Metadata = make(message.Metadata, 1)
 		}
-		msg.Metadata.Set(p.key, s)
+		msg.Metadata.Set(MetadataKey, s)
 	}
 	return p.pub.Publish(topic, messages...)
 }

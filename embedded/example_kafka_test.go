@@ -42,7 +42,7 @@ func ExampleStartKafka() {
 	if err != nil {
 		panic(err)
 	}
-	samples, err := source.Lag(context.Background())
+	samples, err := source(context.Background())
 	if err != nil {
 		panic(err)
 	}

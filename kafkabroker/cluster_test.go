@@ -82,7 +82,7 @@ func TestClusterRoundTrip(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	samples, err := src.Lag(ctx)
+	samples, err := src(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -263,7 +263,7 @@ func lag(t *testing.T, cl *kafkabroker.Cluster, group, topic string) int64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	samples, err := src.Lag(context.Background())
+	samples, err := src(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}

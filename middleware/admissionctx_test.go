@@ -59,12 +59,20 @@ func TestBudgetRefusedCarriesNoAdmittedCharge(t *testing.T) {
 	}
 }
 
+// innerCount charges the count under the metadata key inner_count.
+type innerCount struct{}
+
+func (innerCount) Estimate(msg *message.Message) cost.Charge {
+	n, src := cost.ParseCount(msg.Metadata.Get("inner_count"), len(msg.Payload))
+	return cost.Charge{Vertices: n, Messages: 1, Source: src}
+}
+
 // Inside nested budgets each layer sees the charge of the budget right
 // outside it.
 func TestBudgetNestedAdmittedCharge(t *testing.T) {
 	outer := newBudgetMW(t, BudgetConfig{Budget: mustVertexBudget(1_000)})
 	inner := newBudgetMW(t, BudgetConfig{Budget: mustVertexBudget(100),
-		Estimator: cost.NewEstimator(cost.FullBudget, cost.WithMetadataKey("inner_count"))})
+		Estimator: innerCount{}})
 	var seen []int64
 	record := func(h message.HandlerFunc) message.HandlerFunc {
 		return func(msg *message.Message) ([]*message.Message, error) {

@@ -34,8 +34,8 @@ func Permanent(err error) error {
 //
 //   - marked with [Permanent] (or cenkalti/backoff's Permanent), or
 //   - a geometry that cannot be decoded: one of the cost package's decode
-//     errors ([cost.ErrEmptyPayload], [cost.ErrUnknownFormat],
-//     [cost.ErrMalformed], [cost.ErrTooLarge]), which no retry will change.
+//     errors ([cost.ErrMalformed], [cost.ErrTooLarge]), which no retry
+//     will change.
 func IsPermanent(err error) bool {
 	if err == nil {
 		return false

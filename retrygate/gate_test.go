@@ -455,10 +455,9 @@ func TestIsPermanent(t *testing.T) {
 		{fmt.Errorf("wrapped: %w", Permanent(errTransient)), true},
 		{backoff.Permanent(errTransient), true},
 		{decodeErr, true},
-		{fmt.Errorf("handler: %w", cost.ErrUnknownFormat), true},
-		{cost.ErrEmptyPayload, true},
-		{cost.ErrTooLarge, true},
+		{fmt.Errorf("handler: %w", cost.ErrMalformed), true},
 		{cost.ErrMalformed, true},
+		{cost.ErrTooLarge, true},
 	}
 	for _, c := range cases {
 		if got := IsPermanent(c.err); got != c.want {

@@ -142,7 +142,7 @@ func (c *customBackend) lag(ctx context.Context, _ []groupTopic) ([]telemetry.La
 	if c.b.Lag == nil {
 		return nil, ErrLagUnknown
 	}
-	return c.b.Lag.Lag(ctx)
+	return c.b.Lag(ctx)
 }
 
 func (c *customBackend) deadLetter(func(*message.Message, bool)) message.HandlerMiddleware {

@@ -292,7 +292,7 @@ func TestCustomBrokerSelection(t *testing.T) {
 	t.Run("lag and subscriber errors", func(t *testing.T) {
 		g := newGochannelBroker()
 		b := g.custom(time.Minute)
-		b.Lag = telemetry.LagSourceFunc(func(context.Context) ([]telemetry.LagSample, error) {
+		b.Lag = telemetry.LagSource(func(context.Context) ([]telemetry.LagSample, error) {
 			return []telemetry.LagSample{{Topic: "a", Lag: 3}, {Topic: "b", Lag: 4}}, nil
 		})
 		b.Subscriber = func(handler, topic string) (message.Subscriber, error) {

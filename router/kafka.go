@@ -107,7 +107,7 @@ func (b *kafkaBackend) lag(ctx context.Context, groups []groupTopic) ([]telemetr
 		if err != nil {
 			return nil, err
 		}
-		samples, err := src.Lag(ctx)
+		samples, err := src(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("router: kafka: lag: %w", err)
 		}

@@ -12,7 +12,6 @@ import (
 	"github.com/spillway-go/spillway/cost"
 	"github.com/spillway-go/spillway/internal/errtext"
 	"github.com/spillway-go/spillway/retrygate"
-	"github.com/spillway-go/spillway/telemetry"
 )
 
 // malformedCause is the dead-letter cause of a message whose handler said
@@ -64,7 +63,7 @@ func (r *Router) moveMalformed(ctx context.Context, msg *message.Message, err er
 	}
 	r.logger.Info("router: message dead-lettered: "+errtext.Cut(err), fields)
 	if r.metrics != nil {
-		r.metrics.RecordOutcome(msg, telemetry.OutcomeDeadLettered, origin, malformedCause)
+		r.metrics.OnDeadLettered(msg, origin, malformedCause)
 	}
 	return nil
 }

@@ -7,7 +7,6 @@ import (
 
 	"github.com/spillway-go/spillway/middleware"
 	"github.com/spillway-go/spillway/retrygate"
-	"github.com/spillway-go/spillway/telemetry"
 )
 
 // oversizeCause is the dead-letter cause of a message the budget refused
@@ -37,10 +36,10 @@ func (r *Router) limitSize(bc *middleware.BudgetConfig) {
 // logged per topic at most every oversizeLogEvery (router/warnings.go).
 func (r *Router) routeOversize(msg *message.Message, a middleware.Admission) error {
 	origin := r.originTopic(msg)
-	topic, outcome := r.cfg.Budget.OversizeTopic, telemetry.OutcomeDeferred
+	topic, deadLettered := r.cfg.Budget.OversizeTopic, false
 	cp := msg.Copy()
 	if topic == "" {
-		topic, outcome = r.cfg.Retry.DeadLetterTopicFor(origin), telemetry.OutcomeDeadLettered
+		topic, deadLettered = r.cfg.Retry.DeadLetterTopicFor(origin), true
 		cp.Metadata.Set(retrygate.DeadLetterCauseKey, oversizeCause)
 		cp.Metadata.Set(retrygate.OriginTopicKey, origin)
 	}
@@ -50,8 +49,12 @@ func (r *Router) routeOversize(msg *message.Message, a middleware.Admission) err
 	if err := r.back.publisher().Publish(topic, cp); err != nil {
 		return fmt.Errorf("router: publishing oversize message to %q: %w", topic, err)
 	}
-	if r.metrics != nil {
-		r.metrics.RecordOutcome(msg, outcome, origin, oversizeCause)
+	switch {
+	case r.metrics == nil:
+	case deadLettered:
+		r.metrics.OnDeadLettered(msg, origin, oversizeCause)
+	default:
+		r.metrics.OnDeferred(msg, origin, oversizeCause)
 	}
 	r.warnOversize(msg, a, origin, topic)
 	return nil

@@ -14,7 +14,7 @@ import (
 // budget, the consumer lag, or whichever has lasted longer.
 func TestSheddingPressureSignals(t *testing.T) {
 	var lag atomic.Int64
-	src := telemetry.LagSourceFunc(func(context.Context) ([]telemetry.LagSample, error) {
+	src := telemetry.LagSource(func(context.Context) ([]telemetry.LagSample, error) {
 		return []telemetry.LagSample{{Topic: "positions", Group: "g", Partition: 0, Lag: lag.Load()}}, nil
 	})
 	ls := telemetry.NewLagSampler(src, telemetry.WithLagThreshold(10), telemetry.WithLagInterval(time.Hour))

@@ -201,7 +201,7 @@ func (b *redisBackend) lag(ctx context.Context, groups []groupTopic) ([]telemetr
 		if err != nil {
 			return nil, err
 		}
-		samples, err := src.Lag(ctx)
+		samples, err := src(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("router: redis: lag of %s: %w", g.handler, err)
 		}

@@ -21,7 +21,7 @@ func (r *Router) recordDeadLettered(msg *message.Message, malformed bool) {
 	if malformed {
 		reason = "malformed"
 	}
-	r.metrics.RecordOutcome(msg, telemetry.OutcomeDeadLettered, "", reason)
+	r.metrics.OnDeadLettered(msg, "", reason)
 }
 
 // consumerAttributes returns the per-message attributes of the router's
@@ -61,11 +61,7 @@ func (r *Router) observe() error {
 		return err
 	}
 	if r.sizer != nil {
-		sizer := r.sizer
-		un, err := r.metrics.ObserveBounds(name, func() telemetry.Bounds {
-			b := sizer.Bounds()
-			return telemetry.Bounds{Memory: b.MemoryBound, Deadline: b.DeadlineBound, Tail: b.TailBound, Budget: b.Budget, Binding: b.Binding}
-		})
+		un, err := r.metrics.ObserveBounds(name, r.sizer.Bounds)
 		if err != nil {
 			return fmt.Errorf("router: telemetry: %w", err)
 		}
@@ -74,11 +70,11 @@ func (r *Router) observe() error {
 	if r.cfg.Broker == BrokerMemory {
 		return nil
 	}
-	lopts := []telemetry.LagOption{telemetry.WithLagInterval(r.cfg.Telemetry.LagInterval)}
+	lopts := []telemetry.Option{telemetry.WithLagInterval(r.cfg.Telemetry.LagInterval)}
 	if t := r.cfg.Telemetry.LagThreshold; t > 0 {
 		lopts = append(lopts, telemetry.WithLagThreshold(t))
 	}
-	r.lagSampler = telemetry.NewLagSampler(telemetry.LagSourceFunc(r.lagSamples), lopts...)
+	r.lagSampler = telemetry.NewLagSampler(r.lagSamples, lopts...)
 	un, err = r.metrics.ObserveLag(name, r.lagSampler)
 	if err != nil {
 		return fmt.Errorf("router: telemetry: %w", err)

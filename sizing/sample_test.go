@@ -36,8 +36,8 @@ func TestReadSampleErrors(t *testing.T) {
 	}{
 		{"empty", "", 0, sizing.ErrEmptySample},
 		{"blank lines only", "\n  \n\n", 0, sizing.ErrEmptySample},
-		{"not JSON", point + "\n\nhello\n", 3, cost.ErrUnknownFormat},
-		{"not a geometry", point + "\n" + `{"name":"x"}` + "\n", 2, cost.ErrUnknownFormat},
+		{"not JSON", point + "\n\nhello\n", 3, cost.ErrMalformed},
+		{"not a geometry", point + "\n" + `{"name":"x"}` + "\n", 2, cost.ErrMalformed},
 		{"truncated", `{"type":"Point","coordinates":[1,`, 1, cost.ErrMalformed},
 		{"null geometry", point + "\n" + `{"type":"Feature","geometry":null}`, 2, nil},
 	}
@@ -69,7 +69,7 @@ func TestNewSample(t *testing.T) {
 		t.Fatalf("nil payloads: %v", err)
 	}
 	_, err := sizing.NewSample([][]byte{[]byte(`{"type":"Point","coordinates":[1,2]}`), []byte("nope")})
-	if !errors.Is(err, cost.ErrUnknownFormat) || !strings.Contains(err.Error(), "payload 1") {
+	if !errors.Is(err, cost.ErrMalformed) || !strings.Contains(err.Error(), "payload 1") {
 		t.Fatalf("bad payload: %v", err)
 	}
 }

@@ -12,13 +12,14 @@
 // of the consumer's stack, reads it back and starts the consumer span as
 // its child, so one trace shows the send, the wait for budget and the
 // processing ([WithLinkToProducer] links it to the producer's span in a
-// trace of its own instead, for producers you do not trust). The span sits in the message's context, where the Spillway
-// stages annotate it through hooks: [RecordAdmission] (or
-// [Metrics.OnAdmission]) as middleware.BudgetConfig.OnAdmission,
+// trace of its own instead, for producers you do not trust). The span sits
+// in the message's context (trace.SpanFromContext(msg.Context())), where
+// the Spillway stages annotate it through the hooks of [Metrics]:
+// [Metrics.OnAdmission] as middleware.BudgetConfig.OnAdmission,
 // [Metrics.OnShed] as shedding's hook, [Metrics.OnRetryOutcome] as the
-// retry gate's (counters only), and [RecordOutcome] or
-// [Metrics.RecordOutcome] from hooks of your own. The router passes its
-// Metrics to its hook dispatch (router.WithHooks) like any other hook.
+// retry gate's (counters only), and [Metrics.OnDeferred] and
+// [Metrics.OnDeadLettered] from stages of your own. The router calls them
+// for its own stages.
 //
 // # Metrics
 //
@@ -33,7 +34,8 @@
 // # Lag
 //
 // A [LagSampler] polls a [LagSource] (Kafka partitions with
-// telemetry/kafkatel, Redis stream groups with telemetry/redistel) in one
+// telemetry/kafkatel, Redis stream groups with telemetry/redistel, or a
+// function of your own) in one
 // background goroutine and caches the result. Readers —
 // metrics, the shedding pressure signal ([LagSampler.SaturatedFor]) and
 // lag-aware producers (producer.NewLagThrottled with
@@ -41,8 +43,11 @@
 //
 // # Defaults and failure
 //
-// Providers and the propagator default to OpenTelemetry's globals, which
-// export and propagate nothing until the application installs real ones.
+// Every constructor takes the package's [Option]s. Providers and the
+// propagator ([WithTracerProvider], [WithMeterProvider], [WithPropagator])
+// default to OpenTelemetry's globals, which export and propagate nothing
+// until the application installs real ones; the router takes the same
+// options for the telemetry it wires.
 // Telemetry never fails or delays a message beyond its own bookkeeping: no
 // middleware or publisher here returns an error of its own, exporters run
 // outside the message path, and a panic in a handler is recorded and

@@ -38,9 +38,13 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
+	metrics, err := telemetry.NewMetrics(opts...) // the global meter provider here
+	if err != nil {
+		panic(err)
+	}
 	admission, _ := middleware.NewBudget(middleware.BudgetConfig{
 		Budget:      budget,
-		OnAdmission: telemetry.RecordAdmission,
+		OnAdmission: metrics.OnAdmission,
 	})
 	// Tracing is the outermost middleware.
 	router.AddMiddleware(telemetry.NewTracing(opts...), admission.Middleware)

@@ -21,8 +21,8 @@ func NewMetadataCarrier(msg *message.Message) propagation.TextMapCarrier {
 }
 
 // Count exposes count to the external tests.
-func (m *Metrics) Count(ctx context.Context, outcome Outcome, topic, reason string, n int64) {
-	m.count(ctx, outcome, topic, reason, n)
+func (m *Metrics) Count(ctx context.Context, o, topic, reason string, n int64) {
+	m.count(ctx, outcome(o), topic, reason, n)
 }
 
 // Run exposes run to the external tests.

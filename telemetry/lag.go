@@ -37,65 +37,13 @@ func (s LagSample) attributes() attribute.Set {
 	return attribute.NewSet(attrTopic.String(s.Topic), attrGroup.String(s.Group), attrPartition.Int(int(s.Partition)))
 }
 
-// LagSource reads consumer lag from a broker. Lag is called by a
-// [LagSampler] from its one background goroutine, with a context that ends
-// when the sample times out or the sampler stops; it should return every
-// tracked partition or stream in one call. An error discards the whole
-// sample (the previous one stays until it is too old).
-type LagSource interface {
-	Lag(ctx context.Context) ([]LagSample, error)
-}
-
-// LagSourceFunc adapts a function to [LagSource].
-type LagSourceFunc func(ctx context.Context) ([]LagSample, error)
-
-// Lag calls f.
-func (f LagSourceFunc) Lag(ctx context.Context) ([]LagSample, error) { return f(ctx) }
-
-// LagOption configures a [LagSampler].
-type LagOption func(*LagSampler)
-
-// WithLagInterval sets how often the sampler samples. Default 10s;
-// non-positive values are ignored.
-func WithLagInterval(d time.Duration) LagOption {
-	return func(s *LagSampler) {
-		if d > 0 {
-			s.interval = d
-		}
-	}
-}
-
-// withLagTimeout bounds each call to the source. Default: the interval.
-// The tests set it.
-func withLagTimeout(d time.Duration) LagOption {
-	return func(s *LagSampler) {
-		if d > 0 {
-			s.timeout = d
-		}
-	}
-}
-
-// WithLagThreshold sets the total lag above which the sampler reports
-// pressure ([LagSampler.SaturatedFor]). Without it the sampler never
-// reports pressure. A threshold of 0 means any lag at all.
-func WithLagThreshold(n int64) LagOption {
-	return func(s *LagSampler) {
-		if n >= 0 {
-			s.threshold, s.hasThreshold = n, true
-		}
-	}
-}
-
-// withLagMaxAge sets how old the latest successful sample may get before
-// the sampler forgets it (see [LagSampler]). Default: three intervals. The
-// tests set it.
-func withLagMaxAge(d time.Duration) LagOption {
-	return func(s *LagSampler) {
-		if d > 0 {
-			s.maxAge = d
-		}
-	}
-}
+// LagSource reads consumer lag from a broker: telemetry/kafkatel and
+// telemetry/redistel make one, and any function of this shape is one. A
+// [LagSampler] calls it from its one background goroutine, with a context
+// that ends when the sample times out or the sampler stops; it should
+// return every tracked partition or stream in one call. An error discards
+// the whole sample (the previous one stays until it is too old).
+type LagSource func(ctx context.Context) ([]LagSample, error)
 
 // LagSampler polls a [LagSource] on one background goroutine and caches
 // the latest sample, so that lag can be exported as a metric
@@ -141,16 +89,22 @@ type LagSampler struct {
 }
 
 // NewLagSampler returns a sampler of src. It does not start sampling; call
-// Start. It panics if src is nil.
-func NewLagSampler(src LagSource, opts ...LagOption) *LagSampler {
+// [LagSampler.Start]. Relevant options: [WithLagInterval],
+// [WithLagThreshold]. It panics if src is nil.
+func NewLagSampler(src LagSource, opts ...Option) *LagSampler {
 	if src == nil {
 		panic("telemetry: NewLagSampler: nil source")
 	}
-	s := &LagSampler{src: src, interval: defaultLagInterval, epoch: time.Now(), done: make(chan struct{})}
-	for _, o := range opts {
-		if o != nil {
-			o(s)
-		}
+	cfg := newConfig(opts)
+	s := &LagSampler{
+		src:          src,
+		interval:     cfg.lagInterval,
+		timeout:      cfg.lagTimeout,
+		maxAge:       cfg.lagMaxAge,
+		threshold:    cfg.lagThreshold,
+		hasThreshold: cfg.hasLagThreshold,
+		epoch:        time.Now(),
+		done:         make(chan struct{}),
 	}
 	if s.timeout == 0 {
 		s.timeout = s.interval
@@ -215,7 +169,7 @@ func (s *LagSampler) Sample(ctx context.Context) error {
 	s.sampling.Lock()
 	defer s.sampling.Unlock()
 	sctx, cancel := context.WithTimeout(ctx, s.timeout)
-	samples, err := s.src.Lag(sctx)
+	samples, err := s.src(sctx)
 	cancel()
 	now := time.Now()
 

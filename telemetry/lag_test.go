@@ -44,7 +44,7 @@ func TestLagSamplerBackground(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		src := &fakeSource{}
 		src.set(nil, kafkaLag(1, 40), kafkaLag(0, 30))
-		s := telemetry.NewLagSampler(src, telemetry.WithLagInterval(time.Second), telemetry.WithLagThreshold(100))
+		s := telemetry.NewLagSampler(src.Lag, telemetry.WithLagInterval(time.Second), telemetry.WithLagThreshold(100))
 		s.Start()
 		defer s.Close()
 		synctest.Wait()
@@ -98,7 +98,7 @@ func TestLagSamplerStale(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		src := &fakeSource{}
 		src.set(nil, telemetry.LagSample{Topic: "s", Group: "g", Partition: -1, Lag: 500})
-		s := telemetry.NewLagSampler(src, telemetry.WithLagInterval(time.Second), telemetry.WithLagThreshold(0),
+		s := telemetry.NewLagSampler(src.Lag, telemetry.WithLagInterval(time.Second), telemetry.WithLagThreshold(0),
 			telemetry.WithLagMaxAge(2500*time.Millisecond))
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error)
@@ -137,7 +137,7 @@ func TestLagSamplerStale(t *testing.T) {
 func TestLagSamplerTimeoutAndClose(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var deadlines atomic.Int64
-		src := telemetry.LagSourceFunc(func(ctx context.Context) ([]telemetry.LagSample, error) {
+		src := telemetry.LagSource(func(ctx context.Context) ([]telemetry.LagSample, error) {
 			<-ctx.Done()
 			deadlines.Add(1)
 			return nil, ctx.Err()
@@ -164,7 +164,7 @@ func TestLagSamplerTimeoutAndClose(t *testing.T) {
 		}
 	})
 	// Close without Start returns at once.
-	if err := telemetry.NewLagSampler(&fakeSource{}).Close(); err != nil {
+	if err := telemetry.NewLagSampler((&fakeSource{}).Lag).Close(); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -179,7 +179,7 @@ func TestLagMetric(t *testing.T) {
 	}
 	src := &fakeSource{}
 	src.set(nil, kafkaLag(0, 10-4), kafkaLag(1, 0 /* 7 published, 7 consumed */), telemetry.LagSample{Topic: "events", Group: "g", Partition: -1, Lag: 3})
-	s := telemetry.NewLagSampler(src, telemetry.WithLagThreshold(5))
+	s := telemetry.NewLagSampler(src.Lag, telemetry.WithLagThreshold(5))
 	if err := s.Sample(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -224,7 +224,7 @@ func TestLagSamplerDrivesThrottle(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		src := &fakeSource{}
 		src.set(nil, kafkaLag(0, 3000))
-		s := telemetry.NewLagSampler(src, telemetry.WithLagInterval(time.Second))
+		s := telemetry.NewLagSampler(src.Lag, telemetry.WithLagInterval(time.Second))
 		s.Start()
 		defer s.Close()
 		synctest.Wait()

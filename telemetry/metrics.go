@@ -14,6 +14,7 @@ import (
 
 	"github.com/spillway-go/spillway/middleware"
 	"github.com/spillway-go/spillway/retrygate"
+	"github.com/spillway-go/spillway/sizing"
 )
 
 // Metric names. docs/operations.md lists them with their Prometheus names
@@ -82,8 +83,8 @@ var (
 // Metrics records Spillway's metrics with the OpenTelemetry metric API.
 // Create it with [NewMetrics]. Per-message measurements come from
 // [Metrics.Middleware], the hooks [Metrics.OnAdmission], [Metrics.OnShed]
-// and [Metrics.OnRetryOutcome] (the router passes its Metrics to its hook
-// dispatch, router.WithHooks), and [Metrics.RecordOutcome];
+// and [Metrics.OnRetryOutcome] (the router calls them for its stages), and
+// [Metrics.OnDeferred] and [Metrics.OnDeadLettered] for stages of your own;
 // state (budgets, lag) is read by observable instruments in the SDK's
 // collection callback, never per message ([Metrics.ObserveBudget],
 // [Metrics.ObserveBounds], [Metrics.ObserveLag]).
@@ -108,7 +109,7 @@ type Metrics struct {
 	processedVerts metric.Int64Counter
 	admissionWait  metric.Float64Histogram
 	charges        metric.Int64Counter
-	outcomes       map[Outcome]metric.Int64Counter
+	outcomes       map[outcome]metric.Int64Counter
 
 	budgetCapacity     metric.Int64ObservableGauge
 	budgetInUse        metric.Int64ObservableGauge
@@ -175,15 +176,15 @@ func NewMetrics(opts ...Option) (*Metrics, error) {
 		metric.WithDescription("Messages admitted by the budget, by topic and where their charge came from (source: header, computed, missing, malformed)."))
 	check(err)
 
-	m.outcomes = make(map[Outcome]metric.Int64Counter, 5)
+	m.outcomes = make(map[outcome]metric.Int64Counter, 5)
 	for _, c := range []struct {
-		o          Outcome
+		o          outcome
 		name, desc string
 	}{
-		{OutcomeShed, metricMessagesShed, "Messages dropped by a shedding policy, by topic and reason."},
-		{OutcomeSuperseded, metricMessagesSuperseded, "Messages dropped because a newer one for their entity arrived, by topic and reason."},
-		{OutcomeDeferred, metricMessagesDeferred, "Messages handed back for a later retry, by topic and reason."},
-		{OutcomeDeadLettered, metricMessagesDeadLetter, "Messages sent to the dead-letter topic, by topic and reason."},
+		{outcomeShed, metricMessagesShed, "Messages dropped by a shedding policy, by topic and reason."},
+		{outcomeSuperseded, metricMessagesSuperseded, "Messages dropped because a newer one for their entity arrived, by topic and reason."},
+		{outcomeDeferred, metricMessagesDeferred, "Messages handed back for a later retry, by topic and reason."},
+		{outcomeDeadLettered, metricMessagesDeadLetter, "Messages sent to the dead-letter topic, by topic and reason."},
 		{outcomeReleased, metricMessagesReleased, "Waiting messages released because their delivery was revoked in a rebalance, by topic and reason."},
 	} {
 		ctr, err := mt.Int64Counter(c.name, metric.WithUnit("{message}"), metric.WithDescription(c.desc))
@@ -348,8 +349,9 @@ func (m *Metrics) attrs(shape uint8, topic, value string) *measureOpts {
 // Middleware measures each message: spillway.process.duration,
 // spillway.processed.messages and, when the message's vertex count is known,
 // spillway.processed.vertices and spillway.process.vertices. The outcome
-// label is the one recorded by a hook ([RecordOutcome],
-// [Metrics.RecordOutcome], a cancelled or revoked admission), else
+// label is the one recorded by a hook ([Metrics.OnShed],
+// [Metrics.OnDeferred], [Metrics.OnDeadLettered], a cancelled or revoked
+// admission), else
 // "handled" or "error" from the chain's result, or "panic" (the panic is
 // not recovered). The vertex count comes from the admission recorded by
 // [Metrics.OnAdmission] (for an admitted message the charge the budget
@@ -412,10 +414,14 @@ func (m *Metrics) measure(h message.HandlerFunc, msg *message.Message) (out []*m
 // computed, missing, malformed: cost.Source), so that messages charged a
 // default cost for want of a vertex_count can be counted and alerted on;
 // and, for a revoked admission, spillway.messages.released_on_rebalance
-// (reason "revoked"). It also calls
-// [RecordAdmission], so the message's span and outcome are updated. Use it
-// as middleware.BudgetConfig.OnAdmission. Safe for concurrent use; it
-// never blocks.
+// (reason "revoked"). It also records the admission on the message's
+// span (spillway.vertices, spillway.cost.source,
+// spillway.admission.outcome, .wait_seconds, and for an admitted message
+// spillway.vertices.granted and spillway.admission.clamped) and, for a
+// cancelled, revoked or invalid admission, the message's outcome. Use it as
+// middleware.BudgetConfig.OnAdmission; for the span attributes without
+// metrics, make the Metrics with a no-op meter provider. Safe for
+// concurrent use; it never blocks.
 func (m *Metrics) OnAdmission(msg *message.Message, a middleware.Admission) {
 	if msg == nil {
 		return
@@ -441,16 +447,39 @@ func (m *Metrics) admission(msg *message.Message, a *middleware.Admission) {
 
 // OnShed records a message dropped by a shedding policy: it counts
 // spillway.messages.shed (spillway.messages.superseded for
-// reason "superseded") by topic and reason and records the outcome
-// on the message like [Metrics.RecordOutcome]. Use it as the policy's hook
+// reason "superseded") by topic and reason, sets spillway.outcome and
+// spillway.outcome.reason on the message's span, and labels the message's
+// duration and throughput with the outcome ([Metrics.Middleware]). An empty
+// topic is taken from the message. Use it as the policy's hook
 // (shedding.WithOnShed(m.OnShed)); it is the router's shedding hook too.
 // Safe for concurrent use; it never blocks.
 func (m *Metrics) OnShed(msg *message.Message, topic, reason string) {
-	o := OutcomeShed
+	o := outcomeShed
 	if reason == "superseded" {
-		o = OutcomeSuperseded
+		o = outcomeSuperseded
 	}
-	m.RecordOutcome(msg, o, topic, reason)
+	m.record(msg, o, topic, reason)
+}
+
+// OnDeferred records a message a stage of your own handed back for a later
+// retry, the way [Metrics.OnShed] records a shed one: it counts
+// spillway.messages.deferred by topic and reason and records the outcome
+// "deferred" on the message. An empty topic is taken from the message.
+// The retry gate's deferrals are counted by [Metrics.OnRetryOutcome]
+// instead. Safe for concurrent use; it never blocks.
+func (m *Metrics) OnDeferred(msg *message.Message, topic, reason string) {
+	m.record(msg, outcomeDeferred, topic, reason)
+}
+
+// OnDeadLettered records a message a stage of your own sent to a
+// dead-letter topic, the way [Metrics.OnShed] records a shed one: it counts
+// spillway.messages.dead_lettered by topic and reason, records the outcome
+// "dead_lettered" on the message and sets its span's status to Error. An
+// empty topic is taken from the message. The retry gate's dead letters are
+// counted by [Metrics.OnRetryOutcome] instead. Safe for concurrent use; it
+// never blocks.
+func (m *Metrics) OnDeadLettered(msg *message.Message, topic, reason string) {
+	m.record(msg, outcomeDeadLettered, topic, reason)
 }
 
 // OnRetryOutcome counts a delivery that the retry gate deferred
@@ -460,12 +489,12 @@ func (m *Metrics) OnShed(msg *message.Message, topic, reason string) {
 // are left as they are. Use it as retrygate.Options.OnOutcome; it is the
 // router's retry hook too. Safe for concurrent use; it never blocks.
 func (m *Metrics) OnRetryOutcome(e retrygate.Event) {
-	var o Outcome
+	var o outcome
 	switch e.Outcome {
 	case retrygate.Deferred:
-		o = OutcomeDeferred
+		o = outcomeDeferred
 	case retrygate.DeadLettered:
-		o = OutcomeDeadLettered
+		o = outcomeDeadLettered
 	default:
 		return
 	}
@@ -476,12 +505,12 @@ func (m *Metrics) OnRetryOutcome(e retrygate.Event) {
 	m.count(ctx, o, e.Topic, e.Cause, 1)
 }
 
-// count adds n to the counter of outcome (spillway.messages.shed,
+// count adds n to the counter of o (spillway.messages.shed,
 // .superseded, .deferred, .dead_lettered or .released_on_rebalance) with
 // the given topic and reason labels. Outcomes without a counter (handled,
 // error, ...) are ignored. Safe for concurrent use.
-func (m *Metrics) count(ctx context.Context, outcome Outcome, topic, reason string, n int64) {
-	c, ok := m.outcomes[outcome]
+func (m *Metrics) count(ctx context.Context, o outcome, topic, reason string, n int64) {
+	c, ok := m.outcomes[o]
 	if !ok || n == 0 || m.noop {
 		return
 	}
@@ -491,25 +520,17 @@ func (m *Metrics) count(ctx context.Context, outcome Outcome, topic, reason stri
 	c.Add(ctx, n, m.attrs(shapeReason, topic, reason).add...)
 }
 
-// RecordOutcome counts one message for outcome (spillway.messages.shed,
-// .superseded, .deferred, .dead_lettered or .released_on_rebalance, by
-// topic and reason; outcomes without a counter are not counted) and
-// records the outcome on the message like [RecordOutcome] (span attribute
-// and the outcome label of [Metrics.Middleware]). An empty topic is taken
-// from the message. Wire it into the hooks of the stages that drop, defer
-// or dead-letter messages of your own; shedding's drops have
-// [Metrics.OnShed] and the retry gate's outcomes [Metrics.OnRetryOutcome].
-// Revoked admissions are counted by [Metrics.OnAdmission] already. Safe for
-// concurrent use; it never blocks.
-func (m *Metrics) RecordOutcome(msg *message.Message, outcome Outcome, topic, reason string) {
+// record counts one message for o and records o on the message: the
+// hooks' common part.
+func (m *Metrics) record(msg *message.Message, o outcome, topic, reason string) {
 	if msg == nil {
 		return
 	}
 	if topic == "" {
 		topic = m.topicOf(msg)
 	}
-	m.count(msg.Context(), outcome, topic, reason, 1)
-	recordOutcome(msg, outcome, reason, nil)
+	m.count(msg.Context(), o, topic, reason, 1)
+	recordOutcome(msg, o, reason)
 }
 
 func (m *Metrics) topicOf(msg *message.Message) string {
@@ -577,28 +598,15 @@ func (m *Metrics) ObserveBudget(name string, b *middleware.VertexBudget) (unregi
 	return reg.Unregister, nil
 }
 
-// Bounds is what budget auto-sizing computed: the bound set by memory
-// (memory for in-flight geometry / bytes per vertex), the bound set by the
-// redelivery deadline (vertices/s × deadline × safety), the budget it asks
-// for, and which bound is binding ("memory", "deadline", "tail", or another
-// name such as "configured"). Tail is the auto-sizer's tail bound (the
-// slowest handler call scaled to the deadline; see sizing.AutoSizeConfig's
-// TailShare), 0 if there is none.
-type Bounds struct {
-	Memory   int64
-	Deadline int64
-	Tail     int64
-	Budget   int64
-	Binding  string
-}
-
-// ObserveBounds exports auto-sizing under the label budget=name:
-// spillway.budget.bound{bound="memory"|"deadline"|"tail"} (bounds that are not
-// positive are skipped), spillway.budget.target, and
-// spillway.budget.binding, which is 1 for the binding bound and 0 for the
-// others. f is called once per collection from the SDK's collection
-// goroutine; it must be fast and safe for concurrent use.
-func (m *Metrics) ObserveBounds(name string, f func() Bounds) (unregister func() error, err error) {
+// ObserveBounds exports what budget auto-sizing computed, under the label
+// budget=name: spillway.budget.bound{bound="memory"|"deadline"|"tail"}
+// (bounds that are not positive are skipped), spillway.budget.target (the
+// sizer's Budget), and spillway.budget.binding, which is 1 for the binding
+// bound and 0 for the others. Pass the auto-sizer's Bounds method
+// (m.ObserveBounds("geo", sizer.Bounds)); f is called once per collection
+// from the SDK's collection goroutine, so it must be fast and safe for
+// concurrent use.
+func (m *Metrics) ObserveBounds(name string, f func() sizing.AutoBounds) (unregister func() error, err error) {
 	if f == nil {
 		return nil, errors.New("telemetry: ObserveBounds: nil func")
 	}
@@ -609,14 +617,14 @@ func (m *Metrics) ObserveBounds(name string, f func() Bounds) (unregister func()
 	plain := metric.WithAttributeSet(attribute.NewSet(budget))
 	reg, err := m.meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		b := f()
-		if b.Memory > 0 {
-			o.ObserveInt64(m.bound, b.Memory, memory)
+		if b.MemoryBound > 0 {
+			o.ObserveInt64(m.bound, b.MemoryBound, memory)
 		}
-		if b.Deadline > 0 {
-			o.ObserveInt64(m.bound, b.Deadline, deadline)
+		if b.DeadlineBound > 0 {
+			o.ObserveInt64(m.bound, b.DeadlineBound, deadline)
 		}
-		if b.Tail > 0 {
-			o.ObserveInt64(m.bound, b.Tail, tail)
+		if b.TailBound > 0 {
+			o.ObserveInt64(m.bound, b.TailBound, tail)
 		}
 		if b.Budget > 0 {
 			o.ObserveInt64(m.target, b.Budget, plain)

@@ -15,6 +15,7 @@ import (
 	"github.com/spillway-go/spillway/cost"
 	"github.com/spillway-go/spillway/middleware"
 	"github.com/spillway-go/spillway/retrygate"
+	"github.com/spillway-go/spillway/sizing"
 	"github.com/spillway-go/spillway/telemetry"
 )
 
@@ -344,8 +345,8 @@ func TestMetricsBounds(t *testing.T) {
 		t.Fatal(err)
 	}
 	var mu sync.Mutex
-	bounds := telemetry.Bounds{Memory: 80_000, Deadline: 50_000, Budget: 50_000, Binding: "deadline"}
-	unregister, err := m.ObserveBounds("geo", func() telemetry.Bounds {
+	bounds := sizing.AutoBounds{MemoryBound: 80_000, DeadlineBound: 50_000, Budget: 50_000, Binding: "deadline"}
+	unregister, err := m.ObserveBounds("geo", func() sizing.AutoBounds {
 		mu.Lock()
 		defer mu.Unlock()
 		return bounds
@@ -370,21 +371,21 @@ func TestMetricsBounds(t *testing.T) {
 	check("spillway.budget.binding", mem, 0)
 
 	mu.Lock()
-	bounds = telemetry.Bounds{Memory: 30_000, Deadline: 50_000, Budget: 30_000, Binding: "memory"}
+	bounds = sizing.AutoBounds{MemoryBound: 30_000, DeadlineBound: 50_000, Budget: 30_000, Binding: "memory"}
 	mu.Unlock()
 	check("spillway.budget.binding", dl, 0)
 	check("spillway.budget.binding", mem, 1)
 
 	tail := map[string]string{"budget": "geo", "bound": "tail"}
 	mu.Lock()
-	bounds = telemetry.Bounds{Memory: 80_000, Deadline: 50_000, Tail: 35_000, Budget: 35_000, Binding: "tail"}
+	bounds = sizing.AutoBounds{MemoryBound: 80_000, DeadlineBound: 50_000, TailBound: 35_000, Budget: 35_000, Binding: "tail"}
 	mu.Unlock()
 	check("spillway.budget.bound", tail, 35_000)
 	check("spillway.budget.binding", tail, 1)
 	check("spillway.budget.binding", dl, 0)
 
 	mu.Lock()
-	bounds = telemetry.Bounds{Budget: 10_000, Binding: "configured"}
+	bounds = sizing.AutoBounds{Budget: 10_000, Binding: "configured"}
 	mu.Unlock()
 	check("spillway.budget.binding", map[string]string{"budget": "geo", "bound": "configured"}, 1)
 	if _, err := m.ObserveBounds("x", nil); err == nil {

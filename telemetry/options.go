@@ -1,6 +1,8 @@
 package telemetry
 
 import (
+	"time"
+
 	"github.com/ThreeDotsLabs/watermill/message"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -19,8 +21,12 @@ const ScopeName = "github.com/spillway-go/spillway/telemetry"
 // Spillway's retry gate writes (a base-10 integer).
 const attemptKey = "spillway_attempt"
 
-// Option configures [NewTracing], [NewTracingPublisher] and [NewMetrics].
-// Options that do not apply to a constructor are ignored by it.
+// Option configures the constructors of this package: [NewTracing],
+// [NewTracingPublisher], [NewMetrics] and [NewLagSampler]. Each option
+// says which of them read it; the others ignore it, so one list can serve
+// them all. The router takes the same options for the telemetry it wires
+// (the providers and the propagator; it sets the others from its
+// configuration).
 type Option func(*config)
 
 type config struct {
@@ -33,12 +39,20 @@ type config struct {
 	topic          func(*message.Message) string
 	producerSpans  bool
 	linkProducer   bool
+
+	// NewLagSampler's.
+	lagInterval     time.Duration
+	lagTimeout      time.Duration
+	lagMaxAge       time.Duration
+	lagThreshold    int64
+	hasLagThreshold bool
 }
 
 func newConfig(opts []Option) config {
 	c := config{
 		system:        "watermill",
 		producerSpans: true,
+		lagInterval:   defaultLagInterval,
 	}
 	for _, o := range opts {
 		if o != nil {
@@ -59,22 +73,22 @@ func newConfig(opts []Option) config {
 	return c
 }
 
-// WithTracerProvider sets the provider spans are created with. Default (and
-// when tp is nil): the global provider, otel.GetTracerProvider(), which
+// WithTracerProvider sets the provider spans are created with, for
+// [NewTracing] and [NewTracingPublisher]. Default (and when tp is nil): the global provider, otel.GetTracerProvider(), which
 // exports nothing until the application installs one.
 func WithTracerProvider(tp trace.TracerProvider) Option {
 	return func(c *config) { c.tracerProvider = tp }
 }
 
-// WithMeterProvider sets the provider instruments are created with. Default
-// (and when mp is nil): the global provider, otel.GetMeterProvider(), which
+// WithMeterProvider sets the provider instruments are created with, for
+// [NewMetrics]. Default (and when mp is nil): the global provider, otel.GetMeterProvider(), which
 // records nothing until the application installs one.
 func WithMeterProvider(mp metric.MeterProvider) Option {
 	return func(c *config) { c.meterProvider = mp }
 }
 
 // WithPropagator sets how trace context is written to and read from message
-// metadata. Default (and when p is nil): the global propagator,
+// metadata, for [NewTracing] and [NewTracingPublisher]. Default (and when p is nil): the global propagator,
 // otel.GetTextMapPropagator(). OpenTelemetry's global propagator propagates
 // nothing until the application sets one; to carry W3C traceparent and
 // tracestate, set propagation.TraceContext{} (globally or here).
@@ -82,7 +96,8 @@ func WithPropagator(p propagation.TextMapPropagator) Option {
 	return func(c *config) { c.propagator = p }
 }
 
-// WithMessagingSystem sets the messaging.system attribute of spans:
+// WithMessagingSystem sets the messaging.system attribute of the spans of
+// [NewTracing] and [NewTracingPublisher]:
 // "kafka" (the value OpenTelemetry's semantic conventions define), or the
 // values Spillway uses where the conventions define none, "redis" for
 // Redis Streams and "gochannel" for Watermill's in-memory GoChannel.
@@ -95,8 +110,9 @@ func WithMessagingSystem(system string) Option {
 	}
 }
 
-// WithConsumerGroup sets the messaging.consumer.group.name attribute of
-// consumer spans: the Kafka consumer group or the Redis Streams group.
+// WithConsumerGroup sets the messaging.consumer.group.name attribute of the
+// consumer spans of [NewTracing]: the Kafka consumer group or the Redis
+// Streams group.
 func WithConsumerGroup(group string) Option {
 	return func(c *config) { c.consumerGroup = group }
 }
@@ -111,8 +127,9 @@ func WithAttributes(f func(msg *message.Message) []attribute.KeyValue) Option {
 	return func(c *config) { c.attributes = f }
 }
 
-// WithTopicFunc sets how the consumed topic of a message is found. Default:
-// message.SubscribeTopicFromCtx, which Watermill's router fills in.
+// WithTopicFunc sets how [NewTracing] and [NewMetrics] find the topic a
+// message was consumed from. Default: message.SubscribeTopicFromCtx, which
+// Watermill's router fills in.
 func WithTopicFunc(f func(msg *message.Message) string) Option {
 	return func(c *config) { c.topic = f }
 }
@@ -135,6 +152,49 @@ func WithProducerSpans(enabled bool) Option {
 // message is ignored too.
 func WithLinkToProducer(enabled bool) Option {
 	return func(c *config) { c.linkProducer = enabled }
+}
+
+// WithLagInterval sets how often the sampler of [NewLagSampler] samples.
+// Default 10s; non-positive values are ignored.
+func WithLagInterval(d time.Duration) Option {
+	return func(c *config) {
+		if d > 0 {
+			c.lagInterval = d
+		}
+	}
+}
+
+// WithLagThreshold sets the total lag above which the sampler of
+// [NewLagSampler] reports pressure ([LagSampler.SaturatedFor]). Without it
+// the sampler never reports pressure. A threshold of 0 means any lag at
+// all; negative values are ignored.
+func WithLagThreshold(n int64) Option {
+	return func(c *config) {
+		if n >= 0 {
+			c.lagThreshold, c.hasLagThreshold = n, true
+		}
+	}
+}
+
+// withLagTimeout bounds each call to the lag source. Default: the
+// interval. The tests set it.
+func withLagTimeout(d time.Duration) Option {
+	return func(c *config) {
+		if d > 0 {
+			c.lagTimeout = d
+		}
+	}
+}
+
+// withLagMaxAge sets how old the latest successful lag sample may get
+// before the sampler forgets it (see [LagSampler]). Default: three
+// intervals. The tests set it.
+func withLagMaxAge(d time.Duration) Option {
+	return func(c *config) {
+		if d > 0 {
+			c.lagMaxAge = d
+		}
+	}
 }
 
 func (c *config) topicOf(msg *message.Message) string {

@@ -17,6 +17,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/spillway-go/spillway/middleware"
+	"github.com/spillway-go/spillway/sizing"
 	"github.com/spillway-go/spillway/telemetry"
 )
 
@@ -41,14 +42,14 @@ func TestPrometheusEndpoint(t *testing.T) {
 	if _, err := m.ObserveBudget("geo", budget); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.ObserveBounds("geo", func() telemetry.Bounds {
-		return telemetry.Bounds{Memory: 2000, Deadline: 1000, Budget: 1000, Binding: "deadline"}
+	if _, err := m.ObserveBounds("geo", func() sizing.AutoBounds {
+		return sizing.AutoBounds{MemoryBound: 2000, DeadlineBound: 1000, Budget: 1000, Binding: "deadline"}
 	}); err != nil {
 		t.Fatal(err)
 	}
 	src := &fakeSource{}
 	src.set(nil, kafkaLag(0, 6), kafkaLag(1, 0))
-	sampler := telemetry.NewLagSampler(src, telemetry.WithLagThreshold(100))
+	sampler := telemetry.NewLagSampler(src.Lag, telemetry.WithLagThreshold(100))
 	if err := sampler.Sample(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -63,8 +64,7 @@ func TestPrometheusEndpoint(t *testing.T) {
 	if _, err := h(msg); err != nil {
 		t.Fatal(err)
 	}
-	for _, o := range []telemetry.Outcome{telemetry.OutcomeShed, telemetry.OutcomeSuperseded, telemetry.OutcomeDeferred,
-		telemetry.OutcomeDeadLettered, telemetry.Outcome("released_on_rebalance")} {
+	for _, o := range []string{"shed", "superseded", "deferred", "dead_lettered", "released_on_rebalance"} {
 		m.Count(context.Background(), o, "parcels", "r", 1)
 	}
 

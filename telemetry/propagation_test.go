@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	noopmetric "go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
@@ -112,9 +113,14 @@ func TestTracingPublisherNoopTracerInjects(t *testing.T) {
 
 // The consumer span gets the admission's attributes as it ends; an
 // admission recorded while another span is current (a stage of the
-// application's own) still goes onto that span at once.
+// application's own) still goes onto that span at once. A Metrics with a
+// no-op meter provider records them all the same.
 func TestRecordAdmissionOnOwnAndOtherSpans(t *testing.T) {
 	sdk, rec := newTracerProvider()
+	m, err := telemetry.NewMetrics(telemetry.WithMeterProvider(noopmetric.NewMeterProvider()))
+	if err != nil {
+		t.Fatal(err)
+	}
 	mw := telemetry.NewTracing(telemetry.WithTracerProvider(sdk),
 		telemetry.WithTopicFunc(func(*message.Message) string { return "t" }))
 	adm := middleware.Admission{Outcome: middleware.Admitted, Granted: 7, Wait: time.Millisecond,
@@ -123,11 +129,11 @@ func TestRecordAdmissionOnOwnAndOtherSpans(t *testing.T) {
 		if msg.UUID == "inner" {
 			ctx, span := sdk.Tracer("app").Start(msg.Context(), "inner stage")
 			msg.SetContext(ctx)
-			telemetry.RecordAdmission(msg, adm)
+			m.OnAdmission(msg, adm)
 			span.End()
 			return nil, nil
 		}
-		telemetry.RecordAdmission(msg, adm)
+		m.OnAdmission(msg, adm)
 		return nil, nil
 	})
 	for _, id := range []string{"own", "inner"} {

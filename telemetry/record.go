@@ -33,7 +33,7 @@ const (
 	keyAdmissionWait = attribute.Key("spillway.admission.wait_seconds")
 	// keyAdmissionClamped is true when the charge exceeded the capacity.
 	keyAdmissionClamped = attribute.Key("spillway.admission.clamped")
-	// keyOutcome is how the message left the stack (an [Outcome]).
+	// keyOutcome is how the message left the stack (an outcome).
 	keyOutcome = attribute.Key("spillway.outcome")
 	// keyReason qualifies the outcome: why it was shed, deferred or
 	// dead-lettered.
@@ -43,45 +43,39 @@ const (
 	keyAttempt = attribute.Key("spillway.retry.attempt")
 )
 
-// Outcome is how a message left Spillway's middleware stack. It is the
-// spillway.outcome span attribute and the outcome metric attribute. The
-// exported constants are the outcomes the stages that drop, defer or
-// dead-letter messages record through [RecordOutcome] and
-// [Metrics.RecordOutcome], and the ones that have a counter; the stack
-// records the others itself: handled, error, panic, cancelled, invalid
-// and released_on_rebalance (docs/operations.md lists them all). Other
-// values are allowed but should be few (they become metric series).
-type Outcome string
+// outcome is how a message left Spillway's middleware stack: the
+// spillway.outcome span attribute and the outcome metric attribute
+// (docs/operations.md lists them all). The hooks of the stages that drop,
+// defer or dead-letter messages record the first five ([Metrics.OnShed],
+// [Metrics.OnDeferred], [Metrics.OnDeadLettered], [Metrics.OnAdmission]
+// for a revoked admission); the stack records the others itself.
+type outcome string
 
 const (
-	// OutcomeShed: dropped by a shedding policy (priority or stale version).
-	OutcomeShed Outcome = "shed"
-	// OutcomeSuperseded: dropped because a newer message for its entity
+	// outcomeShed: dropped by a shedding policy (priority or stale version).
+	outcomeShed outcome = "shed"
+	// outcomeSuperseded: dropped because a newer message for its entity
 	// arrived while it waited.
-	OutcomeSuperseded Outcome = "superseded"
-	// OutcomeDeferred: handed back for a later retry.
-	OutcomeDeferred Outcome = "deferred"
-	// OutcomeDeadLettered: failed for good and sent to the dead-letter topic.
-	OutcomeDeadLettered Outcome = "dead_lettered"
-)
-
-// The outcomes the stack records itself.
-const (
-	// outcomeHandled: the handler ran and returned nil.
-	outcomeHandled Outcome = "handled"
-	// outcomeError: the chain returned an error; the message is nacked.
-	outcomeError Outcome = "error"
-	// outcomePanic: the handler panicked.
-	outcomePanic Outcome = "panic"
+	outcomeSuperseded outcome = "superseded"
+	// outcomeDeferred: handed back for a later retry.
+	outcomeDeferred outcome = "deferred"
+	// outcomeDeadLettered: failed for good and sent to the dead-letter topic.
+	outcomeDeadLettered outcome = "dead_lettered"
 	// outcomeReleased: stepped aside while waiting for budget because its
 	// delivery was revoked in a rebalance; the next owner processes it.
 	// Counted (spillway.messages.released_on_rebalance) by
 	// [Metrics.OnAdmission].
-	outcomeReleased Outcome = "released_on_rebalance"
+	outcomeReleased outcome = "released_on_rebalance"
+	// outcomeHandled: the handler ran and returned nil.
+	outcomeHandled outcome = "handled"
+	// outcomeError: the chain returned an error; the message is nacked.
+	outcomeError outcome = "error"
+	// outcomePanic: the handler panicked.
+	outcomePanic outcome = "panic"
 	// outcomeCancelled: its context ended while it waited for budget.
-	outcomeCancelled Outcome = "cancelled"
+	outcomeCancelled outcome = "cancelled"
 	// outcomeInvalid: its charge could not be admitted (a negative cost).
-	outcomeInvalid Outcome = "invalid"
+	outcomeInvalid outcome = "invalid"
 )
 
 // record is what the telemetry middlewares learn about one message while it
@@ -95,14 +89,14 @@ type record struct {
 	// spanTrace and spanID identify the consumer span of the tracing
 	// middleware that created the record, when it records: that
 	// middleware sets the admission's attributes on it as it ends, with
-	// the rest, so that RecordAdmission leaves it alone. Set before the
+	// the rest, so that recordAdmission leaves it alone. Set before the
 	// message enters the chain; zero otherwise (no valid span has a zero
 	// ID).
 	spanTrace trace.TraceID
 	spanID    trace.SpanID
 
 	mu        sync.Mutex
-	outcome   Outcome
+	outcome   outcome
 	reason    string
 	admission middleware.Admission
 	admitted  bool // admission holds a value
@@ -180,7 +174,7 @@ func (r *record) own(span trace.Span) {
 	r.spanTrace, r.spanID = sc.TraceID(), sc.SpanID()
 }
 
-func (r *record) setOutcome(o Outcome, reason string) {
+func (r *record) setOutcome(o outcome, reason string) {
 	r.mu.Lock()
 	r.outcome, r.reason = o, reason
 	r.mu.Unlock()
@@ -188,7 +182,7 @@ func (r *record) setOutcome(o Outcome, reason string) {
 
 // final returns the outcome to report once the chain has returned err.
 // An outcome recorded by a hook wins; otherwise the error decides.
-func (r *record) final(err error) (Outcome, string, middleware.Admission, bool) {
+func (r *record) final(err error) (outcome, string, middleware.Admission, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	o := r.outcome
@@ -201,73 +195,37 @@ func (r *record) final(err error) (Outcome, string, middleware.Admission, bool) 
 	return o, r.reason, r.admission, r.admitted
 }
 
-// Annotate adds attributes to the span of the message being processed: the
-// consumer span [NewTracing] put into msg's context, or whatever
-// span that context carries. It does nothing when the span is not recording
-// (no tracing, or not sampled) and costs one context lookup then. Safe to
-// call from any goroutine.
-func Annotate(msg *message.Message, attrs ...attribute.KeyValue) {
-	if msg == nil {
-		return
-	}
-	span := trace.SpanFromContext(msg.Context())
-	if span.IsRecording() {
-		span.SetAttributes(attrs...)
-	}
-}
-
-// RecordOutcome records how msg left the stack: it sets spillway.outcome
-// (and the extra attributes) on the message's span and remembers the
-// outcome for [Metrics.Middleware], which labels the message's duration
-// and throughput with it. Call it from the hooks of the stages that decide
-// a message's fate (shedding, retry gating). [OutcomeDeadLettered] also
-// sets the span status to Error. The last outcome recorded wins. Safe to
-// call from any goroutine; it never fails and never blocks.
-//
-// RecordOutcome does not count anything: use [Metrics.RecordOutcome] to
-// also increment the outcome's counter.
-func RecordOutcome(msg *message.Message, outcome Outcome, attrs ...attribute.KeyValue) {
-	recordOutcome(msg, outcome, "", attrs)
-}
-
-func recordOutcome(msg *message.Message, outcome Outcome, reason string, attrs []attribute.KeyValue) {
+// recordOutcome records how msg left the stack: it sets spillway.outcome
+// (and spillway.outcome.reason when set) on the message's span and
+// remembers the outcome for [Metrics.Middleware], which labels the
+// message's duration and throughput with it. Dead-lettering also sets the
+// span status to Error. The last outcome recorded wins. Safe to call from
+// any goroutine; it never blocks.
+func recordOutcome(msg *message.Message, o outcome, reason string) {
 	if msg == nil {
 		return
 	}
 	ctx := msg.Context()
 	if r := recordFrom(ctx); r != nil {
-		r.setOutcome(outcome, reason)
+		r.setOutcome(o, reason)
 	}
 	span := trace.SpanFromContext(ctx)
 	if !span.IsRecording() {
 		return
 	}
-	span.SetAttributes(keyOutcome.String(string(outcome)))
+	span.SetAttributes(keyOutcome.String(string(o)))
 	if reason != "" {
 		span.SetAttributes(keyReason.String(reason))
 	}
-	if len(attrs) > 0 {
-		span.SetAttributes(attrs...)
-	}
-	if outcome == OutcomeDeadLettered {
+	if o == outcomeDeadLettered {
 		span.SetStatus(codes.Error, "dead-lettered")
 	}
 }
 
-// RecordAdmission records a budget admission on msg's span (vertices, cost
+// recordAdmission records a budget admission on msg's span (vertices, cost
 // source, wait, admission outcome) and remembers it for
-// [Metrics.Middleware]. Its signature matches
-// middleware.BudgetConfig.OnAdmission, so it can be used there directly
-// when there are no metrics; [Metrics.OnAdmission] calls it too. A
-// cancelled, revoked or invalid admission also sets the message's outcome.
-// Safe to call from any goroutine; it never blocks.
-func RecordAdmission(msg *message.Message, a middleware.Admission) {
-	if msg != nil {
-		recordAdmission(msg, &a)
-	}
-}
-
-// recordAdmission is RecordAdmission, with the admission by pointer.
+// [Metrics.Middleware]. A cancelled, revoked or invalid admission also sets
+// the message's outcome. Safe to call from any goroutine; it never blocks.
 func recordAdmission(msg *message.Message, a *middleware.Admission) {
 	ctx := msg.Context()
 	if r := recordFrom(ctx); r != nil {
@@ -303,7 +261,7 @@ func annotateUnowned(ctx context.Context, span trace.Span, a *middleware.Admissi
 
 // annotateAdmission sets a's attributes, and the outcome o when set, on
 // span.
-func annotateAdmission(span trace.Span, a middleware.Admission, o Outcome) {
+func annotateAdmission(span trace.Span, a middleware.Admission, o outcome) {
 	attrs := appendAdmission(make([]attribute.KeyValue, 0, 7), a)
 	if o != "" {
 		attrs = append(attrs, keyOutcome.String(string(o)))
@@ -327,7 +285,7 @@ func appendAdmission(attrs []attribute.KeyValue, a middleware.Admission) []attri
 	return attrs
 }
 
-func admissionOutcome(o middleware.Outcome) (Outcome, string) {
+func admissionOutcome(o middleware.Outcome) (outcome, string) {
 	switch o {
 	case middleware.Cancelled:
 		return outcomeCancelled, ""

@@ -40,7 +40,7 @@ func TestScopeVersionAndSchema(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.Count(context.Background(), telemetry.OutcomeShed, "shapes", "test", 1)
+	m.Count(context.Background(), "shed", "shapes", "test", 1)
 	rm := collect(t, reader)
 	if len(rm.ScopeMetrics) == 0 {
 		t.Fatal("no metrics")
@@ -49,6 +49,28 @@ func TestScopeVersionAndSchema(t *testing.T) {
 		if sm.Scope.Name != telemetry.ScopeName || sm.Scope.Version != version || sm.Scope.SchemaURL != semconv.SchemaURL {
 			t.Errorf("metric scope = %+v; want %s %s %s", sm.Scope, telemetry.ScopeName, version, semconv.SchemaURL)
 		}
+	}
+}
+
+// Meter takes its provider from the package's options: an instrument a
+// program adds with it is reported by that provider under Spillway's
+// scope.
+func TestMeterFromOptions(t *testing.T) {
+	mp, reader := newMeterProvider()
+	ctr, err := telemetry.Meter(telemetry.WithMeterProvider(mp), telemetry.WithMessagingSystem("kafka")).
+		Int64Counter("app.parcels")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctr.Add(context.Background(), 3)
+	rm := collect(t, reader)
+	if len(rm.ScopeMetrics) != 1 {
+		t.Fatalf("%d scopes, want 1", len(rm.ScopeMetrics))
+	}
+	sm := rm.ScopeMetrics[0]
+	if sm.Scope.Name != telemetry.ScopeName || sm.Scope.Version != telemetry.ScopeVersion() ||
+		len(sm.Metrics) != 1 || sm.Metrics[0].Name != "app.parcels" {
+		t.Fatalf("scope %+v with %d metrics, want %s with app.parcels", sm.Scope, len(sm.Metrics), telemetry.ScopeName)
 	}
 }
 

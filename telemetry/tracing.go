@@ -57,8 +57,8 @@ func isNoopTracer(tr trace.Tracer) bool {
 // extracted context (so the producer's span is its parent; with
 // [WithLinkToProducer], a new trace linked to it instead), and stores the
 // span in the message's context (msg.SetContext) where inner stages and the
-// handler find it: trace.SpanFromContext, [Annotate], [RecordAdmission],
-// [RecordOutcome]. Messages the handler produces with that context become
+// handler find it with trace.SpanFromContext(msg.Context()), and where the
+// hooks of [Metrics] record what the stages did. Messages the handler produces with that context become
 // children of the consumer span when published through a publisher of
 // [NewTracingPublisher].
 //
@@ -157,7 +157,7 @@ type consumerSpan struct {
 	buf   *attrBuf
 	attrs []attribute.KeyValue
 	// owned: the middleware made the record, and the admission's
-	// attributes are its to set (see RecordAdmission).
+	// attributes are its to set (see recordAdmission).
 	owned bool
 }
 
@@ -224,10 +224,10 @@ func (cs *consumerSpan) abort(v any) {
 }
 
 // endSpan sets attrs on a recording consumer span, with the admission's
-// attributes when the middleware owns the span (owned: RecordAdmission
+// attributes when the middleware owns the span (owned: recordAdmission
 // left them to it) and spillway.outcome o (when set), in one call, ends
 // the span and returns buf, which attrs was appended to, to its pool.
-func endSpan(span trace.Span, rec *record, owned bool, buf *attrBuf, attrs []attribute.KeyValue, o Outcome) {
+func endSpan(span trace.Span, rec *record, owned bool, buf *attrBuf, attrs []attribute.KeyValue, o outcome) {
 	if !span.IsRecording() {
 		// Ended already (by a stage that should not have): nothing to set.
 		span.End()

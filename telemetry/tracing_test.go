@@ -30,17 +30,17 @@ func fate(m *telemetry.Metrics) message.HandlerMiddleware {
 		return func(msg *message.Message) ([]*message.Message, error) {
 			switch msg.Metadata.Get("fate") {
 			case "shed":
-				m.RecordOutcome(msg, telemetry.OutcomeShed, "", "shed_priority")
+				m.OnShed(msg, "", "shed_priority")
 				return nil, nil
 			case "superseded":
-				m.RecordOutcome(msg, telemetry.OutcomeSuperseded, "", "superseded")
+				m.OnShed(msg, "", "superseded")
 				return nil, nil
 			case "deferred":
-				m.RecordOutcome(msg, telemetry.OutcomeDeferred, "", "saturated")
+				m.OnDeferred(msg, "", "saturated")
 				return nil, nil
 			case "dead":
 				if _, err := h(msg); err != nil {
-					m.RecordOutcome(msg, telemetry.OutcomeDeadLettered, "", "permanent")
+					m.OnDeadLettered(msg, "", "permanent")
 				}
 				return nil, nil
 			}
@@ -91,7 +91,7 @@ func TestTracingParentChildOverMemory(t *testing.T) {
 	stack := newFullStack(t, 1000, func(msg *message.Message) error {
 		defer handled.Done()
 		sawSpan.Store(trace.SpanFromContext(msg.Context()).SpanContext().IsValid())
-		telemetry.Annotate(msg, attribute.String("handler", "parcels"))
+		trace.SpanFromContext(msg.Context()).SetAttributes(attribute.String("handler", "parcels"))
 		return nil
 	})
 
@@ -328,19 +328,18 @@ func TestTracingPublisherOptions(t *testing.T) {
 // Hooks work (and do nothing harmful) without any telemetry middleware.
 func TestHooksWithoutMiddleware(t *testing.T) {
 	msg := message.NewMessage("x", nil)
-	telemetry.Annotate(msg, attribute.Bool("a", true))
-	telemetry.RecordOutcome(msg, telemetry.OutcomeShed)
-	telemetry.RecordAdmission(msg, middleware.Admission{Outcome: middleware.Revoked})
-	telemetry.Annotate(nil)
-	telemetry.RecordOutcome(nil, telemetry.OutcomeShed)
-	telemetry.RecordAdmission(nil, middleware.Admission{})
 	m, err := telemetry.NewMetrics()
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.RecordOutcome(msg, telemetry.OutcomeShed, "", "x")
-	m.RecordOutcome(nil, telemetry.OutcomeShed, "", "x")
+	m.OnShed(msg, "", "x")
+	m.OnShed(nil, "", "x")
+	m.OnDeferred(msg, "", "x")
+	m.OnDeferred(nil, "", "x")
+	m.OnDeadLettered(msg, "", "x")
+	m.OnDeadLettered(nil, "", "x")
+	m.OnAdmission(msg, middleware.Admission{Outcome: middleware.Revoked})
 	m.OnAdmission(msg, middleware.Admission{})
 	m.OnAdmission(nil, middleware.Admission{})
-	m.Count(context.Background(), telemetry.Outcome("handled"), "t", "", 1) // no counter: ignored
+	m.Count(context.Background(), "handled", "t", "", 1) // no counter: ignored
 }

@@ -75,11 +75,12 @@ func NewLagSource(client sarama.Client, group string, topics ...string) (telemet
 	if err != nil {
 		return nil, fmt.Errorf("kafkatel: cluster admin: %w", err)
 	}
-	return &lagSource{client: client, admin: admin, group: group, topics: append([]string(nil), topics...)}, nil
+	src := &lagSource{client: client, admin: admin, group: group, topics: append([]string(nil), topics...)}
+	return src.lag, nil
 }
 
-// Lag returns one sample per partition of every topic.
-func (s *lagSource) Lag(ctx context.Context) ([]telemetry.LagSample, error) {
+// lag returns one sample per partition of every topic.
+func (s *lagSource) lag(ctx context.Context) ([]telemetry.LagSample, error) {
 	parts := make(map[string][]int32, len(s.topics))
 	n := 0
 	for _, topic := range s.topics {

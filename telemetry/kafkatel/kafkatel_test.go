@@ -146,7 +146,7 @@ func TestKafkaLagOverEmbeddedCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	samples, err := src.Lag(context.Background())
+	samples, err := src(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +164,7 @@ func TestKafkaLagOverEmbeddedCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	idleSamples, err := idle.Lag(context.Background())
+	idleSamples, err := idle(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,7 +22,8 @@ func NewLagSource(sub *redisbroker.Subscriber) (telemetry.LagSource, error) {
 	if sub == nil {
 		return nil, errors.New("redistel: nil subscriber")
 	}
-	return &lagSource{sub: sub}, nil
+	src := &lagSource{sub: sub}
+	return src.lag, nil
 }
 
 // lagSource is the source [NewLagSource] returns.
@@ -30,9 +31,9 @@ type lagSource struct {
 	sub *redisbroker.Subscriber
 }
 
-// Lag returns one sample per subscribed stream, sorted by stream (the
+// lag returns one sample per subscribed stream, sorted by stream (the
 // order of Subscriber.Topics).
-func (s *lagSource) Lag(ctx context.Context) ([]telemetry.LagSample, error) {
+func (s *lagSource) lag(ctx context.Context) ([]telemetry.LagSample, error) {
 	topics := s.sub.Topics()
 	group := s.sub.Config().ConsumerGroup
 	out := make([]telemetry.LagSample, 0, len(topics))

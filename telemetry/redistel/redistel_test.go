@@ -58,7 +58,7 @@ func TestLagSource(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s, err := src.Lag(ctx); err != nil || len(s) != 0 {
+	if s, err := src(ctx); err != nil || len(s) != 0 {
 		t.Fatalf("before any subscription: %+v, %v", s, err)
 	}
 
@@ -90,7 +90,7 @@ func TestLagSource(t *testing.T) {
 	if err := sampler.Sample(ctx); err != nil {
 		t.Fatal(err)
 	}
-	s, err := src.Lag(ctx)
+	s, err := src(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
