@@ -461,15 +461,13 @@ func (r *Router) buildRetryGate(hs hookSet, ctl control) error {
 		retryRevoked = r.revoked
 	}
 	var err error
-	r.retry, err = retrygate.New(r.cfg.Retry.Config, retrygate.Options{
-		Publisher:    nopClosePublisher{r.copies},
-		Pressure:     budgetPressure{r},
-		IsPermanent:  r.opts.isPermanent,
-		IsRedelivery: r.isRedelivery,
-		Revoked:      retryRevoked,
-		OnOutcome:    hs.onRetryOutcome,
-		Logger:       r.logger,
-	})
+	r.retry, err = retrygate.New(nopClosePublisher{r.copies}, r.cfg.Retry.Config,
+		retrygate.WithPressure(budgetPressure{r}),
+		retrygate.WithIsPermanent(r.opts.isPermanent),
+		retrygate.WithRedelivery(r.isRedelivery),
+		retrygate.WithRevoked(retryRevoked),
+		retrygate.WithOnOutcome(hs.onRetryOutcome),
+		retrygate.WithLogger(r.logger))
 	return err
 }
 
