@@ -407,13 +407,14 @@ func (r *Router) buildShedding(hs hookSet) error {
 	if len(cfg.Shedding.Topics) == 0 {
 		return nil
 	}
-	sopts := []shedding.Option{shedding.WithAuditPublisher(nopClosePublisher{r.copies}), shedding.WithOnShed(hs.onShed),
+	sopts := []shedding.Option{shedding.WithPressure(r.sheddingPressure(cfg.Shedding.Pressure)),
+		shedding.WithAuditPublisher(nopClosePublisher{r.copies}), shedding.WithOnShed(hs.onShed),
 		shedding.WithRedelivery(r.redelivered)}
 	if !cfg.Retry.Disabled {
 		sopts = append(sopts, shedding.WithTopicFunc(r.originTopic))
 	}
 	var err error
-	if r.policy, err = shedding.New(cfg.Shedding.Config, r.sheddingPressure(cfg.Shedding.Pressure), sopts...); err != nil {
+	if r.policy, err = shedding.New(cfg.Shedding.Config, sopts...); err != nil {
 		return err
 	}
 	if t := cfg.Shedding.AuditTopic; t != "" {
