@@ -943,8 +943,8 @@ type Stats struct {
 
 	// The producer section's layers of [Router.Publisher]: what the rate
 	// limit charged, refused and waited, and the lag throttle's waits.
-	RateLimit   *producer.RateLimitStats   // nil unless producer.rate_limit.vertices_per_second is set
-	LagThrottle *producer.LagThrottleStats // nil unless producer.lag_throttle.threshold is set
+	RateLimit   *producer.Stats // nil unless producer.rate_limit.vertices_per_second is set
+	LagThrottle *producer.Stats // nil unless producer.lag_throttle.threshold is set
 }
 
 // countAdmission returns the budget's admission hook: it counts the
