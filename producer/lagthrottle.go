@@ -45,7 +45,8 @@ func (c *LagThrottleConfig) setDefaults() {
 	}
 }
 
-// WithDefaults returns c with every zero field set to its default.
+// WithDefaults returns c with every zero field set to its default. The
+// router reads it to show the effective values of producer.lag_throttle.
 func (c LagThrottleConfig) WithDefaults() LagThrottleConfig {
 	c.setDefaults()
 	return c

@@ -71,7 +71,8 @@ func (c *RateLimitConfig) setDefaults() {
 	}
 }
 
-// WithDefaults returns c with every zero field set to its default.
+// WithDefaults returns c with every zero field set to its default. The
+// router reads it to show the effective values of producer.rate_limit.
 func (c RateLimitConfig) WithDefaults() RateLimitConfig {
 	c.setDefaults()
 	return c
