@@ -241,8 +241,9 @@ func (p *RateLimited) wait(now time.Time, n int64, messages []*message.Message) 
 func (p *RateLimited) Close() error { return p.pub.Close() }
 
 // Stats counts how a [RateLimited] or [LagThrottled] publisher held
-// publishing back. The router exports them as the
-// spillway.producer.wait, .throttled and .rejected metrics.
+// publishing back. The router exports Waited as spillway.producer.wait,
+// the lag throttle's Throttled as spillway.producer.throttled and
+// Rejected as spillway.producer.rejected.
 type Stats struct {
 	// Throttled counts the Publish calls that had to wait.
 	Throttled uint64

@@ -200,7 +200,7 @@ func New(cfg Config, opts ...Option) (*Policy, error) {
 		topics:       make(map[string]*topicCounters, len(cfg.Topics)),
 	}
 	if len(cfg.Topics) > 0 && !cfg.Priority.Disabled && p.pressure == nil {
-		return nil, &spillway.FieldError{Field: "priority.disabled", Value: "false", Reason: "priority shedding is on but no pressure signal was given (WithPressure)"}
+		return nil, &spillway.FieldError{Field: "priority.disabled", Value: "false", Reason: "priority shedding is on but no pressure signal was given: pass WithPressure, or set priority.disabled: true"}
 	}
 	if cfg.AuditTopic == "" {
 		p.audit = nil
