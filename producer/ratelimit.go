@@ -133,7 +133,6 @@ func (c RateLimitConfig) Validate() error {
 // A RateLimited publisher is safe for concurrent use if the wrapped
 // publisher is; callers share one bucket.
 type RateLimited struct {
-	cfg         RateLimitConfig // as in effect: defaults filled in, DefaultCost clamped
 	pub         message.Publisher
 	lim         *rate.Limiter
 	mode        Mode
@@ -165,7 +164,6 @@ func NewRateLimited(pub message.Publisher, cfg RateLimitConfig) (*RateLimited, e
 	cfg.setDefaults()
 	cfg.DefaultCost = min(cfg.DefaultCost, cfg.Burst)
 	return &RateLimited{
-		cfg:         cfg,
 		pub:         pub,
 		lim:         rate.NewLimiter(rate.Limit(cfg.VerticesPerSecond), int(cfg.Burst)),
 		mode:        cfg.Mode,
@@ -262,8 +260,3 @@ func (p *RateLimited) Stats() Stats {
 		Rejected:  p.rejected.Load(),
 	}
 }
-
-// config returns the configuration in effect: the one given to
-// [NewRateLimited] with its defaults filled in and DefaultCost clamped to
-// the burst.
-func (p *RateLimited) config() RateLimitConfig { return p.cfg }

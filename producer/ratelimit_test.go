@@ -238,8 +238,8 @@ func TestRateLimitDefaultCostOption(t *testing.T) {
 			t.Fatalf("err = %v, want ErrRateLimited", err)
 		}
 		big := newRL(t, rec, RateLimitConfig{VerticesPerSecond: 1, Burst: 10, DefaultCost: 50})
-		if c := big.config().DefaultCost; c != 10 {
-			t.Fatalf("Config().DefaultCost = %d, want it clamped to the burst (10)", c)
+		if c := big.defaultCost; c != 10 {
+			t.Fatalf("default cost in effect %d, want it clamped to the burst (10)", c)
 		}
 	})
 }
@@ -350,8 +350,8 @@ func testRateLimitDefaults(t *testing.T) {
 		t.Fatalf("burst of a huge rate = %d, want %d", b, maxBurst)
 	}
 	p := newRL(t, &pubRecorder{}, RateLimitConfig{VerticesPerSecond: 1000})
-	if c := p.config(); c.Burst != 1000 || c.VerticesPerSecond != 1000 || c.Mode != Block || c.DefaultCost != 1000 {
-		t.Fatalf("config in effect %+v", c)
+	if p.burst != 1000 || p.mode != Block || p.defaultCost != 1000 {
+		t.Fatalf("in effect: burst %d, mode %s, default cost %d", p.burst, p.mode, p.defaultCost)
 	}
 	if l := p.lim.Limit(); l != 1000 {
 		t.Fatalf("limiter rate %v, want 1000", l)
@@ -379,7 +379,7 @@ func TestRateLimitPassesErrorsAndClose(t *testing.T) {
 	if err := p.Close(); err != nil || !rec.closed {
 		t.Fatalf("Close: %v, closed %v", err, rec.closed)
 	}
-	if p.config().Mode != Reject || Block != "block" {
+	if p.mode != Reject || Block != "block" {
 		t.Fatal("mode names")
 	}
 }
