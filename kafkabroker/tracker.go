@@ -227,7 +227,7 @@ func (t *SessionTracker) Completed(msg *message.Message) { t.mode.completed(msg)
 // session of a subscriber of the same [Cluster] and consumer group had
 // already received its partition up to msg's offset or beyond. A message
 // the tracker does not know (not a delivery it is making now) is not.
-// Use it as retrygate.Options.IsRedelivery; the router does.
+// Pass it to retrygate.WithRedelivery; the router does.
 func (t *SessionTracker) Redelivered(msg *message.Message) bool { return t.mode.redelivered(msg) }
 
 // Window returns the records, and their bytes, in the windows of the

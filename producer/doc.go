@@ -25,5 +25,6 @@
 // [NewLagThrottled] return those errors instead of panicking. The router
 // builds both from its producer section (router.Config.Producer) around
 // router.Router.Publisher; the consumer side, admission against a vertex
-// budget, is package middleware.
+// budget, is package middleware. Both count in a [Stats] how they held
+// publishing back.
 package producer

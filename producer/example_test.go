@@ -32,8 +32,8 @@ func Example() {
 	defer broker.Close()
 
 	limited, err := producer.NewRateLimited(broker, producer.RateLimitConfig{
-		VerticesPerSecond: 50_000,
-		Burst:             200_000,
+		VerticesPerSecond: 1,
+		Burst:             5,
 		Mode:              producer.Reject,
 	})
 	if err != nil {
@@ -45,14 +45,17 @@ func Example() {
 	}
 	pub := cost.NewStampingPublisher(throttled)
 
-	// A LineString of 3 vertices.
-	msg := message.NewMessage(watermill.NewUUID(), []byte(`{"type":"LineString","coordinates":[[0,0],[1,1],[2,2]]}`))
-	if err := pub.Publish("shapes", msg); err != nil {
-		panic(err)
+	// A LineString of 3 vertices: the first fits the bucket of 5, the
+	// second does not.
+	line := func() *message.Message {
+		return message.NewMessage(watermill.NewUUID(), []byte(`{"type":"LineString","coordinates":[[0,0],[1,1],[2,2]]}`))
 	}
-	fmt.Println("charged:", limited.Stats().Vertices, "vertices; throttle delay:", throttled.Delay())
+	fmt.Println(pub.Publish("shapes", line()))
+	err = pub.Publish("shapes", line())
+	fmt.Println(errors.Is(err, producer.ErrRateLimited), "rejected:", limited.Stats().Rejected, "throttled:", throttled.Stats().Throttled)
 	// Output:
-	// charged: 3 vertices; throttle delay: 0s
+	// <nil>
+	// true rejected: 1 throttled: 0
 }
 
 // Constructors return errors for bad input; each bad field is a

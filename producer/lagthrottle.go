@@ -45,7 +45,8 @@ func (c *LagThrottleConfig) setDefaults() {
 	}
 }
 
-// WithDefaults returns c with every zero field set to its default.
+// WithDefaults returns c with every zero field set to its default. The
+// router reads it to show the effective values of producer.lag_throttle.
 func (c LagThrottleConfig) WithDefaults() LagThrottleConfig {
 	c.setDefaults()
 	return c
@@ -138,8 +139,8 @@ func NewLagThrottled(pub message.Publisher, lag interface{ TotalLag() int64 }, c
 	}, nil
 }
 
-// Delay returns the wait the next Publish would make at the current lag.
-func (p *LagThrottled) Delay() time.Duration {
+// delay returns the wait the next Publish would make at the current lag.
+func (p *LagThrottled) delay() time.Duration {
 	return throttleDelay(p.lag.TotalLag(), p.threshold, p.step, p.maxDelay)
 }
 
@@ -158,7 +159,7 @@ func throttleDelay(lag, threshold int64, step, maxDelay time.Duration) time.Dura
 // Publish waits as long as the lag asks for (see [LagThrottled]) and then
 // publishes every message with one call to the wrapped publisher.
 func (p *LagThrottled) Publish(topic string, messages ...*message.Message) error {
-	if d := p.Delay(); d > 0 {
+	if d := p.delay(); d > 0 {
 		p.throttled.Add(1)
 		ctx, stop := messagesContext(messages)
 		err := sleepCtx(ctx, d)
@@ -174,13 +175,7 @@ func (p *LagThrottled) Publish(topic string, messages ...*message.Message) error
 // Close closes the wrapped publisher.
 func (p *LagThrottled) Close() error { return p.pub.Close() }
 
-// LagThrottleStats counts a [LagThrottled] publisher's waits.
-type LagThrottleStats struct {
-	Throttled uint64        // calls that had to wait
-	Waited    time.Duration // total time waited (completed waits only)
-}
-
 // Stats returns the counters. Safe for concurrent use.
-func (p *LagThrottled) Stats() LagThrottleStats {
-	return LagThrottleStats{Throttled: p.throttled.Load(), Waited: time.Duration(p.waited.Load())}
+func (p *LagThrottled) Stats() Stats {
+	return Stats{Throttled: p.throttled.Load(), Waited: time.Duration(p.waited.Load())}
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -54,10 +53,6 @@ type RateLimitConfig struct {
 	// once with [ErrRateLimited]).
 	Mode Mode `yaml:"mode" env:"MODE"`
 
-	// MetadataKey is the metadata key the vertex count is read from.
-	// Default cost.MetadataKey (vertex_count).
-	MetadataKey string `yaml:"metadata_key" env:"METADATA_KEY"`
-
 	// DefaultCost is the charge of a message whose count is missing or
 	// malformed. Default: the burst, so an unstamped message uses a full
 	// bucket, never a free pass. Values above the burst are clamped to it.
@@ -71,15 +66,13 @@ func (c *RateLimitConfig) setDefaults() {
 	if c.Mode == "" {
 		c.Mode = Block
 	}
-	if c.MetadataKey == "" {
-		c.MetadataKey = cost.MetadataKey
-	}
 	if c.DefaultCost == 0 && c.Burst > 0 {
 		c.DefaultCost = c.Burst
 	}
 }
 
-// WithDefaults returns c with every zero field set to its default.
+// WithDefaults returns c with every zero field set to its default. The
+// router reads it to show the effective values of producer.rate_limit.
 func (c RateLimitConfig) WithDefaults() RateLimitConfig {
 	c.setDefaults()
 	return c
@@ -106,9 +99,6 @@ func (c RateLimitConfig) Validate() error {
 	default:
 		bad("mode", string(c.Mode), "must be block or reject")
 	}
-	if strings.TrimSpace(c.MetadataKey) == "" {
-		bad("metadata_key", c.MetadataKey, "must not be blank")
-	}
 	if c.DefaultCost < 0 {
 		bad("default_cost", strconv.FormatInt(c.DefaultCost, 10), "must be positive (0: the burst)")
 	}
@@ -119,8 +109,8 @@ func (c RateLimitConfig) Validate() error {
 // a rate in vertices per second, with a burst, using a token bucket
 // (golang.org/x/time/rate). Create it with [NewRateLimited].
 //
-// Each message is charged its vertex count, read from its metadata with
-// cost.ParseCount; it does not count payloads. Put a stamping publisher
+// Each message is charged its vertex count, read from its cost.MetadataKey
+// metadata (vertex_count) with cost.ParseCount; it does not count payloads. Put a stamping publisher
 // outside it, so messages are stamped before they reach it:
 //
 //	limited, err := producer.NewRateLimited(broker, producer.RateLimitConfig{VerticesPerSecond: 50_000, Burst: 200_000})
@@ -143,17 +133,14 @@ func (c RateLimitConfig) Validate() error {
 // A RateLimited publisher is safe for concurrent use if the wrapped
 // publisher is; callers share one bucket.
 type RateLimited struct {
-	cfg         RateLimitConfig // as in effect: defaults filled in, DefaultCost clamped
 	pub         message.Publisher
 	lim         *rate.Limiter
 	mode        Mode
 	burst       int64
-	key         string
 	defaultCost int64
 
-	published atomic.Uint64
+	throttled atomic.Uint64
 	rejected  atomic.Uint64
-	vertices  atomic.Int64
 	waited    atomic.Int64 // nanoseconds
 }
 
@@ -177,12 +164,10 @@ func NewRateLimited(pub message.Publisher, cfg RateLimitConfig) (*RateLimited, e
 	cfg.setDefaults()
 	cfg.DefaultCost = min(cfg.DefaultCost, cfg.Burst)
 	return &RateLimited{
-		cfg:         cfg,
 		pub:         pub,
 		lim:         rate.NewLimiter(rate.Limit(cfg.VerticesPerSecond), int(cfg.Burst)),
 		mode:        cfg.Mode,
 		burst:       cfg.Burst,
-		key:         cfg.MetadataKey,
 		defaultCost: cfg.DefaultCost,
 	}, nil
 }
@@ -194,7 +179,7 @@ func (p *RateLimited) charge(messages []*message.Message) int64 {
 		if msg == nil {
 			continue
 		}
-		v, src := cost.ParseCount(msg.Metadata.Get(p.key), len(msg.Payload))
+		v, src := cost.ParseCount(msg.Metadata.Get(cost.MetadataKey), len(msg.Payload))
 		if src != cost.SourceHeader {
 			v = p.defaultCost
 		}
@@ -222,8 +207,6 @@ func (p *RateLimited) Publish(topic string, messages ...*message.Message) error 
 			return err
 		}
 	}
-	p.published.Add(uint64(len(messages)))
-	p.vertices.Add(n)
 	return p.pub.Publish(topic, messages...)
 }
 
@@ -239,6 +222,7 @@ func (p *RateLimited) wait(now time.Time, n int64, messages []*message.Message) 
 		r.CancelAt(now)
 		return fmt.Errorf("producer: waiting for publish rate: %w", context.Cause(ctx))
 	}
+	p.throttled.Add(1)
 	t := time.NewTimer(delay)
 	defer t.Stop()
 	select {
@@ -254,25 +238,25 @@ func (p *RateLimited) wait(now time.Time, n int64, messages []*message.Message) 
 // Close closes the wrapped publisher.
 func (p *RateLimited) Close() error { return p.pub.Close() }
 
-// RateLimitStats counts a [RateLimited] publisher's work.
-type RateLimitStats struct {
-	Published uint64        // messages passed to the wrapped publisher
-	Vertices  int64         // vertices charged for them
-	Rejected  uint64        // calls refused in reject mode
-	Waited    time.Duration // total time calls spent waiting in block mode
+// Stats counts how a [RateLimited] or [LagThrottled] publisher held
+// publishing back. The router exports Waited as spillway.producer.wait,
+// the lag throttle's Throttled as spillway.producer.throttled and
+// Rejected as spillway.producer.rejected.
+type Stats struct {
+	// Throttled counts the Publish calls that had to wait.
+	Throttled uint64
+	// Waited is the total time calls waited (completed waits only).
+	Waited time.Duration
+	// Rejected counts the calls a [RateLimited] publisher in [Reject]
+	// mode refused; always 0 for a [LagThrottled] one.
+	Rejected uint64
 }
 
 // Stats returns the counters. Safe for concurrent use.
-func (p *RateLimited) Stats() RateLimitStats {
-	return RateLimitStats{
-		Published: p.published.Load(),
-		Vertices:  p.vertices.Load(),
-		Rejected:  p.rejected.Load(),
+func (p *RateLimited) Stats() Stats {
+	return Stats{
+		Throttled: p.throttled.Load(),
 		Waited:    time.Duration(p.waited.Load()),
+		Rejected:  p.rejected.Load(),
 	}
 }
-
-// config returns the configuration in effect: the one given to
-// [NewRateLimited] with its defaults filled in and DefaultCost clamped to
-// the burst.
-func (p *RateLimited) config() RateLimitConfig { return p.cfg }

@@ -75,14 +75,14 @@ func testAccounting(t *testing.T, mode DeferMode, n int) {
 			RetryRatio:      0.2,
 			Defer:           mode,
 		}
-		opts := Options{
-			Pressure: spillway.PressureFunc(func() time.Duration {
+		opts := []Option{
+			WithPressure(spillway.PressureFunc(func() time.Duration {
 				if chance(0.3) {
 					return time.Second
 				}
 				return 0
-			}),
-			OnOutcome: onOutcome,
+			})),
+			WithOnOutcome(onOutcome),
 		}
 		rg := newRig(t, cfg, opts, func(msg *message.Message) error {
 			switch {

@@ -27,7 +27,7 @@ const (
 
 	// DeferNack nacks the message so the broker redelivers it. Nothing is
 	// written to the message, so the attempt count survives a nack only
-	// where the broker reports redeliveries ([Options.IsRedelivery]); and
+	// where the broker reports redeliveries ([WithRedelivery]); and
 	// the broker alone paces the redelivery.
 	DeferNack DeferMode = "nack"
 )
@@ -55,8 +55,9 @@ const (
 // so zero never means "none". Fields that can be switched off say so and
 // take [spillway.Off] (any negative value) for it.
 //
-// The runtime dependencies (publisher, pressure signal, classifiers, hooks)
-// are not serialisable and live in [Options].
+// The runtime dependencies are not serialisable: the publisher is a
+// parameter of [New], the pressure signal, classifiers and hooks are its
+// options.
 type Config struct {
 	// MaxAttempts is how many times the handler may run for one message
 	// over its whole life, counting the first run and every retry, in
@@ -166,7 +167,8 @@ func (c *Config) setDefaults() {
 }
 
 // WithDefaults returns c with every zero field set to its default, as [New]
-// uses it.
+// uses it. The router reads it to fit the retry section's defaults to its
+// broker's redelivery deadline and to show the effective values.
 func (c Config) WithDefaults() Config {
 	c.setDefaults()
 	return c

@@ -85,7 +85,7 @@ func TestValidateNamesFieldAndValue(t *testing.T) {
 		if !strings.Contains(err.Error(), c.field) || !strings.Contains(err.Error(), `"`+c.value+`"`) {
 			t.Errorf("message %q does not name field and value", err)
 		}
-		if _, err := New(c.cfg, Options{Publisher: newRecPub(nil)}); err == nil {
+		if _, err := New(newRecPub(nil), c.cfg); err == nil {
 			t.Errorf("%+v: New accepted an invalid config", c.cfg)
 		}
 	}
@@ -103,7 +103,7 @@ func TestValidateNamesFieldAndValue(t *testing.T) {
 		t.Fatal(err)
 	}
 	var fe *spillway.FieldError
-	if _, err := New(Config{}, Options{}); !errors.As(err, &fe) || fe.Field != "Publisher" || !errors.Is(err, spillway.ErrInvalidConfig) {
+	if _, err := New(nil, Config{}); !errors.As(err, &fe) || fe.Field != "pub" || !errors.Is(err, spillway.ErrInvalidConfig) {
 		t.Fatalf("err = %v, want a FieldError for Publisher", err)
 	}
 }

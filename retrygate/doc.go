@@ -23,14 +23,19 @@
 //     metadata. If that publish fails the message is nacked, never dropped.
 //
 // Every delivery ends in exactly one [Outcome] (handled, deferred,
-// dead-lettered, nacked), counted in [Gate.Stats] and reported to
-// [Options.OnOutcome] with its cause.
+// dead-lettered, nacked), counted in [Gate.Stats] and reported with its
+// cause to the hook set by [WithOnOutcome].
 //
 // # Wiring
 //
-// Place the gate inside load shedding and outside budget admission:
+// Build the gate with the publisher of its retry and dead-letter copies,
+// the configuration and options:
 //
-//	router.AddMiddleware(shedder.Middleware, gate.Middleware, budget.Middleware)
+//	gate, err := retrygate.New(pub, cfg, retrygate.WithPressure(budget))
+//
+// Place it inside load shedding and outside budget admission:
+//
+//	router.AddMiddleware(policy.Middleware, gate.Middleware, admission.Middleware, policy.Admitted)
 //
 // and consume each topic's retry topic ([Config.RetryTopicFor]) with the
 // same stack as the topic itself. docs/retries.md covers sizing and how the

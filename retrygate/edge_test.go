@@ -62,7 +62,7 @@ func TestEdgeOriginTrustedOnlyOnItsRetryTopic(t *testing.T) {
 	cfg := noJitter()
 	cfg.RetryTopic, cfg.DeadLetterTopic = "{topic}.retry", "{topic}.dead_letter"
 	pub := newRecPub(nil)
-	g := mustNew(t, cfg, Options{Publisher: pub, Pressure: saturated{}})
+	g := mustNew(t, pub, cfg, WithPressure(saturated{}))
 	h := func(m *message.Message) error {
 		if m.UUID == "forged-dl" {
 			return Permanent(errTransient)
@@ -90,7 +90,7 @@ func TestEdgeOriginTrustedOnlyOnItsRetryTopic(t *testing.T) {
 	// A genuine retry copy, consumed from payments.retry, keeps its origin.
 	real := newMsg("real")
 	real.Metadata.Set(OriginTopicKey, "payments")
-	real.Metadata.Set(AttemptKey, "1")
+	real.Metadata.Set(attemptKey, "1")
 	consumeOnce(t, "payments.retry", g.Middleware, h, real)
 	if got := pub.on("payments.retry"); len(got) != 1 || got[0].Metadata.Get(OriginTopicKey) != "payments" {
 		t.Errorf("payments.retry = %v, want the genuine retry copy", got)
@@ -111,7 +111,7 @@ func TestEdgeWrappedCanceledIsAFailure(t *testing.T) {
 	cfg.MaxAttempts = 3
 	pub := newRecPub(nil)
 	ev := &events{}
-	g := mustNew(t, cfg, Options{Publisher: pub, OnOutcome: ev.add})
+	g := mustNew(t, pub, cfg, WithOnOutcome(ev.add))
 	var runs atomic.Int64
 	err := call(g.Middleware, func(*message.Message) ([]*message.Message, error) {
 		runs.Add(1)
@@ -134,7 +134,7 @@ func TestEdgeErrorTextBounded(t *testing.T) {
 	huge := errors.New(strings.Repeat("é", 1<<20)) // 2 MiB of text
 	pub := newRecPub(nil)
 	cfg := noJitter()
-	g := mustNew(t, cfg, Options{Publisher: pub, Pressure: saturated{}})
+	g := mustNew(t, pub, cfg, WithPressure(saturated{}))
 	fail := func(*message.Message) ([]*message.Message, error) { return nil, huge }
 	if err := call(g.Middleware, fail, newMsg("r")); err != nil {
 		t.Fatal(err)
@@ -172,7 +172,7 @@ func TestEdgeCopiesCarryTraceContext(t *testing.T) {
 	for _, perm := range []bool{false, true} {
 		var seen trace.SpanContext
 		pub := &ctxPub{f: func(m *message.Message) { seen = trace.SpanContextFromContext(m.Context()) }}
-		g := mustNew(t, noJitter(), Options{Publisher: pub, Pressure: saturated{}})
+		g := mustNew(t, pub, noJitter(), WithPressure(saturated{}))
 		ctx, cancel := context.WithCancel(trace.ContextWithSpanContext(context.Background(), sc))
 		msg := newMsg("t")
 		msg.SetContext(ctx)

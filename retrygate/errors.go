@@ -8,10 +8,10 @@ import (
 	"github.com/spillway-go/spillway/cost"
 )
 
-// ErrDeferred is wrapped by the error the middleware returns when it defers
+// errDeferred is wrapped by the error the middleware returns when it defers
 // a message by nacking it ([DeferNack]); the handler's own error is wrapped
 // too.
-var ErrDeferred = errors.New("retrygate: message deferred for redelivery")
+var errDeferred = errors.New("retrygate: message deferred for redelivery")
 
 // permanentError marks an error that retrying cannot fix.
 type permanentError struct{ err error }
@@ -29,7 +29,7 @@ func Permanent(err error) error {
 	return &permanentError{err: err}
 }
 
-// IsPermanent is the default failure classifier ([Options.IsPermanent]). It
+// IsPermanent is the default failure classifier ([WithIsPermanent]). It
 // reports whether err, or any error it wraps, is
 //
 //   - marked with [Permanent] (or cenkalti/backoff's Permanent), or

@@ -34,7 +34,7 @@ func Example() {
 		panic(err)
 	}
 	cfg := retrygate.Config{InitialInterval: time.Millisecond, MaxInterval: 10 * time.Millisecond}
-	gate, err := retrygate.New(cfg, retrygate.Options{Publisher: pubSub, Pressure: budget})
+	gate, err := retrygate.New(pubSub, cfg, retrygate.WithPressure(budget))
 	if err != nil {
 		panic(err)
 	}
@@ -83,7 +83,7 @@ func Example() {
 	dl := <-deadLetters
 	dl.Ack()
 	fmt.Println("dead letter:", dl.UUID, "from", dl.Metadata.Get(wmw.PoisonedTopicKey),
-		"after", dl.Metadata.Get(retrygate.AttemptKey), "attempt,",
+		"after", dl.Metadata.Get("spillway_attempt"), "attempt,",
 		dl.Metadata.Get(retrygate.DeadLetterCauseKey))
 
 	_ = router.Close()

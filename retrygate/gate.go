@@ -19,12 +19,14 @@ import (
 )
 
 // Metadata keys the gate reads and writes. The exported ones are on the
-// dead-letter copy, which also carries Watermill's PoisonQueue keys (see
-// [Gate.Middleware]); the others travel only on retry copies, between gates.
+// dead-letter copy, which also carries Watermill's PoisonQueue keys and
+// spillway_attempt (see [Gate.Middleware]); the others travel only on retry
+// copies, between gates.
 const (
-	// AttemptKey: handler runs so far over the message's life, base 10.
-	// A message that carries a positive count is redelivered work.
-	AttemptKey = "spillway_attempt"
+	// attemptKey: handler runs so far over the message's life, base 10.
+	// A message that carries a positive count is redelivered work. A
+	// handler reads its attempt with [AttemptFromCtx].
+	attemptKey = "spillway_attempt"
 	// deferralsKey: how many times the message has been deferred.
 	deferralsKey = "spillway_deferrals"
 	// notBeforeKey: RFC 3339 time before which a deferred message should
@@ -47,52 +49,75 @@ const maxBackoffSteps = 64
 // maxAttemptCount bounds the attempt count read from metadata.
 const maxAttemptCount = 1 << 20
 
-// Options are a gate's runtime dependencies.
-type Options struct {
-	// Publisher publishes deferred messages to the retry topic and failed
-	// ones to the dead-letter topic. Required: without it [New] returns a
-	// [*spillway.FieldError] for "Publisher". It is called from message
-	// goroutines and must be safe for concurrent use.
-	Publisher message.Publisher
+// options are a gate's optional runtime dependencies, set by the With…
+// functions.
+type options struct {
+	pub          message.Publisher
+	pressure     spillway.Pressure
+	isPermanent  func(error) bool
+	isRedelivery func(*message.Message) bool
+	revoked      func(msg *message.Message) <-chan struct{}
+	onOutcome    func(Event)
+	logger       watermill.LoggerAdapter
+}
 
-	// Pressure is the saturation signal, the same one load shedding reads
-	// (*middleware.VertexBudget implements it). The gate calls it after
-	// every failure and on every redelivered arrival. Nil: never
-	// saturated, so failed messages are always retried in process while
-	// the retry budget and MaxElapsedTime allow.
-	Pressure spillway.Pressure
+// Option configures a [Gate] built by [New].
+type Option func(*options)
 
-	// IsPermanent classifies handler errors: true dead-letters the message
-	// at once. Default [IsPermanent].
-	IsPermanent func(error) bool
+// WithPressure sets the saturation signal, the same one load shedding
+// reads (*middleware.VertexBudget implements it). The gate calls it after
+// every failure and on every redelivered arrival. Without it the consumer
+// is never saturated, so failed messages are always retried in process
+// while the retry budget and MaxElapsedTime allow.
+func WithPressure(p spillway.Pressure) Option {
+	return func(o *options) { o.pressure = p }
+}
 
-	// IsRedelivery reports broker-specific signs that a message is a
-	// redelivery (a Redis delivery count above one, say). A message whose
-	// AttemptKey metadata is positive is a redelivery whatever it says.
-	// Optional.
-	IsRedelivery func(*message.Message) bool
+// WithIsPermanent sets the classifier of handler errors: true dead-letters
+// the message at once. The default is [IsPermanent]; a classifier of your
+// own can call it to keep its cases. An undecodable payload
+// ([cost.IsUndecodable]) is dead-lettered whatever it says.
+func WithIsPermanent(f func(error) bool) Option {
+	return func(o *options) { o.isPermanent = f }
+}
 
-	// Revoked, if set, returns a channel that is closed when msg's delivery
-	// has been revoked: its Kafka session ended in a rebalance, or a peer
-	// claimed its Redis entry. A message waiting in the gate when that
-	// happens (the backoff before a retry in process, or a redelivered
-	// message held until its due time) stops waiting at once: the gate
-	// acks it without running the handler again and records it Deferred,
-	// cause "revoked". The broker does not commit the ack of a revoked
-	// delivery, so the next owner retries it. Without it such a wait holds
-	// the partition (and the rebalance, against Kafka's Rebalance.Timeout)
-	// until it ends. The gate asks only when a message is about to wait.
-	// A nil channel means the delivery cannot be revoked.
-	Revoked func(msg *message.Message) <-chan struct{}
+// WithRedelivery sets how broker-specific signs of a redelivery are read
+// (a Redis delivery count above one, a Kafka partition replayed after a
+// rebalance). A message whose spillway_attempt metadata is positive is a
+// redelivery whatever f says. f is called from message goroutines and
+// must be safe for concurrent use.
+func WithRedelivery(f func(msg *message.Message) bool) Option {
+	return func(o *options) { o.isRedelivery = f }
+}
 
-	// OnOutcome, if set, is called once per delivery when its outcome is
-	// decided, from the message's goroutine, before the middleware
-	// returns. It must be fast, must not block and must not keep the Event
-	// (nor its Message) beyond the call.
-	OnOutcome func(Event)
+// WithRevoked sets how the gate learns that a delivery was revoked: f
+// returns a channel that is closed when msg's Kafka session ended in a
+// rebalance, or a peer claimed its Redis entry (nil: it cannot be
+// revoked). A message waiting in the gate when that happens (the backoff
+// before a retry in process, or a redelivered message held until its due
+// time) stops waiting at once: the gate acks it without running the
+// handler again and records it Deferred, cause "revoked". The broker does
+// not commit the ack of a revoked delivery, so the next owner retries it.
+// Without it such a wait holds the partition (and the rebalance, against
+// Kafka's Rebalance.Timeout) until it ends. The gate asks only when a
+// message is about to wait. middleware.BudgetConfig.Revoked takes the
+// same function.
+func WithRevoked(f func(msg *message.Message) <-chan struct{}) Option {
+	return func(o *options) { o.revoked = f }
+}
 
-	// Logger logs dead-letters and failed publishes. Default: none.
-	Logger watermill.LoggerAdapter
+// WithOnOutcome sets a hook called once per delivery when its outcome is
+// decided, from the message's goroutine, before the middleware returns.
+// It must be fast, must not block and must not keep the Event (nor its
+// Message) beyond the call. telemetry.Metrics.OnRetryOutcome fits it.
+func WithOnOutcome(f func(Event)) Option {
+	return func(o *options) { o.onOutcome = f }
+}
+
+// WithLogger sets the logger of dead-letters and failed publishes.
+// Default: none.
+func WithLogger(l watermill.LoggerAdapter) Option {
+	return func(o *options) { o.logger = l }
 }
 
 // Gate is a Watermill middleware that retries failed handlers with
@@ -108,30 +133,42 @@ type Options struct {
 // by consumed topic.
 type Gate struct {
 	cfg     Config
-	opts    Options
+	opts    options
 	budget  *retryBudget
 	counts  topicCounters
 	maxHold time.Duration
 }
 
-// New returns a gate for cfg (zero fields take their defaults) and opts.
-func New(cfg Config, opts Options) (*Gate, error) {
+// New returns a gate for cfg (zero fields take their defaults) that
+// publishes retry and dead-letter copies with pub. The publisher is a
+// parameter, not an option, because no gate runs without one: even with
+// [DeferNack] a message that fails for good is published to its
+// dead-letter topic. pub is called from message goroutines and must be
+// safe for concurrent use; the gate does not close it. Errors are those of
+// [Config.Validate], or a [*spillway.FieldError] for "pub" if it is nil.
+func New(pub message.Publisher, cfg Config, opts ...Option) (*Gate, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if opts.Publisher == nil {
-		return nil, &spillway.FieldError{Field: "Publisher", Value: "nil", Reason: "required (Options.Publisher)"}
+	if pub == nil {
+		return nil, &spillway.FieldError{Field: "pub", Value: "nil", Reason: "required: the gate publishes retry and dead-letter copies with it"}
 	}
-	if opts.IsPermanent == nil {
-		opts.IsPermanent = IsPermanent
+	o := options{pub: pub}
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&o)
+		}
 	}
-	if opts.Logger == nil {
-		opts.Logger = watermill.NopLogger{}
+	if o.isPermanent == nil {
+		o.isPermanent = IsPermanent
+	}
+	if o.logger == nil {
+		o.logger = watermill.NopLogger{}
 	}
 	return &Gate{
 		cfg:     cfg,
-		opts:    opts,
+		opts:    o,
 		budget:  newRetryBudget(cfg),
 		maxHold: min(2*cfg.MaxInterval, cfg.MaxElapsedTime),
 	}, nil
@@ -162,15 +199,15 @@ type messagePressure interface {
 // msg's part of it, as saturated: the pressure signal has reported
 // saturation for at least Config.SaturatedAfter.
 func (g *Gate) saturated(msg *message.Message) bool {
-	if g.opts.Pressure == nil {
+	if g.opts.pressure == nil {
 		return false
 	}
 	var d time.Duration
-	if mp, ok := g.opts.Pressure.(messagePressure); ok && msg != nil {
+	if mp, ok := g.opts.pressure.(messagePressure); ok && msg != nil {
 		// A budget split into lanes: the message's own lane.
 		d = mp.SaturatedForMessage(msg)
 	} else {
-		d = g.opts.Pressure.SaturatedFor()
+		d = g.opts.pressure.SaturatedFor()
 	}
 	return d > 0 && d >= g.cfg.SaturatedAfter
 }
@@ -193,7 +230,7 @@ func AttemptFromCtx(ctx context.Context) int {
 //
 //  1. A deferred message that arrives before its spillway_not_before time waits
 //     until then (at most min(2 × MaxInterval, MaxElapsedTime)).
-//  2. Redelivered work (AttemptKey > 0, or Options.IsRedelivery) that
+//  2. Redelivered work (spillway_attempt > 0, or [WithRedelivery]) that
 //     arrives while the consumer is saturated is deferred again at once,
 //     without running h: under pressure, retries give way to fresh work.
 //     Otherwise it draws a retry token, and is deferred if there is none.
@@ -216,9 +253,9 @@ func AttemptFromCtx(ctx context.Context) int {
 //
 // The dead-letter copy keeps the UUID, payload and metadata and adds
 // reason_poisoned, topic_poisoned, handler_poisoned and
-// subscriber_poisoned (Watermill's PoisonQueue keys), AttemptKey,
+// subscriber_poisoned (Watermill's PoisonQueue keys), spillway_attempt,
 // OriginTopicKey and DeadLetterCauseKey. The retry copy keeps the UUID too,
-// so it can be traced and deduplicated, and carries AttemptKey,
+// so it can be traced and deduplicated, and carries spillway_attempt,
 // spillway_deferrals, spillway_not_before (its due time), OriginTopicKey and
 // spillway_last_error (the handler's last error). Error text in metadata
 // is cut to 1 KiB. A failed publish to either topic nacks the original:
@@ -275,11 +312,11 @@ func (g *Gate) arrive(msg *message.Message) *delivery {
 		start:    time.Now(),
 		topic:    message.SubscribeTopicFromCtx(ctx),
 		handler:  message.HandlerNameFromCtx(ctx),
-		attempts: readCount(msg, AttemptKey),
+		attempts: readCount(msg, attemptKey),
 	}
 	d.deferrals = readCount(msg, deferralsKey)
 	d.origin = g.originOf(msg, d.topic)
-	d.redelivered = d.attempts > 0 || (g.opts.IsRedelivery != nil && g.opts.IsRedelivery(msg))
+	d.redelivered = d.attempts > 0 || (g.opts.isRedelivery != nil && g.opts.isRedelivery(msg))
 	d.boSkip = d.attempts + d.deferrals
 	return d
 }
@@ -375,7 +412,7 @@ func (d *delivery) run(h message.HandlerFunc) ([]*message.Message, error) {
 			return d.nack(causeContextDone, err)
 		case cost.IsUndecodable(err):
 			return d.deadLetter(causeMalformed)
-		case g.opts.IsPermanent(err):
+		case g.opts.isPermanent(err):
 			return d.deadLetter(causePermanent)
 		case d.attempts >= g.cfg.MaxAttempts:
 			return d.deadLetter(causeAttemptsExhausted)
@@ -423,13 +460,13 @@ func (d *delivery) holdUntilDue() error {
 	return sleep(d.ctx, wait, d.revoked())
 }
 
-// errRevoked ends a wait whose delivery was revoked (Options.Revoked).
+// errRevoked ends a wait whose delivery was revoked ([WithRevoked]).
 var errRevoked = errors.New("retrygate: delivery revoked")
 
 // revoked returns the delivery's revocation channel, nil when it cannot
 // be revoked.
 func (d *delivery) revoked() <-chan struct{} {
-	if f := d.g.opts.Revoked; f != nil {
+	if f := d.g.opts.revoked; f != nil {
 		return f(d.msg)
 	}
 	return nil
@@ -475,7 +512,7 @@ func (d *delivery) deferMsg(cause string, delay time.Duration) ([]*message.Messa
 	g := d.g
 	deferrals := d.deferrals + 1
 	stamp := func(m *message.Message) {
-		m.Metadata.Set(AttemptKey, strconv.Itoa(d.attempts))
+		m.Metadata.Set(attemptKey, strconv.Itoa(d.attempts))
 		m.Metadata.Set(deferralsKey, strconv.Itoa(deferrals))
 		m.Metadata.Set(notBeforeKey, time.Now().Add(delay).UTC().Format(time.RFC3339Nano))
 		m.Metadata.Set(OriginTopicKey, d.origin)
@@ -493,15 +530,15 @@ func (d *delivery) deferMsg(cause string, delay time.Duration) ([]*message.Messa
 		stamp(d.msg)
 		d.end(Deferred, cause, "", d.lastErr)
 		if d.lastErr != nil {
-			return nil, fmt.Errorf("%w: %w", ErrDeferred, d.lastErr)
+			return nil, fmt.Errorf("%w: %w", errDeferred, d.lastErr)
 		}
-		return nil, fmt.Errorf("%w (%s)", ErrDeferred, cause)
+		return nil, fmt.Errorf("%w (%s)", errDeferred, cause)
 	}
 	cp := d.copy()
 	stamp(cp)
 	dest := g.cfg.RetryTopicFor(d.origin)
-	if err := g.opts.Publisher.Publish(dest, cp); err != nil {
-		g.opts.Logger.Error("retrygate: cannot publish to retry topic; nacking", err, d.logFields(dest))
+	if err := g.opts.pub.Publish(dest, cp); err != nil {
+		g.opts.logger.Error("retrygate: cannot publish to retry topic; nacking", err, d.logFields(dest))
 		return d.nack(causePublishFailed, fmt.Errorf("retrygate: publishing to retry topic %q: %w", dest, err))
 	}
 	d.end(Deferred, cause, dest, d.lastErr)
@@ -516,17 +553,17 @@ func (d *delivery) deadLetter(cause string) ([]*message.Message, error) {
 	cp.Metadata.Set(wmw.PoisonedTopicKey, d.topic)
 	cp.Metadata.Set(wmw.PoisonedHandlerKey, d.handler)
 	cp.Metadata.Set(wmw.PoisonedSubscriberKey, message.SubscriberNameFromCtx(d.ctx))
-	cp.Metadata.Set(AttemptKey, strconv.Itoa(d.attempts))
+	cp.Metadata.Set(attemptKey, strconv.Itoa(d.attempts))
 	cp.Metadata.Set(OriginTopicKey, d.origin)
 	cp.Metadata.Set(DeadLetterCauseKey, cause)
 	dest := g.cfg.DeadLetterTopicFor(d.origin)
-	if err := g.opts.Publisher.Publish(dest, cp); err != nil {
-		g.opts.Logger.Error("retrygate: cannot publish to dead-letter topic; nacking", err, d.logFields(dest))
+	if err := g.opts.pub.Publish(dest, cp); err != nil {
+		g.opts.logger.Error("retrygate: cannot publish to dead-letter topic; nacking", err, d.logFields(dest))
 		return d.nack(causePublishFailed, fmt.Errorf("retrygate: publishing to dead-letter topic %q: %w", dest, err))
 	}
 	f := d.logFields(dest)
 	f["cause"] = cause
-	g.opts.Logger.Info("retrygate: message dead-lettered: "+errtext.Cut(d.lastErr), f)
+	g.opts.logger.Info("retrygate: message dead-lettered: "+errtext.Cut(d.lastErr), f)
 	d.end(DeadLettered, cause, dest, d.lastErr)
 	return nil, nil
 }
@@ -566,14 +603,14 @@ func (d *delivery) end(o Outcome, c string, dest string, err error) {
 	case Nacked:
 		ctr.nacked.Add(1)
 	}
-	if f := d.g.opts.OnOutcome; f != nil {
+	if f := d.g.opts.onOutcome; f != nil {
 		f(Event{
 			Message:     d.msg,
 			Topic:       d.topic,
 			Outcome:     o,
 			Cause:       c,
-			Attempts:    d.attempts,
 			Err:         err,
+			attempts:    d.attempts,
 			redelivered: d.redelivered,
 			retries:     d.retries,
 			destination: dest,

@@ -18,9 +18,9 @@ import (
 	"github.com/spillway-go/spillway/cost"
 )
 
-func mustNew(t *testing.T, cfg Config, opts Options) *Gate {
+func mustNew(t *testing.T, pub message.Publisher, cfg Config, opts ...Option) *Gate {
 	t.Helper()
-	g, err := New(cfg, opts)
+	g, err := New(pub, cfg, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +59,7 @@ func TestBackoffStopsWhenContextEnds(t *testing.T) {
 		cfg := noJitter()
 		cfg.InitialInterval, cfg.MaxInterval = time.Hour, time.Hour
 		cfg.MaxElapsedTime = 10 * time.Hour
-		g := mustNew(t, cfg, Options{Publisher: pub, OnOutcome: ev.add})
+		g := mustNew(t, pub, cfg, WithOnOutcome(ev.add))
 
 		ctx, cancel := context.WithCancel(context.Background())
 		msg := newMsg("c")
@@ -102,7 +102,7 @@ func TestRetryBudgetExhaustedDefersThenRefills(t *testing.T) {
 		cfg := noJitter()
 		cfg.InitialInterval = 10 * time.Millisecond
 		cfg.RetryRate, cfg.RetryBurst, cfg.RetryRatio = 1, 1, spillway.Off
-		g := mustNew(t, cfg, Options{Publisher: pub, OnOutcome: ev.add})
+		g := mustNew(t, pub, cfg, WithOnOutcome(ev.add))
 		var runs atomic.Int64
 		h := failFirst(1, &runs)
 
@@ -120,7 +120,7 @@ func TestRetryBudgetExhaustedDefersThenRefills(t *testing.T) {
 		if e.Outcome != Deferred || e.Cause != causeRetryBudget || e.retries != 0 || e.destination != "retry" {
 			t.Fatalf("b: %+v, want deferred for lack of a token", e)
 		}
-		if got := pub.on("retry"); len(got) != 1 || got[0].Metadata.Get(AttemptKey) != "1" {
+		if got := pub.on("retry"); len(got) != 1 || got[0].Metadata.Get(attemptKey) != "1" {
 			t.Fatalf("retry topic = %v, want b with attempt 1", got)
 		}
 		if st := g.Stats(); g.counts.snapshot().budgetDenied != 1 || st.RetryTokens >= 1 {
@@ -148,7 +148,7 @@ func TestRetryRatioEarnsTokens(t *testing.T) {
 		ev := &events{}
 		cfg := noJitter()
 		cfg.RetryRate, cfg.RetryBurst, cfg.RetryRatio = spillway.Off, 2, 0.5
-		g := mustNew(t, cfg, Options{Publisher: pub, OnOutcome: ev.add})
+		g := mustNew(t, pub, cfg, WithOnOutcome(ev.add))
 		var runs atomic.Int64
 		ok := failFirst(0, &runs)
 		once := failFirst(1, &runs)
@@ -164,7 +164,7 @@ func TestRetryRatioEarnsTokens(t *testing.T) {
 			t.Fatalf("tokens = %v, want 2 (the burst cap)", tok)
 		}
 		red := newMsg("r")
-		red.Metadata.Set(AttemptKey, "1") // redelivered: spends a token to run
+		red.Metadata.Set(attemptKey, "1") // redelivered: spends a token to run
 		_ = call(g.Middleware, ok, red)
 		if tok := g.Stats().RetryTokens; tok != 1 {
 			t.Fatalf("tokens = %v after a redelivery, want 1", tok)
@@ -190,23 +190,18 @@ func TestRedeliveredShedOnArrival(t *testing.T) {
 			cfg.Defer = mode
 			sp := &switchPressure{}
 			sp.on.Store(true)
-			g := mustNew(t, cfg, Options{
-				Publisher:    pub,
-				Pressure:     sp,
-				OnOutcome:    ev.add,
-				IsRedelivery: func(m *message.Message) bool { return m.Metadata.Get("broker_redelivered") == "yes" },
-			})
+			g := mustNew(t, pub, cfg, WithPressure(sp), WithOnOutcome(ev.add), WithRedelivery(func(m *message.Message) bool { return m.Metadata.Get("broker_redelivered") == "yes" }))
 			var runs atomic.Int64
 			h := failFirst(0, &runs)
 
 			byAttempt := newMsg("a")
-			byAttempt.Metadata.Set(AttemptKey, "2")
+			byAttempt.Metadata.Set(attemptKey, "2")
 			byHook := newMsg("b")
 			byHook.Metadata.Set("broker_redelivered", "yes")
 			for _, m := range []*message.Message{byAttempt, byHook} {
 				err := call(g.Middleware, h, m)
-				if mode == DeferNack && !errors.Is(err, ErrDeferred) {
-					t.Fatalf("%s: err = %v, want ErrDeferred", m.UUID, err)
+				if mode == DeferNack && !errors.Is(err, errDeferred) {
+					t.Fatalf("%s: err = %v, want errDeferred", m.UUID, err)
 				}
 				if mode == DeferRepublish && err != nil {
 					t.Fatalf("%s: err = %v", m.UUID, err)
@@ -246,22 +241,22 @@ func TestRedeliveredShedOnArrival(t *testing.T) {
 }
 
 // With DeferNack a failure under saturation is nacked at once with an error
-// that wraps both ErrDeferred and the handler's error.
+// that wraps both errDeferred and the handler's error.
 func TestDeferNackWrapsHandlerError(t *testing.T) {
 	pub := newRecPub(nil)
 	cfg := noJitter()
 	cfg.Defer = DeferNack
 	sp := &switchPressure{}
 	sp.on.Store(true)
-	g := mustNew(t, cfg, Options{Publisher: pub, Pressure: sp})
+	g := mustNew(t, pub, cfg, WithPressure(sp))
 	var runs atomic.Int64
 	msg := newMsg("n")
 	err := call(g.Middleware, failFirst(5, &runs), msg)
-	if !errors.Is(err, ErrDeferred) || !errors.Is(err, errTransient) {
-		t.Fatalf("err = %v, want ErrDeferred wrapping the handler error", err)
+	if !errors.Is(err, errDeferred) || !errors.Is(err, errTransient) {
+		t.Fatalf("err = %v, want errDeferred wrapping the handler error", err)
 	}
-	if msg.Metadata.Get(AttemptKey) != "1" || pub.n.Load() != 0 {
-		t.Fatalf("attempt = %q, publishes = %d", msg.Metadata.Get(AttemptKey), pub.n.Load())
+	if msg.Metadata.Get(attemptKey) != "1" || pub.n.Load() != 0 {
+		t.Fatalf("attempt = %q, publishes = %d", msg.Metadata.Get(attemptKey), pub.n.Load())
 	}
 }
 
@@ -273,7 +268,7 @@ func TestRetryPublishFailureNacks(t *testing.T) {
 	ev := &events{}
 	sp := &switchPressure{}
 	sp.on.Store(true)
-	g := mustNew(t, noJitter(), Options{Publisher: pub, Pressure: sp, OnOutcome: ev.add})
+	g := mustNew(t, pub, noJitter(), WithPressure(sp), WithOnOutcome(ev.add))
 	var runs atomic.Int64
 	err := call(g.Middleware, failFirst(5, &runs), newMsg("p"))
 	if !errors.Is(err, errPublish) {
@@ -288,7 +283,7 @@ func TestRetryPublishFailureNacks(t *testing.T) {
 // min(2 × MaxInterval, MaxElapsedTime); it holds nothing else meanwhile.
 func TestNotBeforeHoldsEarlyArrivals(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		g := mustNew(t, noJitter(), Options{Publisher: newRecPub(nil)})
+		g := mustNew(t, newRecPub(nil), noJitter())
 		var runs atomic.Int64
 		for _, tc := range []struct {
 			due, want time.Duration
@@ -298,7 +293,7 @@ func TestNotBeforeHoldsEarlyArrivals(t *testing.T) {
 			{10 * time.Hour, 2 * time.Minute}, // capped: 2 × MaxInterval
 		} {
 			m := newMsg("due")
-			m.Metadata.Set(AttemptKey, "1")
+			m.Metadata.Set(attemptKey, "1")
 			m.Metadata.Set(notBeforeKey, time.Now().Add(tc.due).UTC().Format(time.RFC3339Nano))
 			start := time.Now()
 			if err := call(g.Middleware, failFirst(0, &runs), m); err != nil {
@@ -324,7 +319,7 @@ func TestMaxElapsedTimeDefers(t *testing.T) {
 		ev := &events{}
 		cfg := noJitter()
 		cfg.MaxElapsedTime = 2 * time.Second
-		g := mustNew(t, cfg, Options{Publisher: pub, OnOutcome: ev.add})
+		g := mustNew(t, pub, cfg, WithOnOutcome(ev.add))
 		var runs atomic.Int64
 		if err := call(g.Middleware, failFirst(10, &runs), newMsg("m")); err != nil {
 			t.Fatal(err)
@@ -332,7 +327,7 @@ func TestMaxElapsedTimeDefers(t *testing.T) {
 		// Attempt 1 fails at 0s, waits 1s; attempt 2 fails at 1s and the
 		// next wait (2s) would end at 3s > 2s.
 		e := lastEvent(t, ev)
-		if e.Outcome != Deferred || e.Cause != causeMaxElapsed || e.Attempts != 2 || e.elapsed != time.Second {
+		if e.Outcome != Deferred || e.Cause != causeMaxElapsed || e.attempts != 2 || e.elapsed != time.Second {
 			t.Fatalf("event = %+v", e)
 		}
 		r := pub.on("retry")[0]
@@ -349,11 +344,7 @@ func TestSaturatedAfterThreshold(t *testing.T) {
 		cfg := noJitter()
 		cfg.SaturatedAfter = 100 * time.Millisecond
 		ev := &events{}
-		g := mustNew(t, cfg, Options{
-			Publisher: newRecPub(nil),
-			Pressure:  spillway.PressureFunc(func() time.Duration { return time.Duration(sat.Load()) }),
-			OnOutcome: ev.add,
-		})
+		g := mustNew(t, newRecPub(nil), cfg, WithPressure(spillway.PressureFunc(func() time.Duration { return time.Duration(sat.Load()) })), WithOnOutcome(ev.add))
 		var runs atomic.Int64
 		sat.Store(int64(50 * time.Millisecond))
 		_ = call(g.Middleware, failFirst(1, &runs), newMsg("short"))
@@ -373,7 +364,7 @@ func TestSaturatedAfterThreshold(t *testing.T) {
 // not doom the retry; the handler sees the attempt number.
 func TestContextResetBetweenAttempts(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		g := mustNew(t, noJitter(), Options{Publisher: newRecPub(nil)})
+		g := mustNew(t, newRecPub(nil), noJitter())
 		var seen []int
 		h := func(msg *message.Message) ([]*message.Message, error) {
 			if err := msg.Context().Err(); err != nil {
@@ -410,7 +401,7 @@ func TestContextResetBetweenAttempts(t *testing.T) {
 // A panic is counted as nacked and passed on unchanged.
 func TestPanicCountedAndPassedOn(t *testing.T) {
 	ev := &events{}
-	g := mustNew(t, noJitter(), Options{Publisher: newRecPub(nil), OnOutcome: ev.add})
+	g := mustNew(t, newRecPub(nil), noJitter(), WithOnOutcome(ev.add))
 	func() {
 		defer func() {
 			if r := recover(); r != "boom" {
@@ -430,13 +421,13 @@ func TestPanicCountedAndPassedOn(t *testing.T) {
 // Garbage attempt metadata is treated as a fresh message.
 func TestMalformedAttemptMetadata(t *testing.T) {
 	ev := &events{}
-	g := mustNew(t, noJitter(), Options{Publisher: newRecPub(nil), OnOutcome: ev.add})
+	g := mustNew(t, newRecPub(nil), noJitter(), WithOnOutcome(ev.add))
 	for _, v := range []string{"", "-3", "x", "1e3"} {
 		m := newMsg("m")
-		m.Metadata.Set(AttemptKey, v)
+		m.Metadata.Set(attemptKey, v)
 		var runs atomic.Int64
 		_ = call(g.Middleware, failFirst(0, &runs), m)
-		if e := lastEvent(t, ev); e.redelivered || e.Attempts != 1 {
+		if e := lastEvent(t, ev); e.redelivered || e.attempts != 1 {
 			t.Fatalf("attempt %q: %+v, want a fresh first attempt", v, e)
 		}
 	}
@@ -476,7 +467,7 @@ func TestIsPermanent(t *testing.T) {
 // A custom classifier replaces the default.
 func TestCustomIsPermanent(t *testing.T) {
 	pub := newRecPub(nil)
-	g := mustNew(t, noJitter(), Options{Publisher: pub, IsPermanent: func(err error) bool { return errors.Is(err, errTransient) }})
+	g := mustNew(t, pub, noJitter(), WithIsPermanent(func(err error) bool { return errors.Is(err, errTransient) }))
 	var runs atomic.Int64
 	_ = call(g.Middleware, failFirst(1, &runs), newMsg("c"))
 	if runs.Load() != 1 || len(pub.on("dlq")) != 1 {
@@ -491,7 +482,7 @@ func TestCustomIsPermanent(t *testing.T) {
 func TestCanceledBelowGateNacks(t *testing.T) {
 	pub := newRecPub(nil)
 	ev := &events{}
-	g := mustNew(t, noJitter(), Options{Publisher: pub, OnOutcome: ev.add})
+	g := mustNew(t, pub, noJitter(), WithOnOutcome(ev.add))
 	var runs atomic.Int64
 	ctx, cancel := context.WithCancel(context.Background())
 	msg := newMsg("c")
@@ -523,8 +514,7 @@ func TestRevokedWaitStepsAside(t *testing.T) {
 		cfg.MaxElapsedTime = 10 * time.Hour
 		revoke := make(chan struct{})
 		var asked atomic.Int64
-		g := mustNew(t, cfg, Options{Publisher: pub, OnOutcome: ev.add,
-			Revoked: func(*message.Message) <-chan struct{} { asked.Add(1); return revoke }})
+		g := mustNew(t, pub, cfg, WithOnOutcome(ev.add), WithRevoked(func(*message.Message) <-chan struct{} { asked.Add(1); return revoke }))
 
 		// Handled at once: no wait, no question.
 		var runs atomic.Int64
@@ -540,7 +530,7 @@ func TestRevokedWaitStepsAside(t *testing.T) {
 			{"backoff", func() *message.Message { return newMsg("b") }, 1},
 			{"held until due", func() *message.Message {
 				m := newMsg("h")
-				m.Metadata.Set(AttemptKey, "1")
+				m.Metadata.Set(attemptKey, "1")
 				m.Metadata.Set(notBeforeKey, time.Now().Add(time.Hour).UTC().Format(time.RFC3339Nano))
 				return m
 			}, 0},

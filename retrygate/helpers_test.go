@@ -99,13 +99,12 @@ type layers struct {
 	outer, inner []message.HandlerMiddleware
 }
 
-func newRig(t *testing.T, cfg Config, opts Options, h message.NoPublishHandlerFunc, l layers) *rig {
+func newRig(t *testing.T, cfg Config, opts []Option, h message.NoPublishHandlerFunc, l layers) *rig {
 	t.Helper()
 	logger := watermill.NopLogger{}
 	ps := gochannel.NewGoChannel(gochannel.Config{Persistent: true}, logger)
 	pub := newRecPub(ps)
-	opts.Publisher = pub
-	g, err := New(cfg, opts)
+	g, err := New(pub, cfg, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

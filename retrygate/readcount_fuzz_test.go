@@ -18,9 +18,9 @@ func FuzzReadCount(f *testing.F) {
 	f.Fuzz(func(t *testing.T, v string) {
 		msg := message.NewMessage("m", nil)
 		if v != "" {
-			msg.Metadata.Set(AttemptKey, v)
+			msg.Metadata.Set(attemptKey, v)
 		}
-		got := readCount(msg, AttemptKey)
+		got := readCount(msg, attemptKey)
 		if got < 0 || got > maxAttemptCount {
 			t.Fatalf("readCount(%q) = %d, outside [0, %d]", v, got, maxAttemptCount)
 		}

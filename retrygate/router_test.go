@@ -34,7 +34,7 @@ func TestBudgetNotHeldDuringBackoff(t *testing.T) {
 			t.Fatal(err)
 		}
 		var calls atomic.Int64
-		rg := newRig(t, noJitter(), Options{Pressure: vb}, func(msg *message.Message) error {
+		rg := newRig(t, noJitter(), []Option{WithPressure(vb)}, func(msg *message.Message) error {
 			if got := vb.Stats().InUse; got != 40 {
 				t.Errorf("attempt %d ran holding %d vertices, want 40", AttemptFromCtx(msg.Context()), got)
 			}
@@ -88,7 +88,7 @@ func TestSaturationDefersWhileFreshFlows(t *testing.T) {
 		var mu sync.Mutex
 		runs := map[string][]int{} // uuid -> attempts seen
 		cfg := Config{InitialInterval: time.Second, MaxInterval: time.Minute, Jitter: spillway.Off}
-		rg := newRig(t, cfg, Options{Pressure: sp}, func(msg *message.Message) error {
+		rg := newRig(t, cfg, []Option{WithPressure(sp)}, func(msg *message.Message) error {
 			a := AttemptFromCtx(msg.Context())
 			mu.Lock()
 			runs[msg.UUID] = append(runs[msg.UUID], a)
@@ -120,7 +120,7 @@ func TestSaturationDefersWhileFreshFlows(t *testing.T) {
 		}
 		r := retries[0]
 		wantMeta := map[string]string{
-			AttemptKey:     "1",
+			attemptKey:     "1",
 			deferralsKey:   "1",
 			OriginTopicKey: "in",
 			lastErrorKey:   errTransient.Error(),
@@ -187,7 +187,7 @@ func TestPermanentErrorDeadLettersAtOnce(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				var calls atomic.Int64
-				rg := newRig(t, Config{}, Options{}, func(msg *message.Message) error {
+				rg := newRig(t, Config{}, nil, func(msg *message.Message) error {
 					calls.Add(1)
 					return failure
 				}, layers{})
@@ -207,7 +207,7 @@ func TestPermanentErrorDeadLettersAtOnce(t *testing.T) {
 					wmw.ReasonForPoisonedKey: failure.Error(),
 					wmw.PoisonedTopicKey:     "in",
 					wmw.PoisonedHandlerKey:   "h",
-					AttemptKey:               "1",
+					attemptKey:               "1",
 					OriginTopicKey:           "in",
 					DeadLetterCauseKey:       tc.cause,
 					cost.MetadataKey:         "7", // the original metadata stays
@@ -240,7 +240,7 @@ func TestTransientErrorDeadLettersAfterMaxAttempts(t *testing.T) {
 		ev := &events{}
 		cfg := noJitter()
 		cfg.MaxAttempts = 3
-		rg := newRig(t, cfg, Options{OnOutcome: ev.add}, func(msg *message.Message) error {
+		rg := newRig(t, cfg, []Option{WithOnOutcome(ev.add)}, func(msg *message.Message) error {
 			calls.Add(1)
 			return errTransient
 		}, layers{})
@@ -257,7 +257,7 @@ func TestTransientErrorDeadLettersAfterMaxAttempts(t *testing.T) {
 		if len(dl) != 1 {
 			t.Fatalf("%d dead letters, want 1", len(dl))
 		}
-		if got := dl[0].Metadata.Get(AttemptKey); got != "3" {
+		if got := dl[0].Metadata.Get(attemptKey); got != "3" {
 			t.Errorf("attempts = %q, want 3", got)
 		}
 		if got := dl[0].Metadata.Get(DeadLetterCauseKey); got != "attempts_exhausted" {
@@ -271,7 +271,7 @@ func TestTransientErrorDeadLettersAfterMaxAttempts(t *testing.T) {
 			t.Fatalf("stats = %+v", st)
 		}
 		// Waits of 1s and 2s, no jitter.
-		if e := ev.all(); len(e) != 1 || e[0].elapsed != 3*time.Second || e[0].retries != 2 || e[0].Attempts != 3 {
+		if e := ev.all(); len(e) != 1 || e[0].elapsed != 3*time.Second || e[0].retries != 2 || e[0].attempts != 3 {
 			t.Fatalf("events = %+v, want one after 3s, 2 retries, 3 attempts", e)
 		}
 	})
@@ -293,7 +293,7 @@ func TestAttemptsCountAcrossDeferrals(t *testing.T) {
 		})
 		var calls atomic.Int64
 		cfg := Config{MaxAttempts: 3, InitialInterval: time.Second, MaxInterval: time.Minute, Jitter: spillway.Off}
-		rg := newRig(t, cfg, Options{Pressure: pressure}, func(msg *message.Message) error {
+		rg := newRig(t, cfg, []Option{WithPressure(pressure)}, func(msg *message.Message) error {
 			calls.Add(1)
 			return errTransient
 		}, layers{})
@@ -313,7 +313,7 @@ func TestAttemptsCountAcrossDeferrals(t *testing.T) {
 			t.Fatalf("%d dead letters, want 1", len(dl))
 		}
 		m := dl[0].Metadata
-		if m.Get(AttemptKey) != "3" || m.Get(wmw.PoisonedTopicKey) != "in.retry" ||
+		if m.Get(attemptKey) != "3" || m.Get(wmw.PoisonedTopicKey) != "in.retry" ||
 			m.Get(wmw.PoisonedHandlerKey) != "h_retry" || m.Get(OriginTopicKey) != "in" {
 			t.Fatalf("dead letter metadata = %v", m)
 		}
@@ -329,7 +329,7 @@ func TestDeadLetterPublishFailureNacks(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var calls atomic.Int64
 		ev := &events{}
-		rg := newRig(t, noJitter(), Options{OnOutcome: ev.add}, func(msg *message.Message) error {
+		rg := newRig(t, noJitter(), []Option{WithOnOutcome(ev.add)}, func(msg *message.Message) error {
 			calls.Add(1)
 			return Permanent(errTransient)
 		}, layers{})
@@ -373,7 +373,7 @@ func TestUndecodableDeadLettersWhateverIsPermanentSays(t *testing.T) {
 	_, decodeErr := cost.Decode([]byte("definitely not geometry"))
 	synctest.Test(t, func(t *testing.T) {
 		var calls atomic.Int64
-		rg := newRig(t, Config{}, Options{IsPermanent: func(error) bool { return false }}, func(msg *message.Message) error {
+		rg := newRig(t, Config{}, []Option{WithIsPermanent(func(error) bool { return false })}, func(msg *message.Message) error {
 			calls.Add(1)
 			return fmt.Errorf("indexing: %w", decodeErr)
 		}, layers{})

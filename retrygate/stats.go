@@ -22,7 +22,7 @@ const (
 	// Deferred: the message was handed back for a later retry, either
 	// republished to the retry topic (the original acked) or, with
 	// DeferNack, nacked for the broker to redeliver; or, revoked while it
-	// waited in the gate (Options.Revoked), acked without running again
+	// waited in the gate ([WithRevoked]), acked without running again
 	// and left, uncommitted, to the next owner.
 	Deferred Outcome = "deferred"
 	// DeadLettered: the message failed for good and was published to the
@@ -56,7 +56,7 @@ const (
 	causeRevoked = "revoked"
 	// causeMalformed: the handler's error says the payload cannot be
 	// decoded ([cost.IsUndecodable]): dead-lettered at once, whatever
-	// Options.IsPermanent says.
+	// the classifier ([WithIsPermanent]) says.
 	causeMalformed = "malformed"
 	// causePermanent: the error was classified permanent.
 	causePermanent = "permanent"
@@ -73,33 +73,37 @@ const (
 	causePanic = "panic"
 )
 
-// Event describes one delivery's passage through the gate.
+// Event describes one delivery's passage through the gate, as the hook
+// set by [WithOnOutcome] receives it.
 type Event struct {
 	// Message is the delivered message, its context the delivery's again
 	// (what the gate received). It is only valid during the call that
 	// reports the event: do not keep it, and do not ack or nack it.
 	Message *message.Message
 
-	Topic string // the topic it was consumed from
+	// Topic is the topic it was consumed from.
+	Topic string
 
+	// Outcome is how the delivery left the gate.
 	Outcome Outcome
+
 	// Cause is why the delivery ended in its outcome, in snake case: empty
 	// when handled; "saturated", "saturated_on_arrival", "retry_budget",
-	// "max_elapsed" or "revoked" when deferred; "permanent" or
-	// "attempts_exhausted" when dead-lettered; "context_done", "publish_failed" or "panic" when
-	// nacked (a failed publish nacks whatever the cause was going to be).
+	// "max_elapsed" or "revoked" when deferred; "malformed", "permanent"
+	// or "attempts_exhausted" when dead-lettered; "context_done",
+	// "publish_failed" or "panic" when nacked (a failed publish nacks
+	// whatever the cause was going to be). It is the reason label of the
+	// spillway.messages.deferred and .dead_lettered metrics.
 	Cause string
 
-	// Attempts is the message's attempt count when the delivery ended:
-	// handler runs over its whole life so far.
-	Attempts int
 	// Err is the handler's last error; for the "publish_failed" cause, the
 	// publish error. Nil when handled or deferred on arrival.
 	Err error
 
-	// Read by the package's tests: whether the delivery was a retry, its
-	// in-process retries, the topic it was published to and its time in
-	// the gate.
+	// Read by the package's tests: the attempt count when the delivery
+	// ended, whether the delivery was a retry, its in-process retries, the
+	// topic it was published to and its time in the gate.
+	attempts    int
 	redelivered bool
 	retries     int
 	destination string
@@ -111,17 +115,21 @@ type Event struct {
 // left the gate. The spillway.messages.deferred and .dead_lettered metrics
 // break the deferrals and dead-letters down by topic and cause.
 type Stats struct {
-	Handled      uint64
-	Deferred     uint64
+	// Handled counts the deliveries that ended handled.
+	Handled uint64
+	// Deferred counts the deliveries handed back for a later retry.
+	Deferred uint64
+	// DeadLettered counts the deliveries published to a dead-letter topic.
 	DeadLettered uint64
-	Nacked       uint64
+	// Nacked counts the deliveries nacked for redelivery.
+	Nacked uint64
 
 	// Retries counts in-process retries: handler runs after the first in
 	// one delivery.
 	Retries uint64
 
 	// Revoked counts the deliveries that stepped aside while they waited
-	// in the gate (Options.Revoked); they are among Deferred.
+	// in the gate ([WithRevoked]); they are among Deferred.
 	Revoked uint64
 
 	// RetryTokens is the number of retries the budget would grant now

@@ -78,7 +78,7 @@ func TestEdgeCoalesceRetryCopyNeverSupersedes(t *testing.T) {
 	retried.Metadata.Set("entity_id", "bus")
 	retried.Metadata.Set(cost.MetadataKey, "10")
 	retried.Metadata.Set(retrygate.OriginTopicKey, "vehicles")
-	retried.Metadata.Set(retrygate.AttemptKey, "1")
+	retried.Metadata.Set("spillway_attempt", "1")
 	if err := r.pub.Publish(cfg.Retry.RetryTopicFor("vehicles"), retried); err != nil {
 		t.Fatal(err)
 	}

@@ -300,7 +300,7 @@ func TestEdgeOutputsStripped(t *testing.T) {
 		t.Fatal(err)
 	}
 	errc := runRouter(t, r)
-	publishCosted(t, r, "in", "input", 5, retrygate.OriginTopicKey, "payments", retrygate.AttemptKey, "3")
+	publishCosted(t, r, "in", "input", 5, retrygate.OriginTopicKey, "payments", "spillway_attempt", "3")
 	out := b.waitFor("out", 1, 10*time.Second)
 	closeRouter(t, r, errc)
 	if len(out) != 1 {

@@ -27,7 +27,7 @@ type ShedHook interface {
 }
 
 // RetryOutcomeHook is told how each delivery left the retry gate (see
-// [retrygate.Options.OnOutcome]): once per delivery, from the message's
+// [retrygate.WithOnOutcome]): once per delivery, from the message's
 // goroutine, before the gate's middleware returns. e.Message is the
 // delivered message; neither e nor the message may be kept beyond the
 // call.

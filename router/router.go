@@ -399,13 +399,14 @@ func (r *Router) buildShedding(hs hookSet) error {
 	if len(cfg.Shedding.Topics) == 0 {
 		return nil
 	}
-	sopts := []shedding.Option{shedding.WithAuditPublisher(nopClosePublisher{r.copies}), shedding.WithOnShed(hs.onShed),
+	sopts := []shedding.Option{shedding.WithPressure(r.sheddingPressure(cfg.Shedding.Pressure)),
+		shedding.WithAuditPublisher(nopClosePublisher{r.copies}), shedding.WithOnShed(hs.onShed),
 		shedding.WithRedelivery(r.redelivered)}
 	if !cfg.Retry.Disabled {
 		sopts = append(sopts, shedding.WithTopicFunc(r.originTopic))
 	}
 	var err error
-	if r.policy, err = shedding.New(cfg.Shedding.Config, r.sheddingPressure(cfg.Shedding.Pressure), sopts...); err != nil {
+	if r.policy, err = shedding.New(cfg.Shedding.Config, sopts...); err != nil {
 		return err
 	}
 	if t := cfg.Shedding.AuditTopic; t != "" {
@@ -450,15 +451,13 @@ func (r *Router) buildRetryGate(hs hookSet) error {
 		retryRevoked = r.revoked
 	}
 	var err error
-	r.retry, err = retrygate.New(r.cfg.Retry.Config, retrygate.Options{
-		Publisher:    nopClosePublisher{r.copies},
-		Pressure:     budgetPressure{r},
-		IsPermanent:  r.opts.isPermanent,
-		IsRedelivery: r.isRedelivery,
-		Revoked:      retryRevoked,
-		OnOutcome:    hs.onRetryOutcome,
-		Logger:       r.logger,
-	})
+	r.retry, err = retrygate.New(nopClosePublisher{r.copies}, r.cfg.Retry.Config,
+		retrygate.WithPressure(budgetPressure{r}),
+		retrygate.WithIsPermanent(r.opts.isPermanent),
+		retrygate.WithRedelivery(r.isRedelivery),
+		retrygate.WithRevoked(retryRevoked),
+		retrygate.WithOnOutcome(hs.onRetryOutcome),
+		retrygate.WithLogger(r.logger))
 	return err
 }
 
@@ -933,8 +932,8 @@ type Stats struct {
 
 	// The producer section's layers of [Router.Publisher]: what the rate
 	// limit charged, refused and waited, and the lag throttle's waits.
-	RateLimit   *producer.RateLimitStats   // nil unless producer.rate_limit.vertices_per_second is set
-	LagThrottle *producer.LagThrottleStats // nil unless producer.lag_throttle.threshold is set
+	RateLimit   *producer.Stats // nil unless producer.rate_limit.vertices_per_second is set
+	LagThrottle *producer.Stats // nil unless producer.lag_throttle.threshold is set
 }
 
 // countAdmission returns the budget's admission hook: it counts the

@@ -495,7 +495,7 @@ func runRetry(t *testing.T, bc brokerCase) {
 			wmw.ReasonForPoisonedKey:     "unreadable geometry",
 			retrygate.DeadLetterCauseKey: "permanent",
 			retrygate.OriginTopicKey:     "jobs",
-			retrygate.AttemptKey:         "1",
+			"spillway_attempt":           "1",
 		}
 		if m.UUID != "poison" {
 			t.Errorf("dead letter %s, want poison", m.UUID)

@@ -115,7 +115,7 @@ type VersionGuardConfig struct {
 // CoalesceConfig configures keyed coalescing: while several messages of one
 // entity wait for budget, only the newest proceeds and the older ones are
 // acked as superseded. It needs the policy's admission hooks wired around
-// the budget (see [Policy.Wrap] and [Policy.Revoked]).
+// the budget (see [Policy.Admitted] and [Policy.Revoked]).
 type CoalesceConfig struct {
 	// Enabled turns coalescing on. Default false.
 	Enabled bool `yaml:"enabled" env:"ENABLED"`
@@ -144,7 +144,9 @@ func (c *Config) setDefaults() {
 }
 
 // WithDefaults returns c with every zero field set to its default, as
-// [New] uses it.
+// [New] uses it. The router reads it to check its other sections against
+// the effective values (retry.saturated_after against priority.window)
+// and to show them.
 func (c Config) WithDefaults() Config {
 	c.setDefaults()
 	c.Topics = append([]string(nil), c.Topics...)

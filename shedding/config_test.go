@@ -32,7 +32,7 @@ func TestConfigDefaults(t *testing.T) {
 		t.Errorf("explicit values overwritten: %+v", c.Priority)
 	}
 	// New keeps the configuration with defaults applied.
-	pol, err := New(Config{}, nil)
+	pol, err := New(Config{})
 	if err != nil || pol.cfg.Priority.Window != 30*time.Second {
 		t.Errorf("policy config without defaults: %v", err)
 	}

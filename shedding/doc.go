@@ -33,15 +33,15 @@
 // nacked instead, so nothing disappears silently.
 //
 // The policy is two middlewares on either side of budget admission,
-// composed by [Policy.Wrap], plus a revocation hook for the budget
-// ([Policy.Revoked]):
+// [Policy.Middleware] outside and [Policy.Admitted] inside, plus a
+// revocation hook for the budget ([Policy.Revoked]):
 //
-//	pol, err := shedding.New(cfg, budget, shedding.WithAuditPublisher(pub))
+//	pol, err := shedding.New(cfg, shedding.WithPressure(budget), shedding.WithAuditPublisher(pub))
 //	admission, err := middleware.NewBudget(middleware.BudgetConfig{
 //		Budget:  budget,
 //		Revoked: pol.Revoked(nil), // or pol.Revoked(tracker.Revoked) on Kafka
 //	})
-//	router.AddMiddleware(pol.Wrap(admission.Middleware))
+//	router.AddMiddleware(pol.Middleware, admission.Middleware, pol.Admitted)
 //
 // docs/shedding.md explains when to drop, block or buffer, why the topic
 // list is explicit, and what to alert on.

@@ -32,7 +32,7 @@ func ExamplePolicy() {
 	pol, err := shedding.New(shedding.Config{
 		Topics:     []string{"vehicle.positions"},
 		AuditTopic: "spillway.shed",
-	}, lagPressure{}, shedding.WithAuditPublisher(pubSub))
+	}, shedding.WithPressure(lagPressure{}), shedding.WithAuditPublisher(pubSub))
 	if err != nil {
 		panic(err)
 	}
@@ -45,7 +45,7 @@ func ExamplePolicy() {
 		Revoked: pol.Revoked(nil),
 	})
 	router, _ := message.NewRouter(message.RouterConfig{}, logger)
-	router.AddMiddleware(pol.Wrap(admission.Middleware))
+	router.AddMiddleware(pol.Middleware, admission.Middleware, pol.Admitted)
 
 	out := make(chan string)
 	for _, topic := range []string{"vehicle.positions", "parcels"} {

@@ -78,12 +78,12 @@ func FuzzMetadata(f *testing.F) {
 			Topics:       []string{"t"},
 			VersionGuard: VersionGuardConfig{Enabled: true, MaxEntities: 4},
 			Coalesce:     CoalesceConfig{Enabled: true},
-		}, fixedPressure(time.Hour), WithTopicFunc(func(*message.Message) string { return "t" }))
+		}, WithPressure(fixedPressure(time.Hour)), WithTopicFunc(func(*message.Message) string { return "t" }))
 		if err != nil {
 			t.Fatal(err)
 		}
 		ran := 0
-		run := pol.Wrap(func(h message.HandlerFunc) message.HandlerFunc { return h })(
+		run := wrap(pol, func(h message.HandlerFunc) message.HandlerFunc { return h })(
 			func(*message.Message) ([]*message.Message, error) { ran++; return nil, nil })
 		for i := 0; i < 2; i++ { // the second delivery may be stale
 			m := message.NewMessage("m", nil)
@@ -115,4 +115,12 @@ func FuzzMetadata(f *testing.F) {
 			t.Fatal("registration leaked")
 		}
 	})
+}
+
+// wrap runs p's stage before admission, then admission, then its stage
+// after admission.
+func wrap(p *Policy, admission message.HandlerMiddleware) message.HandlerMiddleware {
+	return func(h message.HandlerFunc) message.HandlerFunc {
+		return p.Middleware(admission(p.Admitted(h)))
+	}
 }

@@ -138,3 +138,12 @@ func countRevoked(n *atomic.Uint64) func(*message.Message, middleware.Admission)
 		}
 	}
 }
+
+// wrap returns a middleware that runs the policy's stage before
+// admission, then admission, then its stage after admission, as a router
+// that adds pol.Middleware, admission and pol.Admitted in that order does.
+func wrap(pol *shedding.Policy, admission message.HandlerMiddleware) message.HandlerMiddleware {
+	return func(h message.HandlerFunc) message.HandlerFunc {
+		return pol.Middleware(admission(pol.Admitted(h)))
+	}
+}

@@ -12,15 +12,18 @@ import (
 	"github.com/spillway-go/spillway"
 )
 
-// Metadata keys set on audit copies of dropped messages.
+// Metadata keys set on audit copies of dropped messages. A consumer of the
+// audit topic reads the reason, and replays a copy by publishing it back to
+// its topic.
 const (
 	// MetadataReason holds the reason the message was dropped for:
 	// shed_priority, stale_version or superseded (see [WithOnShed]).
 	MetadataReason = "spillway_shed_reason"
 	// MetadataTopic holds the topic the message was consumed from.
 	MetadataTopic = "spillway_shed_topic"
-	// MetadataAt holds when it was dropped, RFC 3339 with nanoseconds, UTC.
-	MetadataAt = "spillway_shed_at"
+	// metadataAt holds when it was dropped, RFC 3339 with nanoseconds, UTC
+	// (spillway_shed_at).
+	metadataAt = "spillway_shed_at"
 )
 
 // reason says why a message was dropped. Outside the package it is its
@@ -54,14 +57,32 @@ func (r reason) String() string {
 	return "reason(" + strconv.Itoa(int(r)) + ")"
 }
 
-// Option configures a [Policy].
-type Option func(*Policy)
+// options are a policy's runtime dependencies, set by the With… functions.
+type options struct {
+	pressure     spillway.Pressure
+	audit        message.Publisher
+	onShed       func(*message.Message, string, string)
+	topicOf      func(*message.Message) string
+	isRedelivery func(*message.Message) bool
+}
+
+// Option configures a [Policy] built by [New].
+type Option func(*options)
+
+// WithPressure sets the pressure signal priority shedding waits on
+// ([spillway.Pressure]; *middleware.VertexBudget satisfies it). It is
+// required while there are sheddable topics and priority shedding is on:
+// without it [New] returns a [*spillway.FieldError] for
+// priority.disabled. The version guard and coalescing do not read it.
+func WithPressure(p spillway.Pressure) Option {
+	return func(o *options) { o.pressure = p }
+}
 
 // WithAuditPublisher sets the publisher audit copies are published with, to
 // Config.AuditTopic. Without an audit topic the publisher is not used. The
 // policy does not close it.
 func WithAuditPublisher(pub message.Publisher) Option {
-	return func(p *Policy) { p.audit = pub }
+	return func(o *options) { o.audit = pub }
 }
 
 // WithOnShed sets a hook called once for every message the policy drops,
@@ -73,7 +94,7 @@ func WithAuditPublisher(pub message.Publisher) Option {
 // waited for budget, or was already in flight when it arrived). It is called from the message's goroutine, must be
 // fast, must not block and must be safe for concurrent use.
 func WithOnShed(f func(msg *message.Message, topic, reason string)) Option {
-	return func(p *Policy) { p.onShed = f }
+	return func(o *options) { o.onShed = f }
 }
 
 // WithRedelivery sets how redelivered messages are recognised: f reports
@@ -86,7 +107,7 @@ func WithOnShed(f func(msg *message.Message, topic, reason string)) Option {
 // as always. Without this option every message counts as fresh. f is
 // called from message goroutines and must be safe for concurrent use.
 func WithRedelivery(f func(msg *message.Message) bool) Option {
-	return func(p *Policy) { p.isRedelivery = f }
+	return func(o *options) { o.isRedelivery = f }
 }
 
 // WithTopicFunc sets how a message's topic is found. The default reads the
@@ -94,9 +115,9 @@ func WithRedelivery(f func(msg *message.Message) bool) Option {
 // a handler consumes a fan-in of several streams and the original topic is
 // carried elsewhere.
 func WithTopicFunc(f func(msg *message.Message) string) Option {
-	return func(p *Policy) {
+	return func(o *options) {
 		if f != nil {
-			p.topicOf = f
+			o.topicOf = f
 		}
 	}
 }
@@ -109,7 +130,7 @@ func WithTopicFunc(f func(msg *message.Message) string) Option {
 // untouched.
 //
 // A Policy contributes two middlewares that go on either side of budget
-// admission; [Policy.Wrap] composes them around the admission middleware:
+// admission:
 //
 //   - [Policy.Middleware], before admission: drops stale and (under
 //     sustained pressure) low-priority messages before they wait for
@@ -117,6 +138,11 @@ func WithTopicFunc(f func(msg *message.Message) string) Option {
 //   - [Policy.Admitted], inside admission, right before the handler:
 //     checks again after the wait, marks the message admitted (admitted
 //     messages are never superseded) and records the handled version.
+//
+// Add them in that order around the admission middleware (Watermill's
+// first middleware is the outermost):
+//
+//	router.AddMiddleware(policy.Middleware, admission.Middleware, policy.Admitted)
 //
 // Coalescing also needs [Policy.Revoked] as the budget's revocation hook,
 // so that a superseded waiter stops waiting.
@@ -149,28 +175,32 @@ type topicCounters struct {
 	malformedVersion  atomic.Uint64
 }
 
-// New returns the policy for cfg. pressure may be nil only if there are no
-// sheddable topics or priority shedding is disabled; otherwise New returns
-// a [*spillway.FieldError] for priority.disabled. With Config.AuditTopic
-// set and no [WithAuditPublisher], it returns one for audit_topic.
-func New(cfg Config, pressure spillway.Pressure, opts ...Option) (*Policy, error) {
+// New returns the policy for cfg. Errors are those of [Config.Validate],
+// or a [*spillway.FieldError]: for priority.disabled when there are
+// sheddable topics, priority shedding is on and no [WithPressure] was
+// given; for audit_topic when it is set and no [WithAuditPublisher] was.
+func New(cfg Config, opts ...Option) (*Policy, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	p := &Policy{
-		cfg:      cfg,
-		pressure: pressure,
-		topicOf:  func(m *message.Message) string { return message.SubscribeTopicFromCtx(m.Context()) },
-		topics:   make(map[string]*topicCounters, len(cfg.Topics)),
-	}
-	for _, o := range opts {
-		if o != nil {
-			o(p)
+	o := options{topicOf: func(m *message.Message) string { return message.SubscribeTopicFromCtx(m.Context()) }}
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&o)
 		}
 	}
-	if len(cfg.Topics) > 0 && !cfg.Priority.Disabled && pressure == nil {
-		return nil, &spillway.FieldError{Field: "priority.disabled", Value: "false", Reason: "priority shedding is on but New was given no pressure signal"}
+	p := &Policy{
+		cfg:          cfg,
+		pressure:     o.pressure,
+		audit:        o.audit,
+		onShed:       o.onShed,
+		topicOf:      o.topicOf,
+		isRedelivery: o.isRedelivery,
+		topics:       make(map[string]*topicCounters, len(cfg.Topics)),
+	}
+	if len(cfg.Topics) > 0 && !cfg.Priority.Disabled && p.pressure == nil {
+		return nil, &spillway.FieldError{Field: "priority.disabled", Value: "false", Reason: "priority shedding is on but no pressure signal was given: pass WithPressure, or set priority.disabled: true"}
 	}
 	if cfg.AuditTopic == "" {
 		p.audit = nil
@@ -319,8 +349,7 @@ func (p *Policy) Middleware(h message.HandlerFunc) message.HandlerFunc {
 }
 
 // Admitted is the policy's stage after budget admission, right before the
-// handler. It must sit inside the admission middleware; [Policy.Wrap] puts
-// it there. For a message that passed [Policy.Middleware] it checks once
+// handler. It must sit inside the admission middleware (see [Policy]). For a message that passed [Policy.Middleware] it checks once
 // more what may have changed during the wait (the message was superseded,
 // a newer version was handled, shedding came into force) and drops the
 // message if so; otherwise it marks the message admitted, so it is no
@@ -351,16 +380,6 @@ func (p *Policy) Admitted(h message.HandlerFunc) message.HandlerFunc {
 			p.guard.record(ps.key(), ps.version, msg.Acked())
 		}
 		return out, err
-	}
-}
-
-// Wrap returns a middleware that runs [Policy.Middleware], then admission,
-// then [Policy.Admitted], then the handler. admission is the budget
-// middleware (middleware.Budget.Middleware), possibly composed with others
-// that must run inside it.
-func (p *Policy) Wrap(admission message.HandlerMiddleware) message.HandlerMiddleware {
-	return func(h message.HandlerFunc) message.HandlerFunc {
-		return p.Middleware(admission(p.Admitted(h)))
 	}
 }
 
@@ -417,7 +436,7 @@ func (p *Policy) drop(msg *message.Message, ps *passage, r reason) ([]*message.M
 		a := msg.Copy()
 		a.Metadata.Set(MetadataReason, r.String())
 		a.Metadata.Set(MetadataTopic, ps.topic)
-		a.Metadata.Set(MetadataAt, time.Now().UTC().Format(time.RFC3339Nano))
+		a.Metadata.Set(metadataAt, time.Now().UTC().Format(time.RFC3339Nano))
 		// Keep the values (tracing) but not the cancellation of the
 		// delivery: the copy must go out even if the delivery is ending.
 		a.SetContext(context.WithoutCancel(msg.Context()))
@@ -451,10 +470,12 @@ type Stats struct {
 	// but not an unsigned integer (the version guard skipped them).
 	MalformedVersion uint64
 	// Entities is how many entities the version guard remembers, at most
-	// version_guard.max_entities; Evictions how many it has forgotten to
-	// stay within it.
-	Entities  int
-	Evictions uint64
+	// version_guard.max_entities.
+	Entities int
+	// Forgotten counts the entities the version guard has forgotten to
+	// stay within version_guard.max_entities; a forgotten entity's next
+	// message is handled whatever its version.
+	Forgotten uint64
 }
 
 // Stats returns a snapshot. Counters are read one by one, so a snapshot
@@ -467,7 +488,7 @@ func (p *Policy) Stats() Stats {
 		s.MalformedVersion += tc.malformedVersion.Load()
 	}
 	if p.guard != nil {
-		s.Entities, s.Evictions = p.guard.stats()
+		s.Entities, s.Forgotten = p.guard.stats()
 	}
 	return s
 }

@@ -35,7 +35,7 @@ type unit struct {
 func newUnit(t *testing.T, cfg shedding.Config, p spillway.Pressure, admission message.HandlerMiddleware) *unit {
 	t.Helper()
 	u := &unit{seen: &handled{}, audit: &auditLog{}}
-	pol, err := shedding.New(cfg, p,
+	pol, err := shedding.New(cfg, shedding.WithPressure(p),
 		shedding.WithTopicFunc(topicOf),
 		shedding.WithAuditPublisher(u.audit),
 		shedding.WithOnShed(func(m *message.Message, topic, r string) {
@@ -48,7 +48,7 @@ func newUnit(t *testing.T, cfg shedding.Config, p spillway.Pressure, admission m
 		admission = passThrough
 	}
 	u.pol = pol
-	u.run = pol.Wrap(admission)(func(m *message.Message) ([]*message.Message, error) {
+	u.run = wrap(pol, admission)(func(m *message.Message) ([]*message.Message, error) {
 		u.seen.add(m)
 		return nil, nil
 	})
@@ -149,7 +149,7 @@ func TestPriorityShedding(t *testing.T) {
 	}
 	for i, a := range audit {
 		if a.Metadata.Get(shedding.MetadataReason) != "shed_priority" || a.Metadata.Get(shedding.MetadataTopic) != "vehicles" ||
-			a.Metadata.Get(shedding.MetadataAt) == "" || string(a.Payload) != a.UUID || u.audit.topic[i] != "shed" {
+			a.Metadata.Get("spillway_shed_at") == "" || string(a.Payload) != a.UUID || u.audit.topic[i] != "shed" {
 			t.Errorf("audit copy %d: %v %q", i, a.Metadata, a.Payload)
 		}
 		if u.shed[i] != "vehicles/shed_priority/"+a.UUID {
@@ -174,7 +174,7 @@ func TestPriorityOptions(t *testing.T) {
 		t.Errorf("shed %d, want 3", got)
 	}
 	// Disabled: never shed by priority, and no pressure signal needed.
-	pol, err := shedding.New(shedding.Config{Topics: []string{"vehicles"}, Priority: shedding.PriorityConfig{Disabled: true}}, nil)
+	pol, err := shedding.New(shedding.Config{Topics: []string{"vehicles"}, Priority: shedding.PriorityConfig{Disabled: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,17 +185,17 @@ func TestPriorityOptions(t *testing.T) {
 
 func TestNewErrors(t *testing.T) {
 	var fe *spillway.FieldError
-	if _, err := shedding.New(shedding.Config{Topics: []string{"v"}}, nil); !errors.As(err, &fe) || fe.Field != "priority.disabled" || !errors.Is(err, spillway.ErrInvalidConfig) {
+	if _, err := shedding.New(shedding.Config{Topics: []string{"v"}}); !errors.As(err, &fe) || fe.Field != "priority.disabled" || !errors.Is(err, spillway.ErrInvalidConfig) {
 		t.Errorf("no pressure: %v", err)
 	}
-	if _, err := shedding.New(shedding.Config{Topics: []string{"v"}, AuditTopic: "a"}, &fakePressure{}); !errors.As(err, &fe) || fe.Field != "audit_topic" || fe.Value != "a" {
+	if _, err := shedding.New(shedding.Config{Topics: []string{"v"}, AuditTopic: "a"}, shedding.WithPressure(&fakePressure{})); !errors.As(err, &fe) || fe.Field != "audit_topic" || fe.Value != "a" {
 		t.Errorf("no audit publisher: %v", err)
 	}
-	if _, err := shedding.New(shedding.Config{Topics: []string{""}}, &fakePressure{}); !errors.As(err, &fe) || fe.Field != "topics[0]" {
+	if _, err := shedding.New(shedding.Config{Topics: []string{""}}, shedding.WithPressure(&fakePressure{})); !errors.As(err, &fe) || fe.Field != "topics[0]" {
 		t.Errorf("invalid config: %v", err)
 	}
 	// No topics: inert, no pressure needed; a publisher without topic is unused.
-	pol, err := shedding.New(shedding.Config{}, nil, shedding.WithAuditPublisher(&auditLog{}))
+	pol, err := shedding.New(shedding.Config{}, shedding.WithAuditPublisher(&auditLog{}))
 	if err != nil || pol.Stats().Shedding || len(shedding.Topics(pol)) != 0 {
 		t.Fatalf("inert policy: %v", err)
 	}
@@ -289,13 +289,13 @@ func TestVersionGuardRecordsOnlyAckedSuccess(t *testing.T) {
 		Topics:       []string{"vehicles"},
 		Priority:     shedding.PriorityConfig{Disabled: true},
 		VersionGuard: shedding.VersionGuardConfig{Enabled: true},
-	}, nil, shedding.WithTopicFunc(topicOf))
+	}, shedding.WithTopicFunc(topicOf))
 	if err != nil {
 		t.Fatal(err)
 	}
 	fail := true
 	calls := 0
-	run := pol.Wrap(passThrough)(func(m *message.Message) ([]*message.Message, error) {
+	run := wrap(pol, passThrough)(func(m *message.Message) ([]*message.Message, error) {
 		calls++
 		if fail {
 			return nil, errors.New("boom")
@@ -336,7 +336,7 @@ func TestCoalescingInertWithoutAdmittedStage(t *testing.T) {
 			Topics:   []string{"vehicles"},
 			Priority: shedding.PriorityConfig{Disabled: true},
 			Coalesce: shedding.CoalesceConfig{Enabled: true},
-		}, nil, shedding.WithTopicFunc(topicOf))
+		}, shedding.WithTopicFunc(topicOf))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -374,7 +374,7 @@ func TestCoalescingInertWithoutAdmittedStage(t *testing.T) {
 }
 
 func TestSupersededNilCases(t *testing.T) {
-	pol, err := shedding.New(fullConfig, &fakePressure{}, shedding.WithTopicFunc(topicOf), shedding.WithAuditPublisher(&auditLog{}))
+	pol, err := shedding.New(fullConfig, shedding.WithPressure(&fakePressure{}), shedding.WithTopicFunc(topicOf), shedding.WithAuditPublisher(&auditLog{}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -409,7 +409,7 @@ func TestRevokedComposition(t *testing.T) {
 			Topics:   []string{"vehicles"},
 			Priority: shedding.PriorityConfig{Disabled: true},
 			Coalesce: shedding.CoalesceConfig{Enabled: true},
-		}, nil, shedding.WithTopicFunc(topicOf))
+		}, shedding.WithTopicFunc(topicOf))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -430,7 +430,7 @@ func TestRevokedComposition(t *testing.T) {
 			t.Fatal(err)
 		}
 		seen := &handled{}
-		run := pol.Wrap(adm.Middleware)(func(m *message.Message) ([]*message.Message, error) {
+		run := wrap(pol, adm.Middleware)(func(m *message.Message) ([]*message.Message, error) {
 			seen.add(m)
 			return nil, nil
 		})
@@ -476,7 +476,7 @@ func TestSupersededAfterGrantIsDroppedBeforeHandler(t *testing.T) {
 			Topics:   []string{"vehicles"},
 			Priority: shedding.PriorityConfig{Disabled: true},
 			Coalesce: shedding.CoalesceConfig{Enabled: true},
-		}, nil, shedding.WithTopicFunc(topicOf))
+		}, shedding.WithTopicFunc(topicOf))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -490,7 +490,7 @@ func TestSupersededAfterGrantIsDroppedBeforeHandler(t *testing.T) {
 			}
 		}
 		seen := &handled{}
-		run := pol.Wrap(admission)(func(m *message.Message) ([]*message.Message, error) {
+		run := wrap(pol, admission)(func(m *message.Message) ([]*message.Message, error) {
 			seen.add(m)
 			return nil, nil
 		})
@@ -527,13 +527,13 @@ func TestSupersededAuditFailureNacks(t *testing.T) {
 			AuditTopic: "shed",
 			Priority:   shedding.PriorityConfig{Disabled: true},
 			Coalesce:   shedding.CoalesceConfig{Enabled: true},
-		}, nil, shedding.WithTopicFunc(topicOf), shedding.WithAuditPublisher(audit))
+		}, shedding.WithTopicFunc(topicOf), shedding.WithAuditPublisher(audit))
 		if err != nil {
 			t.Fatal(err)
 		}
 		vb := mustVertexBudget(1)
 		adm, _ := middleware.NewBudget(middleware.BudgetConfig{Budget: vb, Revoked: pol.Revoked(nil)})
-		run := pol.Wrap(adm.Middleware)(func(*message.Message) ([]*message.Message, error) { return nil, nil })
+		run := wrap(pol, adm.Middleware)(func(*message.Message) ([]*message.Message, error) { return nil, nil })
 		hold, _ := vb.Acquire(context.Background(), 1)
 		older := make(chan error, 1)
 		go func() {

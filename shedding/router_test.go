@@ -54,7 +54,7 @@ func newRigWith(t *testing.T, cfg shedding.Config, sub message.Subscriber, opts 
 	r := &rig{t: t, pubsub: ps, audit: &auditLog{}, seen: map[string]*handled{}, done: make(chan struct{})}
 	r.budget = mustVertexBudget(1)
 	var err error
-	r.pol, err = shedding.New(cfg, r.budget, append([]shedding.Option{shedding.WithAuditPublisher(r.audit)}, opts...)...)
+	r.pol, err = shedding.New(cfg, append([]shedding.Option{shedding.WithPressure(r.budget), shedding.WithAuditPublisher(r.audit)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +66,7 @@ func newRigWith(t *testing.T, cfg shedding.Config, sub message.Subscriber, opts 
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.router.AddMiddleware(r.pol.Wrap(r.admission.Middleware))
+	r.router.AddMiddleware(r.pol.Middleware, r.admission.Middleware, r.pol.Admitted)
 	for _, topic := range topics {
 		h := &handled{}
 		r.seen[topic] = h
@@ -241,7 +241,7 @@ func TestRouterPriorityShedding(t *testing.T) {
 			t.Fatalf("in %d, out %d", len(lowA)+len(highA)+len(lowB)+len(highB)+len(lowC), n)
 		}
 		for _, a := range audit {
-			at, err := time.Parse(time.RFC3339Nano, a.Metadata.Get(shedding.MetadataAt))
+			at, err := time.Parse(time.RFC3339Nano, a.Metadata.Get("spillway_shed_at"))
 			if err != nil {
 				t.Fatal(err)
 			}

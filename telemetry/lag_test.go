@@ -9,6 +9,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill/message"
+
 	"github.com/spillway-go/spillway/producer"
 	"github.com/spillway-go/spillway/telemetry"
 )
@@ -234,13 +236,20 @@ func TestLagSamplerDrivesThrottle(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if d := p.Delay(); d != 200*time.Millisecond {
+		publish := func() time.Duration { // the time one Publish waits
+			start := time.Now()
+			if err := p.Publish("t", message.NewMessage("m", nil)); err != nil {
+				t.Fatal(err)
+			}
+			return time.Since(start)
+		}
+		if d := publish(); d != 200*time.Millisecond {
 			t.Fatalf("delay at lag 3000 = %v, want 200ms", d)
 		}
 		src.set(nil, kafkaLag(0, 500))
 		time.Sleep(time.Second)
 		synctest.Wait()
-		if d := p.Delay(); d != 0 {
+		if d := publish(); d != 0 {
 			t.Fatalf("delay after lag fell = %v, want 0", d)
 		}
 	})

@@ -486,7 +486,7 @@ func (m *Metrics) OnDeadLettered(msg *message.Message, topic, reason string) {
 // (spillway.messages.deferred) or dead-lettered
 // (spillway.messages.dead_lettered), by topic and cause; other outcomes are
 // not counted here. It counts only: the message's outcome label and span
-// are left as they are. Use it as retrygate.Options.OnOutcome; it is the
+// are left as they are. Pass it to retrygate.WithOnOutcome; it is the
 // router's retry hook too. Safe for concurrent use; it never blocks.
 func (m *Metrics) OnRetryOutcome(e retrygate.Event) {
 	var o outcome

@@ -96,7 +96,7 @@ func (e *kafkaEnv) lag(group string) (int64, error) {
 		groups[group+"."+t] = t
 		if spillway {
 			// the router names the retry handler of handler t "<t>.retry"
-			groups[group+"."+t+".retry"] = retrygate.Config{}.WithDefaults().RetryTopicFor(t)
+			groups[group+"."+t+".retry"] = retrygate.Config{}.RetryTopicFor(t)
 		}
 	}
 	return e.lr.lag(groups)

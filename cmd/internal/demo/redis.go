@@ -93,7 +93,7 @@ func (e *redisEnv) lag(group string) (int64, error) {
 		streams := map[string]string{t: group + "." + t}
 		if spillway {
 			// the router names the retry handler of handler t "<t>.retry"
-			streams[retrygate.Config{}.WithDefaults().RetryTopicFor(t)] = group + "." + t + ".retry"
+			streams[retrygate.Config{}.RetryTopicFor(t)] = group + "." + t + ".retry"
 		}
 		for stream, g := range streams {
 			groups, err := e.client.XInfoGroups(ctx, stream).Result()
