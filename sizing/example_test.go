@@ -16,6 +16,7 @@ func ExampleRecommend() {
 		PrefetchBytes:     256 << 20, // each buffers up to 256 MiB ahead
 		BytesPerVertex:    180,
 		VerticesPerSecond: 300_000,
+		Parallelism:       4,                // handlers at once when it was measured
 		Deadline:          60 * time.Second, // Kafka Rebalance.Timeout
 	}
 	r, err := sizing.Recommend(in)
@@ -26,20 +27,18 @@ func ExampleRecommend() {
 	fmt.Println("memory bound:  ", r.MemoryBound)
 	fmt.Println("deadline bound:", r.DeadlineBound)
 	fmt.Println("budget:        ", r.Budget, r.Binding)
-	fmt.Println("drains in:     ", r.DrainTime.Round(time.Second))
+	fmt.Println("solo limit:    ", r.SoloLimit)
 
 	// Twice the processes in the same container: each gets half the
 	// memory, and memory binds.
 	in.Processes = 4
 	r, _ = sizing.Recommend(in)
 	fmt.Println("budget:        ", r.Budget, r.Binding)
-	fmt.Println(r.Advice())
 
 	// Output:
 	// memory bound:   10439156
 	// deadline bound: 9000000
 	// budget:         9000000 deadline
-	// drains in:      30s
+	// solo limit:     2250000
 	// budget:         4473924 memory
-	// memory binds: a bigger container, fewer processes per container or a smaller broker prefetch raise the budget; a faster handler does not
 }

@@ -582,7 +582,7 @@ func (m *Metrics) ObserveBudget(name string, b *middleware.VertexBudget) (unregi
 // redelivery deadline (vertices/s × deadline × safety), the budget it asks
 // for, and which bound is binding ("memory", "deadline", "tail", or another
 // name such as "configured"). Tail is the auto-sizer's tail bound (the
-// slowest handler call scaled to the deadline; see sizing.AutoSizeConfig's
+// slowest handler call scaled to the deadline; see sizing.Config's
 // TailShare), 0 if there is none.
 type Bounds struct {
 	Memory   int64
