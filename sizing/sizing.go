@@ -65,7 +65,7 @@ type Inputs struct {
 	// ([MemoryProfile.BytesPerVertex]). Required.
 	BytesPerVertex float64 `json:"bytes_per_vertex"`
 	// VerticesPerSecond is the measured throughput of one process, at the
-	// parallelism production runs ([Throughput.VerticesPerSecond]).
+	// parallelism production runs ([MeasureThroughput]).
 	// Required.
 	VerticesPerSecond float64 `json:"vertices_per_second"`
 	// Deadline is the broker's redelivery deadline: Kafka's
@@ -79,8 +79,8 @@ type Inputs struct {
 	// sample).
 	Headroom float64 `json:"headroom"`
 	// Spread is how much more the slow vertices of the mix cost than the
-	// average one ([Throughput.Spread]); 0 means not measured, and values
-	// below 1 count as 1. While a full budget drains, the messages in
+	// average one (as [MeasureThroughput] reports it); 0 means not
+	// measured, and values below 1 count as 1. While a full budget drains, the messages in
 	// flight share the cores, so a message whose vertices cost Spread
 	// times the mean takes about Spread times the drain time. The drain
 	// time is therefore held to TailShare / Spread of the deadline when
