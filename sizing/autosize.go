@@ -83,8 +83,9 @@ type Config struct {
 
 	// TailShare is the share of Deadline the slowest handler call of a
 	// window may take (default 0.75; negative turns the tail guard off).
-	// The throughput alone sizes the budget for the average message; when messages differ in cost per vertex, the slow ones take
-	// several times the drain time while the budget is full. The guard
+	// The throughput alone sizes the budget for the average message;
+	// when messages differ in cost per vertex, the slow ones take several
+	// times the drain time while the budget is full. The guard
 	// reads each window's slowest call as seconds per vertex of capacity
 	// (its duration over the capacity when it began, or over its own
 	// vertices if it was clamped to run alone) and caps the budget at
@@ -101,14 +102,15 @@ type Config struct {
 // AutoSizer keeps a vertex budget sized to the handler's measured speed.
 //
 // It times every handler call that runs through [AutoSizer.Middleware] and
-// counts the vertices completed. Time is cut into windows of Window; a window's throughput is the vertices
-// completed in it divided by the time at least one handler was running in
-// it (busy time), so idle gaps between messages do not read as a slow
-// handler. The throughput is the median over the last Windows windows; from
-// it the deadline bound is recomputed (throughput × Deadline × Headroom),
-// the target is the smaller of that and the fixed memory bound, clamped to
-// [Floor, Ceiling], and the budget is resized when the target differs from
-// its capacity by more than Hysteresis.
+// counts the vertices completed. Time is cut into windows of Window; a
+// window's throughput is the vertices completed in it divided by the time
+// at least one handler was running in it (busy time), so idle gaps between
+// messages do not read as a slow handler. The throughput is the median over
+// the last Windows windows; from it the deadline bound is recomputed
+// (throughput × Deadline × Headroom), the target is the smaller of that and
+// the fixed memory bound, clamped to [Floor, Ceiling], and the budget is
+// resized when the target differs from its capacity by more than
+// Hysteresis.
 //
 // A tail guard caps that target too: each window's slowest call, as
 // seconds per vertex of capacity, must fit in TailShare × Deadline (see
@@ -292,6 +294,12 @@ func New(budget Resizable, cfg Config, opts ...Option) (*AutoSizer, error) {
 //
 //	router.AddMiddleware(budget.Middleware, sizer.Middleware)
 //
+// A call is measured at the charge the budget admitted the message with
+// ([cost.AdmittedFromCtx]) or, outside a budget, at the message's
+// vertex_count. A message of unknown cost would teach the sizer a made-up
+// rate, and a vertex_count above the budget's capacity cannot be told from
+// a forged one: such calls run unmeasured.
+//
 // A handler call that returns an error or panics counts as busy time but
 // completes no vertices, so failing work lowers the measured throughput:
 // the budget errs small.
@@ -321,9 +329,10 @@ func (a *AutoSizer) Middleware(h message.HandlerFunc) message.HandlerFunc {
 //
 // Inside a budget middleware the charge it admitted the message with,
 // which it passes down in the message's context ([cost.AdmittedFromCtx]),
-// is used, so the message is priced once. Outside one its vertex_count prices
-// it. Either way only counted costs are measured (a header or a computed count: a default
-// charge would teach a made-up rate), and a header count above the
+// is used, so the message is priced once. Outside one its vertex_count
+// prices it. Either way only counted costs are measured (a header or a
+// computed count: a default charge would teach a made-up rate), and a
+// header count above the
 // capacity is not: the budget clamped it, so it cannot be told from a
 // forged vertex_count, which would poison the throughput. A computed count
 // above the capacity is the real size of a message that ran alone, and is
