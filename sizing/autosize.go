@@ -43,9 +43,10 @@ type Config struct {
 	// 0 means no memory bound; then set Ceiling.
 	MemoryBound int64 `yaml:"memory_bound" env:"MEMORY_BOUND"`
 
-	// Floor and Ceiling limit every resize. Floor defaults to 1; Ceiling to
-	// MemoryBound, or unlimited if that is 0 too.
-	Floor   int64 `yaml:"floor" env:"FLOOR"`
+	// Floor is the smallest capacity a resize sets (default 1).
+	Floor int64 `yaml:"floor" env:"FLOOR"`
+	// Ceiling is the largest capacity a resize sets (default MemoryBound,
+	// or unlimited if that is 0 too).
 	Ceiling int64 `yaml:"ceiling" env:"CEILING"`
 
 	// Window is the length of one measuring window. Default: Deadline.
