@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/spillway-go/spillway/middleware"
 	"github.com/spillway-go/spillway/sizing"
 )
 
@@ -41,4 +42,31 @@ func ExampleRecommend() {
 	// budget:         9000000 deadline
 	// solo limit:     2250000
 	// budget:         4473924 memory
+}
+
+func ExampleNew() {
+	// The budget the router's (or your) budget middleware admits against.
+	budget, err := middleware.NewVertexBudget(200_000)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	sizer, err := sizing.New(budget, sizing.Config{
+		Deadline:    60 * time.Second, // Kafka Rebalance.Timeout
+		MemoryBound: 4_000_000,        // from sizing.Recommend, fixed
+		Floor:       10_000,
+	}, sizing.WithOnResize(func(from, to int64, b sizing.Bounds) {
+		fmt.Printf("budget %d -> %d vertices, %s binds\n", from, to, b.Binding)
+	}))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	// Add sizer.Middleware inside the budget middleware (after it), so it
+	// times the handler's work and not the wait for budget. Until
+	// MinWindows windows were measured, it wants nothing.
+	fmt.Println(sizer.Bounds().Budget)
+
+	// Output:
+	// 0
 }
