@@ -80,7 +80,7 @@ type BudgetConfig struct {
 	// MaxVertices refuses a message whose counted charge (a vertex_count
 	// header or a computed count, not the default charge of an unknown
 	// cost) is above it. Use the largest message that finishes alone
-	// within the redelivery deadline (sizing's Recommendation.SoloLimit):
+	// within the redelivery deadline (sizing.Bounds.SoloLimit):
 	// one message runs on one core, so a bigger one would hold a
 	// rebalance or a claim however big the budget is. 0 means no limit: a
 	// charge above the capacity is clamped and runs alone.

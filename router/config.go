@@ -126,9 +126,8 @@ type TelemetryConfig struct {
 type BudgetConfig struct {
 	// Vertices is the budget's capacity: how many vertices of admitted
 	// work may be in flight at once. Size it so that this much work drains
-	// within half of the redelivery deadline ([sizing.DeadlineBound]).
-	// Default
-	// 200000.
+	// within half of the redelivery deadline (vertices/s × deadline × 0.5;
+	// [sizing.Recommend] or spillway size compute it). Default 200000.
 	Vertices int64 `yaml:"vertices" env:"VERTICES"`
 
 	// MessageLimit additionally bounds admitted messages, whatever their
@@ -160,7 +159,7 @@ type BudgetConfig struct {
 	// MaxMessageVertices refuses a message whose counted charge is above
 	// it, like MaxPayloadBytes: the largest message that finishes alone
 	// on one core within the redelivery deadline's headroom
-	// (sizing.Recommendation.SoloLimit, which spillway size prints). A
+	// (sizing.Bounds.SoloLimit, which spillway size prints). A
 	// bigger message would hold a rebalance or a claim however big the
 	// budget is. Default 0: no limit, a charge above the budget is clamped
 	// and runs alone.
@@ -190,7 +189,7 @@ type BudgetConfig struct {
 }
 
 // AutoSizeConfig is the budget.autosize section: the switch, the
-// auto-sizer's own settings ([sizing.AutoSizeConfig], whose keys sit
+// auto-sizer's own settings ([sizing.Config], whose keys sit
 // directly under budget.autosize), and the inputs the router computes the
 // memory bound from. The budget follows min(memory bound, measured
 // vertices/s × deadline × headroom), clamped to [floor, ceiling]. Zero
@@ -203,15 +202,14 @@ type BudgetConfig struct {
 //     there.
 //   - hysteresis and tail_share take -1 ([spillway.Off]) for none / off.
 //
-// The sizer's Budget, Estimator and OnResize are the router's own (the
-// router's budget and estimator, and its resize hook): values set there
-// are ignored.
+// The sizer resizes the router's budget and calls the resize hooks of
+// [WithHooks].
 type AutoSizeConfig struct {
 	// Enabled turns auto-sizing on. Default false: the budget stays at
 	// budget.vertices.
 	Enabled bool `yaml:"enabled" env:"ENABLED"`
 
-	sizing.AutoSizeConfig `yaml:",inline"`
+	sizing.Config `yaml:",inline"`
 
 	// MemoryBytes, Processes, PrefetchBytes and BytesPerVertex compute the
 	// memory bound when memory_bound is not set (sizing.MemoryBound):
@@ -313,9 +311,13 @@ const (
 	defaultConsumerGroup  = "spillway" // consumer_group, which kafka. and redis.consumer_group default to
 	defaultTelemetryName  = "spillway"
 
+	// The auto-sizer's own defaults (sizing.Config), filled in here so
+	// that the effective configuration shows them.
+	defaultAutoSizeHeadroom   = 0.5
 	defaultAutoSizeWindows    = 5
 	defaultAutoSizeMinWindows = 3
 	defaultAutoSizeHysteresis = 0.1
+	defaultAutoSizeTailShare  = 0.75
 )
 
 // defaultMaxPayloadBytes is budget.max_payload_bytes' default: the
@@ -347,10 +349,9 @@ func (c Config) String() string {
 // redis.max_idle_time on Redis (an entry left without a keep-alive refresh
 // is claimed by a peer), CustomBroker.RedeliveryDeadline on custom (in the
 // Config of a router built with WithBroker, [Router.Config]; 0 before),
-// 0 (none) on memory. Size the budget so admitted
-// work drains within half of it ([sizing.DeadlineBound] with
-// [sizing.DefaultHeadroom]); budget.autosize sizes
-// against it unless budget.autosize.deadline is set.
+// 0 (none) on memory. Size the budget so admitted work drains within half
+// of it (vertices/s × deadline × 0.5, what [sizing.Recommend] computes);
+// budget.autosize sizes against it unless budget.autosize.deadline is set.
 func (c Config) RedeliveryDeadline() time.Duration {
 	c.setDefaults()
 	return c.deadline()

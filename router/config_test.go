@@ -51,7 +51,7 @@ func TestDefaults(t *testing.T) {
 	want := Config{Broker: BrokerMemory, ConsumerGroup: "spillway", CloseTimeout: 30 * time.Second}
 	want.Budget.Vertices = 200_000
 	want.Budget.MaxPayloadBytes = 16 << 20
-	want.Budget.AutoSize = AutoSizeConfig{Processes: 1, AutoSizeConfig: sizing.AutoSizeConfig{Headroom: 0.5, Floor: 1, Windows: 5, MinWindows: 3, Hysteresis: 0.1, TailShare: 0.75}}
+	want.Budget.AutoSize = AutoSizeConfig{Processes: 1, Config: sizing.Config{Headroom: 0.5, Floor: 1, Windows: 5, MinWindows: 3, Hysteresis: 0.1, TailShare: 0.75}}
 	want.Shedding.Config = shedding.Config{EntityKey: "entity_id", VersionKey: "entity_version"}
 	want.Shedding.Priority = shedding.PriorityConfig{Window: 30 * time.Second, Key: "region_priority", ShedBelow: 2}
 	want.Shedding.VersionGuard.MaxEntities = 100_000
@@ -259,7 +259,7 @@ func withRetry(f func(*RetryConfig)) Config {
 
 func withAutoSize(f func(*AutoSizeConfig)) Config {
 	c := Config{}
-	c.Budget.AutoSize = AutoSizeConfig{Enabled: true, AutoSizeConfig: sizing.AutoSizeConfig{Deadline: 10 * time.Second, Ceiling: 1_000_000}}
+	c.Budget.AutoSize = AutoSizeConfig{Enabled: true, Config: sizing.Config{Deadline: 10 * time.Second, Ceiling: 1_000_000}}
 	f(&c.Budget.AutoSize)
 	return c
 }
@@ -271,7 +271,7 @@ func TestValidSections(t *testing.T) {
 	c.Kafka.Brokers = []string{"kafka-1:9092"}
 	c.Shedding.Config = shedding.Config{Topics: []string{"positions"}, AuditTopic: "shed", VersionGuard: shedding.VersionGuardConfig{Enabled: true}}
 	c.Retry = RetryConfig{Config: retrygate.Config{RetryRate: math.Inf(1), Jitter: spillway.Off, SaturatedAfter: time.Second}}
-	c.Budget.AutoSize = AutoSizeConfig{Enabled: true, MemoryBytes: 1 << 30, Processes: 2, PrefetchBytes: 1 << 20, BytesPerVertex: 100, AutoSizeConfig: sizing.AutoSizeConfig{Hysteresis: spillway.Off}}
+	c.Budget.AutoSize = AutoSizeConfig{Enabled: true, MemoryBytes: 1 << 30, Processes: 2, PrefetchBytes: 1 << 20, BytesPerVertex: 100, Config: sizing.Config{Hysteresis: spillway.Off}}
 	c.Shedding.Pressure, c.Telemetry.LagThreshold = PressureEither, 5000
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)

@@ -18,7 +18,6 @@ import (
 
 	"github.com/spillway-go/spillway"
 	"github.com/spillway-go/spillway/cost"
-	"github.com/spillway-go/spillway/sizing"
 	"github.com/spillway-go/spillway/telemetry"
 )
 
@@ -180,7 +179,7 @@ func TestCustomBroker(t *testing.T) {
 	}
 	if b := r.sizer.Bounds(); b.VerticesPerSecond == 0 {
 		t.Error("the auto-sizer measured no window")
-	} else if want := sizing.DeadlineBound(b.VerticesPerSecond, deadline, sizing.DefaultHeadroom); b.DeadlineBound != want {
+	} else if want := int64(b.VerticesPerSecond * deadline.Seconds() * 0.5); b.DeadlineBound != want {
 		t.Errorf("deadline bound %d at %.0f vertices/s, want %d: sized against the custom deadline %s", b.DeadlineBound, b.VerticesPerSecond, want, deadline)
 	}
 	if _, err := r.Lag(context.Background()); !errors.Is(err, ErrLagUnknown) {

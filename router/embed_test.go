@@ -12,8 +12,8 @@ import (
 )
 
 // TestEmbeddedLibraryConfigs: the redis and budget.autosize sections are
-// redisbroker.Config and sizing.AutoSizeConfig, and their keys still load
-// from YAML and the environment; the sizer's code fields are no keys; the
+// redisbroker.Config and sizing.Config, and their keys still load from
+// YAML and the environment; code (the budget, the resize hook) is no key; the
 // password is a spillway.Secret everywhere it travels.
 func TestEmbeddedLibraryConfigs(t *testing.T) {
 	clearEnv(t)
@@ -77,7 +77,7 @@ budget:
 		t.Error("the password does not reach redisbroker")
 	}
 
-	// A code field of the sizer is not a key, and a bad password value
+	// The budget the sizer resizes is not a key, and a bad password value
 	// is never quoted.
 	p = writeConfig(t, "budget:\n  autosize:\n    budget: 5\nredis:\n  password: [a, b]\n")
 	_, err = LoadConfig(p)

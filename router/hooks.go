@@ -36,11 +36,11 @@ type RetryOutcomeHook interface {
 }
 
 // ResizeHook is told of each resize of the auto-sized budget (see
-// [sizing.AutoSizeConfig.OnResize]): from the goroutine of the message
+// [sizing.WithOnResize]): from the goroutine of the message
 // whose completion triggered it, with the sizer's lock held, so it must
 // not call the auto-sizer.
 type ResizeHook interface {
-	OnResize(from, to int64, b sizing.AutoBounds)
+	OnResize(from, to int64, b sizing.Bounds)
 }
 
 // WithHooks adds hooks that the router calls on its events. A hook
@@ -68,7 +68,7 @@ type hookSet struct {
 	admission      []AdmissionHook // called in turn by Router.countAdmission
 	onShed         func(*message.Message, string, string)
 	onRetryOutcome func(retrygate.Event)
-	onResize       func(from, to int64, b sizing.AutoBounds)
+	onResize       func(from, to int64, b sizing.Bounds)
 }
 
 // newHookSet sorts hooks by the interfaces they implement. It fails on a
@@ -131,7 +131,7 @@ func newHookSet(hooks []any) (hookSet, error) {
 	case 1:
 		s.onResize = resize[0].OnResize
 	default:
-		s.onResize = func(from, to int64, b sizing.AutoBounds) {
+		s.onResize = func(from, to int64, b sizing.Bounds) {
 			for _, h := range resize {
 				h.OnResize(from, to, b)
 			}

@@ -25,11 +25,11 @@ import (
 // Function adapters for tests that listen to one event.
 type (
 	admissionFunc func(*message.Message, middleware.Admission)
-	resizeFunc    func(from, to int64, b sizing.AutoBounds)
+	resizeFunc    func(from, to int64, b sizing.Bounds)
 )
 
 func (f admissionFunc) OnAdmission(msg *message.Message, a middleware.Admission) { f(msg, a) }
-func (f resizeFunc) OnResize(from, to int64, b sizing.AutoBounds)                { f(from, to, b) }
+func (f resizeFunc) OnResize(from, to int64, b sizing.Bounds)                    { f(from, to, b) }
 
 // hookLog is shared by the hooks of TestHooks, so it sees their order.
 type hookLog struct {
@@ -80,7 +80,7 @@ func (h allHook) OnAdmission(msg *message.Message, a middleware.Admission) {
 	h.log.add("%s admission %s %s", h.name, msg.UUID, a.Outcome)
 }
 
-func (h allHook) OnResize(from, to int64, _ sizing.AutoBounds) {
+func (h allHook) OnResize(from, to int64, _ sizing.Bounds) {
 	h.log.add("%s resize %d %d", h.name, from, to)
 }
 

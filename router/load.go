@@ -167,7 +167,7 @@ func isSecret(t reflect.Type) bool {
 func yamlName(f reflect.StructField) string { return strings.Split(f.Tag.Get("yaml"), ",")[0] }
 
 // skipped reports whether f is no setting: unexported, or tagged yaml:"-"
-// (code such as sizing.AutoSizeConfig.Budget, which the router sets).
+// (code, which the router sets itself).
 func skipped(f reflect.StructField) bool { return !f.IsExported() || yamlName(f) == "-" }
 
 // inline reports whether f is an embedded struct whose fields YAML reads as

@@ -21,7 +21,6 @@ import (
 	"github.com/spillway-go/spillway/internal/kafkatest"
 	"github.com/spillway-go/spillway/internal/serialtest"
 	"github.com/spillway-go/spillway/kafkabroker"
-	"github.com/spillway-go/spillway/sizing"
 )
 
 // The heavy burst and rebalance scenario: the core promise, in Watermill's
@@ -100,7 +99,7 @@ type calibration struct {
 	passes    int           // work passes per message
 	heavyTime time.Duration // one heavy message, one goroutine
 	rate      float64       // vertices/s with two goroutines
-	budget    int64         // sizing.DeadlineBound(rate, rebalanceTimeout, sizing.DefaultHeadroom), at least 1
+	budget    int64         // rate × rebalanceTimeout × 0.5 (the default headroom), at least 1
 }
 
 // calibrate measures the machine now. Other work on the machine changes the
@@ -123,7 +122,7 @@ func calibrate() calibration {
 	}
 	wg.Wait()
 	c.rate = 2 * heavyVertices / time.Since(start).Seconds()
-	c.budget = max(1, sizing.DeadlineBound(c.rate, rebalanceTimeout, sizing.DefaultHeadroom))
+	c.budget = max(1, int64(c.rate*rebalanceTimeout.Seconds()*0.5))
 	return c
 }
 

@@ -287,7 +287,7 @@ func (r *Router) build() error {
 	if err := r.buildRetryGate(hs); err != nil {
 		return err
 	}
-	if err := r.buildAutoSizer(hs, est); err != nil {
+	if err := r.buildAutoSizer(hs); err != nil {
 		return err
 	}
 	if err := r.observe(); err != nil {
@@ -463,19 +463,16 @@ func (r *Router) buildRetryGate(hs hookSet) error {
 
 // buildAutoSizer builds the budget's auto-sizer when budget.autosize is
 // enabled.
-func (r *Router) buildAutoSizer(hs hookSet, est cost.ChargeEstimator) error {
+func (r *Router) buildAutoSizer(hs hookSet) error {
 	a := r.cfg.Budget.AutoSize
 	if !a.Enabled {
 		return nil
 	}
-	sc := a.AutoSizeConfig
-	sc.Budget = r.budget
+	sc := a.Config
 	sc.Deadline = r.cfg.autoSizeDeadline()
 	sc.MemoryBound = a.memoryBound()
-	sc.Estimator = est
-	sc.OnResize = hs.onResize
 	var err error
-	if r.sizer, err = sizing.NewAutoSizer(sc); err != nil {
+	if r.sizer, err = sizing.New(r.budget, sc, sizing.WithOnResize(hs.onResize)); err != nil {
 		return fmt.Errorf("router: budget.autosize: %w", err)
 	}
 	return nil
@@ -926,9 +923,9 @@ type Stats struct {
 	// messages were charged their stamped vertex_count.
 	Defaulted, Computed uint64
 
-	Shedding *shedding.Stats    // nil when shedding is off
-	Retry    *retrygate.Stats   // nil when the retry gate is off
-	AutoSize *sizing.AutoBounds // nil when auto-sizing is off
+	Shedding *shedding.Stats  // nil when shedding is off
+	Retry    *retrygate.Stats // nil when the retry gate is off
+	AutoSize *sizing.Bounds   // nil when auto-sizing is off
 
 	// The producer section's layers of [Router.Publisher]: what the rate
 	// limit charged, refused and waited, and the lag throttle's waits.

@@ -42,7 +42,7 @@ func (c *Config) setDefaults() {
 	}
 	a := &c.Budget.AutoSize
 	if a.Headroom == 0 {
-		a.Headroom = sizing.DefaultHeadroom
+		a.Headroom = defaultAutoSizeHeadroom
 	}
 	if a.Processes == 0 {
 		a.Processes = 1
@@ -66,7 +66,7 @@ func (c *Config) setDefaults() {
 		a.Hysteresis = defaultAutoSizeHysteresis
 	}
 	if a.TailShare == 0 {
-		a.TailShare = sizing.DefaultTailShare
+		a.TailShare = defaultAutoSizeTailShare
 	}
 	c.Shedding.Config = c.Shedding.Config.WithDefaults()
 	if c.Shedding.Pressure == "" {

@@ -121,7 +121,7 @@ func TestStackLayers(t *testing.T) {
 
 	all := Config{}
 	all.Shedding.Topics = []string{"positions"}
-	all.Budget.AutoSize = AutoSizeConfig{Enabled: true, AutoSizeConfig: sizing.AutoSizeConfig{Deadline: 10 * time.Second, Ceiling: 1_000_000}}
+	all.Budget.AutoSize = AutoSizeConfig{Enabled: true, Config: sizing.Config{Deadline: 10 * time.Second, Ceiling: 1_000_000}}
 	r, err := New(all, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -157,7 +157,7 @@ func TestStackOrderProbe(t *testing.T) {
 	cfg := Config{CloseTimeout: 10 * time.Second}
 	cfg.Budget.Vertices = 1000
 	cfg.Shedding.Topics = []string{"other"}
-	cfg.Budget.AutoSize = AutoSizeConfig{Enabled: true, AutoSizeConfig: sizing.AutoSizeConfig{Deadline: 10 * time.Second, Ceiling: 1_000_000}}
+	cfg.Budget.AutoSize = AutoSizeConfig{Enabled: true, Config: sizing.Config{Deadline: 10 * time.Second, Ceiling: 1_000_000}}
 	r, err := New(cfg, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -652,7 +652,7 @@ func TestAutoSizeThroughRouter(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cfg := Config{CloseTimeout: 10 * time.Second}
 		cfg.Budget.Vertices = 1000
-		cfg.Budget.AutoSize = AutoSizeConfig{Enabled: true, AutoSizeConfig: sizing.AutoSizeConfig{
+		cfg.Budget.AutoSize = AutoSizeConfig{Enabled: true, Config: sizing.Config{
 			Deadline:   2 * time.Second,
 			Floor:      100,
 			Ceiling:    1_000_000,
@@ -671,7 +671,7 @@ func TestAutoSizeThroughRouter(t *testing.T) {
 			resizeMu sync.Mutex
 			resizes  []resize
 		)
-		r, err := New(cfg, nil, WithHooks(resizeFunc(func(from, to int64, _ sizing.AutoBounds) {
+		r, err := New(cfg, nil, WithHooks(resizeFunc(func(from, to int64, _ sizing.Bounds) {
 			resizeMu.Lock()
 			resizes = append(resizes, resize{from, to})
 			resizeMu.Unlock()
@@ -732,7 +732,7 @@ func TestAutoSizeThroughRouter(t *testing.T) {
 		if b.Binding != "deadline" || b.Budget != b.DeadlineBound {
 			t.Errorf("bounds: %+v", b)
 		}
-		if st := r.Stats(); st.Budget.Capacity != b.DeadlineBound || st.AutoSize == nil || st.AutoSize.Resizes != 1 {
+		if st := r.Stats(); st.Budget.Capacity != b.DeadlineBound || st.AutoSize == nil || *st.AutoSize != b {
 			t.Errorf("stats: capacity %d, autosize %+v", st.Budget.Capacity, st.AutoSize)
 		}
 		closeRouter(t, r, errc)

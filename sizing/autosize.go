@@ -1,6 +1,7 @@
 package sizing
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"runtime"
@@ -19,23 +20,21 @@ import (
 // *middleware.VertexBudget implements it. Both methods must be safe for
 // concurrent use.
 type Resizable interface {
+	// Capacity returns the budget's capacity in vertices.
 	Capacity() int64
+	// Resize sets the budget's capacity in vertices.
 	Resize(capacity int64) error
 }
 
-// AutoSizeConfig configures an [AutoSizer]. Budget, Estimator and OnResize
-// are code; the other fields are settings, and their yaml and env tags are
-// the keys of the router's budget.autosize section
-// (budget.autosize.tail_share, SPILLWAY_BUDGET_AUTOSIZE_TAIL_SHARE).
-type AutoSizeConfig struct {
-	// Budget is the budget to resize. Required.
-	Budget Resizable `yaml:"-" env:"-"`
-
+// Config configures an [AutoSizer]. Its yaml and env tags are the keys of
+// the router's budget.autosize section (budget.autosize.tail_share,
+// SPILLWAY_BUDGET_AUTOSIZE_TAIL_SHARE).
+type Config struct {
 	// Deadline is the broker's redelivery deadline (see
 	// [Inputs.Deadline]). Required.
 	Deadline time.Duration `yaml:"deadline" env:"DEADLINE"`
-	// Headroom is the share of Deadline a full budget may take to drain.
-	// 0 means [DefaultHeadroom].
+	// Headroom is the share of Deadline a full budget may take to drain
+	// (see [Inputs.Headroom]). 0 means 0.5.
 	Headroom float64 `yaml:"headroom" env:"HEADROOM"`
 
 	// MemoryBound is the memory bound in vertices, fixed: memory per vertex
@@ -44,9 +43,10 @@ type AutoSizeConfig struct {
 	// 0 means no memory bound; then set Ceiling.
 	MemoryBound int64 `yaml:"memory_bound" env:"MEMORY_BOUND"`
 
-	// Floor and Ceiling limit every resize. Floor defaults to 1; Ceiling to
-	// MemoryBound, or unlimited if that is 0 too.
-	Floor   int64 `yaml:"floor" env:"FLOOR"`
+	// Floor is the smallest capacity a resize sets (default 1).
+	Floor int64 `yaml:"floor" env:"FLOOR"`
+	// Ceiling is the largest capacity a resize sets (default MemoryBound,
+	// or unlimited if that is 0 too).
 	Ceiling int64 `yaml:"ceiling" env:"CEILING"`
 
 	// Window is the length of one measuring window. Default: Deadline.
@@ -83,10 +83,10 @@ type AutoSizeConfig struct {
 	Parallelism int `yaml:"parallelism" env:"PARALLELISM"`
 
 	// TailShare is the share of Deadline the slowest handler call of a
-	// window may take (default [DefaultTailShare]; negative turns the tail
-	// guard off). The throughput alone sizes the budget for the average
-	// message; when messages differ in cost per vertex, the slow ones take
-	// several times the drain time while the budget is full. The guard
+	// window may take (default 0.75; negative turns the tail guard off).
+	// The throughput alone sizes the budget for the average message;
+	// when messages differ in cost per vertex, the slow ones take several
+	// times the drain time while the budget is full. The guard
 	// reads each window's slowest call as seconds per vertex of capacity
 	// (its duration over the capacity when it began, or over its own
 	// vertices if it was clamped to run alone) and caps the budget at
@@ -98,77 +98,24 @@ type AutoSizeConfig struct {
 	// that does not lets it grow back. It never goes below the vertices of
 	// the call that set it, which runs alone at that size anyway.
 	TailShare float64 `yaml:"tail_share" env:"TAIL_SHARE"`
-
-	// Estimator gives each message's vertices when [AutoSizer.Middleware]
-	// runs outside a budget middleware; inside one, the sizer reads the
-	// charge the budget admitted the message with, and the message is
-	// priced once. Default: cost.NewEstimator (cost.FullBudget). Only
-	// messages priced from their header or counted (cost.SourceHeader,
-	// cost.SourceComputed) are measured; a message of unknown cost would
-	// teach the sizer a made-up rate, so it is passed through unmeasured.
-	// Neither is a header count above the budget's capacity: it cannot be
-	// told from a forged vertex_count.
-	Estimator cost.ChargeEstimator `yaml:"-" env:"-"`
-
-	// OnResize, if set, is called after each resize, from the goroutine of
-	// the message whose completion triggered it, with the sizer's lock
-	// held: it must be fast and must not call the sizer.
-	OnResize func(from, to int64, b AutoBounds) `yaml:"-" env:"-"`
-}
-
-// AutoBounds is a snapshot of an [AutoSizer]'s view. The budget's capacity
-// now is the Resizable's own Capacity().
-type AutoBounds struct {
-	// MemoryBound is the configured memory bound (0: none).
-	MemoryBound int64 `json:"memory_bound"`
-	// DeadlineBound is VerticesPerSecond × Deadline × Headroom; 0 until
-	// MinWindows windows were measured.
-	DeadlineBound int64 `json:"deadline_bound"`
-	// TailBound is the tail guard's cap (see [AutoSizeConfig.TailShare]);
-	// 0 until a window was measured or with the guard off.
-	TailBound int64 `json:"tail_bound"`
-	// Budget is the capacity the sizer wants: the smallest bound, clamped
-	// to [Floor, Ceiling]. 0 until measured. The budget's capacity differs
-	// from it by at most the hysteresis.
-	Budget int64 `json:"budget"`
-	// Binding names the smallest bound: "memory", "deadline" or "tail"
-	// (the tail bound, not the throughput, set Budget); "" until measured.
-	// When Budget differs from that bound, the floor or the ceiling held
-	// it.
-	Binding string `json:"binding"`
-	// VerticesPerSecond is the median throughput of the recent windows:
-	// vertices over core-busy time, so what Parallelism calls at once
-	// would complete. 0 until a window was measured.
-	VerticesPerSecond float64 `json:"vertices_per_second"`
-	// Resizes counts the resizes done.
-	Resizes uint64 `json:"resizes"`
-	// Err is the last error the budget's Resize returned, if any.
-	Err error `json:"-"`
-
-	// For the tests: the limit that held Budget ("floor", "ceiling" or
-	// ""), the number of windows the median was taken over, and the
-	// longest handler call of the latest measured window.
-	clamped     string
-	windows     int
-	slowestCall time.Duration
 }
 
 // AutoSizer keeps a vertex budget sized to the handler's measured speed.
 //
-// It times every handler call that runs through [AutoSizer.Middleware] (or
-// is bracketed by [AutoSizer.Begin]) and counts the vertices completed. Time
-// is cut into windows of Window; a window's throughput is the vertices
-// completed in it divided by the time at least one handler was running in
-// it (busy time), so idle gaps between messages do not read as a slow
-// handler. The throughput is the median over the last Windows windows; from
-// it the deadline bound is recomputed (throughput × Deadline × Headroom),
-// the target is the smaller of that and the fixed memory bound, clamped to
-// [Floor, Ceiling], and the budget is resized when the target differs from
-// its capacity by more than Hysteresis.
+// It times every handler call that runs through [AutoSizer.Middleware] and
+// counts the vertices completed. Time is cut into windows of Window; a
+// window's throughput is the vertices completed in it divided by the time
+// at least one handler was running in it (busy time), so idle gaps between
+// messages do not read as a slow handler. The throughput is the median over
+// the last Windows windows; from it the deadline bound is recomputed
+// (throughput × Deadline × Headroom), the target is the smaller of that and
+// the fixed memory bound, clamped to [Floor, Ceiling], and the budget is
+// resized when the target differs from its capacity by more than
+// Hysteresis.
 //
 // A tail guard caps that target too: each window's slowest call, as
 // seconds per vertex of capacity, must fit in TailShare × Deadline (see
-// [AutoSizeConfig.TailShare]). It shrinks the budget after one window and
+// [Config.TailShare]). It shrinks the budget after one window and
 // lets it grow back only after Windows windows without so slow a call.
 //
 // Windows advance lazily, when a handler call completes after the current
@@ -186,9 +133,14 @@ type AutoBounds struct {
 //
 // An AutoSizer is safe for concurrent use.
 type AutoSizer struct {
-	cfg AutoSizeConfig
+	cfg      Config
+	budget   Resizable
+	onResize func(from, to int64, b Bounds) // nil: none
+	// estimator prices a message that comes without an admitted charge
+	// (the sizer runs outside a budget middleware).
+	estimator cost.ChargeEstimator
 	// capacity is the budget's capacity as last read or set under mu,
-	// for Begin to note without taking the budget's lock per call.
+	// for begin to note without taking the budget's lock per call.
 	capacity atomic.Int64
 
 	mu          sync.Mutex
@@ -199,18 +151,17 @@ type AutoSizer struct {
 	winCoreBusy float64       // seconds of busy time × the share of Parallelism in use
 	winVertices int64
 	winDone     int
-	winSlowest  time.Duration // the window's slowest call...
-	winTail     float64       // ...its seconds per vertex of capacity...
-	winTailV    int64         // ...and its vertices
-	rates       []float64     // ring of the last cfg.Windows window rates
-	tails       []int64       // ring of the windows' tail bounds, beside rates
-	next        int           // where the next window goes in the rings
-	bounds      AutoBounds
+	winTail     float64   // the window's slowest call: its seconds per vertex of capacity...
+	winTailV    int64     // ...and its vertices
+	rates       []float64 // ring of the last cfg.Windows window rates
+	tails       []int64   // ring of the windows' tail bounds, beside rates
+	next        int       // where the next window goes in the rings
+	bounds      Bounds
 }
 
-func (c *AutoSizeConfig) setDefaults() {
+func (c *Config) setDefaults() {
 	if c.Headroom == 0 {
-		c.Headroom = DefaultHeadroom
+		c.Headroom = defaultHeadroom
 	}
 	if c.Floor == 0 {
 		c.Floor = 1
@@ -242,74 +193,100 @@ func (c *AutoSizeConfig) setDefaults() {
 	}
 	switch {
 	case c.TailShare == 0:
-		c.TailShare = DefaultTailShare
+		c.TailShare = defaultTailShare
 	case c.TailShare < 0:
 		c.TailShare = 0
-	}
-	if c.Estimator == nil {
-		c.Estimator = cost.NewEstimator(cost.FullBudget)
 	}
 	if c.Parallelism == 0 {
 		c.Parallelism = runtime.GOMAXPROCS(0)
 	}
 }
 
-// Validate reports the first invalid field of c after defaults are applied,
-// so zero fields are fine. The error is a [*spillway.FieldError] (matching
-// [spillway.ErrInvalidConfig]) naming the field in snake case.
-func (c AutoSizeConfig) Validate() error {
-	bad := func(field string, v any, want string) error {
-		return &spillway.FieldError{Field: field, Value: fmt.Sprint(v), Reason: want}
-	}
-	if c.Budget == nil {
-		return bad("budget", "nil", "required")
+// Validate reports every invalid field of c after defaults are applied, so
+// zero fields are fine. Each error is a [*spillway.FieldError] (matching
+// [spillway.ErrInvalidConfig]) naming the field in snake case; they are
+// joined.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(field string, v any, want string) {
+		errs = append(errs, &spillway.FieldError{Field: field, Value: fmt.Sprint(v), Reason: want})
 	}
 	c.setDefaults()
-	switch {
-	case c.Deadline <= 0:
-		return bad("deadline", c.Deadline, "must be positive")
-	case !positiveFinite(c.Headroom) || c.Headroom > 1:
-		return bad("headroom", c.Headroom, "must be in (0, 1]")
-	case c.MemoryBound < 0:
-		return bad("memory_bound", c.MemoryBound, "must not be negative")
-	case c.Floor < 1:
-		return bad("floor", c.Floor, "must be positive")
-	case c.Ceiling < c.Floor:
-		return bad("ceiling", c.Ceiling, fmt.Sprintf("must not be below the floor (%d)", c.Floor))
-	case c.Parallelism < 0:
-		return bad("parallelism", c.Parallelism, "must be positive")
-	case c.Window < 0:
-		return bad("window", c.Window, "must be positive")
-	case c.Windows < 1:
-		return bad("windows", c.Windows, "must be positive")
-	case c.MinWindows < 1:
-		return bad("min_windows", c.MinWindows, "must be positive")
-	case c.MinBusy < 0:
-		return bad("min_busy", c.MinBusy, "must not be negative")
-	case !(c.Hysteresis < 1):
-		return bad("hysteresis", c.Hysteresis, "must be below 1")
-	case math.IsNaN(c.TailShare) || c.TailShare > 1:
-		return bad("tail_share", c.TailShare, "must be at most 1")
+	if c.Deadline <= 0 {
+		bad("deadline", c.Deadline, "must be positive")
 	}
-	return nil
+	if !positiveFinite(c.Headroom) || c.Headroom > 1 {
+		bad("headroom", c.Headroom, "must be in (0, 1]")
+	}
+	if c.MemoryBound < 0 {
+		bad("memory_bound", c.MemoryBound, "must not be negative")
+	}
+	if c.Floor < 1 {
+		bad("floor", c.Floor, "must be positive")
+	} else if c.Ceiling < c.Floor {
+		bad("ceiling", c.Ceiling, fmt.Sprintf("must not be below the floor (%d)", c.Floor))
+	}
+	if c.Parallelism < 0 {
+		bad("parallelism", c.Parallelism, "must be positive")
+	}
+	if c.Window < 0 {
+		bad("window", c.Window, "must be positive")
+	}
+	if c.Windows < 1 {
+		bad("windows", c.Windows, "must be positive")
+	}
+	if c.MinWindows < 1 {
+		bad("min_windows", c.MinWindows, "must be positive")
+	}
+	if c.MinBusy < 0 {
+		bad("min_busy", c.MinBusy, "must not be negative")
+	}
+	if !(c.Hysteresis < 1) {
+		bad("hysteresis", c.Hysteresis, "must be below 1")
+	}
+	if math.IsNaN(c.TailShare) || c.TailShare > 1 {
+		bad("tail_share", c.TailShare, "must be at most 1")
+	}
+	return errors.Join(errs...)
 }
 
-// NewAutoSizer validates cfg, fills in its defaults and returns a sizer. It
-// does not resize the budget until MinWindows windows were measured. Errors
-// are those of [AutoSizeConfig.Validate].
-func NewAutoSizer(cfg AutoSizeConfig) (*AutoSizer, error) {
+// WithOnResize has f called after each resize the [AutoSizer] makes, with
+// the capacity before and after and the bounds that led to it, from the
+// goroutine of the message whose completion triggered it, with the
+// sizer's lock held: f must be fast and must not call the sizer.
+func WithOnResize(f func(from, to int64, b Bounds)) Option {
+	return func(o *options) { o.onResize = f }
+}
+
+// New validates cfg, fills in its defaults and returns a sizer that
+// resizes budget (*middleware.VertexBudget implements [Resizable]). It
+// does not resize the budget until MinWindows windows were measured.
+// Errors are those of [Config.Validate], and one for a nil budget.
+func New(budget Resizable, cfg Config, opts ...Option) (*AutoSizer, error) {
+	if budget == nil {
+		return nil, errors.New("sizing: New: nil budget: pass the budget to resize (a *middleware.VertexBudget)")
+	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	cfg.setDefaults()
+	var o options
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&o)
+		}
+	}
 	a := &AutoSizer{
-		cfg:      cfg,
-		rates:    make([]float64, 0, cfg.Windows),
-		tails:    make([]int64, 0, cfg.Windows),
-		winStart: time.Now(),
+		cfg:       cfg,
+		budget:    budget,
+		onResize:  o.onResize,
+		estimator: cost.NewEstimator(cost.FullBudget),
+		rates:     make([]float64, 0, cfg.Windows),
+		tails:     make([]int64, 0, cfg.Windows),
+		winStart:  time.Now(),
 	}
 	a.bounds.MemoryBound = cfg.MemoryBound
-	a.capacity.Store(cfg.Budget.Capacity())
+	a.capacity.Store(budget.Capacity())
 	return a, nil
 }
 
@@ -317,6 +294,12 @@ func NewAutoSizer(cfg AutoSizeConfig) (*AutoSizer, error) {
 // it), so only the handler's own work is timed, not the wait for budget:
 //
 //	router.AddMiddleware(budget.Middleware, sizer.Middleware)
+//
+// A call is measured at the charge the budget admitted the message with
+// ([cost.AdmittedFromCtx]) or, outside a budget, at the message's
+// vertex_count. A message of unknown cost would teach the sizer a made-up
+// rate, and a vertex_count above the budget's capacity cannot be told from
+// a forged one: such calls run unmeasured.
 //
 // A handler call that returns an error or panics counts as busy time but
 // completes no vertices, so failing work lowers the measured throughput:
@@ -327,7 +310,7 @@ func (a *AutoSizer) Middleware(h message.HandlerFunc) message.HandlerFunc {
 		if !measure {
 			return h(msg)
 		}
-		end := a.Begin()
+		end := a.begin()
 		var ok bool
 		defer func() {
 			if ok {
@@ -347,9 +330,10 @@ func (a *AutoSizer) Middleware(h message.HandlerFunc) message.HandlerFunc {
 //
 // Inside a budget middleware the charge it admitted the message with,
 // which it passes down in the message's context ([cost.AdmittedFromCtx]),
-// is used, so the message is priced once. Outside one the estimator prices
-// it. Either way only counted costs are measured (a header or a computed count: a default
-// charge would teach a made-up rate), and a header count above the
+// is used, so the message is priced once. Outside one its vertex_count
+// prices it. Either way only counted costs are measured (a header or a
+// computed count: a default charge would teach a made-up rate), and a
+// header count above the
 // capacity is not: the budget clamped it, so it cannot be told from a
 // forged vertex_count, which would poison the throughput. A computed count
 // above the capacity is the real size of a message that ran alone, and is
@@ -359,7 +343,7 @@ func (a *AutoSizer) sample(msg *message.Message) (int64, bool) {
 	if admitted, ok := cost.AdmittedFromCtx(msg.Context()); ok {
 		c = admitted
 	} else {
-		c = a.cfg.Estimator.Estimate(msg)
+		c = a.estimator.Estimate(msg)
 	}
 	switch {
 	case c.Source != cost.SourceHeader && c.Source != cost.SourceComputed:
@@ -370,11 +354,10 @@ func (a *AutoSizer) sample(msg *message.Message) (int64, bool) {
 	return c.Vertices, true
 }
 
-// Begin marks the start of one handler call and returns the function that
-// marks its end, to be called exactly once with the vertices the call
-// completed (0 if it failed). Use it to measure work that does not run
-// through a Watermill handler.
-func (a *AutoSizer) Begin() (end func(vertices int64)) {
+// begin marks the start of one handler call and returns the function that
+// marks its end, to be called with the vertices the call completed (0 if
+// it failed); calls after the first are ignored.
+func (a *AutoSizer) begin() (end func(vertices int64)) {
 	capacity := a.capacity.Load()
 	began := time.Now()
 	a.mu.Lock()
@@ -400,7 +383,7 @@ func (a *AutoSizer) end(began time.Time, capacity, vertices int64) {
 	// A call larger than the capacity was clamped and ran alone: it held
 	// its own size, not the capacity, so that is what its time scales with.
 	if tail := took.Seconds() / float64(max(capacity, vertices, 1)); tail > a.winTail {
-		a.winSlowest, a.winTail, a.winTailV = took, tail, vertices
+		a.winTail, a.winTailV = tail, vertices
 	}
 	if now.Sub(a.winStart) >= a.cfg.Window {
 		a.closeWindowLocked(now)
@@ -434,10 +417,9 @@ func (a *AutoSizer) closeWindowLocked(now time.Time) {
 			a.rates[a.next], a.tails[a.next] = rate, latestTail
 		}
 		a.next = (a.next + 1) % cap(a.rates)
-		a.bounds.slowestCall = a.winSlowest
 	}
 	a.winStart, a.winBusy, a.winCoreBusy, a.winVertices, a.winDone = now, 0, 0, 0, 0
-	a.winSlowest, a.winTail, a.winTailV = 0, 0, 0
+	a.winTail, a.winTailV = 0, 0
 	if measured {
 		a.recomputeLocked(latestTail)
 	}
@@ -447,9 +429,8 @@ func (a *AutoSizer) closeWindowLocked(now time.Time) {
 // tail bound is latestTail, and resizes if the target moved far enough.
 func (a *AutoSizer) recomputeLocked(latestTail int64) {
 	b := &a.bounds
-	b.windows = len(a.rates)
 	b.VerticesPerSecond = median(a.rates)
-	cur := a.cfg.Budget.Capacity()
+	cur := a.budget.Capacity()
 	a.capacity.Store(cur)
 
 	// The tail bound: the lowest of the recent windows' (the latest is
@@ -472,7 +453,7 @@ func (a *AutoSizer) recomputeLocked(latestTail int64) {
 		}
 		target, binding = tail, boundTail
 	} else {
-		b.DeadlineBound = DeadlineBound(b.VerticesPerSecond, a.cfg.Deadline, a.cfg.Headroom)
+		b.DeadlineBound = deadlineBound(b.VerticesPerSecond, a.cfg.Deadline, a.cfg.Headroom)
 		target, binding = b.DeadlineBound, boundDeadline
 		if tail < target {
 			target, binding = tail, boundTail
@@ -481,34 +462,28 @@ func (a *AutoSizer) recomputeLocked(latestTail int64) {
 	if a.cfg.MemoryBound > 0 && a.cfg.MemoryBound <= target {
 		target, binding = a.cfg.MemoryBound, boundMemory
 	}
-	b.Binding, b.clamped = binding, ""
-	switch {
-	case target < a.cfg.Floor:
-		target, b.clamped = a.cfg.Floor, "floor"
-	case target > a.cfg.Ceiling:
-		target, b.clamped = a.cfg.Ceiling, "ceiling"
-	}
-	b.Budget = target
+	b.Binding = binding
+	b.Budget = min(max(target, a.cfg.Floor), a.cfg.Ceiling)
+	target = b.Budget
 
 	inRange := cur >= a.cfg.Floor && cur <= a.cfg.Ceiling
 	if target == cur || inRange && math.Abs(float64(target-cur)) <= a.cfg.Hysteresis*float64(cur) {
 		return
 	}
-	if err := a.cfg.Budget.Resize(target); err != nil {
-		b.Err = err
+	if err := a.budget.Resize(target); err != nil {
+		// The budget refused: its capacity stays, and the next measured
+		// window tries again.
 		return
 	}
-	b.Err = nil
 	a.capacity.Store(target)
-	b.Resizes++
-	if a.cfg.OnResize != nil {
-		a.cfg.OnResize(cur, target, *b)
+	if a.onResize != nil {
+		a.onResize(cur, target, *b)
 	}
 }
 
 // Bounds returns the current bounds, the budget wanted and which bound
 // binds.
-func (a *AutoSizer) Bounds() AutoBounds {
+func (a *AutoSizer) Bounds() Bounds {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.bounds

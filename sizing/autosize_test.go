@@ -3,7 +3,9 @@ package sizing_test
 import (
 	"errors"
 	"math"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -134,18 +136,16 @@ func TestAutoSizerFollowsMixShift(t *testing.T) {
 			binding  string
 		}
 		var resizes []resize
-		sizer, err := sizing.NewAutoSizer(sizing.AutoSizeConfig{
-			Budget:      vb,
+		sizer, err := sizing.New(vb, sizing.Config{
 			Deadline:    time.Second,
 			Parallelism: 4, // the 4 producers: their sleeps overlap as 4 cores would
 			MemoryBound: 40_000,
 			Floor:       1_000,
 			Window:      window,
 			Windows:     5,
-			OnResize: func(from, to int64, b sizing.AutoBounds) {
-				resizes = append(resizes, resize{time.Now(), from, to, b.Binding})
-			},
-		})
+		}, sizing.WithOnResize(func(from, to int64, b sizing.Bounds) {
+			resizes = append(resizes, resize{time.Now(), from, to, b.Binding})
+		}))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -184,7 +184,7 @@ func TestAutoSizerFollowsMixShift(t *testing.T) {
 		if lag := first.at.Sub(shift); first.to >= 40_000 || lag > 4*window+200*time.Millisecond {
 			t.Errorf("first resize after the shift: %+v, %v after it; want a shrink within 4 windows", first, lag)
 		}
-		if b.Binding != "deadline" || vb.Capacity() != shrink.to || b.MemoryBound != 40_000 || sizing.Windows(b) != 5 {
+		if b.Binding != "deadline" || vb.Capacity() != shrink.to || b.MemoryBound != 40_000 || sizing.MeasuredWindows(sizer) != 5 {
 			t.Errorf("bounds %+v", b)
 		}
 		if b.DeadlineBound < 18_000 || b.DeadlineBound > 22_000 || b.VerticesPerSecond < 36_000 || b.VerticesPerSecond > 44_000 {
@@ -201,7 +201,7 @@ func TestAutoSizerFollowsMixShift(t *testing.T) {
 func TestAutoSizerMeasuresBusyTime(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fb := &fakeBudget{t: t, floor: 1, ceiling: 1 << 40, cap: 1_000_000}
-		sizer, err := sizing.NewAutoSizer(sizing.AutoSizeConfig{Budget: fb, Deadline: 2 * time.Second, Window: time.Second, Parallelism: 1})
+		sizer, err := sizing.New(fb, sizing.Config{Deadline: 2 * time.Second, Window: time.Second, Parallelism: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -216,7 +216,7 @@ func TestAutoSizerMeasuresBusyTime(t *testing.T) {
 			t.Errorf("%.0f vertices/s, want 100000 (per busy second)", b.VerticesPerSecond)
 		}
 		// Deadline bound: 100k × 2 s × 0.5; no memory bound, no ceiling.
-		if b.Binding != "deadline" || b.Budget < 99_000 || b.Budget > 101_000 || sizing.Clamped(b) != "" {
+		if b.Binding != "deadline" || b.Budget < 99_000 || b.Budget > 101_000 || b.Budget != b.DeadlineBound {
 			t.Errorf("bounds %+v, want a deadline-bound budget of about 100000", b)
 		}
 		if fb.Capacity() != b.Budget {
@@ -228,7 +228,7 @@ func TestAutoSizerMeasuresBusyTime(t *testing.T) {
 func TestAutoSizerFloorAndCeiling(t *testing.T) {
 	tests := []struct {
 		name      string
-		cfg       sizing.AutoSizeConfig
+		cfg       sizing.Config
 		start     int64
 		shape     shape
 		producers int
@@ -238,7 +238,7 @@ func TestAutoSizerFloorAndCeiling(t *testing.T) {
 		{
 			// 400k vertices/s: a deadline bound of 400k, far above the ceiling.
 			name:      "fast handler stops at the ceiling",
-			cfg:       sizing.AutoSizeConfig{Floor: 1_000, Ceiling: 5_000},
+			cfg:       sizing.Config{Floor: 1_000, Ceiling: 5_000},
 			start:     2_000,
 			shape:     shape{vertices: 100, perVertex: 10 * time.Microsecond},
 			producers: 4,
@@ -248,7 +248,7 @@ func TestAutoSizerFloorAndCeiling(t *testing.T) {
 		{
 			// 1000 vertices/s: a deadline bound of 1000, below the floor.
 			name:      "slow handler stops at the floor",
-			cfg:       sizing.AutoSizeConfig{Floor: 2_000, Ceiling: 50_000},
+			cfg:       sizing.Config{Floor: 2_000, Ceiling: 50_000},
 			start:     30_000,
 			shape:     shape{vertices: 1000, perVertex: time.Millisecond},
 			producers: 1,
@@ -259,7 +259,7 @@ func TestAutoSizerFloorAndCeiling(t *testing.T) {
 			// A capacity that starts above the ceiling is brought into
 			// range even though the target is within the hysteresis.
 			name:      "out of range start",
-			cfg:       sizing.AutoSizeConfig{Floor: 1_000, Ceiling: 5_000, Hysteresis: 0.5},
+			cfg:       sizing.Config{Floor: 1_000, Ceiling: 5_000, Hysteresis: 0.5},
 			start:     6_000,
 			shape:     shape{vertices: 100, perVertex: 10 * time.Microsecond},
 			producers: 4,
@@ -272,9 +272,10 @@ func TestAutoSizerFloorAndCeiling(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				fb := &fakeBudget{t: t, floor: tt.cfg.Floor, ceiling: tt.cfg.Ceiling, cap: tt.start}
 				cfg := tt.cfg
-				cfg.Budget, cfg.Deadline, cfg.Window = fb, 2*time.Second, time.Second
+				cfg.Deadline, cfg.Window = 2*time.Second, time.Second
 				cfg.Parallelism = tt.producers // each producer's sleeps stand for one core
-				sizer, err := sizing.NewAutoSizer(cfg)
+				resizes := 0
+				sizer, err := sizing.New(fb, cfg, sizing.WithOnResize(func(int64, int64, sizing.Bounds) { resizes++ }))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -282,11 +283,14 @@ func TestAutoSizerFloorAndCeiling(t *testing.T) {
 				s.shape.Store(&tt.shape)
 				s.run(t, withPerVertex(s, sizer.Middleware(work)), time.Now().Add(8*time.Second))
 				b := sizer.Bounds()
-				if fb.Capacity() != tt.want || b.Budget != tt.want || sizing.Clamped(b) != tt.clamp || b.Binding != "deadline" {
+				// The deadline bound binds, but the floor or the ceiling
+				// held the budget off it.
+				held := tt.clamp == "floor" && b.DeadlineBound < tt.want || tt.clamp == "ceiling" && b.DeadlineBound > tt.want
+				if fb.Capacity() != tt.want || b.Budget != tt.want || !held || b.Binding != "deadline" {
 					t.Errorf("capacity %d, bounds %+v; want %d clamped at the %s", fb.Capacity(), b, tt.want, tt.clamp)
 				}
-				if b.Resizes != 1 || len(fb.resizes) != 1 {
-					t.Errorf("%d resizes (%v), want exactly 1", b.Resizes, fb.resizes)
+				if resizes != 1 || len(fb.resizes) != 1 {
+					t.Errorf("%d resizes (%v), want exactly 1", resizes, fb.resizes)
 				}
 			})
 		})
@@ -297,7 +301,7 @@ func TestAutoSizerFloorAndCeiling(t *testing.T) {
 func TestAutoSizerHysteresis(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fb := &fakeBudget{t: t, floor: 1, ceiling: 1 << 40, cap: 40_000}
-		sizer, err := sizing.NewAutoSizer(sizing.AutoSizeConfig{Budget: fb, Deadline: time.Second, Window: time.Second, Parallelism: 1})
+		sizer, err := sizing.New(fb, sizing.Config{Deadline: time.Second, Window: time.Second, Parallelism: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -321,7 +325,7 @@ func TestAutoSizerHysteresis(t *testing.T) {
 func TestAutoSizerSkipsUnknownCost(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fb := &fakeBudget{t: t, floor: 1, ceiling: 1 << 40, cap: 40_000}
-		sizer, err := sizing.NewAutoSizer(sizing.AutoSizeConfig{Budget: fb, Deadline: time.Second, Window: time.Second, Parallelism: 1})
+		sizer, err := sizing.New(fb, sizing.Config{Deadline: time.Second, Window: time.Second, Parallelism: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -334,7 +338,7 @@ func TestAutoSizerSkipsUnknownCost(t *testing.T) {
 			return nil, nil
 		}
 		s.run(t, withPerVertex(s, sizer.Middleware(h)), time.Now().Add(5*time.Second))
-		if b := sizer.Bounds(); sizing.Windows(b) != 0 || b.Resizes != 0 || ran.Load() != s.sent.Load() || ran.Load() == 0 {
+		if b := sizer.Bounds(); sizing.MeasuredWindows(sizer) != 0 || len(fb.resizes) != 0 || ran.Load() != s.sent.Load() || ran.Load() == 0 {
 			t.Errorf("bounds %+v after %d unstamped messages (%d ran)", b, s.sent.Load(), ran.Load())
 		}
 	})
@@ -344,7 +348,7 @@ func TestAutoSizerSkipsUnknownCost(t *testing.T) {
 func TestAutoSizerCountsFailuresAsNoWork(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fb := &fakeBudget{t: t, floor: 10, ceiling: 1 << 40, cap: 40_000}
-		sizer, err := sizing.NewAutoSizer(sizing.AutoSizeConfig{Budget: fb, Deadline: time.Second, Window: time.Second, Floor: 10, Parallelism: 1})
+		sizer, err := sizing.New(fb, sizing.Config{Deadline: time.Second, Window: time.Second, Floor: 10, Parallelism: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -376,12 +380,12 @@ func TestAutoSizerCountsFailuresAsNoWork(t *testing.T) {
 func TestAutoSizerBegin(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fb := &fakeBudget{t: t, floor: 1, ceiling: 1 << 40, cap: 1_000}
-		sizer, err := sizing.NewAutoSizer(sizing.AutoSizeConfig{Budget: fb, Deadline: time.Second, Window: time.Second, MinWindows: 1, Parallelism: 1})
+		sizer, err := sizing.New(fb, sizing.Config{Deadline: time.Second, Window: time.Second, MinWindows: 1, Parallelism: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
 		for range 30 {
-			end := sizer.Begin()
+			end := sizing.Begin(sizer)
 			time.Sleep(100 * time.Millisecond)
 			end(1_000)
 			end(1_000) // a second call is ignored
@@ -399,16 +403,14 @@ func TestAutoSizerBegin(t *testing.T) {
 func TestAutoSizerTailShrinksReadily(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fb := &fakeBudget{t: t, floor: 1, ceiling: 1 << 40, cap: 100_000}
-		var resizes []sizing.AutoBounds
-		sizer, err := sizing.NewAutoSizer(sizing.AutoSizeConfig{
-			Budget: fb, Deadline: time.Second, Window: time.Second, Ceiling: 100_000, Hysteresis: -1, Parallelism: 1,
-			OnResize: func(_, _ int64, b sizing.AutoBounds) { resizes = append(resizes, b) },
-		})
+		var resizes []sizing.Bounds
+		sizer, err := sizing.New(fb, sizing.Config{Deadline: time.Second, Window: time.Second, Ceiling: 100_000, Hysteresis: -1, Parallelism: 1},
+			sizing.WithOnResize(func(_, _ int64, b sizing.Bounds) { resizes = append(resizes, b) }))
 		if err != nil {
 			t.Fatal(err)
 		}
 		call := func(d time.Duration, vertices int64) {
-			end := sizer.Begin()
+			end := sizing.Begin(sizer)
 			time.Sleep(d)
 			end(vertices)
 		}
@@ -416,7 +418,7 @@ func TestAutoSizerTailShrinksReadily(t *testing.T) {
 		if len(resizes) != 1 || fb.Capacity() != 50_000 {
 			t.Fatalf("after one slow call: capacity %d, resizes %+v; want 50000 at once", fb.Capacity(), resizes)
 		}
-		if b := resizes[0]; b.Binding != "tail" || b.TailBound != 50_000 || sizing.SlowestCall(b) != 1500*time.Millisecond {
+		if b := resizes[0]; b.Binding != "tail" || b.TailBound != 50_000 {
 			t.Errorf("bounds %+v, want the tail guard to bind at 50000 after a 1.5 s call", b)
 		}
 		// Fast windows: 10k-vertex calls of 100 ms, 100k vertices/s, a
@@ -448,11 +450,11 @@ func TestAutoSizerTailShrinksReadily(t *testing.T) {
 func TestAutoSizerTailFloorsAtTheSlowCall(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fb := &fakeBudget{t: t, floor: 1, ceiling: 1 << 40, cap: 10_000}
-		sizer, err := sizing.NewAutoSizer(sizing.AutoSizeConfig{Budget: fb, Deadline: time.Second, Window: time.Second, Ceiling: 10_000})
+		sizer, err := sizing.New(fb, sizing.Config{Deadline: time.Second, Window: time.Second, Ceiling: 10_000})
 		if err != nil {
 			t.Fatal(err)
 		}
-		end := sizer.Begin()
+		end := sizing.Begin(sizer)
 		time.Sleep(1500 * time.Millisecond) // 0.75 / 1.5 × 10k would be 5k
 		end(8_000)
 		if c := fb.Capacity(); c != 8_000 {
@@ -469,12 +471,12 @@ func TestAutoSizerTailFloorsAtTheSlowCall(t *testing.T) {
 func TestAutoSizerTailClampedCall(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fb := &fakeBudget{t: t, floor: 1, ceiling: 1 << 40, cap: 10_000}
-		sizer, err := sizing.NewAutoSizer(sizing.AutoSizeConfig{Budget: fb, Deadline: time.Second, Window: time.Second, Ceiling: 100_000, Parallelism: 1})
+		sizer, err := sizing.New(fb, sizing.Config{Deadline: time.Second, Window: time.Second, Ceiling: 100_000, Parallelism: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
 		for range 3 {
-			end := sizer.Begin()
+			end := sizing.Begin(sizer)
 			time.Sleep(500 * time.Millisecond)
 			end(20_000)
 		}
@@ -489,11 +491,11 @@ func TestAutoSizerTailClampedCall(t *testing.T) {
 func TestAutoSizerTailOff(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fb := &fakeBudget{t: t, floor: 1, ceiling: 1 << 40, cap: 100_000}
-		sizer, err := sizing.NewAutoSizer(sizing.AutoSizeConfig{Budget: fb, Deadline: time.Second, Window: time.Second, Ceiling: 100_000, TailShare: -1})
+		sizer, err := sizing.New(fb, sizing.Config{Deadline: time.Second, Window: time.Second, Ceiling: 100_000, TailShare: -1})
 		if err != nil {
 			t.Fatal(err)
 		}
-		end := sizer.Begin()
+		end := sizing.Begin(sizer)
 		time.Sleep(1500 * time.Millisecond)
 		end(1_000)
 		if b := sizer.Bounds(); len(fb.resizes) != 0 || b.TailBound != 0 || b.Binding == "tail" {
@@ -515,8 +517,8 @@ func TestAutoSizerCountsBusyTimePerCore(t *testing.T) {
 		t.Run(strconv.Itoa(tt.callers), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				fb := &fakeBudget{t: t, floor: 1, ceiling: 1 << 40, cap: 1_000}
-				sizer, err := sizing.NewAutoSizer(sizing.AutoSizeConfig{
-					Budget: fb, Deadline: time.Second, Window: time.Second, MinWindows: 1, Parallelism: 4,
+				sizer, err := sizing.New(fb, sizing.Config{
+					Deadline: time.Second, Window: time.Second, MinWindows: 1, Parallelism: 4,
 				})
 				if err != nil {
 					t.Fatal(err)
@@ -525,7 +527,7 @@ func TestAutoSizerCountsBusyTimePerCore(t *testing.T) {
 				for range tt.callers {
 					wg.Go(func() {
 						for range 30 {
-							end := sizer.Begin()
+							end := sizing.Begin(sizer)
 							time.Sleep(100 * time.Millisecond)
 							end(1_000)
 						}
@@ -544,39 +546,57 @@ func TestAutoSizerCountsBusyTimePerCore(t *testing.T) {
 	}
 }
 
-func TestNewAutoSizerValidates(t *testing.T) {
+func TestNewValidates(t *testing.T) {
 	fb := &fakeBudget{t: t, floor: 1, ceiling: 1 << 40, cap: 1}
 	tests := []struct {
 		name string
-		cfg  sizing.AutoSizeConfig
+		cfg  sizing.Config
 	}{
-		{"no budget", sizing.AutoSizeConfig{Deadline: time.Second}},
-		{"no deadline", sizing.AutoSizeConfig{Budget: fb}},
-		{"negative deadline", sizing.AutoSizeConfig{Budget: fb, Deadline: -time.Second}},
-		{"headroom above 1", sizing.AutoSizeConfig{Budget: fb, Deadline: time.Second, Headroom: 2}},
-		{"negative memory bound", sizing.AutoSizeConfig{Budget: fb, Deadline: time.Second, MemoryBound: -1}},
-		{"negative floor", sizing.AutoSizeConfig{Budget: fb, Deadline: time.Second, Floor: -1}},
-		{"ceiling below floor", sizing.AutoSizeConfig{Budget: fb, Deadline: time.Second, Floor: 10, Ceiling: 5}},
-		{"ceiling defaults to a memory bound below the floor", sizing.AutoSizeConfig{Budget: fb, Deadline: time.Second, Floor: 10, MemoryBound: 5}},
-		{"negative windows", sizing.AutoSizeConfig{Budget: fb, Deadline: time.Second, Windows: -1}},
-		{"hysteresis of 1", sizing.AutoSizeConfig{Budget: fb, Deadline: time.Second, Hysteresis: 1}},
-		{"tail share above 1", sizing.AutoSizeConfig{Budget: fb, Deadline: time.Second, TailShare: 1.5}},
-		{"negative parallelism", sizing.AutoSizeConfig{Budget: fb, Deadline: time.Second, Parallelism: -2}},
+		{"no deadline", sizing.Config{}},
+		{"negative deadline", sizing.Config{Deadline: -time.Second}},
+		{"headroom above 1", sizing.Config{Deadline: time.Second, Headroom: 2}},
+		{"negative memory bound", sizing.Config{Deadline: time.Second, MemoryBound: -1}},
+		{"negative floor", sizing.Config{Deadline: time.Second, Floor: -1}},
+		{"ceiling below floor", sizing.Config{Deadline: time.Second, Floor: 10, Ceiling: 5}},
+		{"ceiling defaults to a memory bound below the floor", sizing.Config{Deadline: time.Second, Floor: 10, MemoryBound: 5}},
+		{"negative windows", sizing.Config{Deadline: time.Second, Windows: -1}},
+		{"hysteresis of 1", sizing.Config{Deadline: time.Second, Hysteresis: 1}},
+		{"tail share above 1", sizing.Config{Deadline: time.Second, TailShare: 1.5}},
+		{"negative parallelism", sizing.Config{Deadline: time.Second, Parallelism: -2}},
 	}
 	for _, tt := range tests {
-		if _, err := sizing.NewAutoSizer(tt.cfg); !errors.Is(err, spillway.ErrInvalidConfig) {
-			t.Errorf("%s: error %v, want ErrInvalidInput", tt.name, err)
+		if _, err := sizing.New(fb, tt.cfg); !errors.Is(err, spillway.ErrInvalidConfig) {
+			t.Errorf("%s: error %v, want ErrInvalidConfig", tt.name, err)
 		}
 		if err := tt.cfg.Validate(); !errors.Is(err, spillway.ErrInvalidConfig) {
-			t.Errorf("%s: Validate: %v, want ErrInvalidInput", tt.name, err)
+			t.Errorf("%s: Validate: %v, want ErrInvalidConfig", tt.name, err)
 		}
 	}
-	minimal := sizing.AutoSizeConfig{Budget: fb, Deadline: time.Second}
+	minimal := sizing.Config{Deadline: time.Second}
 	if err := minimal.Validate(); err != nil {
 		t.Errorf("minimal config: Validate: %v", err)
 	}
-	if _, err := sizing.NewAutoSizer(minimal); err != nil {
+	if _, err := sizing.New(fb, minimal); err != nil {
 		t.Errorf("minimal config: %v", err)
+	}
+	if _, err := sizing.New(nil, minimal); err == nil || !strings.Contains(err.Error(), "budget") {
+		t.Errorf("no budget: error %v, want one naming the budget", err)
+	}
+}
+
+// Validate reports every invalid field, not only the first.
+func TestConfigValidateJoinsErrors(t *testing.T) {
+	err := sizing.Config{Deadline: time.Second, Headroom: 2, Hysteresis: 1, TailShare: 1.5}.Validate()
+	var fields []string
+	if joined, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, e := range joined.Unwrap() {
+			if fe := (*spillway.FieldError)(nil); errors.As(e, &fe) {
+				fields = append(fields, fe.Field)
+			}
+		}
+	}
+	if want := []string{"headroom", "hysteresis", "tail_share"}; !slices.Equal(fields, want) {
+		t.Errorf("Validate: %v reports %v, want %v", err, fields, want)
 	}
 }
 

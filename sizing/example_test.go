@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/spillway-go/spillway/middleware"
 	"github.com/spillway-go/spillway/sizing"
 )
 
@@ -16,6 +17,7 @@ func ExampleRecommend() {
 		PrefetchBytes:     256 << 20, // each buffers up to 256 MiB ahead
 		BytesPerVertex:    180,
 		VerticesPerSecond: 300_000,
+		Parallelism:       4,                // handlers at once when it was measured
 		Deadline:          60 * time.Second, // Kafka Rebalance.Timeout
 	}
 	r, err := sizing.Recommend(in)
@@ -26,20 +28,45 @@ func ExampleRecommend() {
 	fmt.Println("memory bound:  ", r.MemoryBound)
 	fmt.Println("deadline bound:", r.DeadlineBound)
 	fmt.Println("budget:        ", r.Budget, r.Binding)
-	fmt.Println("drains in:     ", r.DrainTime.Round(time.Second))
+	fmt.Println("solo limit:    ", r.SoloLimit)
 
 	// Twice the processes in the same container: each gets half the
 	// memory, and memory binds.
 	in.Processes = 4
 	r, _ = sizing.Recommend(in)
 	fmt.Println("budget:        ", r.Budget, r.Binding)
-	fmt.Println(r.Advice())
 
 	// Output:
 	// memory bound:   10439156
 	// deadline bound: 9000000
 	// budget:         9000000 deadline
-	// drains in:      30s
+	// solo limit:     2250000
 	// budget:         4473924 memory
-	// memory binds: a bigger container, fewer processes per container or a smaller broker prefetch raise the budget; a faster handler does not
+}
+
+func ExampleNew() {
+	// The budget the router's (or your) budget middleware admits against.
+	budget, err := middleware.NewVertexBudget(200_000)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	sizer, err := sizing.New(budget, sizing.Config{
+		Deadline:    60 * time.Second, // Kafka Rebalance.Timeout
+		MemoryBound: 4_000_000,        // from sizing.Recommend, fixed
+		Floor:       10_000,
+	}, sizing.WithOnResize(func(from, to int64, b sizing.Bounds) {
+		fmt.Printf("budget %d -> %d vertices, %s binds\n", from, to, b.Binding)
+	}))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	// Add sizer.Middleware inside the budget middleware (after it), so it
+	// times the handler's work and not the wait for budget. Until
+	// MinWindows windows were measured, it wants nothing.
+	fmt.Println(sizer.Bounds().Budget)
+
+	// Output:
+	// 0
 }

@@ -1,9 +1,20 @@
 package sizing
 
-import "time"
+// Hooks into an AutoSizer, for the tests.
 
-// Unexported parts of an AutoBounds, for the tests.
+// Begin brackets one measured call without a Watermill handler: end takes
+// the vertices the call completed.
+func Begin(a *AutoSizer) (end func(vertices int64)) { return a.begin() }
 
-func Windows(b AutoBounds) int               { return b.windows }
-func Clamped(b AutoBounds) string            { return b.clamped }
-func SlowestCall(b AutoBounds) time.Duration { return b.slowestCall }
+// MeasuredWindows is how many windows the throughput is the median of now.
+func MeasuredWindows(a *AutoSizer) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.rates)
+}
+
+// ErrEmptySample is what a sample without geometries fails with.
+var ErrEmptySample = errEmptySample
+
+// DeadlineBound is Recommend's deadline bound formula.
+var DeadlineBound = deadlineBound

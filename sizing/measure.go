@@ -67,11 +67,11 @@ const heapObjectsMetric = "/memory/classes/heap/objects:bytes"
 // or in the spillway tool), not in a busy consumer.
 //
 // A payload that does not decode fails the measurement with an error naming
-// its index; a sample without vertices fails with [ErrEmptySample].
+// its index; so does a sample without vertices.
 func MeasureBytesPerVertex(s *Sample) (MemoryProfile, error) {
 	vertices := s.totalVertices()
 	if vertices <= 0 {
-		return MemoryProfile{}, ErrEmptySample
+		return MemoryProfile{}, errEmptySample
 	}
 	measureMu.Lock()
 	defer measureMu.Unlock()
@@ -139,39 +139,27 @@ func residentBytes() int64 {
 	return pages * int64(os.Getpagesize())
 }
 
-// Throughput is a measured processing rate.
-type Throughput struct {
-	// VerticesPerSecond is the median of the repeats' rates (see
-	// [WithRepeats]).
-	VerticesPerSecond float64 `json:"vertices_per_second"`
-	// Spread is how much more a slow vertex costs than the average one:
-	// the 95th percentile, by vertices, of the payloads' handler seconds
-	// per vertex, divided by the sample's mean (all handler seconds over
-	// all vertices). 1 means every payload costs the same per vertex; 2.5
-	// means the slowest 5 % of the vertices cost 2.5 times the mean or
-	// more. Each payload's time is its median over the runs. Weighting by
-	// vertices keeps a one-vertex payload, whose time is all overhead,
-	// from counting as slow geometry. See [Inputs.Spread].
-	Spread float64 `json:"spread"`
-}
+// Option configures [MeasureThroughput] ([WithParallelism], [WithRepeats],
+// [WithProgress]) or an [AutoSizer] ([WithOnResize]). An option given
+// where it does not apply is ignored.
+type Option func(*options)
 
-// MeasureOption configures [MeasureThroughput].
-type MeasureOption func(*measureConfig)
-
-type measureConfig struct {
+// options are what the package's Options set.
+type options struct {
 	parallelism int
 	repeats     int
 	progress    func(done, total int64)
+	onResize    func(from, to int64, b Bounds)
 }
 
 // WithParallelism runs n handlers at once (default GOMAXPROCS). Use the
 // number of handlers production runs at once in one process: with Kafka the
 // partitions a process is assigned, with Redis Streams its consumers. n <= 0
 // is ignored.
-func WithParallelism(n int) MeasureOption {
-	return func(c *measureConfig) {
+func WithParallelism(n int) Option {
+	return func(o *options) {
 		if n > 0 {
-			c.parallelism = n
+			o.parallelism = n
 		}
 	}
 }
@@ -179,10 +167,10 @@ func WithParallelism(n int) MeasureOption {
 // WithRepeats runs the sample k times and reports the median rate (default
 // 5), so a single GC pause or a noisy neighbour cannot set the budget. k <= 0
 // is ignored.
-func WithRepeats(k int) MeasureOption {
-	return func(c *measureConfig) {
+func WithRepeats(k int) Option {
+	return func(o *options) {
 		if k > 0 {
-			c.repeats = k
+			o.repeats = k
 		}
 	}
 }
@@ -190,12 +178,14 @@ func WithRepeats(k int) MeasureOption {
 // WithProgress calls f after every payload with the vertices processed so far
 // over all repeats and their total. Calls are serialized and done never
 // decreases; f must be fast, it runs on a measuring goroutine.
-func WithProgress(f func(done, total int64)) MeasureOption {
-	return func(c *measureConfig) { c.progress = f }
+func WithProgress(f func(done, total int64)) Option {
+	return func(o *options) { o.progress = f }
 }
 
 // MeasureThroughput measures how many vertices per second handler processes
-// on the sample's payloads, with the parallelism production uses.
+// on the sample's payloads, with the parallelism production uses
+// ([Inputs.VerticesPerSecond]), and how much more a slow vertex of the mix
+// costs than the average one ([Inputs.Spread]).
 //
 // Each run starts a fixed pool of goroutines (WithParallelism, default
 // GOMAXPROCS) that take payloads from a shared queue and call handler on
@@ -203,25 +193,33 @@ func WithProgress(f func(done, total int64)) MeasureOption {
 // are queued largest first, so the end of a run is not one big geometry
 // running alone on an otherwise idle machine: the rate is the one a
 // continuous stream sees. The collector runs between runs, outside the
-// timing. The result is the median of the runs (WithRepeats, default 5).
+// timing. The rate is the median of the runs (WithRepeats, default 5).
+//
+// The spread is the 95th percentile, by vertices, of the payloads' handler
+// seconds per vertex, divided by the sample's mean (all handler seconds
+// over all vertices). 1 means every payload costs the same per vertex; 2.5
+// means the slowest 5 % of the vertices cost 2.5 times the mean or more.
+// Each payload's time is its median over the runs. Weighting by vertices
+// keeps a one-vertex payload, whose time is all overhead, from counting as
+// slow geometry.
 //
 // handler must be the real handler body (decode plus work), called directly,
 // not through a router or any shared event loop whose scheduling would be
 // timed too. It may be called concurrently. The first error it returns (or
-// panic, as an error wrapping [ErrHandlerPanicked]) stops the measurement
-// and is returned wrapped, naming the payload; so is ctx.Err() if ctx ends
-// first. MeasureThroughput may be called from several goroutines, but
-// measurements running at once compete for the same cores and measure each
-// other: run them one after another.
-func MeasureThroughput(ctx context.Context, s *Sample, handler func(ctx context.Context, payload []byte) error, opts ...MeasureOption) (Throughput, error) {
+// panic, as an error that says so) stops the measurement and is returned
+// wrapped, naming the payload; so is ctx.Err() if ctx ends first. A sample
+// without vertices fails. MeasureThroughput may be called from several
+// goroutines, but measurements running at once compete for the same cores
+// and measure each other: run them one after another.
+func MeasureThroughput(ctx context.Context, s *Sample, handler func(ctx context.Context, payload []byte) error, opts ...Option) (verticesPerSecond, spread float64, err error) {
 	vertices := s.totalVertices()
 	if vertices <= 0 {
-		return Throughput{}, ErrEmptySample
+		return 0, 0, errEmptySample
 	}
 	if handler == nil {
-		return Throughput{}, errors.New("sizing: MeasureThroughput: nil handler")
+		return 0, 0, errors.New("sizing: MeasureThroughput: nil handler")
 	}
-	cfg := measureConfig{parallelism: runtime.GOMAXPROCS(0), repeats: 5}
+	cfg := options{parallelism: runtime.GOMAXPROCS(0), repeats: 5}
 	for _, o := range opts {
 		if o != nil {
 			o(&cfg)
@@ -256,21 +254,21 @@ func MeasureThroughput(ctx context.Context, s *Sample, handler func(ctx context.
 		runtime.GC()
 		elapsed, err := runOnce(ctx, s, order, handler, cfg.parallelism, report, took)
 		if err != nil {
-			return Throughput{}, err
+			return 0, 0, err
 		}
 		runs = append(runs, float64(vertices)/max(elapsed.Seconds(), 1e-9))
 	}
-	return Throughput{VerticesPerSecond: median(runs), Spread: spread(s.Vertices, took)}, nil
+	return median(runs), spreadOf(s.Vertices, took), nil
 }
 
 // spreadQuantile is the share of the vertices at or below the per-vertex
-// cost [Throughput.Spread] reports.
+// cost MeasureThroughput's spread reports.
 const spreadQuantile = 0.95
 
-// spread computes [Throughput.Spread] from each payload's vertices and
-// handler times. Payloads without vertices are left out; 0 if nothing is
-// left.
-func spread(vertices []int, took [][]float64) float64 {
+// spreadOf computes MeasureThroughput's spread from each payload's vertices
+// and handler times. Payloads without vertices are left out; 0 if nothing
+// is left.
+func spreadOf(vertices []int, took [][]float64) float64 {
 	type payload struct {
 		vertices  float64
 		perVertex float64
@@ -342,15 +340,11 @@ func runOnce(ctx context.Context, s *Sample, order []int, handler func(context.C
 	return elapsed, nil
 }
 
-// ErrHandlerPanicked is wrapped by the error [MeasureThroughput] returns
-// when the handler panics.
-var ErrHandlerPanicked = errors.New("sizing: handler panicked")
-
 // callHandler calls handler, turning a panic into an error.
 func callHandler(ctx context.Context, handler func(context.Context, []byte) error, payload []byte) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("%w: %v", ErrHandlerPanicked, r)
+			err = fmt.Errorf("sizing: handler panicked: %v", r)
 		}
 	}()
 	return handler(ctx, payload)

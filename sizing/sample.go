@@ -10,10 +10,10 @@ import (
 	"github.com/spillway-go/spillway/cost"
 )
 
-// ErrEmptySample is returned by [ReadSample] and [NewSample] for an input
+// errEmptySample is returned by [ReadSample] and [NewSample] for an input
 // without any payload, and by the measuring functions for a nil sample or
 // one without any vertex: there is nothing to divide by.
-var ErrEmptySample = errors.New("sizing: sample has no geometries")
+var errEmptySample = errors.New("sizing: empty sample: no geometries")
 
 // maxSampleLine bounds one line of a sample, like [cost.MaxPayloadBytes] bounds a
 // payload.
@@ -29,28 +29,14 @@ type Sample struct {
 	Vertices []int
 }
 
-// SampleLineError reports the line of a sample that is not a spatial payload
-// with at least one vertex. It wraps the decoding error (one of
-// [cost.Decode]'s sentinels), so errors.Is works for those.
-type SampleLineError struct {
-	Line int // 1-based
-	Err  error
-}
-
-func (e *SampleLineError) Error() string {
-	return fmt.Sprintf("line %d: %v", e.Line, e.Err)
-}
-
-// Unwrap returns the cause.
-func (e *SampleLineError) Unwrap() error { return e.Err }
-
 // ReadSample reads newline-delimited payloads, one message per line: GeoJSON
 // (a Feature, a Geometry or a FeatureCollection, properties included, since
 // they travel with the message and take memory too) or hex-encoded WKB/EWKB.
 // Blank lines are skipped. Each line must decode and hold at least one
-// vertex; the first one that does not fails the read with a
-// [*SampleLineError] naming its line. An input without any payload fails
-// with [ErrEmptySample].
+// vertex; the first one that does not fails the read with an error naming
+// its line and wrapping the decoding error (one of [cost.Decode]'s
+// sentinels, so errors.Is works for those). An input without any payload
+// fails too.
 //
 // Take the sample from the busiest hour of real traffic, as one contiguous
 // window: the mix of light and heavy geometry is what sets the budget.
@@ -67,34 +53,38 @@ func ReadSample(r io.Reader) (*Sample, error) {
 		}
 		n, err := cost.CountPayload(b)
 		if err != nil {
-			return nil, &SampleLineError{Line: line, Err: err}
+			return nil, lineError(line, err)
 		}
 		if n == 0 {
-			return nil, &SampleLineError{Line: line, Err: errors.New("geometry has no vertices")}
+			return nil, lineError(line, errors.New("geometry has no vertices"))
 		}
 		s.add(bytes.Clone(b), n)
 	}
 	if err := sc.Err(); err != nil {
 		if errors.Is(err, bufio.ErrTooLong) {
-			return nil, &SampleLineError{Line: line + 1,
-				Err: fmt.Errorf("%w: line longer than %d bytes", cost.ErrTooLarge, maxSampleLine)}
+			return nil, lineError(line+1, fmt.Errorf("%w: line longer than %d bytes", cost.ErrTooLarge, maxSampleLine))
 		}
 		return nil, fmt.Errorf("sizing: reading sample: %w", err)
 	}
 	if len(s.Payloads) == 0 {
-		return nil, ErrEmptySample
+		return nil, errEmptySample
 	}
 	return s, nil
 }
 
+// lineError says that line of a sample is not a geometry, wrapping why.
+func lineError(line int, err error) error {
+	return fmt.Errorf("sizing: sample line %d is not a geometry: %w", line, err)
+}
+
 // NewSample counts the vertices of payloads and returns them as a sample.
 // The payloads are not copied. A payload that cannot be counted fails with
-// an error naming its index and wrapping the decoding error; an empty list
-// fails with [ErrEmptySample]. Payloads without vertices are kept (they
+// an error naming its index and wrapping the decoding error; so does an
+// empty list. Payloads without vertices are kept (they
 // count as zero vertices).
 func NewSample(payloads [][]byte) (*Sample, error) {
 	if len(payloads) == 0 {
-		return nil, ErrEmptySample
+		return nil, errEmptySample
 	}
 	s := &Sample{Payloads: make([][]byte, 0, len(payloads)), Vertices: make([]int, 0, len(payloads))}
 	for i, p := range payloads {

@@ -9,9 +9,9 @@ import (
 	"github.com/spillway-go/spillway"
 )
 
-// The names of the limits on a vertex budget, as [Recommendation.Binding]
-// and [AutoBounds.Binding] report them. They are the values of the bound
-// label of the spillway.budget.bound and spillway.budget.binding metrics.
+// The names of the limits on a vertex budget, as [Bounds.Binding] reports
+// them. They are the values of the bound label of the spillway.budget.bound
+// and spillway.budget.binding metrics.
 const (
 	// boundMemory: the budget is limited by the memory the in-flight
 	// geometry may take. A bigger container, fewer processes per container
@@ -22,22 +22,23 @@ const (
 	// a longer deadline raise it; more memory does not.
 	boundDeadline = "deadline"
 	// boundTail: an auto-sized budget is limited by its tail guard, the
-	// slowest handler call of the recent windows (see
-	// [AutoSizeConfig.TailShare]). Like the deadline bound, it is about the
-	// deadline: a faster handler on the slow messages raises it.
+	// slowest handler call of the recent windows (see [Config.TailShare]).
+	// Like the deadline bound, it is about the deadline: a faster handler
+	// on the slow messages raises it.
 	boundTail = "tail"
 )
 
-// DefaultHeadroom is the share of the redelivery deadline that a full budget
-// may take to drain. The rest is kept for what the measurement does not see:
-// noticing the rebalance or claim, acking and committing, GC pauses, a
-// noisy neighbour on the same cores, and a mix heavier than the sample.
-const DefaultHeadroom = 0.5
+// defaultHeadroom is the share of the redelivery deadline that a full
+// budget may take to drain. The rest is kept for what the measurement does
+// not see: noticing the rebalance or claim, acking and committing, GC
+// pauses, a noisy neighbour on the same cores, and a mix heavier than the
+// sample.
+const defaultHeadroom = 0.5
 
-// DefaultTailShare is the share of the redelivery deadline the slowest
-// messages may take while a full budget drains (see [Inputs.Spread]
-// and [AutoSizeConfig.TailShare]).
-const DefaultTailShare = 0.75
+// defaultTailShare is the share of the redelivery deadline the slowest
+// messages may take while a full budget drains (see [Inputs.Spread] and
+// [Config.TailShare]).
+const defaultTailShare = 0.75
 
 // ErrInfeasible is returned by [Recommend] when the inputs are valid but a
 // bound is below one vertex (the per-process memory cannot hold a single
@@ -64,7 +65,7 @@ type Inputs struct {
 	// ([MemoryProfile.BytesPerVertex]). Required.
 	BytesPerVertex float64 `json:"bytes_per_vertex"`
 	// VerticesPerSecond is the measured throughput of one process, at the
-	// parallelism production runs ([Throughput.VerticesPerSecond]).
+	// parallelism production runs ([MeasureThroughput]).
 	// Required.
 	VerticesPerSecond float64 `json:"vertices_per_second"`
 	// Deadline is the broker's redelivery deadline: Kafka's
@@ -72,11 +73,14 @@ type Inputs struct {
 	// Required.
 	Deadline time.Duration `json:"deadline_ns"`
 	// Headroom is the share of Deadline a full budget may take to drain,
-	// in (0, 1]. 0 means [DefaultHeadroom].
+	// in (0, 1]. 0 means 0.5: the rest of the deadline is kept for what
+	// the measurement does not see (noticing the rebalance or claim,
+	// acking, GC pauses, a noisy neighbour, a mix heavier than the
+	// sample).
 	Headroom float64 `json:"headroom"`
 	// Spread is how much more the slow vertices of the mix cost than the
-	// average one ([Throughput.Spread]); 0 means not measured, and values
-	// below 1 count as 1. While a full budget drains, the messages in
+	// average one (as [MeasureThroughput] reports it); 0 means not
+	// measured, and values below 1 count as 1. While a full budget drains, the messages in
 	// flight share the cores, so a message whose vertices cost Spread
 	// times the mean takes about Spread times the drain time. The drain
 	// time is therefore held to TailShare / Spread of the deadline when
@@ -84,69 +88,60 @@ type Inputs struct {
 	// finish inside the deadline.
 	Spread float64 `json:"spread"`
 	// TailShare is the share of Deadline the slow messages may take, in
-	// (0, 1]. 0 means [DefaultTailShare]. Used only with Spread.
+	// (0, 1]. 0 means 0.75. Used only with Spread.
 	TailShare float64 `json:"tail_share"`
 	// Parallelism is how many handlers ran at once when VerticesPerSecond
 	// was measured ([WithParallelism]; GOMAXPROCS by default). One message
 	// runs on one core, so VerticesPerSecond / Parallelism is how fast a
-	// message goes alone: it sets [Recommendation.SoloLimit]. 0 means 1
+	// message goes alone: it sets [Bounds.SoloLimit]. 0 means 1
 	// (VerticesPerSecond is a single core's).
 	Parallelism int `json:"parallelism"`
-	// LargestMessage is the vertices of the sample's largest message
-	// (the largest of [Sample.Vertices]); 0 means not known. Recommend
-	// warns when it is above the solo limit.
-	LargestMessage int64 `json:"largest_message"`
 }
 
-// Recommendation is a computed vertex budget with the bounds it came from,
-// so a reader can tell which team moves it: see [Recommendation.Advice].
-type Recommendation struct {
-	// Budget is the smaller of the two bounds: the capacity to give
-	// middleware.NewVertexBudget.
+// Bounds is a vertex budget with the bounds it came from, so a reader can
+// tell which team moves it: when memory binds, a bigger container, fewer
+// processes per container or a smaller broker prefetch raise the budget;
+// when the deadline (or the tail guard) binds, a faster handler, more
+// cores or a longer redelivery deadline do. [Recommend] computes one from
+// measurements; an [AutoSizer] keeps one up to date from the handler calls
+// it times.
+type Bounds struct {
+	// Budget is the smallest bound: the capacity to give
+	// middleware.NewVertexBudget. An AutoSizer clamps it to [Floor,
+	// Ceiling] and leaves it 0 until it has measured; the budget's
+	// capacity differs from it by at most the hysteresis.
 	Budget int64 `json:"budget"`
-	// Binding names the bound that set Budget: "memory" or "deadline". On
-	// a tie it is "memory".
+	// Binding names the bound that set Budget: "memory", "deadline" or,
+	// from an AutoSizer, "tail" (its tail guard); "" until measured. On a
+	// tie it is "memory". When Budget differs from that bound, the
+	// AutoSizer's floor or ceiling held it.
 	Binding string `json:"binding"`
-	// MemoryBound is (MemoryBytes / Processes − PrefetchBytes) /
-	// BytesPerVertex, in vertices.
+	// MemoryBound is how many in-flight vertices the memory holds:
+	// (MemoryBytes / Processes − PrefetchBytes) / BytesPerVertex for
+	// Recommend, the configured [Config.MemoryBound] for an AutoSizer (0:
+	// none).
 	MemoryBound int64 `json:"memory_bound"`
-	// DeadlineBound is VerticesPerSecond × Deadline × DrainShare, in
-	// vertices.
+	// DeadlineBound is how many vertices drain within the deadline's
+	// share: VerticesPerSecond × Deadline × the drain share (Headroom, or
+	// TailShare / Spread if that is smaller; see [Inputs.Spread]). An
+	// AutoSizer leaves it 0 until MinWindows windows were measured.
 	DeadlineBound int64 `json:"deadline_bound"`
-	// DrainShare is the share of Deadline a full budget may take to
-	// drain: Headroom, or TailShare / Spread if that is smaller.
-	DrainShare float64 `json:"drain_share"`
-	// SpreadLimited says that TailShare / Spread, not Headroom, set
-	// DrainShare: the mix's slow messages bind the deadline bound.
-	SpreadLimited bool `json:"spread_limited"`
-	// DrainTime is how long a full budget takes to drain at the measured
-	// throughput: at most Deadline × DrainShare.
-	DrainTime time.Duration `json:"drain_ns"`
-
+	// TailBound is an AutoSizer's tail guard (see [Config.TailShare]); 0
+	// until a window was measured, with the guard off, and from
+	// Recommend.
+	TailBound int64 `json:"tail_bound"`
+	// VerticesPerSecond is the throughput the deadline bound was computed
+	// from: the input of Recommend, or an AutoSizer's median of the recent
+	// windows (vertices over core-busy time, so what Parallelism calls at
+	// once would complete; 0 until a window was measured).
+	VerticesPerSecond float64 `json:"vertices_per_second"`
 	// SoloLimit is the largest message that finishes alone within
 	// Deadline × Headroom: VerticesPerSecond / Parallelism (one core) ×
 	// Deadline × Headroom. No budget makes a bigger message safe: alone on
 	// one core it holds its delivery past that share of the deadline. Send
 	// bigger ones elsewhere (the router's budget.max_message_vertices).
+	// Recommend sets it; an AutoSizer leaves it 0.
 	SoloLimit int64 `json:"solo_limit"`
-	// Warning is empty unless the sample's largest message
-	// (Inputs.LargestMessage) is above SoloLimit; then it says so, and
-	// what to do.
-	Warning string `json:"warning,omitempty"`
-
-	// spread is Inputs.Spread, for Advice.
-	spread float64
-}
-
-// Advice says, in one sentence, what raises the budget.
-func (r Recommendation) Advice() string {
-	if r.Binding == boundDeadline && r.SpreadLimited {
-		return fmt.Sprintf("the deadline binds, through the mix's slowest messages (%.1f× the mean cost per vertex): a faster handler on them, more cores per process or a longer redelivery deadline raise the budget; more memory does not", r.spread)
-	}
-	if r.Binding == boundDeadline {
-		return "the deadline binds: a faster handler, more cores per process or a longer redelivery deadline raise the budget; more memory does not"
-	}
-	return "memory binds: a bigger container, fewer processes per container or a smaller broker prefetch raise the budget; a faster handler does not"
 }
 
 // withDefaults fills in the defaults and validates in.
@@ -155,10 +150,10 @@ func (in Inputs) withDefaults() (Inputs, error) {
 		in.Processes = 1
 	}
 	if in.Headroom == 0 {
-		in.Headroom = DefaultHeadroom
+		in.Headroom = defaultHeadroom
 	}
 	if in.TailShare == 0 {
-		in.TailShare = DefaultTailShare
+		in.TailShare = defaultTailShare
 	}
 	bad := func(field string, v any, want string) error {
 		return &spillway.FieldError{Field: field, Value: fmt.Sprint(v), Reason: want}
@@ -184,8 +179,6 @@ func (in Inputs) withDefaults() (Inputs, error) {
 		return in, bad("tail_share", in.TailShare, "must be in (0, 1]")
 	case in.Parallelism < 0:
 		return in, bad("parallelism", in.Parallelism, "must not be negative")
-	case in.LargestMessage < 0:
-		return in, bad("largest_message", in.LargestMessage, "must not be negative")
 	}
 	return in, nil
 }
@@ -203,23 +196,18 @@ func MemoryBound(memoryBytes int64, processes int, prefetchBytes int64, bytesPer
 // drainShare returns the share of the deadline a full budget may take to
 // drain: headroom, or tailShare / spread when the mix's slow messages need
 // more room than that (spread above tailShare / headroom). A spread of 0
-// (not measured) leaves headroom; a spread below 1 counts as 1. The second
-// result says whether the spread set the share.
-func drainShare(headroom, spread, tailShare float64) (float64, bool) {
+// (not measured) leaves headroom; a spread below 1 counts as 1.
+func drainShare(headroom, spread, tailShare float64) float64 {
 	if spread <= 0 || tailShare <= 0 {
-		return headroom, false
+		return headroom
 	}
-	if t := tailShare / max(spread, 1); t < headroom {
-		return t, true
-	}
-	return headroom, false
+	return min(headroom, tailShare/max(spread, 1))
 }
 
-// DeadlineBound returns how many vertices drain within headroom × deadline
-// at verticesPerSecond, rounded down. It does no validation; see
-// [Recommend].
-func DeadlineBound(verticesPerSecond float64, deadline time.Duration, headroom float64) int64 {
-	return floorInt64(verticesPerSecond * deadline.Seconds() * headroom)
+// deadlineBound returns how many vertices drain within share × deadline at
+// verticesPerSecond, rounded down.
+func deadlineBound(verticesPerSecond float64, deadline time.Duration, share float64) int64 {
+	return floorInt64(verticesPerSecond * deadline.Seconds() * share)
 }
 
 // floorInt64 rounds f down to an int64, saturating at the ends of the range
@@ -244,64 +232,43 @@ func floorInt64(f float64) int64 {
 //	solo limit     = VerticesPerSecond / Parallelism × Deadline × Headroom
 //
 // The solo limit is the largest message that finishes alone on one core
-// within the deadline's headroom; Warning says when the sample's largest
-// message (Inputs.LargestMessage) is bigger.
+// within the deadline's headroom: compare the sample's largest message with
+// it.
 //
 // Invalid inputs fail with a [*spillway.FieldError] (matching
-// [spillway.ErrInvalidConfig]) that names the field. If the prefetch leaves no memory for geometry or a bound is
-// below one vertex, the error wraps [ErrInfeasible] and the returned
-// Recommendation still carries the bounds, for display. Recommend is a pure
-// function.
-func Recommend(in Inputs) (Recommendation, error) {
+// [spillway.ErrInvalidConfig]) that names the field. If the prefetch leaves
+// no memory for geometry or a bound is below one vertex, the error wraps
+// [ErrInfeasible] and the returned Bounds still carry the bounds, for
+// display. Recommend is a pure function.
+func Recommend(in Inputs) (Bounds, error) {
 	in, err := in.withDefaults()
 	if err != nil {
-		return Recommendation{}, err
+		return Bounds{}, err
 	}
-	share, limited := drainShare(in.Headroom, in.Spread, in.TailShare)
+	share := drainShare(in.Headroom, in.Spread, in.TailShare)
 	geometry := in.MemoryBytes/int64(in.Processes) - in.PrefetchBytes
-	r := Recommendation{
-		MemoryBound:   MemoryBound(in.MemoryBytes, in.Processes, in.PrefetchBytes, in.BytesPerVertex),
-		DeadlineBound: DeadlineBound(in.VerticesPerSecond, in.Deadline, share),
-		DrainShare:    share,
-		SpreadLimited: limited,
-		spread:        in.Spread,
+	b := Bounds{
+		MemoryBound:       MemoryBound(in.MemoryBytes, in.Processes, in.PrefetchBytes, in.BytesPerVertex),
+		DeadlineBound:     deadlineBound(in.VerticesPerSecond, in.Deadline, share),
+		VerticesPerSecond: in.VerticesPerSecond,
 	}
-	r.Budget, r.Binding = r.MemoryBound, boundMemory
-	if r.DeadlineBound < r.MemoryBound {
-		r.Budget, r.Binding = r.DeadlineBound, boundDeadline
+	b.Budget, b.Binding = b.MemoryBound, boundMemory
+	if b.DeadlineBound < b.MemoryBound {
+		b.Budget, b.Binding = b.DeadlineBound, boundDeadline
 	}
-	r.DrainTime = drainTime(r.Budget, in.VerticesPerSecond)
 	// One message runs on one core: the deadline bound of a single core.
 	core := in.VerticesPerSecond / float64(max(in.Parallelism, 1))
-	r.SoloLimit = DeadlineBound(core, in.Deadline, in.Headroom)
-	if in.LargestMessage > r.SoloLimit {
-		r.Warning = fmt.Sprintf("the sample's largest message (%d vertices) is above the solo limit (%d): alone on one core it takes %v, more than %v × %.2f; "+
-			"route messages above the limit elsewhere (budget.max_message_vertices), or make the handler faster on them",
-			in.LargestMessage, r.SoloLimit, drainTime(in.LargestMessage, core).Round(time.Millisecond),
-			in.Deadline, in.Headroom)
-	}
+	b.SoloLimit = deadlineBound(core, in.Deadline, in.Headroom)
 	switch {
 	case geometry <= 0:
-		return r, fmt.Errorf("%w: prefetch_bytes (%d) leaves no memory for geometry out of %d bytes per process",
+		return b, fmt.Errorf("%w: prefetch_bytes (%d) leaves no memory for geometry out of %d bytes per process",
 			ErrInfeasible, in.PrefetchBytes, in.MemoryBytes/int64(in.Processes))
-	case r.MemoryBound < 1:
-		return r, fmt.Errorf("%w: %d bytes per process hold no vertex at %.0f bytes per vertex",
+	case b.MemoryBound < 1:
+		return b, fmt.Errorf("%w: %d bytes per process hold no vertex at %.0f bytes per vertex",
 			ErrInfeasible, geometry, in.BytesPerVertex)
-	case r.DeadlineBound < 1:
-		return r, fmt.Errorf("%w: not one vertex drains within %v × %.2f at %.3g vertices/s",
+	case b.DeadlineBound < 1:
+		return b, fmt.Errorf("%w: not one vertex drains within %v × %.2f at %.3g vertices/s",
 			ErrInfeasible, in.Deadline, share, in.VerticesPerSecond)
 	}
-	return r, nil
-}
-
-// drainTime is how long budget vertices take at vps, saturating.
-func drainTime(budget int64, vps float64) time.Duration {
-	if vps <= 0 {
-		return 0
-	}
-	s := float64(budget) / vps
-	if s*float64(time.Second) >= math.MaxInt64 {
-		return math.MaxInt64
-	}
-	return time.Duration(s * float64(time.Second))
+	return b, nil
 }

@@ -64,7 +64,7 @@ func TestRecommendSmallerBoundWins(t *testing.T) {
 			}
 			explicit := in
 			if explicit.Headroom == 0 {
-				explicit.Headroom = sizing.DefaultHeadroom
+				explicit.Headroom = 0.5
 			}
 			if explicit.Processes == 0 {
 				explicit.Processes = 1
@@ -72,21 +72,7 @@ func TestRecommendSmallerBoundWins(t *testing.T) {
 			if e, err := sizing.Recommend(explicit); err != nil || e != r {
 				t.Fatalf("defaults not filled in: %+v, with them explicit %+v (%v)", r, e, err)
 			}
-			if !strings.Contains(r.Advice(), string(r.Binding)) {
-				t.Fatalf("advice %q does not name %q", r.Advice(), r.Binding)
-			}
 		})
-	}
-}
-
-func TestRecommendDrainTime(t *testing.T) {
-	r, err := sizing.Recommend(baseInputs())
-	if err != nil {
-		t.Fatal(err)
-	}
-	// 6,000,000 vertices at 400k/s: 15 s, half the deadline.
-	if r.DrainTime != 15*time.Second {
-		t.Fatalf("drain time %v, want 15s", r.DrainTime)
 	}
 }
 
@@ -173,19 +159,16 @@ func TestRecommendRejectsBadInputs(t *testing.T) {
 // one and nothing changes.
 func TestRecommendSpread(t *testing.T) {
 	tests := []struct {
-		name           string
-		spread, tail   float64
-		share          float64
-		limited        bool
-		deadlineBound  int64
-		adviceMentions string
+		name          string
+		spread, tail  float64
+		deadlineBound int64
 	}{
-		{"not measured", 0, 0, 0.5, false, 6_000_000, "the deadline binds: a faster handler"},
-		{"uniform", 1, 0, 0.5, false, 6_000_000, "the deadline binds: a faster handler"},
-		{"below one counts as one", 0.4, 0, 0.5, false, 6_000_000, "the deadline binds: a faster handler"},
-		{"narrow", 1.2, 0, 0.5, false, 6_000_000, "the deadline binds: a faster handler"},
-		{"wide", 2.5, 0, 0.3, true, 3_600_000, "slowest messages (2.5×"},
-		{"wide, own tail share", 2.5, 1, 0.4, true, 4_800_000, "slowest messages"},
+		{"not measured", 0, 0, 6_000_000},
+		{"uniform", 1, 0, 6_000_000},
+		{"below one counts as one", 0.4, 0, 6_000_000},
+		{"narrow", 1.2, 0, 6_000_000},
+		{"wide", 2.5, 0, 3_600_000},
+		{"wide, own tail share", 2.5, 1, 4_800_000},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -195,20 +178,11 @@ func TestRecommendSpread(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if math.Abs(r.DrainShare-tt.share) > 1e-9 || r.SpreadLimited != tt.limited {
-				t.Errorf("drain share %v (limited %v), want %v (%v)", r.DrainShare, r.SpreadLimited, tt.share, tt.limited)
-			}
 			if d := r.DeadlineBound - tt.deadlineBound; d < -1 || d > 1 {
 				t.Errorf("deadline bound %d, want %d", r.DeadlineBound, tt.deadlineBound)
 			}
 			if r.Binding != "deadline" || r.Budget != r.DeadlineBound {
 				t.Errorf("budget %d bound by %s, want the deadline bound", r.Budget, r.Binding)
-			}
-			if want := time.Duration(float64(in.Deadline) * tt.share); (r.DrainTime - want).Abs() > time.Millisecond {
-				t.Errorf("drain time %v, want %v", r.DrainTime, want)
-			}
-			if !strings.Contains(r.Advice(), tt.adviceMentions) {
-				t.Errorf("advice %q does not mention %q", r.Advice(), tt.adviceMentions)
 			}
 		})
 	}
@@ -240,16 +214,16 @@ func TestRecommendInfeasible(t *testing.T) {
 	}
 }
 
-// TestDeadlineBound pins the shorthand the router docs and examples size a
-// fixed budget with: rate × deadline × headroom, 0 for no rate.
+// TestDeadlineBound pins the deadline bound's formula: rate × deadline ×
+// share, 0 for no rate.
 func TestDeadlineBound(t *testing.T) {
-	if got := sizing.DeadlineBound(10_000, 60*time.Second, sizing.DefaultHeadroom); got != 300_000 {
+	if got := sizing.DeadlineBound(10_000, 60*time.Second, 0.5); got != 300_000 {
 		t.Errorf("DeadlineBound(10k/s, 60s, default headroom) = %d, want 300000", got)
 	}
-	if got := sizing.DeadlineBound(math.NaN(), time.Second, sizing.DefaultHeadroom); got != 0 {
+	if got := sizing.DeadlineBound(math.NaN(), time.Second, 0.5); got != 0 {
 		t.Errorf("DeadlineBound(NaN) = %d, want 0", got)
 	}
-	if got := sizing.DeadlineBound(0, time.Second, sizing.DefaultHeadroom); got != 0 {
+	if got := sizing.DeadlineBound(0, time.Second, 0.5); got != 0 {
 		t.Errorf("DeadlineBound(0) = %d, want 0", got)
 	}
 }

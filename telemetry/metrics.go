@@ -606,7 +606,7 @@ func (m *Metrics) ObserveBudget(name string, b *middleware.VertexBudget) (unregi
 // (m.ObserveBounds("geo", sizer.Bounds)); f is called once per collection
 // from the SDK's collection goroutine, so it must be fast and safe for
 // concurrent use.
-func (m *Metrics) ObserveBounds(name string, f func() sizing.AutoBounds) (unregister func() error, err error) {
+func (m *Metrics) ObserveBounds(name string, f func() sizing.Bounds) (unregister func() error, err error) {
 	if f == nil {
 		return nil, errors.New("telemetry: ObserveBounds: nil func")
 	}

@@ -345,8 +345,8 @@ func TestMetricsBounds(t *testing.T) {
 		t.Fatal(err)
 	}
 	var mu sync.Mutex
-	bounds := sizing.AutoBounds{MemoryBound: 80_000, DeadlineBound: 50_000, Budget: 50_000, Binding: "deadline"}
-	unregister, err := m.ObserveBounds("geo", func() sizing.AutoBounds {
+	bounds := sizing.Bounds{MemoryBound: 80_000, DeadlineBound: 50_000, Budget: 50_000, Binding: "deadline"}
+	unregister, err := m.ObserveBounds("geo", func() sizing.Bounds {
 		mu.Lock()
 		defer mu.Unlock()
 		return bounds
@@ -371,21 +371,21 @@ func TestMetricsBounds(t *testing.T) {
 	check("spillway.budget.binding", mem, 0)
 
 	mu.Lock()
-	bounds = sizing.AutoBounds{MemoryBound: 30_000, DeadlineBound: 50_000, Budget: 30_000, Binding: "memory"}
+	bounds = sizing.Bounds{MemoryBound: 30_000, DeadlineBound: 50_000, Budget: 30_000, Binding: "memory"}
 	mu.Unlock()
 	check("spillway.budget.binding", dl, 0)
 	check("spillway.budget.binding", mem, 1)
 
 	tail := map[string]string{"budget": "geo", "bound": "tail"}
 	mu.Lock()
-	bounds = sizing.AutoBounds{MemoryBound: 80_000, DeadlineBound: 50_000, TailBound: 35_000, Budget: 35_000, Binding: "tail"}
+	bounds = sizing.Bounds{MemoryBound: 80_000, DeadlineBound: 50_000, TailBound: 35_000, Budget: 35_000, Binding: "tail"}
 	mu.Unlock()
 	check("spillway.budget.bound", tail, 35_000)
 	check("spillway.budget.binding", tail, 1)
 	check("spillway.budget.binding", dl, 0)
 
 	mu.Lock()
-	bounds = sizing.AutoBounds{Budget: 10_000, Binding: "configured"}
+	bounds = sizing.Bounds{Budget: 10_000, Binding: "configured"}
 	mu.Unlock()
 	check("spillway.budget.binding", map[string]string{"budget": "geo", "bound": "configured"}, 1)
 	if _, err := m.ObserveBounds("x", nil); err == nil {

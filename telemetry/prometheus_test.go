@@ -42,8 +42,8 @@ func TestPrometheusEndpoint(t *testing.T) {
 	if _, err := m.ObserveBudget("geo", budget); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.ObserveBounds("geo", func() sizing.AutoBounds {
-		return sizing.AutoBounds{MemoryBound: 2000, DeadlineBound: 1000, Budget: 1000, Binding: "deadline"}
+	if _, err := m.ObserveBounds("geo", func() sizing.Bounds {
+		return sizing.Bounds{MemoryBound: 2000, DeadlineBound: 1000, Budget: 1000, Binding: "deadline"}
 	}); err != nil {
 		t.Fatal(err)
 	}

@@ -42,7 +42,7 @@ type chartData struct {
 	sampleShare float64 // heavy share of the sample's vertices
 }
 
-func newChartData(o *sizeOptions, in sizing.Inputs, rec sizing.Recommendation, light, heavy *sizing.Sample, lightVPS, heavyVPS float64) *chartData {
+func newChartData(o *sizeOptions, in sizing.Inputs, rec recommendation, light, heavy *sizing.Sample, lightVPS, heavyVPS float64) *chartData {
 	lightVertices, _ := sampleTotals(light)
 	heavyVertices, _ := sampleTotals(heavy)
 	return &chartData{
@@ -50,7 +50,7 @@ func newChartData(o *sizeOptions, in sizing.Inputs, rec sizing.Recommendation, l
 		memoryBytes: in.MemoryBytes,
 		processes:   in.Processes,
 		deadline:    in.Deadline,
-		headroom:    rec.DrainShare,
+		headroom:    rec.drainShare,
 		memoryBound: float64(rec.MemoryBound),
 		measured:    float64(rec.DeadlineBound),
 		bpv:         in.BytesPerVertex,

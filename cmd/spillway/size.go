@@ -87,8 +87,8 @@ throughput at each mix interpolated from the measured light and heavy rates.`,
 	f.IntVar(&o.heavyAbove, "heavy-above", defaultHeavyAbove, "vertices above which a geometry counts as heavy (for --chart)")
 	f.StringVar(&o.chart, "chart", "", "write an SVG chart of both bounds against the heavy share to this file")
 	f.BoolVar(&o.json, "json", false, "print JSON instead of a table")
-	f.Float64Var(&o.headroom, "headroom", sizing.DefaultHeadroom, "share of the deadline a full budget may take to drain, in (0, 1]")
-	f.Float64Var(&o.tailShare, "tail-share", sizing.DefaultTailShare, "share of the deadline the sample's slowest messages (by cost per vertex) may take, in (0, 1]")
+	f.Float64Var(&o.headroom, "headroom", defaultHeadroom, "share of the deadline a full budget may take to drain, in (0, 1]")
+	f.Float64Var(&o.tailShare, "tail-share", defaultTailShare, "share of the deadline the sample's slowest messages (by cost per vertex) may take, in (0, 1]")
 	f.IntVar(&o.parallelism, "parallelism", 0, "handlers running at once while measuring (default GOMAXPROCS)")
 	f.IntVar(&o.repeats, "repeats", defaultRepeats, "measuring runs; the median counts")
 	f.BoolVar(&o.progress, "progress", false, "show a progress bar even when stderr is not a terminal (--progress=false: never)")
@@ -199,8 +199,8 @@ func newMemoryReport(s *sizing.Sample, m sizing.MemoryProfile) memoryReport {
 	return r
 }
 
-// throughputReport is sizing.Throughput over every run, with how it was
-// measured.
+// throughputReport is what sizing.MeasureThroughput measured over every
+// run, with how it was measured.
 type throughputReport struct {
 	// VerticesPerSecond is the median of Runs.
 	VerticesPerSecond float64 `json:"vertices_per_second"`
@@ -341,9 +341,8 @@ func runSize(ctx context.Context, e *env, o *sizeOptions, progressSet bool) erro
 		Spread:            tp.Spread,
 		TailShare:         o.tailShare,
 		Parallelism:       par,
-		LargestMessage:    largestMessage(sample),
 	}
-	rec, err := sizing.Recommend(in)
+	rec, err := recommend(in, largestMessage(sample))
 	if err != nil {
 		if errors.Is(err, spillway.ErrInvalidConfig) || errors.Is(err, sizing.ErrInfeasible) {
 			return inputError{err}
@@ -388,14 +387,14 @@ func measureInterleaved(ctx context.Context, samples []*sizing.Sample, handler f
 	var base int64
 	for range repeats {
 		for i, s := range samples {
-			t, err := sizing.MeasureThroughput(ctx, s, handler,
+			vps, spread, err := sizing.MeasureThroughput(ctx, s, handler,
 				sizing.WithParallelism(par), sizing.WithRepeats(1), sizing.WithProgress(bar.offset(base)))
 			if err != nil {
 				return nil, fmt.Errorf("measuring throughput: %w", err)
 			}
 			base += out[i].Vertices
-			out[i].Runs = append(out[i].Runs, t.VerticesPerSecond)
-			spreads[i] = append(spreads[i], t.Spread)
+			out[i].Runs = append(out[i].Runs, vps)
+			spreads[i] = append(spreads[i], spread)
 		}
 	}
 	for i := range out {
@@ -428,21 +427,15 @@ func readSampleFile(path string) (*sizing.Sample, error) {
 	defer f.Close()
 	s, err := sizing.ReadSample(f)
 	if err != nil {
-		var le *sizing.SampleLineError
-		switch {
-		case errors.As(err, &le):
-			return nil, badInput("%s:%d: not a geometry: %v", path, le.Line, strings.TrimPrefix(le.Err.Error(), "cost: "))
-		case errors.Is(err, sizing.ErrEmptySample):
-			return nil, badInput("%s: empty sample: no geometries in the file", path)
-		}
-		return nil, badInput("%s: %v", path, err)
+		// The error names the line, or says the sample is empty.
+		return nil, badInput("%s: %v", path, strings.TrimPrefix(err.Error(), "sizing: "))
 	}
 	return s, nil
 }
 
 // newSizeReport builds the report; in are the inputs rec was computed from
 // (every default is explicit in the flags).
-func newSizeReport(o *sizeOptions, s *sizing.Sample, mem sizing.MemoryProfile, tp throughputReport, in sizing.Inputs, rec sizing.Recommendation, par int) *sizeReport {
+func newSizeReport(o *sizeOptions, s *sizing.Sample, mem sizing.MemoryProfile, tp throughputReport, in sizing.Inputs, rec recommendation, par int) *sizeReport {
 	r := &sizeReport{Memory: newMemoryReport(s, mem), Throughput: tp}
 	r.Sample.File = o.sample
 	r.Sample.Geometries = len(s.Payloads)
@@ -460,16 +453,16 @@ func newSizeReport(o *sizeOptions, s *sizing.Sample, mem sizing.MemoryProfile, t
 	r.Inputs.Headroom = in.Headroom
 	r.Inputs.Spread = in.Spread
 	r.Inputs.TailShare = in.TailShare
-	r.DrainShare = rec.DrainShare
-	r.SpreadLimited = rec.SpreadLimited
+	r.DrainShare = rec.drainShare
+	r.SpreadLimited = rec.spreadLimited
 	r.GeometryMemoryBytes = in.MemoryBytes/int64(in.Processes) - in.PrefetchBytes
 	r.MemoryBound = rec.MemoryBound
 	r.DeadlineBound = rec.DeadlineBound
 	r.Budget = rec.Budget
 	r.Binding = rec.Binding
-	r.DrainSeconds = rec.DrainTime.Seconds()
-	r.Advice = rec.Advice()
-	r.SoloLimit, r.LargestMessage, r.Warning = rec.SoloLimit, in.LargestMessage, rec.Warning
+	r.DrainSeconds = rec.drainTime.Seconds()
+	r.Advice = rec.advice
+	r.SoloLimit, r.LargestMessage, r.Warning = rec.SoloLimit, largestMessage(s), rec.warning
 	return r
 }
 

@@ -52,7 +52,6 @@ import (
 	_ "github.com/spillway-go/spillway/embedded" // kafka.brokers / redis.addr "embedded"
 	"github.com/spillway-go/spillway/examples/geo"
 	"github.com/spillway-go/spillway/router"
-	"github.com/spillway-go/spillway/sizing"
 )
 
 const (
@@ -122,7 +121,8 @@ func run() int {
 	}
 	rate := float64(s.heavyVertices) / (perPass.Seconds() * float64(s.passes)) * float64(runtime.GOMAXPROCS(0))
 	if os.Getenv("SPILLWAY_BUDGET_VERTICES") == "" {
-		cfg.Budget.Vertices = max(1, sizing.DeadlineBound(rate, cfg.RedeliveryDeadline(), sizing.DefaultHeadroom))
+		// The deadline bound: what drains within half the deadline.
+		cfg.Budget.Vertices = max(1, int64(rate*cfg.RedeliveryDeadline().Seconds()*0.5))
 	}
 
 	var logger watermill.LoggerAdapter = watermill.NopLogger{}

@@ -33,8 +33,8 @@ type Calibration struct {
 	// geometry, all cores busy (sizing.MeasureThroughput).
 	VerticesPerSecond float64 `json:"vertices_per_second"`
 	// Spread is how much more the slowest heavy messages cost per vertex
-	// than the average (sizing.Throughput.Spread); the deadline bound gives
-	// them room (sizing.Inputs.Spread).
+	// than the average (sizing.MeasureThroughput's spread); the deadline
+	// bound gives them room (sizing.Inputs.Spread).
 	Spread float64 `json:"spread"`
 	// DrainShare is the share of the deadline a full budget may take to
 	// drain: the headroom, or less when the spread is wide.
@@ -106,14 +106,14 @@ func calibrate(ctx context.Context, g *Geometry, heavies, mix [][]byte, steady f
 	if err != nil {
 		return c, err
 	}
-	tp, err := sizing.MeasureThroughput(ctx, sample, func(_ context.Context, p []byte) error {
+	vps, spread, err := sizing.MeasureThroughput(ctx, sample, func(_ context.Context, p []byte) error {
 		_, err := refwork.Process(refwork.Full, p, c.Passes)
 		return err
 	}, sizing.WithParallelism(c.Cores), sizing.WithRepeats(o.CalibrationRepeats))
 	if err != nil {
 		return c, fmt.Errorf("demo: calibrating throughput: %w", err)
 	}
-	c.VerticesPerSecond, c.Spread = tp.VerticesPerSecond, tp.Spread
+	c.VerticesPerSecond, c.Spread = vps, spread
 
 	// Memory per in-flight vertex, on the stream's own mix of encodings.
 	if ms, err := sizing.NewSample(append(slices.Clip(mix), heavies...)); err == nil {
@@ -140,7 +140,13 @@ func calibrate(ctx context.Context, g *Geometry, heavies, mix [][]byte, steady f
 		return c, fmt.Errorf("demo: sizing the budget: %w", err)
 	}
 	c.MemoryBound, c.DeadlineBound, c.Budget, c.Binding = rec.MemoryBound, rec.DeadlineBound, rec.Budget, rec.Binding
-	c.DrainShare = rec.DrainShare
+	// The share of the deadline the deadline bound lets a full budget
+	// take, as Recommend computes it with its defaults: the headroom
+	// (0.5), or the tail share (0.75) over the spread if that is less.
+	c.DrainShare = 0.5
+	if c.Spread > 0 {
+		c.DrainShare = min(0.5, 0.75/max(c.Spread, 1))
+	}
 	c.SteadyLoad = steady / c.VerticesPerSecond
 	c.Seconds = time.Since(began).Seconds()
 	return c, nil

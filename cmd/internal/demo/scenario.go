@@ -364,6 +364,8 @@ type member struct {
 	sr     *router.Router // nil for the plain consumer
 	close  func() error
 	runErr chan error
+	// resizes counts the auto-sizer's resizes of the member's budget.
+	resizes atomic.Int64
 }
 
 // groupRun is one group's run in progress.
@@ -533,7 +535,8 @@ func (h memberHooks) OnShed(msg *message.Message, topic, reason string) {
 
 func (h memberHooks) OnRetryOutcome(ev retrygate.Event) { h.gr.onRetry(ev) }
 
-func (h memberHooks) OnResize(from, to int64, _ sizing.AutoBounds) {
+func (h memberHooks) OnResize(from, to int64, _ sizing.Bounds) {
+	h.m.resizes.Add(1)
 	go h.gr.event(fmt.Sprintf("member %s: auto-sizer resized the budget %d -> %d vertices", h.m.name, from, to))
 }
 
@@ -848,7 +851,7 @@ func (gr *groupRun) finish(published int) {
 			r.Revocations += st.Revocations
 			r.LateMarks += st.LateMarks
 			if st.AutoSize != nil {
-				r.Resizes += int(st.AutoSize.Resizes)
+				r.Resizes += int(m.resizes.Load())
 			}
 		}
 	}

@@ -9,9 +9,13 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/spillway-go/spillway/cost"
 	"github.com/spillway-go/spillway/internal/refwork"
 	"github.com/spillway-go/spillway/middleware"
 	"github.com/spillway-go/spillway/sizing"
@@ -224,9 +228,9 @@ func Sweep(ctx context.Context, o SweepOptions) (*SweepResult, error) {
 				return res, err
 			}
 			phase("round %d/%d: %s budget, %d vertices", round+1, o.Rounds, c.name, c.budget)
-			var acfg *sizing.AutoSizeConfig
+			var acfg *sizing.Config
 			if c.auto {
-				acfg = &sizing.AutoSizeConfig{
+				acfg = &sizing.Config{
 					Deadline: o.Deadline, Floor: lo, Ceiling: hi, Window: o.Window,
 					Windows: 5, MinWindows: 3, MinBusy: o.Window / 10,
 				}
@@ -286,16 +290,19 @@ func medianRun(rs []SweepRun, deadline time.Duration) SweepRun {
 
 // runSweep processes msgs once: each admitted in order against a budget of
 // capacity b (auto-sized when acfg is set), then run on its own goroutine.
-func runSweep(ctx context.Context, msgs []sweepMsg, passes int, o SweepOptions, b int64, acfg *sizing.AutoSizeConfig) SweepRun {
+func runSweep(ctx context.Context, msgs []sweepMsg, passes int, o SweepOptions, b int64, acfg *sizing.Config) SweepRun {
 	runtime.GC()
 	budget, err := middleware.NewVertexBudget(b)
 	if err != nil {
 		panic(err) // the callers size b from positive measurements
 	}
-	var sizer *sizing.AutoSizer
+	var (
+		sizer   *sizing.AutoSizer
+		resizes atomic.Uint64
+	)
 	if acfg != nil {
-		acfg.Budget = budget
-		if sizer, err = sizing.NewAutoSizer(*acfg); err != nil {
+		countResize := sizing.WithOnResize(func(int64, int64, sizing.Bounds) { resizes.Add(1) })
+		if sizer, err = sizing.New(budget, *acfg, countResize); err != nil {
 			panic(err) // the configuration is built above
 		}
 	}
@@ -327,20 +334,22 @@ func runSweep(ctx context.Context, msgs []sweepMsg, passes int, o SweepOptions, 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			var end func(int64)
-			if sizer != nil {
-				end = sizer.Begin()
-			}
 			admitted := time.Now()
-			_, err := refwork.Process(refwork.Full, m.payload, passes)
-			took := time.Since(admitted)
-			if end != nil {
-				if err != nil {
-					end(0)
-				} else {
-					end(m.vertices)
-				}
+			handle := func(*message.Message) ([]*message.Message, error) {
+				_, err := refwork.Process(refwork.Full, m.payload, passes)
+				return nil, err
 			}
+			if sizer != nil {
+				// The sizer measures the call at the charge the budget
+				// admitted, as it does behind the router's budget.
+				msg := message.NewMessage("", nil)
+				msg.SetContext(cost.WithAdmitted(ctx, cost.Charge{Vertices: m.vertices, Messages: 1, Source: cost.SourceComputed}))
+				handle = sizer.Middleware(handle)
+				_, _ = handle(msg)
+			} else {
+				_, _ = handle(nil)
+			}
+			took := time.Since(admitted)
 			p.Release()
 			mu.Lock()
 			defer mu.Unlock()
@@ -360,7 +369,7 @@ func runSweep(ctx context.Context, msgs []sweepMsg, passes int, o SweepOptions, 
 	r.EndBudget = budget.Stats().Capacity
 	r.MeanBudget = capSum / r.Seconds
 	if sizer != nil {
-		r.Resizes = sizer.Bounds().Resizes
+		r.Resizes = resizes.Load()
 	}
 	r.VerticesPS = float64(all) / r.Seconds
 	r.GoodputPS = float64(good) / r.Seconds
