@@ -229,7 +229,7 @@ func (t sessionTracer) WrapConsumerGroupHandler(h sarama.ConsumerGroupHandler) s
 
 // Revoked returns the channel that closes when msg's session ends, or nil
 // if msg is not a delivery the tracker knows (then it cannot be revoked).
-// Use it as [middleware.BudgetConfig.Revoked].
+// Use it with [middleware.WithRevoked].
 func (t *SessionTracker) Revoked(msg *message.Message) <-chan struct{} {
 	if t.observeOnly {
 		return nil

@@ -42,9 +42,10 @@
 //	sub, _ := redisbroker.NewSubscriber(cfg, logger)
 //	pub, _ := redisbroker.NewPublisher(cfg, logger)
 //	dl, _ := redisbroker.NewDeadLetter(redisbroker.DeadLetterConfig{Publisher: pub, Topic: cfg.DeadLetterTopic})
+//	admission, _ := middleware.New(budget, middleware.WithRevoked(sub.Revoked))
 //	router.AddMiddleware(
-//		dl.Middleware,     // malformed entries never reach the budget or the handler
-//		budget.Middleware, // middleware.Budget with Revoked: sub.Revoked
+//		dl.Middleware,        // malformed entries never reach the budget or the handler
+//		admission.Middleware, // waiters step aside when their entry is revoked
 //	)
 //
 // and call sub.Completed(msg) when a handler succeeds, so its ack goes

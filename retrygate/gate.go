@@ -153,7 +153,7 @@ func (g *Gate) Stats() Stats {
 }
 
 // messagePressure is a pressure signal that can also judge one message by
-// the part of the consumer it needs (middleware.Budget.SaturatedForMessage).
+// the part of the consumer it needs (middleware.Admitter.SaturatedForMessage).
 type messagePressure interface {
 	SaturatedForMessage(msg *message.Message) time.Duration
 }

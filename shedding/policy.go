@@ -192,7 +192,7 @@ func New(cfg Config, pressure spillway.Pressure, opts ...Option) (*Policy, error
 // shedding reports whether priority shedding is in force now: pressure has
 // lasted at least the window. With a message, a pressure signal that can
 // judge each message by itself (a budget split into lanes: the message's
-// own lane, see middleware.Budget.SaturatedForMessage) is asked about
+// own lane, see middleware.Admitter.SaturatedForMessage) is asked about
 // that message. It is lock-free.
 func (p *Policy) shedding(msg *message.Message) bool {
 	if p.cfg.Priority.Disabled || p.pressure == nil || len(p.topics) == 0 {
@@ -356,7 +356,7 @@ func (p *Policy) Admitted(h message.HandlerFunc) message.HandlerFunc {
 
 // Wrap returns a middleware that runs [Policy.Middleware], then admission,
 // then [Policy.Admitted], then the handler. admission is the budget
-// middleware (middleware.Budget.Middleware), possibly composed with others
+// middleware (middleware.Admitter.Middleware), possibly composed with others
 // that must run inside it.
 func (p *Policy) Wrap(admission message.HandlerMiddleware) message.HandlerMiddleware {
 	return func(h message.HandlerFunc) message.HandlerFunc {
@@ -364,7 +364,7 @@ func (p *Policy) Wrap(admission message.HandlerMiddleware) message.HandlerMiddle
 	}
 }
 
-// Revoked returns a revocation hook for middleware.BudgetConfig.Revoked
+// Revoked returns a revocation hook for middleware.WithRevoked
 // whose channel is closed when msg, while waiting for budget, is
 // superseded by a newer message of its entity, or when also(msg) fires,
 // whichever comes first; and at the latest when msg leaves the policy.

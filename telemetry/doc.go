@@ -14,7 +14,7 @@
 // processing ([WithLinkToProducer] links it to the producer's span in a
 // trace of its own instead, for producers you do not trust). The span sits in the message's context, where the Spillway
 // stages annotate it through hooks: [RecordAdmission] (or
-// [Metrics.OnAdmission]) as middleware.BudgetConfig.OnAdmission,
+// [Metrics.OnAdmission]) with middleware.WithOnAdmission,
 // [Metrics.OnShed] as shedding's hook, [Metrics.OnRetryOutcome] as the
 // retry gate's (counters only), and [RecordOutcome] or
 // [Metrics.RecordOutcome] from hooks of your own. The router passes its
@@ -52,9 +52,9 @@
 //
 // Consumer stack, outermost first:
 //
-//	router.AddMiddleware(tracing, metrics.Middleware, /* shedding, retry gate, */ budget.Middleware)
+//	router.AddMiddleware(tracing, metrics.Middleware, /* shedding, retry gate, */ admission.Middleware)
 //
-// with middleware.BudgetConfig{OnAdmission: metrics.OnAdmission}.
+// with admission from middleware.New(budget, middleware.WithOnAdmission(metrics.OnAdmission)).
 // Producer chain, outermost first: the publisher of [NewTracingPublisher] over a
 // cost.NewStampingPublisher over a producer.LagThrottled (reading the
 // sampler) over a producer.RateLimited over the broker's publisher.

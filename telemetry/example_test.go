@@ -38,10 +38,7 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	admission, _ := middleware.NewBudget(middleware.BudgetConfig{
-		Budget:      budget,
-		OnAdmission: telemetry.RecordAdmission,
-	})
+	admission, _ := middleware.New(budget, middleware.WithOnAdmission(telemetry.RecordAdmission))
 	// Tracing is the outermost middleware.
 	router.AddMiddleware(telemetry.NewTracing(opts...), admission.Middleware)
 	done := make(chan struct{})

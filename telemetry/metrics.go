@@ -354,8 +354,8 @@ func (m *Metrics) attrs(shape uint8, topic, value string) *measureOpts {
 // not recovered). The vertex count comes from the admission recorded by
 // [Metrics.OnAdmission] (for an admitted message the charge the budget
 // granted, clamped to its capacity), else from the vertex_count metadata;
-// a count from the message itself is capped at [middleware.MaxCapacity], so
-// a forged vertex_count cannot overflow the counter.
+// a count from the message itself is capped at 2⁴⁰ (the largest budget
+// capacity), so a forged vertex_count cannot overflow the counter.
 //
 // Place it right inside [NewTracing] (or outermost without
 // tracing) so the duration covers the whole stack. It never returns an
@@ -394,7 +394,7 @@ func (m *Metrics) measure(h message.HandlerFunc, msg *message.Message) (out []*m
 			n, known = countedVertices(adm)
 		} else {
 			n, known = headerVertices(msg)
-			n = min(n, middleware.MaxCapacity)
+			n = min(n, maxCountedVertices)
 		}
 		if known {
 			m.processedVerts.Add(ctx, n, opt.add...)
@@ -414,7 +414,7 @@ func (m *Metrics) measure(h message.HandlerFunc, msg *message.Message) (out []*m
 // and, for a revoked admission, spillway.messages.released_on_rebalance
 // (reason "revoked"). It also calls
 // [RecordAdmission], so the message's span and outcome are updated. Use it
-// as middleware.BudgetConfig.OnAdmission. Safe for concurrent use; it
+// with middleware.WithOnAdmission. Safe for concurrent use; it
 // never blocks.
 func (m *Metrics) OnAdmission(msg *message.Message, a middleware.Admission) {
 	if msg == nil {
@@ -430,8 +430,8 @@ func (m *Metrics) OnAdmission(msg *message.Message, a middleware.Admission) {
 func (m *Metrics) admission(msg *message.Message, a *middleware.Admission) {
 	ctx := msg.Context()
 	topic := m.topicOf(msg)
-	m.admissionWait.Record(ctx, a.Wait.Seconds(), m.attrs(shapeAdmission, topic, string(a.Outcome)).rec...)
-	switch a.Outcome {
+	m.admissionWait.Record(ctx, a.Wait.Seconds(), m.attrs(shapeAdmission, topic, string(a.Result)).rec...)
+	switch a.Result {
 	case middleware.Admitted:
 		m.charges.Add(ctx, 1, m.attrs(shapeSource, topic, a.Charge.Source.String()).add...)
 	case middleware.Revoked:
@@ -564,7 +564,7 @@ func (m *Metrics) ObserveBudget(name string, b *middleware.VertexBudget) (unregi
 				o.ObserveInt64(m.laneWaiting, int64(l.Waiting), laneOpts[i])
 				o.ObserveFloat64(m.laneSaturated, l.SaturatedFor.Seconds(), laneOpts[i])
 				o.ObserveFloat64(m.laneWait, l.TotalWait.Seconds(), laneOpts[i])
-				o.ObserveInt64(m.laneAdmitted, int64(l.AdmittedVerts), laneOpts[i])
+				o.ObserveInt64(m.laneAdmitted, int64(l.AdmittedVertices), laneOpts[i])
 			}
 		}
 		return nil

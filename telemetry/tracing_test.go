@@ -71,7 +71,7 @@ func newFullStack(t *testing.T, capacity int64, handler message.NoPublishHandler
 	tracing := telemetry.NewTracing(telemetry.WithTracerProvider(tp), telemetry.WithPropagator(prop),
 		telemetry.WithMessagingSystem("gochannel"), telemetry.WithConsumerGroup("workers"))
 	budget := mustVertexBudget(capacity)
-	admission, err := middleware.NewBudget(middleware.BudgetConfig{Budget: budget, OnAdmission: metrics.OnAdmission})
+	admission, err := middleware.New(budget, middleware.WithOnAdmission(metrics.OnAdmission))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -330,7 +330,7 @@ func TestHooksWithoutMiddleware(t *testing.T) {
 	msg := message.NewMessage("x", nil)
 	telemetry.Annotate(msg, attribute.Bool("a", true))
 	telemetry.RecordOutcome(msg, telemetry.OutcomeShed)
-	telemetry.RecordAdmission(msg, middleware.Admission{Outcome: middleware.Revoked})
+	telemetry.RecordAdmission(msg, middleware.Admission{Result: middleware.Revoked})
 	telemetry.Annotate(nil)
 	telemetry.RecordOutcome(nil, telemetry.OutcomeShed)
 	telemetry.RecordAdmission(nil, middleware.Admission{})
