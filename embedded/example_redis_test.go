@@ -41,7 +41,7 @@ func Example_redis() {
 	if err != nil {
 		panic(err)
 	}
-	budget, err := middleware.NewBudget(middleware.BudgetConfig{Budget: vb})
+	budget, err := middleware.New(vb)
 	if err != nil {
 		panic(err)
 	}

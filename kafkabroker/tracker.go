@@ -208,7 +208,7 @@ func (t sessionTracer) WrapConsumerGroupHandler(h sarama.ConsumerGroupHandler) s
 
 // Revoked returns the channel that closes when msg's session ends, or nil
 // if msg is not a delivery the tracker knows (then it cannot be revoked).
-// Use it as [middleware.BudgetConfig.Revoked].
+// Use it with [middleware.WithRevoked].
 func (t *SessionTracker) Revoked(msg *message.Message) <-chan struct{} {
 	return t.mode.revoked(msg)
 }

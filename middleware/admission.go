@@ -3,7 +3,6 @@ package middleware
 import (
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -12,138 +11,92 @@ import (
 	"github.com/spillway-go/spillway/cost"
 )
 
-// Outcome is how a message left budget admission. Its value is the name
-// logs, span attributes and metric labels use.
-type Outcome string
+// AdmissionResult is how a message left admission: the handler ran, or
+// why it did not. Its value is the name logs, span attributes and metric
+// labels use.
+type AdmissionResult string
 
 const (
 	// Admitted: the charge was granted and the handler ran.
-	Admitted Outcome = "admitted"
+	Admitted AdmissionResult = "admitted"
 	// Cancelled: the message context ended while waiting; the handler did
 	// not run and the message is nacked.
-	Cancelled Outcome = "cancelled"
+	Cancelled AdmissionResult = "cancelled"
 	// Revoked: the message's delivery was revoked while it waited (its
-	// Kafka session ended); the handler did not run and the message is
-	// acked without effect, so the partition's next owner processes it.
-	Revoked Outcome = "revoked"
+	// Kafka session ended; see [WithRevoked]); the handler did not run and
+	// the message is acked without effect, so the partition's next owner
+	// processes it.
+	Revoked AdmissionResult = "revoked"
 	// Invalid: the charge could not be admitted at all (a negative cost
 	// from a custom estimator); the message is nacked.
-	Invalid Outcome = "invalid"
-	// Oversize: the payload is above [BudgetConfig.MaxPayloadBytes] or the
-	// charge above [BudgetConfig.MaxVertices]; the handler did not run and
-	// the message went to [BudgetConfig.OnOversize], or failed with
-	// [ErrOversize].
-	Oversize Outcome = "oversize"
+	Invalid AdmissionResult = "invalid"
+	// Oversize: the payload is above [WithMaxPayloadBytes] or the charge
+	// above [WithMaxVertices]; the handler did not run and the message
+	// went to [WithOnOversize]'s function, or failed with [ErrOversize].
+	Oversize AdmissionResult = "oversize"
 )
 
 // ErrOversize is wrapped by the error the middleware returns for a message
-// it refuses as too large ([Oversize]) when no [BudgetConfig.OnOversize]
+// it refuses as too large ([Oversize]) when no [WithOnOversize] function
 // takes it. It wraps [cost.ErrTooLarge], so the retry gate's default
 // classifier (retrygate.IsPermanent) dead-letters the message at once
 // instead of retrying it.
 var ErrOversize = fmt.Errorf("spillway: message too large to admit: %w", cost.ErrTooLarge)
 
-// Admission describes one message's passage through the budget.
+// Admission is what [WithOnAdmission]'s function learns about one
+// message's admission. The charge was clamped when Granted is below
+// Charge.Vertices.
 type Admission struct {
-	Charge  cost.Charge   // what the estimator asked for
-	Granted int64         // vertices held, after clamping (0 unless Admitted)
-	Clamped bool          // the charge exceeded the capacity
-	Wait    time.Duration // time blocked before admission or giving up
-	Outcome Outcome
+	Charge  cost.Charge     // what the estimator asked for
+	Granted int64           // vertices held, after clamping (0 unless Admitted)
+	Wait    time.Duration   // time blocked before admission or giving up
+	Result  AdmissionResult // whether the handler ran, or why not
 }
 
-// BudgetConfig configures the [Budget] middleware.
-type BudgetConfig struct {
-	// Budget is the vertex budget messages are admitted against. Required.
-	Budget *VertexBudget
-
-	// Estimator prices each message. Default: cost.NewEstimator(cost.FullBudget),
-	// which reads vertex_count and charges the whole budget when it is
-	// missing or malformed.
-	Estimator cost.ChargeEstimator
-
-	// Revoked, if set, returns a channel that is closed when msg's delivery
-	// has been revoked: its Kafka session ended in a rebalance, say. A
-	// message still waiting for budget when that happens steps aside at
-	// once: the handler does not run and the message is acked, which
-	// watermill-kafka does not commit once the session is gone, so the
-	// partition's next owner processes it. Admitted work is never
-	// interrupted. A nil channel means the delivery cannot be revoked.
-	Revoked func(msg *message.Message) <-chan struct{}
-
-	// MaxPayloadBytes refuses a message whose payload is larger, before it
-	// is priced: decoding takes memory in proportion to the bytes, and a
-	// payload above what the memory bound can hold must not run at all.
-	// 0 means no limit.
-	MaxPayloadBytes int
-
-	// MaxVertices refuses a message whose counted charge (a vertex_count
-	// header or a computed count, not the default charge of an unknown
-	// cost) is above it. Use the largest message that finishes alone
-	// within the redelivery deadline (sizing.Bounds.SoloLimit):
-	// one message runs on one core, so a bigger one would hold a
-	// rebalance or a claim however big the budget is. 0 means no limit: a
-	// charge above the capacity is clamped and runs alone.
-	MaxVertices int64
-
-	// OnOversize, if set, takes a refused message instead of the handler:
-	// it publishes it elsewhere (an oversize topic consumed with a longer
-	// deadline, a dead-letter topic) and returns nil, and the message is
-	// acked; an error it returns is returned instead, wrapping
-	// [ErrOversize]. Without it the middleware returns an error wrapping
-	// ErrOversize, which a retry gate dead-letters. It runs on the
-	// message's goroutine and holds no budget.
-	OnOversize func(msg *message.Message, a Admission) error
-
-	// OnAdmission, if set, is called once per message after admission has
-	// been decided, from the message's goroutine, before the handler runs.
-	// It must be fast and must not block.
-	OnAdmission func(msg *message.Message, a Admission)
-}
-
-func (c *BudgetConfig) setDefaults() {
-	if c.Estimator == nil {
-		c.Estimator = cost.NewEstimator(cost.FullBudget)
-	}
-}
-
-// Validate reports whether the configuration can be used: a
-// [*spillway.FieldError] for Budget if it is nil, or for MaxPayloadBytes or
-// MaxVertices if negative.
-func (c BudgetConfig) Validate() error {
-	switch {
-	case c.Budget == nil:
-		return &spillway.FieldError{Field: "Budget", Value: "nil", Reason: "required"}
-	case c.MaxPayloadBytes < 0:
-		return &spillway.FieldError{Field: "MaxPayloadBytes", Value: strconv.Itoa(c.MaxPayloadBytes), Reason: "must not be negative"}
-	case c.MaxVertices < 0:
-		return &spillway.FieldError{Field: "MaxVertices", Value: strconv.FormatInt(c.MaxVertices, 10), Reason: "must not be negative"}
-	}
-	return nil
-}
-
-// Budget is a Watermill middleware that admits each message against a
+// Admitter is a Watermill middleware that admits each message against a
 // [VertexBudget] before its handler runs. The charge is refunded when the
-// handler returns, whether it succeeded, failed or panicked, so InUse goes
-// back to zero whenever no handler is running. It is safe for concurrent use;
-// one Budget may wrap any number of handlers, which then share the budget.
-type Budget struct {
-	cfg      BudgetConfig
+// handler returns, whether it succeeded, failed or panicked, so the
+// budget's InUse goes back to zero whenever no handler is running. It is
+// safe for concurrent use; one Admitter may wrap any number of handlers,
+// which then share the budget. Create one with [New].
+type Admitter struct {
+	budget          *VertexBudget
+	estimator       cost.ChargeEstimator
+	onAdmission     func(*message.Message, Admission)
+	onOversize      func(*message.Message, Admission) error
+	revoked         func(*message.Message) <-chan struct{}
+	maxPayloadBytes int
+	maxVertices     int64
+
 	lanes    bool // the budget has lanes
 	byMsg    bool // some lane selects by handler or topic
 	byCharge bool // some lane selects by charge
 }
 
-// NewBudget returns the middleware for cfg.
-func NewBudget(cfg BudgetConfig) (*Budget, error) {
-	cfg.setDefaults()
-	if err := cfg.Validate(); err != nil {
-		return nil, err
+// New returns the admission middleware for budget, configured by the
+// options that belong to it ([WithEstimator], [WithOnAdmission],
+// [WithRevoked], [WithMaxPayloadBytes], [WithMaxVertices],
+// [WithOnOversize]). It returns [*spillway.FieldError]s, joined, for a nil
+// budget, a negative size limit or an option of [NewVertexBudget].
+func New(budget *VertexBudget, opts ...Option) (*Admitter, error) {
+	o := collect(opts)
+	var errs []error
+	if budget == nil {
+		errs = append(errs, &spillway.FieldError{Field: "budget", Value: "nil", Reason: "required: a *VertexBudget from NewVertexBudget"})
 	}
-	b := cfg.Budget
-	m := &Budget{cfg: cfg, lanes: len(b.lanes) > 1, byMsg: b.selectsByMessage()}
-	for i := range b.lanes {
-		m.byCharge = m.byCharge || b.lanes[i].maxCharge > 0
+	errs = append(errs, o.checkLimits()...)
+	errs = append(errs, misplaced(o.forBudget, "NewVertexBudget", "New")...)
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	if o.estimator == nil {
+		o.estimator = cost.NewEstimator(cost.FullBudget)
+	}
+	m := &Admitter{budget: budget, estimator: o.estimator, onAdmission: o.onAdmission, onOversize: o.onOversize,
+		revoked: o.revoked, maxPayloadBytes: o.maxPayloadBytes, maxVertices: o.maxVertices,
+		lanes: len(budget.lanes) > 1, byMsg: budget.selectsByMessage()}
+	for i := range budget.lanes {
+		m.byCharge = m.byCharge || budget.lanes[i].maxCharge > 0
 	}
 	return m, nil
 }
@@ -158,7 +111,7 @@ func NewBudget(cfg BudgetConfig) (*Budget, error) {
 // work from that partition or subscription. If the message context ends
 // while it waits, the handler is not run and ctx.Err() is returned, so the
 // router nacks the message and it is redelivered rather than lost.
-func (m *Budget) Middleware(h message.HandlerFunc) message.HandlerFunc {
+func (m *Admitter) Middleware(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
 		var t ticket
 		defer m.release(&t)
@@ -191,18 +144,18 @@ func (t *ticket) admitted() bool { return t.p.b != nil }
 // caller runs the handler and then calls release with t, also when the
 // handler fails or panics: the caller defers that call before admit, so
 // that an OnAdmission hook that panics leaves nothing held.
-func (m *Budget) admit(msg *message.Message, t *ticket) error {
+func (m *Admitter) admit(msg *message.Message, t *ticket) error {
 	*t = ticket{}
-	if n := m.cfg.MaxPayloadBytes; n > 0 && len(msg.Payload) > n {
+	if n := m.maxPayloadBytes; n > 0 && len(msg.Payload) > n {
 		// Not priced: the estimator may have to parse it.
 		return m.oversizePayload(msg, n)
 	}
-	t.c = m.cfg.Estimator.Estimate(msg)
-	if n := m.cfg.MaxVertices; n > 0 && t.c.Vertices > n && (t.c.Source == cost.SourceHeader || t.c.Source == cost.SourceComputed) {
+	t.c = m.estimator.Estimate(msg)
+	if n := m.maxVertices; n > 0 && t.c.Vertices > n && (t.c.Source == cost.SourceHeader || t.c.Source == cost.SourceComputed) {
 		return m.oversizeCharge(msg, t.c, n)
 	}
 	var abort <-chan struct{}
-	if m.cfg.Revoked != nil {
+	if m.revoked != nil {
 		var gone bool
 		if abort, gone = m.revocation(msg, t); gone {
 			return nil
@@ -213,7 +166,7 @@ func (m *Budget) admit(msg *message.Message, t *ticket) error {
 	}
 	// From here t holds the charge: a hook that panics leaves it to the
 	// caller's deferred release.
-	if m.cfg.OnAdmission != nil {
+	if m.onAdmission != nil {
 		m.announce(msg, t)
 	}
 	return nil
@@ -221,24 +174,24 @@ func (m *Budget) admit(msg *message.Message, t *ticket) error {
 
 // release refunds t's charge once its handler has returned. Releasing a
 // ticket that holds nothing, or releasing it again, does nothing.
-func (m *Budget) release(t *ticket) {
+func (m *Admitter) release(t *ticket) {
 	if !t.admitted() {
 		return
 	}
-	m.cfg.Budget.release(t.p)
+	m.budget.release(t.p)
 	t.p = Permit{}
 }
 
 // take waits for t's charge: t.p holds the permit afterwards, unless msg
 // is not to be run (the error says why, or is nil after a step aside).
-func (m *Budget) take(msg *message.Message, t *ticket, abort <-chan struct{}) error {
+func (m *Admitter) take(msg *message.Message, t *ticket, abort <-chan struct{}) error {
 	var lane int
 	var ok bool
 	if m.lanes {
 		lane = m.laneOf(msg, t.c)
-		t.p, ok = m.cfg.Budget.admitLaneNow(lane, t.c.Vertices, t.c.Messages)
+		t.p, ok = m.budget.admitLaneNow(lane, t.c.Vertices, t.c.Messages)
 	} else {
-		t.p, ok = m.cfg.Budget.admitNow(t.c.Vertices, t.c.Messages)
+		t.p, ok = m.budget.admitNow(t.c.Vertices, t.c.Messages)
 	}
 	if ok {
 		return nil
@@ -247,8 +200,8 @@ func (m *Budget) take(msg *message.Message, t *ticket, abort <-chan struct{}) er
 }
 
 // wait is admit's slow path: the charge did not fit at once.
-func (m *Budget) wait(msg *message.Message, t *ticket, lane int, abort <-chan struct{}) error {
-	p, err := m.cfg.Budget.acquire(msg.Context(), lane, t.c.Vertices, t.c.Messages, abort)
+func (m *Admitter) wait(msg *message.Message, t *ticket, lane int, abort <-chan struct{}) error {
+	p, err := m.budget.acquire(msg.Context(), lane, t.c.Vertices, t.c.Messages, abort)
 	if err == nil {
 		t.p = p
 		return nil
@@ -257,19 +210,19 @@ func (m *Budget) wait(msg *message.Message, t *ticket, lane int, abort <-chan st
 	case errors.Is(err, errRevoked):
 		m.stepAside(msg, t.c, p.wait)
 		return nil
-	case errors.Is(err, ErrNegativeCost):
-		m.observe(msg, Admission{Charge: t.c, Outcome: Invalid})
+	case errors.Is(err, errNegativeCost):
+		m.observe(msg, Admission{Charge: t.c, Result: Invalid})
 		return fmt.Errorf("spillway: admitting message %s: %w", msg.UUID, err)
 	default:
-		m.observe(msg, Admission{Charge: t.c, Wait: p.wait, Outcome: Cancelled})
+		m.observe(msg, Admission{Charge: t.c, Wait: p.wait, Result: Cancelled})
 		return err
 	}
 }
 
 // revocation returns msg's revocation channel (Revoked) and whether it is
 // closed already, in which case msg steps aside at once.
-func (m *Budget) revocation(msg *message.Message, t *ticket) (<-chan struct{}, bool) {
-	abort := m.cfg.Revoked(msg)
+func (m *Admitter) revocation(msg *message.Message, t *ticket) (<-chan struct{}, bool) {
+	abort := m.revoked(msg)
 	if abort == nil {
 		return nil, false
 	}
@@ -283,57 +236,58 @@ func (m *Budget) revocation(msg *message.Message, t *ticket) (<-chan struct{}, b
 }
 
 // announce reports t's admission (OnAdmission).
-func (m *Budget) announce(msg *message.Message, t *ticket) {
+func (m *Admitter) announce(msg *message.Message, t *ticket) {
 	p := &t.p
-	m.cfg.OnAdmission(msg, Admission{Charge: t.c, Granted: p.vertices(), Clamped: p.clamped(), Wait: p.wait, Outcome: Admitted})
+	m.onAdmission(msg, Admission{Charge: t.c, Granted: p.vertices(), Wait: p.wait, Result: Admitted})
 }
 
 // oversizePayload refuses msg for its payload's size.
-func (m *Budget) oversizePayload(msg *message.Message, limit int) error {
+func (m *Admitter) oversizePayload(msg *message.Message, limit int) error {
 	return m.oversize(msg, cost.Charge{Vertices: cost.FullBudget, Messages: 1, Source: cost.SourceMissing},
 		fmt.Sprintf("payload of %d bytes, limit %d", len(msg.Payload), limit))
 }
 
 // oversizeCharge refuses msg for its charge.
-func (m *Budget) oversizeCharge(msg *message.Message, c cost.Charge, limit int64) error {
+func (m *Admitter) oversizeCharge(msg *message.Message, c cost.Charge, limit int64) error {
 	return m.oversize(msg, c, fmt.Sprintf("charge of %d vertices, limit %d", c.Vertices, limit))
 }
 
 // laneOf returns the index of msg's lane in the budget (see [Lane]).
-func (m *Budget) laneOf(msg *message.Message, c cost.Charge) int {
+func (m *Admitter) laneOf(msg *message.Message, c cost.Charge) int {
 	var handler, topic string
 	if m.byMsg {
 		ctx := msg.Context()
 		handler, topic = message.HandlerNameFromCtx(ctx), message.SubscribeTopicFromCtx(ctx)
 	}
-	return m.cfg.Budget.laneFor(handler, topic, c.Vertices)
+	return m.budget.laneFor(handler, topic, c.Vertices)
 }
 
-// SaturatedForMessage is the pressure signal of msg's lane
-// ([VertexBudget.LaneSaturatedFor]): with lanes, shedding and the retry
-// gate judge a message by its own lane, so that saturation of a heavy lane
-// does not make the light lane shed. Without lanes it is the budget's
+// SaturatedForMessage is the pressure signal of msg's lane: how long the
+// lane's next charge has had to wait without a break, or 0. With lanes,
+// shedding and the retry gate judge a message by its own lane, so that
+// saturation of a heavy lane does not make the light lane shed; a lane
+// within its reservation is not saturated by the others. Without lanes it is the budget's
 // [VertexBudget.SaturatedFor]. It prices msg with the estimator when a
 // lane selects by charge.
-func (m *Budget) SaturatedForMessage(msg *message.Message) time.Duration {
-	b := m.cfg.Budget
+func (m *Admitter) SaturatedForMessage(msg *message.Message) time.Duration {
+	b := m.budget
 	if !m.lanes {
 		return b.SaturatedFor()
 	}
 	var c cost.Charge
 	if m.byCharge {
-		c = m.cfg.Estimator.Estimate(msg)
+		c = m.estimator.Estimate(msg)
 	}
 	return b.saturatedFor(b.lanes[m.laneOf(msg, c)].saturatedSince.Load())
 }
 
-// oversize refuses msg: OnOversize takes it, or the error wraps
+// oversize refuses msg: the WithOnOversize function takes it, or the error wraps
 // ErrOversize.
-func (m *Budget) oversize(msg *message.Message, c cost.Charge, why string) error {
-	a := Admission{Charge: c, Outcome: Oversize}
+func (m *Admitter) oversize(msg *message.Message, c cost.Charge, why string) error {
+	a := Admission{Charge: c, Result: Oversize}
 	m.observe(msg, a)
-	if m.cfg.OnOversize != nil {
-		err := m.cfg.OnOversize(msg, a)
+	if m.onOversize != nil {
+		err := m.onOversize(msg, a)
 		if err == nil {
 			return nil
 		}
@@ -343,12 +297,12 @@ func (m *Budget) oversize(msg *message.Message, c cost.Charge, why string) error
 }
 
 // stepAside records that msg stepped aside (Revoked).
-func (m *Budget) stepAside(msg *message.Message, c cost.Charge, wait time.Duration) {
-	m.observe(msg, Admission{Charge: c, Wait: wait, Outcome: Revoked})
+func (m *Admitter) stepAside(msg *message.Message, c cost.Charge, wait time.Duration) {
+	m.observe(msg, Admission{Charge: c, Wait: wait, Result: Revoked})
 }
 
-func (m *Budget) observe(msg *message.Message, a Admission) {
-	if m.cfg.OnAdmission != nil {
-		m.cfg.OnAdmission(msg, a)
+func (m *Admitter) observe(msg *message.Message, a Admission) {
+	if m.onAdmission != nil {
+		m.onAdmission(msg, a)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -68,20 +69,44 @@ func costed(id string, vertices int64) *message.Message {
 	return m
 }
 
-func newBudgetMW(t *testing.T, cfg BudgetConfig) *Budget {
+func newAdmitter(t *testing.T, b *VertexBudget, opts ...Option) *Admitter {
 	t.Helper()
-	m, err := NewBudget(cfg)
+	m, err := New(b, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return m
 }
 
-func TestBudgetConfigValidate(t *testing.T) {
-	_, err := NewBudget(BudgetConfig{})
+func TestNewRequiresBudget(t *testing.T) {
+	_, err := New(nil)
 	var fe *spillway.FieldError
-	if !errors.Is(err, spillway.ErrInvalidConfig) || !errors.As(err, &fe) || fe.Field != "Budget" {
-		t.Fatalf("err = %v, want a FieldError on Budget", err)
+	if !errors.Is(err, spillway.ErrInvalidConfig) || !errors.As(err, &fe) || fe.Field != "budget" {
+		t.Fatalf("err = %v, want a FieldError on budget", err)
+	}
+}
+
+// An option given to the constructor it does not belong to is an error
+// that names it, not silently ignored; every problem is reported at once.
+func TestMisplacedOptions(t *testing.T) {
+	vb := mustVertexBudget(10)
+	_, err := New(vb, WithLanes(Lane{Name: "a"}), WithMessageLimit(3), WithMaxVertices(-1))
+	if !errors.Is(err, spillway.ErrInvalidConfig) {
+		t.Fatalf("New with budget options: err = %v, want ErrInvalidConfig", err)
+	}
+	for _, want := range []string{"WithLanes", "WithMessageLimit", "WithMaxVertices"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("New: error %q does not name %s", err, want)
+		}
+	}
+	_, err = NewVertexBudget(10, WithOnAdmission(func(*message.Message, Admission) {}), WithEstimator(nil))
+	if !errors.Is(err, spillway.ErrInvalidConfig) {
+		t.Fatalf("NewVertexBudget with New's options: err = %v, want ErrInvalidConfig", err)
+	}
+	for _, want := range []string{"WithOnAdmission", "WithEstimator"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("NewVertexBudget: error %q does not name %s", err, want)
+		}
 	}
 }
 
@@ -89,7 +114,7 @@ func TestBudgetConfigValidate(t *testing.T) {
 // redelivered, and InUse returns to zero.
 func TestBudgetRefundsOnError(t *testing.T) {
 	vb := mustVertexBudget(100)
-	mw := newBudgetMW(t, BudgetConfig{Budget: vb})
+	mw := newAdmitter(t, vb)
 	var calls, done atomic.Int64
 	h := newHarness(t, func(msg *message.Message) error {
 		if vb.Stats().InUse == 0 {
@@ -117,7 +142,7 @@ func TestBudgetRefundsOnPanic(t *testing.T) {
 	for _, withRecoverer := range []bool{false, true} {
 		t.Run("recoverer="+strconv.FormatBool(withRecoverer), func(t *testing.T) {
 			vb := mustVertexBudget(100)
-			mw := newBudgetMW(t, BudgetConfig{Budget: vb})
+			mw := newAdmitter(t, vb)
 			mws := []message.HandlerMiddleware{mw.Middleware}
 			if withRecoverer {
 				mws = append(mws, wmw.Recoverer)
@@ -143,7 +168,7 @@ func TestBudgetRefundsOnPanic(t *testing.T) {
 // A message costlier than the whole budget is clamped and completes.
 func TestBudgetClampInRouter(t *testing.T) {
 	vb := mustVertexBudget(40_000)
-	mw := newBudgetMW(t, BudgetConfig{Budget: vb})
+	mw := newAdmitter(t, vb)
 	var done atomic.Int64
 	var clampedAlone atomic.Bool
 	h := newHarness(t, func(msg *message.Message) error {
@@ -169,11 +194,11 @@ func TestBudgetMissingCostChargesCapacity(t *testing.T) {
 	vb := mustVertexBudget(1_000)
 	var got []Admission
 	var mu sync.Mutex
-	mw := newBudgetMW(t, BudgetConfig{Budget: vb, OnAdmission: func(_ *message.Message, a Admission) {
+	mw := newAdmitter(t, vb, WithOnAdmission(func(_ *message.Message, a Admission) {
 		mu.Lock()
 		got = append(got, a)
 		mu.Unlock()
-	}})
+	}))
 	var done atomic.Int64
 	h := newHarness(t, func(msg *message.Message) error {
 		done.Add(1)
@@ -191,11 +216,11 @@ func TestBudgetMissingCostChargesCapacity(t *testing.T) {
 	}
 	for _, src := range []cost.Source{cost.SourceMissing, cost.SourceMalformed} {
 		a, ok := bySource[src]
-		if !ok || a.Granted != 1_000 || !a.Clamped || a.Outcome != Admitted {
+		if !ok || a.Granted != 1_000 || a.Granted >= a.Charge.Vertices || a.Result != Admitted {
 			t.Errorf("%v: admission = %+v, want the whole budget", src, a)
 		}
 	}
-	if a := bySource[cost.SourceHeader]; a.Granted != 7 || a.Clamped {
+	if a := bySource[cost.SourceHeader]; a.Granted != 7 || a.Charge.Vertices != 7 {
 		t.Errorf("header: admission = %+v", a)
 	}
 }
@@ -205,7 +230,7 @@ func TestBudgetMissingCostChargesCapacity(t *testing.T) {
 func TestBudgetBoundHeldInRouter(t *testing.T) {
 	const capacity = 20_000
 	vb := mustVertexBudget(capacity)
-	mw := newBudgetMW(t, BudgetConfig{Budget: vb})
+	mw := newAdmitter(t, vb)
 	var inHandler, peak, done atomic.Int64
 	h := newHarness(t, func(msg *message.Message) error {
 		n, _ := strconv.ParseInt(msg.Metadata.Get(cost.MetadataKey), 10, 64)
@@ -230,7 +255,7 @@ func TestBudgetBoundHeldInRouter(t *testing.T) {
 	if p := peak.Load(); p > capacity {
 		t.Fatalf("peak in handlers = %d > capacity %d", p, capacity)
 	}
-	if s := vb.Stats(); s.Waited == 0 {
+	if s := vb.Stats(); s.TotalWait == 0 {
 		t.Fatalf("the bound was never exercised: %+v", s)
 	}
 }
@@ -244,16 +269,15 @@ func TestBudgetRevokedWhileWaiting(t *testing.T) {
 		outcomes sync.Map
 		tl       tally
 	)
-	mw := newBudgetMW(t, BudgetConfig{
-		Budget: vb,
-		Revoked: func(msg *message.Message) <-chan struct{} {
+	mw := newAdmitter(t, vb,
+		WithRevoked(func(msg *message.Message) <-chan struct{} {
 			if msg.UUID == "waiter" {
 				return revoke
 			}
 			return nil
-		},
-		OnAdmission: func(msg *message.Message, a Admission) { outcomes.Store(msg.UUID, a.Outcome); tl.observe(msg, a) },
-	})
+		}),
+		WithOnAdmission(func(msg *message.Message, a Admission) { outcomes.Store(msg.UUID, a.Result); tl.observe(msg, a) }),
+	)
 	release := make(chan struct{})
 	var ran sync.Map
 	h := newHarness(t, func(msg *message.Message) error {
@@ -290,7 +314,7 @@ func TestBudgetRevokedBeforeAdmission(t *testing.T) {
 	closed := make(chan struct{})
 	close(closed)
 	var tl tally
-	mw := newBudgetMW(t, BudgetConfig{Budget: vb, Revoked: func(*message.Message) <-chan struct{} { return closed }, OnAdmission: tl.observe})
+	mw := newAdmitter(t, vb, WithRevoked(func(*message.Message) <-chan struct{} { return closed }), WithOnAdmission(tl.observe))
 	var ran atomic.Int64
 	h := newHarness(t, func(*message.Message) error { ran.Add(1); return nil }, mw.Middleware)
 	h.publish(costed("a", 1))
@@ -305,7 +329,7 @@ func TestBudgetRevokedBeforeAdmission(t *testing.T) {
 func TestBudgetCancelledOnClose(t *testing.T) {
 	vb := mustVertexBudget(100)
 	var tl tally
-	mw := newBudgetMW(t, BudgetConfig{Budget: vb, OnAdmission: tl.observe})
+	mw := newAdmitter(t, vb, WithOnAdmission(tl.observe))
 	release := make(chan struct{})
 	var ran sync.Map
 	waiterErr := make(chan error, 1)
@@ -354,22 +378,22 @@ func TestBudgetCancelledOnClose(t *testing.T) {
 	}
 }
 
-// tally counts admissions by outcome; its observe is an OnAdmission hook.
+// tally counts admissions by result; its observe is an OnAdmission hook.
 type tally struct {
 	mu sync.Mutex
-	n  map[Outcome]int64
+	n  map[AdmissionResult]int64
 }
 
 func (t *tally) observe(_ *message.Message, a Admission) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.n == nil {
-		t.n = map[Outcome]int64{}
+		t.n = map[AdmissionResult]int64{}
 	}
-	t.n[a.Outcome]++
+	t.n[a.Result]++
 }
 
-func (t *tally) get(o Outcome) int64 {
+func (t *tally) get(o AdmissionResult) int64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.n[o]

@@ -16,7 +16,7 @@ type ctxMarker struct{}
 // 100), on top of the context the middleware received, which is the
 // message's again once the handler has returned.
 func TestBudgetPassesAdmittedChargeInContext(t *testing.T) {
-	mw := newBudgetMW(t, BudgetConfig{Budget: mustVertexBudget(100)})
+	mw := newAdmitter(t, mustVertexBudget(100))
 	var got cost.Charge
 	var found bool
 	h := mw.Middleware(func(msg *message.Message) ([]*message.Message, error) {
@@ -44,7 +44,7 @@ func TestBudgetPassesAdmittedChargeInContext(t *testing.T) {
 // A message the budget refuses runs nothing, and its context carries no
 // admitted charge afterwards.
 func TestBudgetRefusedCarriesNoAdmittedCharge(t *testing.T) {
-	mw := newBudgetMW(t, BudgetConfig{Budget: mustVertexBudget(100), MaxVertices: 50})
+	mw := newAdmitter(t, mustVertexBudget(100), WithMaxVertices(50))
 	h := mw.Middleware(func(*message.Message) ([]*message.Message, error) {
 		t.Error("the handler ran for a refused message")
 		return nil, nil
@@ -70,9 +70,8 @@ func (innerCount) Estimate(msg *message.Message) cost.Charge {
 // Inside nested budgets each layer sees the charge of the budget right
 // outside it.
 func TestBudgetNestedAdmittedCharge(t *testing.T) {
-	outer := newBudgetMW(t, BudgetConfig{Budget: mustVertexBudget(1_000)})
-	inner := newBudgetMW(t, BudgetConfig{Budget: mustVertexBudget(100),
-		Estimator: innerCount{}})
+	outer := newAdmitter(t, mustVertexBudget(1_000))
+	inner := newAdmitter(t, mustVertexBudget(100), WithEstimator(innerCount{}))
 	var seen []int64
 	record := func(h message.HandlerFunc) message.HandlerFunc {
 		return func(msg *message.Message) ([]*message.Message, error) {

@@ -104,7 +104,7 @@ func BenchmarkMiddleware(b *testing.B) {
 		}
 	})
 	b.Run("stack=budget", func(b *testing.B) {
-		mw, err := NewBudget(BudgetConfig{Budget: mustVertexBudget(1 << 20)})
+		mw, err := New(mustVertexBudget(1 << 20))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -126,7 +126,7 @@ func BenchmarkMiddleware(b *testing.B) {
 		})
 	})
 	b.Run("stack=budget/parallel8", func(b *testing.B) {
-		mw, err := NewBudget(BudgetConfig{Budget: mustVertexBudget(4 * 1234)})
+		mw, err := New(mustVertexBudget(4 * 1234))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -250,7 +250,7 @@ func median(xs []float64) float64 {
 func BenchmarkMiddlewareInterleaved(b *testing.B) {
 	const block = 2000
 	handler := func(msg *message.Message) ([]*message.Message, error) { return nil, nil }
-	mw, err := NewBudget(BudgetConfig{Budget: mustVertexBudget(1 << 20)})
+	mw, err := New(mustVertexBudget(1 << 20))
 	if err != nil {
 		b.Fatal(err)
 	}

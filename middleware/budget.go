@@ -13,14 +13,14 @@ import (
 	"github.com/spillway-go/spillway"
 )
 
-// ErrNegativeCost is returned when a charge has a negative dimension.
-var ErrNegativeCost = errors.New("spillway: negative cost")
+// errNegativeCost is returned when a charge has a negative dimension.
+var errNegativeCost = errors.New("spillway: negative cost")
 
-// MaxCapacity is the largest capacity a [VertexBudget] accepts, in
-// vertices: about 1.1 × 10¹² vertices, far beyond what any process can hold
-// in memory. Bounding it keeps the budget's arithmetic (in use plus a
-// charge, the sum of the waiting charges) clear of int64 overflow.
-const MaxCapacity int64 = 1 << 40
+// maxCapacity is the largest capacity a [VertexBudget] accepts, in
+// vertices: 2⁴⁰, about 1.1 × 10¹² vertices, far beyond what any process
+// can hold in memory. Bounding it keeps the budget's arithmetic (in use
+// plus a charge, the sum of the waiting charges) clear of int64 overflow.
+const maxCapacity int64 = 1 << 40
 
 // errRevoked is returned by acquire when the abort channel closes first.
 var errRevoked = errors.New("spillway: delivery revoked while waiting for budget")
@@ -84,47 +84,31 @@ type VertexBudget struct {
 	clamped   uint64
 	cancelled uint64
 	peakInUse int64
-	waited    uint64 // admissions that had to wait
-	totalWait time.Duration
-	maxWait   time.Duration
-
-	laneErr error // from WithLanes, reported by NewVertexBudget
+	totalWait time.Duration // summed over the admitted charges that waited
 }
 
-// Option configures a [VertexBudget].
-type Option func(*VertexBudget)
-
-// WithMessageLimit additionally bounds the number of admitted messages: at
-// most n permits are outstanding at once, whatever their vertex cost. Use it
-// for handlers with a fixed per-message price (a database round trip) on top
-// of their geometry work. n <= 0 means no message limit.
-func WithMessageLimit(n int64) Option {
-	return func(b *VertexBudget) {
-		if n > 0 {
-			b.messageLimit = n
-		}
-	}
-}
-
-// NewVertexBudget returns a budget of capacity vertices. It returns a
-// [*spillway.FieldError] (matching [spillway.ErrInvalidConfig]) if capacity
-// is not positive (a budget is sized from measurements, see package
-// sizing, and a zero budget is always a mistake) or above [MaxCapacity],
-// or if the lanes of [WithLanes] are invalid.
+// NewVertexBudget returns a budget of capacity vertices, configured by the
+// options that belong to it ([WithLanes], [WithMessageLimit]). It returns
+// [*spillway.FieldError]s (matching [spillway.ErrInvalidConfig]), joined,
+// if capacity is not positive (a budget is sized from measurements, see
+// package sizing, and a zero budget is always a mistake) or above 2⁴⁰
+// vertices (far beyond what a process can hold in memory), if the lanes
+// are invalid, or for an option of [New].
 func NewVertexBudget(capacity int64, opts ...Option) (*VertexBudget, error) {
+	o := collect(opts)
+	var errs []error
 	if err := checkCapacity(capacity); err != nil {
-		return nil, err
+		errs = append(errs, err)
 	}
-	b := &VertexBudget{epoch: time.Now(), capacity: capacity}
-	for _, o := range opts {
-		o(b)
+	if err := validateLanes(o.lanes); err != nil {
+		errs = append(errs, err)
 	}
-	if b.laneErr != nil {
-		return nil, b.laneErr
+	errs = append(errs, misplaced(o.forNew, "New", "NewVertexBudget")...)
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
 	}
-	if len(b.lanes) == 0 {
-		b.lanes = []lane{{name: "default", weight: 1}}
-	}
+	b := &VertexBudget{epoch: time.Now(), capacity: capacity, messageLimit: o.messageLimit}
+	b.lanes = newLanes(o.lanes)
 	b.single = len(b.lanes) == 1
 	for i := range b.lanes {
 		if l := &b.lanes[i]; len(l.handlers) == 0 && len(l.topics) == 0 {
@@ -143,14 +127,14 @@ func NewVertexBudget(capacity int64, opts ...Option) (*VertexBudget, error) {
 	return b, nil
 }
 
-// checkCapacity reports a capacity outside [1, MaxCapacity].
+// checkCapacity reports a capacity outside [1, maxCapacity].
 func checkCapacity(capacity int64) error {
 	switch {
 	case capacity <= 0:
 		return &spillway.FieldError{Field: "capacity", Value: strconv.FormatInt(capacity, 10), Reason: "must be positive"}
-	case capacity > MaxCapacity:
+	case capacity > maxCapacity:
 		return &spillway.FieldError{Field: "capacity", Value: strconv.FormatInt(capacity, 10),
-			Reason: "must be at most " + strconv.FormatInt(MaxCapacity, 10)}
+			Reason: "must be at most " + strconv.FormatInt(maxCapacity, 10)}
 	}
 	return nil
 }
@@ -164,16 +148,16 @@ type Permit struct {
 	// return and call, which cost the uncontended acquire and release
 	// about 10 ns (store-forwarding stalls on the copies).
 	b *VertexBudget
-	// held packs the granted vertices (at most MaxCapacity, 41 bits),
+	// held packs the granted vertices (at most maxCapacity, 41 bits),
 	// the lane's index above them and, in the top bit, whether the
 	// charge was clamped.
 	held     uint64
 	messages int64
-	wait     time.Duration
+	wait     time.Duration // how long the charge waited
 }
 
 const (
-	heldVertices = 1<<41 - 1 // MaxCapacity fits
+	heldVertices = 1<<41 - 1 // maxCapacity fits
 	heldLaneAt   = 41
 	heldLanes    = 1<<22 - 1 // lane indexes (WithLanes allows far fewer)
 	heldClamped  = 1 << 63
@@ -197,9 +181,6 @@ func (p Permit) lane() int { return int(p.held >> heldLaneAt & heldLanes) }
 
 // clamped reports whether p's charge was clamped to its lane's ceiling.
 func (p Permit) clamped() bool { return p.held&heldClamped != 0 }
-
-// Wait returns how long Acquire blocked before admitting the charge.
-func (p Permit) Wait() time.Duration { return p.wait }
 
 // Release returns the permit's charge to its budget and admits waiters that
 // now fit, in FIFO order. Releasing a permit twice corrupts the accounting;
@@ -316,10 +297,14 @@ func (b *VertexBudget) admitLaneNow(li int, vertices, messages int64) (Permit, b
 	}
 	inUse += vertices
 	idle -= min(own, vertices)
-	b.inUse, b.idleReserve, l.inUse = inUse, idle, laneInUse+vertices
+	laneInUse += vertices
+	b.inUse, b.idleReserve, l.inUse = inUse, idle, laneInUse
 	b.inUseMsgs += messages
 	if inUse > b.peakInUse {
 		b.peakInUse = inUse
+	}
+	if laneInUse > l.peakInUse {
+		l.peakInUse = laneInUse
 	}
 	l.admitted++
 	l.admittedVerts += uint64(vertices)
@@ -336,7 +321,7 @@ func (b *VertexBudget) admitLaneNow(li int, vertices, messages int64) (Permit, b
 // waits and the charge fits, else in waitLocked.
 func (b *VertexBudget) acquire(ctx context.Context, li int, vertices, messages int64, abort <-chan struct{}) (Permit, error) {
 	if vertices < 0 || messages < 0 {
-		return Permit{}, ErrNegativeCost
+		return Permit{}, errNegativeCost
 	}
 	l := &b.lanes[li]
 	b.mu.Lock()
@@ -422,8 +407,8 @@ func (b *VertexBudget) waitLocked(ctx context.Context, li int, vertices, message
 		if w.granted {
 			// Admitted without blocking: not a wait.
 			<-w.ready
-			b.waited--
-			l.waited--
+			b.totalWait -= w.gWait
+			l.totalWait -= w.gWait
 			p := b.permit(w.gVertices, w.gMessages, int(w.lane), w.gClamped, 0)
 			b.updateSaturationLocked()
 			b.recycle(w)
@@ -571,8 +556,12 @@ func (b *VertexBudget) take(l *lane, v, m int64, clamped bool) {
 		before := max(0, l.reserve-l.inUse)
 		l.inUse += v
 		b.idleReserve -= before - max(0, l.reserve-l.inUse)
+		l.peakInUse = max(l.peakInUse, l.inUse)
 		l.admitted++
 		l.admittedVerts += uint64(v)
+		if clamped {
+			l.clamped++
+		}
 		if b.waiting != 0 {
 			// Service counts towards the fair share only while some lane
 			// is waiting.
@@ -589,17 +578,9 @@ func (b *VertexBudget) grantLocked(l *lane, w *waiter, v, m int64, clamped bool,
 	b.take(l, v, m, clamped)
 	b.removeLocked(w)
 	wait := now - w.enqueued
-	b.waited++
 	b.totalWait += wait
-	if wait > b.maxWait {
-		b.maxWait = wait
-	}
 	if len(b.lanes) > 1 {
-		l.waited++
 		l.totalWait += wait
-		if wait > l.maxWait {
-			l.maxWait = wait
-		}
 	}
 	w.granted, w.gVertices, w.gMessages, w.gClamped, w.gWait = true, v, m, clamped, wait
 	w.ready <- struct{}{}
@@ -696,7 +677,7 @@ func (b *VertexBudget) updateSaturationLocked() {
 // Resize changes the capacity. Growing admits waiters that now fit at once.
 // Shrinking never revokes admitted work: new charges wait until enough of it
 // has drained. It returns an error if capacity is not positive or above
-// [MaxCapacity].
+// 2⁴⁰.
 func (b *VertexBudget) Resize(capacity int64) error {
 	if err := checkCapacity(capacity); err != nil {
 		return fmt.Errorf("spillway: VertexBudget.Resize: %w", err)
@@ -746,52 +727,61 @@ func (b *VertexBudget) SaturatedFor() time.Duration {
 	return d
 }
 
-// BudgetStats is a point-in-time snapshot of a [VertexBudget]. The
-// telemetry package exports most of it (spillway.budget.*); how long the
-// budget has been saturated is [VertexBudget.SaturatedFor], its fill ratio
-// InUse / Capacity, and waits that were abandoned are the cancelled and
-// revoked admissions ([Admission.Outcome]).
+// BudgetStats is a point-in-time snapshot of a [VertexBudget]
+// ([VertexBudget.Stats]) or of one of its lanes ([VertexBudget.Lanes]).
+// The telemetry package exports it (spillway.budget.*). Its fill ratio is
+// InUse / Capacity; how long admissions waited, one by one, is
+// [Admission].Wait, and waits that were abandoned are the [Cancelled] and
+// [Revoked] admissions.
 type BudgetStats struct {
-	Capacity        int64         // vertices
-	InUse           int64         // vertices admitted now
-	Waiting         int           // callers blocked in Acquire
-	WaitingVertices int64         // their vertices, clamped to the capacity
-	OldestWait      time.Duration // how long the head waiter has waited
-	// Saturated: the next charge cannot be admitted at once (someone is
-	// waiting, or the vertices or the message limit are used up).
-	Saturated bool
-	PeakInUse int64         // highest InUse seen
-	Admitted  uint64        // permits granted, in total
-	Clamped   uint64        // of which clamped to the capacity
-	Waited    uint64        // of which had to wait
-	TotalWait time.Duration // summed over the admitted charges
-	MaxWait   time.Duration // longest wait of any admitted charge
+	// Name is the lane's name, "" for the whole budget.
+	Name string
+	// Capacity is the budget's capacity in vertices; for a lane, the most
+	// it can hold: the capacity less the other lanes' reservations.
+	Capacity  int64
+	InUse     int64 // vertices admitted and not yet released
+	PeakInUse int64 // highest InUse seen
+	// Waiting is the number of callers blocked in Acquire (or in the
+	// middleware), WaitingVertices their charges, each clamped to the
+	// capacity, and OldestWait how long the longest of them has waited.
+	Waiting         int
+	WaitingVertices int64
+	OldestWait      time.Duration
+	// SaturatedFor is how long the next charge has had to wait without a
+	// break (someone is waiting, or the vertices or the message limit are
+	// used up), 0 if it would be admitted at once now.
+	SaturatedFor     time.Duration
+	Admitted         uint64        // permits granted, in total
+	AdmittedVertices uint64        // their vertices, after clamping
+	Clamped          uint64        // permits whose charge was clamped to the capacity (a lane's: to its Capacity)
+	TotalWait        time.Duration // the time the admitted charges waited, summed
 }
 
-// Stats returns a snapshot. It takes the lock once and does not allocate.
+// Stats returns a snapshot of the whole budget. It takes the lock once and
+// does not allocate.
 func (b *VertexBudget) Stats() BudgetStats {
 	b.mu.Lock()
 	s := BudgetStats{
-		Capacity:        b.capacity,
-		InUse:           b.inUse,
-		Waiting:         b.waiting,
-		WaitingVertices: b.waitingVerts,
-		PeakInUse:       b.peakInUse,
-		Admitted:        b.admitted, // one lane; the lanes' sum below
-		Clamped:         b.clamped,
-		Waited:          b.waited,
-		TotalWait:       b.totalWait,
-		MaxWait:         b.maxWait,
+		Capacity:         b.capacity,
+		InUse:            b.inUse,
+		PeakInUse:        b.peakInUse,
+		Waiting:          b.waiting,
+		WaitingVertices:  b.waitingVerts,
+		Admitted:         b.admitted, // one lane; the lanes' sums below
+		AdmittedVertices: b.admittedVerts,
+		Clamped:          b.clamped,
+		TotalWait:        b.totalWait,
 	}
 	if !b.single {
 		for i := range b.lanes {
 			s.Admitted += b.lanes[i].admitted
+			s.AdmittedVertices += b.lanes[i].admittedVerts
 		}
 	}
 	if w := b.oldestLocked(); w != nil {
 		s.OldestWait = time.Since(b.epoch) - w.enqueued
 	}
 	b.mu.Unlock()
-	s.Saturated = b.SaturatedFor() > 0
+	s.SaturatedFor = b.SaturatedFor()
 	return s
 }

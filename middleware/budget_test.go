@@ -47,14 +47,14 @@ func TestAcquireRelease(t *testing.T) {
 	if got := b.Stats().InUse; got != 100 {
 		t.Fatalf("InUse = %d, want 100", got)
 	}
-	if !b.Stats().Saturated {
+	if b.Stats().SaturatedFor == 0 {
 		t.Fatal("a full budget must report saturation")
 	}
 	if _, ok := b.tryAcquire(1); ok {
 		t.Fatal("TryAcquire succeeded on a full budget")
 	}
 	p.Release()
-	if b.Stats().Saturated {
+	if b.Stats().SaturatedFor > 0 {
 		t.Fatal("saturation must clear once there is room and nobody waits")
 	}
 	b.release(q)
@@ -62,7 +62,7 @@ func TestAcquireRelease(t *testing.T) {
 		t.Fatalf("InUse after release = %d, want 0", got)
 	}
 	s := b.Stats()
-	if s.Admitted != 2 || s.PeakInUse != 100 || s.Waited != 0 {
+	if s.Admitted != 2 || s.PeakInUse != 100 || s.TotalWait != 0 {
 		t.Fatalf("stats = %+v", s)
 	}
 	Permit{}.Release() // the zero permit is a no-op
@@ -83,11 +83,11 @@ func TestNewVertexBudgetRejectsNonPositive(t *testing.T) {
 
 func TestNegativeCost(t *testing.T) {
 	b := mustVertexBudget(10)
-	if _, err := b.Acquire(context.Background(), -1); !errors.Is(err, ErrNegativeCost) {
-		t.Fatalf("Acquire(-1) err = %v, want ErrNegativeCost", err)
+	if _, err := b.Acquire(context.Background(), -1); !errors.Is(err, errNegativeCost) {
+		t.Fatalf("Acquire(-1) err = %v, want errNegativeCost", err)
 	}
-	if _, err := b.acquire(context.Background(), 0, 1, -1, nil); !errors.Is(err, ErrNegativeCost) {
-		t.Fatalf("AcquireN(1,-1) err = %v, want ErrNegativeCost", err)
+	if _, err := b.acquire(context.Background(), 0, 1, -1, nil); !errors.Is(err, errNegativeCost) {
+		t.Fatalf("AcquireN(1,-1) err = %v, want errNegativeCost", err)
 	}
 	if _, ok := b.tryAcquire(-5); ok {
 		t.Fatal("TryAcquire(-5) succeeded")
@@ -306,7 +306,7 @@ func TestGrantCancelRace(t *testing.T) {
 	}
 	wg.Wait()
 	s := b.Stats()
-	if s.InUse != 0 || b.inUseMsgs != 0 || s.Waiting != 0 || s.Saturated {
+	if s.InUse != 0 || b.inUseMsgs != 0 || s.Waiting != 0 || s.SaturatedFor > 0 {
 		t.Fatalf("leaked state after race: %+v", s)
 	}
 	if ok.Load()+failed.Load() != 400 || ok.Load() == 0 {
@@ -370,7 +370,7 @@ func TestMessageLimit(t *testing.T) {
 	b := mustVertexBudget(1_000, WithMessageLimit(2))
 	p1 := mustAcquire(t, b, 1)
 	p2 := mustAcquire(t, b, 1)
-	if !b.Stats().Saturated {
+	if b.Stats().SaturatedFor == 0 {
 		t.Fatal("message limit reached but not saturated")
 	}
 	if _, ok := b.tryAcquire(1); ok {
@@ -419,7 +419,7 @@ func TestResize(t *testing.T) {
 	if err := b.Resize(60); err != nil {
 		t.Fatal(err)
 	}
-	if b.Stats().InUse != 130 || b.Capacity() != 60 || !b.Stats().Saturated {
+	if b.Stats().InUse != 130 || b.Capacity() != 60 || b.Stats().SaturatedFor == 0 {
 		t.Fatalf("after shrink: %+v", b.Stats())
 	}
 	held.Release()
@@ -437,7 +437,7 @@ func TestResize(t *testing.T) {
 func TestSaturatedFor(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := mustVertexBudget(10)
-		if b.SaturatedFor() != 0 || b.Stats().Saturated {
+		if b.SaturatedFor() != 0 || b.Stats().SaturatedFor > 0 {
 			t.Fatal("fresh budget saturated")
 		}
 		p := mustAcquire(t, b, 10)
@@ -461,10 +461,10 @@ func TestSaturatedFor(t *testing.T) {
 			t.Fatalf("SaturatedFor = %v, want 33s (saturation unbroken)", got)
 		}
 		<-done
-		if b.SaturatedFor() != 0 || b.Stats().Saturated {
+		if b.SaturatedFor() != 0 || b.Stats().SaturatedFor > 0 {
 			t.Fatal("saturation did not clear")
 		}
-		if s := b.Stats(); s.Waited != 1 || s.MaxWait != 2*time.Second {
+		if s := b.Stats(); s.TotalWait != 2*time.Second || s.SaturatedFor != 0 {
 			t.Fatalf("wait stats = %+v", s)
 		}
 	})

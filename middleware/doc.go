@@ -4,21 +4,30 @@
 // package producer.
 //
 // [VertexBudget] is a weighted, FIFO semaphore measured in vertices (and,
-// optionally, in messages). [Budget] is the Watermill middleware that charges
-// each message's [cost.Charge] against a VertexBudget before the handler runs
-// and refunds it when the handler returns, fails or panics. While the
-// handler runs, the message's context carries the charge it was admitted
-// with: layers inside the budget read it with [cost.AdmittedFromCtx]
-// instead of pricing the message again (the auto-sizer in package sizing
-// does), and a layer that replaces the message's context passes it on with
-// [cost.WithAdmitted]. A budget's capacity is at most [MaxCapacity], and
-// its arithmetic never overflows.
+// optionally, in messages), built with [NewVertexBudget]. The [Admitter]
+// built by [New] is the Watermill middleware that charges each message's
+// [cost.Charge] against a VertexBudget before the handler runs and refunds
+// it when the handler returns, fails or panics:
 //
-// [BudgetConfig.MaxPayloadBytes] and [BudgetConfig.MaxVertices] refuse a
-// message that is too big to run at all (a payload above what memory can
-// decode, a message larger than one core finishes inside the deadline):
-// it is not clamped and run alone but handed to [BudgetConfig.OnOversize],
-// or fails with [ErrOversize], which a retry gate dead-letters.
+//	budget, err := middleware.NewVertexBudget(200_000)
+//	...
+//	admission, err := middleware.New(budget, middleware.WithOnAdmission(metrics.OnAdmission))
+//	...
+//	router.AddMiddleware(admission.Middleware)
+//
+// Both constructors take the package's [Option]s, each of which belongs to
+// one of them. While the handler runs, the message's context carries the
+// charge it was admitted with: layers inside the admission read it with
+// [cost.AdmittedFromCtx] instead of pricing the message again (the
+// auto-sizer in package sizing does), and a layer that replaces the
+// message's context passes it on with [cost.WithAdmitted]. A budget's
+// capacity is at most 2⁴⁰ vertices, and its arithmetic never overflows.
+//
+// [WithMaxPayloadBytes] and [WithMaxVertices] refuse a message that is too
+// big to run at all (a payload above what memory can decode, a message
+// larger than one core finishes inside the deadline): it is not clamped
+// and run alone but handed to [WithOnOversize]'s function, or fails with
+// [ErrOversize], which a retry gate dead-letters.
 //
 // Watermill's router starts one goroutine per delivered message and has no
 // concurrency limit of its own: concurrency is whatever the subscriber
@@ -36,5 +45,5 @@
 // pending longer than MaxIdleTime is claimed by a peer even while the first
 // handler still runs. Size the budget so that admitted work drains within
 // half of that deadline, and give waiting messages a way to step aside when
-// their delivery is revoked ([BudgetConfig.Revoked]).
+// their delivery is revoked ([WithRevoked]).
 package middleware

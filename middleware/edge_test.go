@@ -88,7 +88,7 @@ func (e *countingEstimator) Estimate(msg *message.Message) cost.Charge {
 // Issue 13, item 8: payloads of any size up to cost.MaxPayloadBytes were
 // admitted (the charge clamped to the capacity) and decoded alone. Above
 // MaxPayloadBytes the message is refused before it is priced: OnOversize
-// takes it, or the error wraps ErrOversize and cost.ErrTooLarge, which the
+// (WithOnOversize) takes it, or the error wraps ErrOversize and cost.ErrTooLarge, which the
 // retry gate dead-letters.
 func TestEdgeBudgetPayloadCap(t *testing.T) {
 	est := &countingEstimator{ChargeEstimator: cost.NewEstimator(cost.FullBudget, cost.WithComputeMissing())}
@@ -96,7 +96,7 @@ func TestEdgeBudgetPayloadCap(t *testing.T) {
 	var ran atomic.Int64
 	h := func(*message.Message) ([]*message.Message, error) { ran.Add(1); return nil, nil }
 	b := mustVertexBudget(1_000)
-	mw := newBudgetMW(t, BudgetConfig{Budget: b, Estimator: est, MaxPayloadBytes: 1 << 10})
+	mw := newAdmitter(t, b, WithEstimator(est), WithMaxPayloadBytes(1<<10))
 
 	big := message.NewMessage("big", bytes.Repeat([]byte(" "), 1<<10+1))
 	_, err := mw.Middleware(h)(big)
@@ -107,12 +107,12 @@ func TestEdgeBudgetPayloadCap(t *testing.T) {
 		t.Errorf("over the cap: handler ran %d times, estimator %d; want neither", ran.Load(), est.calls.Load())
 	}
 
-	mw = newBudgetMW(t, BudgetConfig{Budget: b, Estimator: est, MaxPayloadBytes: 1 << 10,
-		OnOversize: func(_ *message.Message, a Admission) error { refused = append(refused, a); return nil }})
+	mw = newAdmitter(t, b, WithEstimator(est), WithMaxPayloadBytes(1<<10),
+		WithOnOversize(func(_ *message.Message, a Admission) error { refused = append(refused, a); return nil }))
 	if out, err := mw.Middleware(h)(big); err != nil || out != nil {
 		t.Errorf("with OnOversize: %v, %v; want the message acked", out, err)
 	}
-	if len(refused) != 1 || refused[0].Outcome != Oversize || ran.Load() != 0 {
+	if len(refused) != 1 || refused[0].Result != Oversize || ran.Load() != 0 {
 		t.Errorf("OnOversize saw %+v, handler ran %d times", refused, ran.Load())
 	}
 	small := message.NewMessage("small", []byte(`{"type":"Point","coordinates":[1,2]}`))
@@ -122,7 +122,7 @@ func TestEdgeBudgetPayloadCap(t *testing.T) {
 	if s := b.Stats(); s.InUse != 0 || s.Admitted != 1 {
 		t.Errorf("budget after: %+v", s)
 	}
-	if err := (BudgetConfig{Budget: b, MaxPayloadBytes: -1}).Validate(); !errors.Is(err, spillway.ErrInvalidConfig) {
+	if _, err := New(b, WithMaxPayloadBytes(-1)); !errors.Is(err, spillway.ErrInvalidConfig) {
 		t.Errorf("negative MaxPayloadBytes: %v", err)
 	}
 }
@@ -161,14 +161,13 @@ func TestEdgeBudgetSoloLimitLargestBoundary(t *testing.T) {
 
 	var routed []string
 	var ran atomic.Int64
-	mw := newBudgetMW(t, BudgetConfig{
-		Budget:      mustVertexBudget(int64(largestN)), // the budget would admit it
-		MaxVertices: limit,
-		OnOversize: func(msg *message.Message, a Admission) error {
+	mw := newAdmitter(t, mustVertexBudget(int64(largestN)), // the budget would admit it
+		WithMaxVertices(limit),
+		WithOnOversize(func(msg *message.Message, a Admission) error {
 			routed = append(routed, msg.UUID+"="+strconv.FormatInt(a.Charge.Vertices, 10))
 			return nil
-		},
-	})
+		}),
+	)
 	h := mw.Middleware(func(*message.Message) ([]*message.Message, error) { ran.Add(1); return nil, nil })
 	msg := message.NewMessage("largest", largest)
 	msg.Metadata.Set(cost.MetadataKey, strconv.Itoa(largestN))

@@ -26,7 +26,7 @@ func ExampleVertexBudget() {
 	a, _ := budget.Acquire(ctx, 20_000)
 	b, _ := budget.Acquire(ctx, 20_000)
 	s := budget.Stats()
-	fmt.Println("in use:", s.InUse, "saturated:", s.Saturated)
+	fmt.Println("in use:", s.InUse, "saturated:", s.SaturatedFor > 0)
 
 	// Only 10,000 vertices are free: a third charge waits until its
 	// context gives up.
@@ -50,9 +50,9 @@ func ExampleVertexBudget() {
 	// in use: 0
 }
 
-// The Budget middleware charges each message its vertex_count before the
-// handler runs and refunds it afterwards, on every path.
-func ExampleBudget() {
+// The admission middleware charges each message its vertex_count before
+// the handler runs and refunds it afterwards, on every path.
+func ExampleNew() {
 	logger := watermill.NopLogger{}
 	pubSub := gochannel.NewGoChannel(gochannel.Config{Persistent: true}, logger)
 	router, _ := message.NewRouter(message.RouterConfig{}, logger)
@@ -61,10 +61,14 @@ func ExampleBudget() {
 	if err != nil {
 		panic(err)
 	}
-	admission, _ := middleware.NewBudget(middleware.BudgetConfig{
-		Budget:    budget,
-		Estimator: cost.NewEstimator(cost.FullBudget),
-	})
+	admission, err := middleware.New(budget,
+		middleware.WithEstimator(cost.NewEstimator(cost.FullBudget)),
+		middleware.WithOnAdmission(func(msg *message.Message, a middleware.Admission) {
+			fmt.Printf("%s: %s, %d vertices\n", msg.UUID, a.Result, a.Granted)
+		}))
+	if err != nil {
+		panic(err)
+	}
 	router.AddMiddleware(admission.Middleware)
 
 	done := make(chan struct{})
@@ -85,6 +89,7 @@ func ExampleBudget() {
 	_ = router.Close()
 	fmt.Println("after close:", budget.Stats().InUse)
 	// Output:
+	// parcel-1: admitted, 1250 vertices
 	// handling parcel-1 with 1250 of 100000 vertices in use
 	// after close: 0
 }
@@ -115,17 +120,15 @@ func ExampleWithLanes() {
 	}
 
 	ping, _ := budget.Acquire(ctx, 12)
-	fmt.Println("ping waited:", ping.Wait())
 	for _, l := range budget.Lanes() {
-		fmt.Printf("%s: %d in use, %d reserved, %d waiting\n", l.Name, l.InUse, l.Reserved, l.Waiting)
+		fmt.Printf("%s: %d of %d in use, %d waiting\n", l.Name, l.InUse, l.Capacity, l.Waiting)
 	}
 	ping.Release()
 	heavy.Release()
 	<-waiting
 	fmt.Println("in use:", budget.Stats().InUse)
 	// Output:
-	// ping waited: 0s
-	// positions: 12 in use, 10000 reserved, 0 waiting
-	// boundaries: 90000 in use, 0 reserved, 1 waiting
+	// positions: 12 of 100000 in use, 0 waiting
+	// boundaries: 90000 of 90000 in use, 1 waiting
 	// in use: 0
 }

@@ -58,30 +58,35 @@ type Lane struct {
 	MaxCharge int64 `yaml:"max_charge"`
 }
 
-// WithLanes splits the budget into lanes (see [Lane]), in selection order.
-// No lanes, or one, is the plain FIFO budget. [NewVertexBudget] reports a
-// [*spillway.FieldError] for a lane without a name, a repeated name, a
-// negative weight or MaxCharge, a reserve outside [0, 1), reserves
-// summing to 1 or more, or more than 65,536 lanes.
+// WithLanes, an option of [NewVertexBudget], splits the budget into lanes
+// (see [Lane]), in selection order. No lanes, or one, is the plain FIFO
+// budget. NewVertexBudget reports a [*spillway.FieldError] for a lane
+// without a name, a repeated name, a negative weight or MaxCharge, a
+// reserve outside [0, 1), reserves summing to 1 or more, or more than
+// 65,536 lanes.
 func WithLanes(lanes ...Lane) Option {
-	return func(b *VertexBudget) {
-		if len(lanes) == 0 {
-			return
-		}
-		if err := validateLanes(lanes); err != nil {
-			b.laneErr = err
-			return
-		}
-		b.lanes = make([]lane, len(lanes))
-		for i, c := range lanes {
-			w := c.Weight
-			if w == 0 {
-				w = 1
-			}
-			b.lanes[i] = lane{name: c.Name, weight: w, share: c.Reserve,
-				handlers: slices.Clone(c.Handlers), topics: slices.Clone(c.Topics), maxCharge: c.MaxCharge}
-		}
+	return func(o *options) {
+		o.forBudget = append(o.forBudget, "WithLanes")
+		o.lanes = lanes
 	}
+}
+
+// newLanes returns the lanes' state for the (valid) lanes of WithLanes: one
+// lane, named "default", when there are none.
+func newLanes(lanes []Lane) []lane {
+	if len(lanes) == 0 {
+		return []lane{{name: "default", weight: 1}}
+	}
+	out := make([]lane, len(lanes))
+	for i, c := range lanes {
+		w := c.Weight
+		if w == 0 {
+			w = 1
+		}
+		out[i] = lane{name: c.Name, weight: w, share: c.Reserve,
+			handlers: slices.Clone(c.Handlers), topics: slices.Clone(c.Topics), maxCharge: c.MaxCharge}
+	}
+	return out
 }
 
 // maxLanes bounds the number of lanes; a [Permit] keeps its lane's index
@@ -150,9 +155,9 @@ type lane struct {
 	// least goes first.
 	served float64
 
-	waited    uint64
+	peakInUse int64
+	clamped   uint64
 	totalWait time.Duration
-	maxWait   time.Duration
 
 	saturatedSince atomic.Int64 // as VertexBudget.saturatedSince
 }
@@ -321,38 +326,29 @@ func (b *VertexBudget) saturatedFor(since int64) time.Duration {
 	return d
 }
 
-// LaneStats is a point-in-time snapshot of one lane of a [VertexBudget].
-// The telemetry package exports it (spillway.budget.lane.*).
-type LaneStats struct {
-	Name            string
-	Weight          int64
-	Reserved        int64         // vertices reserved for the lane now
-	InUse           int64         // vertices the lane holds now
-	Waiting         int           // callers of the lane blocked in Acquire
-	WaitingVertices int64         // their vertices, clamped to the capacity
-	SaturatedFor    time.Duration // how long the lane's next charge has had to wait; 0: not now
-	Admitted        uint64        // permits granted to the lane
-	AdmittedVerts   uint64        // their vertices, after clamping
-	Waited          uint64        // of the permits, those that had to wait
-	TotalWait       time.Duration // summed over them
-	MaxWait         time.Duration // the longest
-}
-
-// Lanes returns a snapshot of each lane, in [WithLanes] order. A budget
-// without lanes has one, named "default", whose figures are the budget's.
-func (b *VertexBudget) Lanes() []LaneStats {
+// Lanes returns a snapshot of each lane, in [WithLanes] order, with Name
+// set. A budget without lanes has one, named "default", whose figures are
+// the budget's.
+func (b *VertexBudget) Lanes() []BudgetStats {
 	b.mu.Lock()
-	out := make([]LaneStats, len(b.lanes))
+	out := make([]BudgetStats, len(b.lanes))
+	var now time.Duration
 	for i := range b.lanes {
 		l := &b.lanes[i]
-		out[i] = LaneStats{Name: l.name, Weight: l.weight, Reserved: l.reserve, InUse: l.inUse,
-			Waiting: l.waiting, WaitingVertices: l.waitingVerts, Admitted: l.admitted, AdmittedVerts: l.admittedVerts,
-			Waited: l.waited, TotalWait: l.totalWait, MaxWait: l.maxWait}
+		out[i] = BudgetStats{Name: l.name, Capacity: l.ceil, InUse: l.inUse, PeakInUse: l.peakInUse,
+			Waiting: l.waiting, WaitingVertices: l.waitingVerts, Admitted: l.admitted, AdmittedVertices: l.admittedVerts,
+			Clamped: l.clamped, TotalWait: l.totalWait}
+		if l.head != nil {
+			if now == 0 {
+				now = time.Since(b.epoch)
+			}
+			out[i].OldestWait = now - l.head.enqueued
+		}
 	}
 	if b.single {
 		s := &out[0]
-		s.InUse, s.Admitted, s.AdmittedVerts = b.inUse, b.admitted, b.admittedVerts
-		s.Waited, s.TotalWait, s.MaxWait = b.waited, b.totalWait, b.maxWait
+		s.Capacity, s.InUse, s.PeakInUse = b.capacity, b.inUse, b.peakInUse
+		s.Admitted, s.AdmittedVertices, s.Clamped, s.TotalWait = b.admitted, b.admittedVerts, b.clamped, b.totalWait
 	}
 	b.mu.Unlock()
 	for i := range out {
@@ -363,19 +359,4 @@ func (b *VertexBudget) Lanes() []LaneStats {
 		}
 	}
 	return out
-}
-
-// LaneSaturatedFor is [VertexBudget.SaturatedFor] for one lane: how long
-// the lane's next charge has had to wait without a break. Saturation of
-// one lane does not saturate a lane within its reservation. An unknown
-// name reads the whole budget. It does not take the budget's lock.
-func (b *VertexBudget) LaneSaturatedFor(name string) time.Duration {
-	if len(b.lanes) > 1 {
-		for i := range b.lanes {
-			if b.lanes[i].name == name {
-				return b.saturatedFor(b.lanes[i].saturatedSince.Load())
-			}
-		}
-	}
-	return b.SaturatedFor()
 }

@@ -21,7 +21,7 @@ func mustLanes(t *testing.T, capacity int64, lanes ...Lane) *VertexBudget {
 	return b
 }
 
-func laneStat(b *VertexBudget, name string) LaneStats {
+func laneStat(b *VertexBudget, name string) BudgetStats {
 	for _, s := range b.Lanes() {
 		if s.Name == name {
 			return s
@@ -43,11 +43,11 @@ func acquireIn(ctx context.Context, b *VertexBudget, name string, v int64) (Perm
 func TestLanesDefaultIsOneLane(t *testing.T) {
 	b := mustVertexBudget(100)
 	ls := b.Lanes()
-	if len(ls) != 1 || ls[0].Name != "default" || ls[0].Weight != 1 || ls[0].Reserved != 0 {
+	if len(ls) != 1 || ls[0].Name != "default" || ls[0].Capacity != 100 {
 		t.Fatalf("lanes = %+v", ls)
 	}
 	p := mustAcquire(t, b, 30)
-	if ls := b.Lanes(); ls[0].InUse != 30 || ls[0].Admitted != 1 || ls[0].AdmittedVerts != 30 {
+	if ls := b.Lanes(); ls[0].InUse != 30 || ls[0].Admitted != 1 || ls[0].AdmittedVertices != 30 {
 		t.Fatalf("lanes = %+v", ls)
 	}
 	p.Release()
@@ -83,21 +83,21 @@ func TestLanesValidate(t *testing.T) {
 // A Permit packs its vertices, lane and clamping into one word: each reads
 // back as granted at the extremes.
 func TestPermitPacking(t *testing.T) {
-	b := mustVertexBudget(MaxCapacity)
+	b := mustVertexBudget(maxCapacity)
 	for _, tt := range []struct {
 		v       int64
 		lane    int
 		clamped bool
 	}{
 		{0, 0, false},
-		{MaxCapacity, 0, true},
-		{MaxCapacity, maxLanes - 1, false},
+		{maxCapacity, 0, true},
+		{maxCapacity, maxLanes - 1, false},
 		{1, maxLanes - 1, true},
 	} {
 		p := b.permit(tt.v, 7, tt.lane, tt.clamped, time.Second)
-		if p.vertices() != tt.v || p.lane() != tt.lane || p.clamped() != tt.clamped || p.messages != 7 || p.Wait() != time.Second {
+		if p.vertices() != tt.v || p.lane() != tt.lane || p.clamped() != tt.clamped || p.messages != 7 || p.wait != time.Second {
 			t.Errorf("permit(%d, lane %d, clamped %v) reads back %d, lane %d, clamped %v, %d messages, wait %v",
-				tt.v, tt.lane, tt.clamped, p.vertices(), p.lane(), p.clamped(), p.messages, p.Wait())
+				tt.v, tt.lane, tt.clamped, p.vertices(), p.lane(), p.clamped(), p.messages, p.wait)
 		}
 	}
 }
@@ -149,12 +149,12 @@ func TestLaneReservationHonoured(t *testing.T) {
 		if s := laneStat(b, "heavy"); s.Waiting != 1 || s.SaturatedFor == 0 {
 			t.Fatalf("heavy lane %+v, want one waiter and saturated", s)
 		}
-		if d := b.LaneSaturatedFor("light"); d != 0 {
+		if d := laneStat(b, "light").SaturatedFor; d != 0 {
 			t.Fatalf("light lane saturated for %v while within its reservation", d)
 		}
 		p1 := mustAcquire(t, b, 50)
 		p2 := mustAcquire(t, b, 50)
-		if s := laneStat(b, "light"); s.InUse != 100 || s.Waited != 0 {
+		if s := laneStat(b, "light"); s.InUse != 100 || s.TotalWait != 0 {
 			t.Fatalf("light lane %+v, want 100 in use, no wait", s)
 		}
 		if b.Stats().InUse != 1000 {
@@ -279,9 +279,9 @@ func TestLaneFairnessLongRun(t *testing.T) {
 			})
 		}
 		time.Sleep(10 * time.Second)
-		a0, b0 := laneStat(b, "a").AdmittedVerts, laneStat(b, "b").AdmittedVerts
+		a0, b0 := laneStat(b, "a").AdmittedVertices, laneStat(b, "b").AdmittedVertices
 		time.Sleep(3 * time.Minute)
-		a1, b1 := laneStat(b, "a").AdmittedVerts, laneStat(b, "b").AdmittedVerts
+		a1, b1 := laneStat(b, "a").AdmittedVertices, laneStat(b, "b").AdmittedVertices
 		stop()
 		wg.Wait()
 		share := float64(b1-b0) / float64((a1-a0)+(b1-b0))
@@ -320,14 +320,14 @@ func TestLaneStarvationBound(t *testing.T) {
 			time.Sleep(time.Second)
 			for round := range 20 {
 				synctest.Wait()
-				before := laneStat(b, "light").AdmittedVerts
-				r := laneStat(b, "light").Reserved
+				before := laneStat(b, "light").AdmittedVertices
+				r := capacity - laneStat(b, "heavy").Capacity // light's reservation
 				var during uint64
 				var wait time.Duration
 				start := time.Now()
 				p := mustAcquire(t, b, capacity) // heavy, clamped to its ceiling
 				wait = time.Since(start)
-				during = laneStat(b, "light").AdmittedVerts - before
+				during = laneStat(b, "light").AdmittedVertices - before
 				// C_light = 100, C_heavy = ceiling, weights 1: S = ceiling,
 				// bound = 1·S + C_light from the shared budget; what the
 				// light lane takes of its own reservation comes on top,
@@ -379,8 +379,8 @@ func TestLanesResizeAndCancel(t *testing.T) {
 			t.Fatal(err)
 		}
 		p := <-got
-		if s := laneStat(b, "light"); s.Reserved != 200 {
-			t.Fatalf("light reserve %d after growing to 2000, want 200", s.Reserved)
+		if s := laneStat(b, "heavy"); s.Capacity != 1800 {
+			t.Fatalf("heavy ceiling %d after growing to 2000, want 1800 (light reserves 200)", s.Capacity)
 		}
 		if s := b.Stats(); s.InUse != 1700 || s.Waiting != 0 {
 			t.Fatalf("stats %+v", s)
@@ -390,7 +390,7 @@ func TestLanesResizeAndCancel(t *testing.T) {
 		if err := b.Resize(500); err != nil {
 			t.Fatal(err)
 		}
-		if s := laneStat(b, "light"); s.Reserved != 50 || s.InUse != 0 {
+		if s := laneStat(b, "heavy"); s.Capacity != 450 || s.InUse != 0 {
 			t.Fatalf("light %+v", s)
 		}
 		for _, s := range b.Lanes() {
@@ -451,4 +451,44 @@ func TestLanesStress(t *testing.T) {
 	if s := b.Stats(); s.InUse != 0 || s.Waiting != 0 {
 		t.Fatalf("stats %+v", s)
 	}
+}
+
+// A lane's snapshot has the same figures as the budget's, for the lane: its
+// ceiling, its peak, its clamped charges, its oldest waiter, its waits and
+// its saturation; the budget's snapshot sums the lanes.
+func TestLaneStatsFigures(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := mustLanes(t, 1000, Lane{Name: "light", MaxCharge: 101, Reserve: 0.2}, Lane{Name: "heavy"})
+		l1 := mustAcquire(t, b, 100)
+		l2 := mustAcquire(t, b, 100) // the light lane's peak: 200
+		l1.Release()
+		heavy := mustAcquire(t, b, 5000) // clamped to the heavy ceiling, 800
+		go func() { mustAcquire(t, b, 300).Release() }()
+		synctest.Wait()
+		time.Sleep(3 * time.Second)
+
+		light, hv := laneStat(b, "light"), laneStat(b, "heavy")
+		if light.Capacity != 1000 || light.PeakInUse != 200 || light.InUse != 100 || light.Clamped != 0 ||
+			light.Admitted != 2 || light.AdmittedVertices != 200 || light.Waiting != 0 || light.SaturatedFor != 0 {
+			t.Errorf("light lane %+v", light)
+		}
+		if hv.Capacity != 800 || hv.PeakInUse != 800 || hv.Clamped != 1 || hv.Waiting != 1 || hv.WaitingVertices != 300 ||
+			hv.OldestWait != 3*time.Second || hv.SaturatedFor != 3*time.Second {
+			t.Errorf("heavy lane %+v", hv)
+		}
+		if s := b.Stats(); s.Name != "" || s.Admitted != 3 || s.AdmittedVertices != 1000 || s.Clamped != 1 ||
+			s.OldestWait != 3*time.Second || s.SaturatedFor != 3*time.Second {
+			t.Errorf("budget %+v", s)
+		}
+
+		heavy.Release()
+		synctest.Wait()
+		l2.Release()
+		if hv := laneStat(b, "heavy"); hv.TotalWait != 3*time.Second || hv.Admitted != 2 || hv.OldestWait != 0 {
+			t.Errorf("heavy lane after its waiter ran %+v", hv)
+		}
+		if s := b.Stats(); s.TotalWait != 3*time.Second || s.InUse != 0 {
+			t.Errorf("budget after %+v", s)
+		}
+	})
 }

@@ -42,9 +42,10 @@
 //	sub, _ := redisbroker.NewSubscriber(cfg, redisbroker.WithLogger(logger))
 //	pub, _ := redisbroker.NewPublisher(cfg, redisbroker.WithLogger(logger))
 //	dl, _ := redisbroker.NewDeadLetter(cfg, redisbroker.WithPublisher(pub))
+//	admission, _ := middleware.New(budget, middleware.WithRevoked(sub.Revoked))
 //	router.AddMiddleware(
-//		dl.Middleware,     // malformed entries never reach the budget or the handler
-//		budget.Middleware, // middleware.Budget with Revoked: sub.Revoked
+//		dl.Middleware,        // malformed entries never reach the budget or the handler
+//		admission.Middleware, // waiters step aside when their entry is revoked
 //	)
 //
 // and call sub.Completed(msg) when a handler succeeds, so its ack goes

@@ -245,7 +245,7 @@ func (s *Subscriber) Stats() SubscriberStats {
 // revoked: the keep-alive found its entry claimed by a peer, let it go
 // after KeepAlive.MaxInFlight, could not refresh it for MaxIdleTime, or
 // the consumer group was recreated. Use it as
-// middleware.BudgetConfig.Revoked, so a message still waiting for budget
+// middleware.WithRevoked's function, so a message still waiting for budget
 // steps aside instead of running over a peer's claim; call
 // [Subscriber.Completed] when its handler succeeds. Once Revoked was asked
 // for a delivery, its ack reaches Redis only if Completed was called for

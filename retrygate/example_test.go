@@ -29,7 +29,7 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	admission, err := middleware.NewBudget(middleware.BudgetConfig{Budget: budget})
+	admission, err := middleware.New(budget)
 	if err != nil {
 		panic(err)
 	}

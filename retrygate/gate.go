@@ -100,7 +100,7 @@ func WithRedelivery(f func(msg *message.Message) bool) Option {
 // not commit the ack of a revoked delivery, so the next owner retries it.
 // Without it such a wait holds the partition (and the rebalance, against
 // Kafka's Rebalance.Timeout) until it ends. The gate asks only when a
-// message is about to wait. middleware.BudgetConfig.Revoked takes the
+// message is about to wait. middleware.WithRevoked takes the
 // same function.
 func WithRevoked(f func(msg *message.Message) <-chan struct{}) Option {
 	return func(o *options) { o.revoked = f }
@@ -190,7 +190,7 @@ func (g *Gate) Stats() Stats {
 }
 
 // messagePressure is a pressure signal that can also judge one message by
-// the part of the consumer it needs (middleware.Budget.SaturatedForMessage).
+// the part of the consumer it needs (middleware.Admitter.SaturatedForMessage).
 type messagePressure interface {
 	SaturatedForMessage(msg *message.Message) time.Duration
 }

@@ -29,7 +29,7 @@ func costed(id string, vertices int64) *message.Message {
 func TestBudgetNotHeldDuringBackoff(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		vb := mustVertexBudget(100)
-		bm, err := middleware.NewBudget(middleware.BudgetConfig{Budget: vb})
+		bm, err := middleware.New(vb)
 		if err != nil {
 			t.Fatal(err)
 		}

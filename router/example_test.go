@@ -72,7 +72,7 @@ func Example() {
 type costLog struct{ admitted chan<- string }
 
 func (c costLog) OnAdmission(msg *message.Message, a middleware.Admission) {
-	c.admitted <- fmt.Sprintf("%s: %s, %d vertices granted", msg.UUID, a.Outcome, a.Granted)
+	c.admitted <- fmt.Sprintf("%s: %s, %d vertices granted", msg.UUID, a.Result, a.Granted)
 }
 
 // Hooks watch the stack's events; a value may implement several hook

@@ -11,7 +11,7 @@ import (
 )
 
 // AdmissionHook is told how the vertex budget admitted each message
-// (see [middleware.BudgetConfig.OnAdmission]): once per delivery attempt
+// (see [middleware.WithOnAdmission]): once per delivery attempt
 // that reaches the budget, from the message's goroutine, after admission is
 // decided and before the handler runs.
 type AdmissionHook interface {

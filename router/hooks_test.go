@@ -77,7 +77,7 @@ func (h shedRetryHook) OnRetryOutcome(e retrygate.Event) {
 type allHook struct{ shedRetryHook }
 
 func (h allHook) OnAdmission(msg *message.Message, a middleware.Admission) {
-	h.log.add("%s admission %s %s", h.name, msg.UUID, a.Outcome)
+	h.log.add("%s admission %s %s", h.name, msg.UUID, a.Result)
 }
 
 func (h allHook) OnResize(from, to int64, _ sizing.Bounds) {

@@ -54,7 +54,7 @@ func TestBudgetLanesConfig(t *testing.T) {
 	}
 	defer r.Close()
 	ls := r.budget.Lanes()
-	if len(ls) != 3 || ls[0].Name != "positions" || ls[0].Reserved != 100 {
+	if len(ls) != 3 || ls[0].Name != "positions" || ls[1].Capacity != 900 { // positions reserves 100
 		t.Fatalf("router budget lanes = %+v", ls)
 	}
 	if !strings.Contains(c.String(), "lanes:") {
@@ -101,7 +101,7 @@ func TestBudgetPressurePerLane(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mw, err := middleware.NewBudget(middleware.BudgetConfig{Budget: vb})
+	mw, err := middleware.New(vb)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,8 +228,8 @@ func TestStatsShowsLanes(t *testing.T) {
 	}
 	<-done
 	ls := r.Stats().Lanes
-	if len(ls) != 2 || ls[0].Name != "fast" || ls[0].Weight != 1 || ls[0].Reserved != 100 ||
-		ls[1].Name != "rest" || ls[1].Weight != 3 {
+	if len(ls) != 2 || ls[0].Name != "fast" || ls[0].Capacity != 1000 ||
+		ls[1].Name != "rest" || ls[1].Capacity != 900 { // fast reserves 100
 		t.Fatalf("Stats().Lanes = %+v", ls)
 	}
 	waitFor(t, "the fast lane's admission", func() bool { return r.Stats().Lanes[0].Admitted == 1 })

@@ -13,19 +13,19 @@ import (
 // as too large (budget.max_payload_bytes, budget.max_message_vertices).
 const oversizeCause = "oversize"
 
-// limitSize sets the budget's size limits and where refused messages go:
+// limitSize returns the admission's size limits and where refused messages go:
 // budget.oversize_topic, else the dead-letter topic of retry.dead_letter_topic,
 // published by the router itself whether the retry gate is on or not. Not
 // through the gate: its copies go through the stamping publisher, which
 // would count (or refuse) the very payload that was too big, and a custom
 // IsPermanent need not treat the refusal as permanent.
-func (r *Router) limitSize(bc *middleware.BudgetConfig) {
+func (r *Router) limitSize() []middleware.Option {
+	opts := []middleware.Option{middleware.WithMaxVertices(r.cfg.Budget.MaxMessageVertices), middleware.WithOnOversize(r.routeOversize)}
 	if n := r.cfg.Budget.MaxPayloadBytes; n > 0 {
-		bc.MaxPayloadBytes = int(n)
+		opts = append(opts, middleware.WithMaxPayloadBytes(int(n)))
 	}
-	bc.MaxVertices = r.cfg.Budget.MaxMessageVertices
-	bc.OnOversize = r.routeOversize
 	r.oversizeLog.setEvery(oversizeLogEvery)
+	return opts
 }
 
 // routeOversize publishes a copy of a refused message to

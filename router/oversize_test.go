@@ -126,6 +126,7 @@ func TestEdgeRouterSizeLimitsValidated(t *testing.T) {
 		}},
 		{"negative solo limit", "budget.max_message_vertices", func(c *Config) { c.Budget.MaxMessageVertices = -1 }},
 		{"blank oversize topic", "budget.oversize_topic", func(c *Config) { c.Budget.OversizeTopic = " " }},
+		{"budget above the largest capacity", "budget.vertices", func(c *Config) { c.Budget.Vertices = 1<<40 + 1 }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var c Config

@@ -163,7 +163,7 @@ type Router struct {
 	copies   message.Publisher // retry, dead-letter and audit copies: never re-stamped
 	outputs  message.Publisher // handler outputs: spillway_* stripped, stamped where countable
 	budget   *middleware.VertexBudget
-	budgetMW *middleware.Budget
+	budgetMW *middleware.Admitter
 	policy   *shedding.Policy  // nil: no sheddable topics
 	retry    *retrygate.Gate   // nil: retry.disabled
 	sizer    *sizing.AutoSizer // nil: budget.autosize.enabled is false
@@ -423,19 +423,23 @@ func (r *Router) revocable() bool {
 
 // buildAdmission builds the budget's admission middleware.
 func (r *Router) buildAdmission(hs hookSet, est cost.ChargeEstimator) error {
-	bc := middleware.BudgetConfig{Budget: r.budget, Estimator: est, OnAdmission: r.countAdmission(hs.admission)}
-	r.limitSize(&bc)
+	opts := append([]middleware.Option{middleware.WithEstimator(est), middleware.WithOnAdmission(r.countAdmission(hs.admission))},
+		r.limitSize()...)
+	var revoked func(*message.Message) <-chan struct{}
 	if r.revocable() {
-		bc.Revoked = r.revoked
+		revoked = r.revoked
 	}
-	if r.policy != nil && (bc.Revoked != nil || r.cfg.Shedding.Coalesce.Enabled) {
+	if r.policy != nil && (revoked != nil || r.cfg.Shedding.Coalesce.Enabled) {
 		// A waiter steps aside when a newer message of its entity
 		// supersedes it, when its Kafka session ends, or when its
 		// Redis entry is lost.
-		bc.Revoked = r.policy.Revoked(bc.Revoked)
+		revoked = r.policy.Revoked(revoked)
+	}
+	if revoked != nil {
+		opts = append(opts, middleware.WithRevoked(revoked))
 	}
 	var err error
-	r.budgetMW, err = middleware.NewBudget(bc)
+	r.budgetMW, err = middleware.New(r.budget, opts...)
 	return err
 }
 
@@ -908,9 +912,9 @@ func (r *Router) close() error {
 type Stats struct {
 	Budget middleware.BudgetStats
 	// Lanes has one entry per budget.lanes entry, in order: its name,
-	// weight (the default, 1, when not set), reserved vertices, vertices
-	// in use, waiters and admissions. Nil without lanes.
-	Lanes         []middleware.LaneStats
+	// its ceiling (the capacity less the other lanes' reservations),
+	// vertices in use, waiters and admissions. Nil without lanes.
+	Lanes         []middleware.BudgetStats
 	Revocations   uint64 // messages waiting for budget or in the retry gate that stepped aside (Kafka rebalance, Redis entry lost, or superseded)
 	Cancellations uint64 // waiting messages that gave up (shutdown)
 	LateMarks     uint64 // acks committed after their session ended (Kafka)
@@ -939,7 +943,7 @@ type Stats struct {
 // charge of each topic), then calls hooks in turn.
 func (r *Router) countAdmission(hooks []AdmissionHook) func(*message.Message, middleware.Admission) {
 	return func(msg *message.Message, a middleware.Admission) {
-		switch a.Outcome {
+		switch a.Result {
 		case middleware.Revoked:
 			r.revocations.Add(1)
 		case middleware.Cancelled:
@@ -1049,7 +1053,7 @@ func (r *Router) sheddingPressure(p Pressure) spillway.Pressure {
 
 // budgetPressure is the budget's pressure signal for shedding and the
 // retry gate: the whole budget's, and, for a message, its own lane's
-// (middleware.Budget.SaturatedForMessage) when the budget has lanes, so
+// (middleware.Admitter.SaturatedForMessage) when the budget has lanes, so
 // that a saturated heavy lane does not make the light lane shed or defer.
 // The admission middleware is built after both, so it is read through r.
 type budgetPressure struct{ r *Router }

@@ -47,7 +47,7 @@ import (
 //     a. "shutdown-gate" ([Router.shutdownGate]): once Close starts
 //     nothing new gets in; opens a new delivery attempt for the Kafka
 //     session tracker.
-//     b. "admission" ([middleware.Budget.Middleware]): its Revoked hook is the Kafka
+//     b. "admission" ([middleware.Admitter.Middleware]): its revocation hook is the Kafka
 //     session's end and, with coalescing, the message being superseded.
 //     c. "admitted" ([Router.admitted]): gives the handler its delivery context back
 //     (with the admitted charge, for the auto-sizer), counts
@@ -216,7 +216,7 @@ func (c *retryContext) Value(key any) any {
 // running and without holding budget, until its delivery context ends (the
 // subscriber is being closed), and is then nacked, so the broker keeps it.
 // A message that passes the gate waits for budget (the admission part,
-// [middleware.Budget.Middleware]) on a context that is also cancelled when
+// [middleware.Admitter.Middleware]) on a context that is also cancelled when
 // closing starts, so waiters give up at once and are nacked. The gate also
 // opens a new delivery attempt for the Kafka session tracker.
 func (r *Router) shutdownGate(h message.HandlerFunc) message.HandlerFunc {

@@ -339,7 +339,7 @@ func TestAdmissionHooksOnLeanStack(t *testing.T) {
 		t.Run("meter="+strconv.FormatBool(withMeter), func(t *testing.T) {
 			var hooked atomic.Int64
 			opts := []Option{WithHooks(admissionFunc(func(_ *message.Message, a middleware.Admission) {
-				if a.Outcome == middleware.Admitted {
+				if a.Result == middleware.Admitted {
 					hooked.Add(1)
 				}
 			}))}

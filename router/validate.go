@@ -161,8 +161,13 @@ func (c Config) Validate() error {
 	if c.Budget.MessageLimit < 0 {
 		bad("budget.message_limit", strconv.FormatInt(c.Budget.MessageLimit, 10), "must be zero (no limit) or positive")
 	}
-	if c.Budget.Vertices > middleware.MaxCapacity {
-		bad("budget.vertices", strconv.FormatInt(c.Budget.Vertices, 10), "must be at most "+strconv.FormatInt(middleware.MaxCapacity, 10))
+	if c.Budget.Vertices > 0 {
+		// The budget checks its capacity's upper bound.
+		if _, err := middleware.NewVertexBudget(c.Budget.Vertices); err != nil {
+			if fe := (*spillway.FieldError)(nil); errors.As(err, &fe) {
+				bad("budget.vertices", fe.Value, fe.Reason)
+			}
+		}
 	}
 	if b := c.Budget.MaxPayloadBytes; b < spillway.Off || b > cost.MaxPayloadBytes {
 		bad("budget.max_payload_bytes", strconv.FormatInt(b, 10), fmt.Sprintf("must be -1 (no cap) or positive, at most %d", cost.MaxPayloadBytes))

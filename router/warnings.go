@@ -73,7 +73,7 @@ const oversizeLogEvery = time.Minute
 // the admission hook for a source other than the header only.
 func (r *Router) unstamped(msg *message.Message, a *middleware.Admission) {
 	src := a.Charge.Source
-	switch a.Outcome {
+	switch a.Result {
 	case middleware.Oversize:
 		// Refused, not charged (a payload refused before it was priced
 		// has no source of its own): the oversize line says so.

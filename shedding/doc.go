@@ -37,10 +37,8 @@
 // revocation hook for the budget ([Policy.Revoked]):
 //
 //	pol, err := shedding.New(cfg, shedding.WithPressure(budget), shedding.WithAuditPublisher(pub))
-//	admission, err := middleware.NewBudget(middleware.BudgetConfig{
-//		Budget:  budget,
-//		Revoked: pol.Revoked(nil), // or pol.Revoked(tracker.Revoked) on Kafka
-//	})
+//	admission, err := middleware.New(budget,
+//		middleware.WithRevoked(pol.Revoked(nil))) // or pol.Revoked(tracker.Revoked) on Kafka
 //	router.AddMiddleware(pol.Middleware, admission.Middleware, pol.Admitted)
 //
 // docs/shedding.md explains when to drop, block or buffer, why the topic

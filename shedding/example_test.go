@@ -40,10 +40,7 @@ func ExamplePolicy() {
 	if err != nil {
 		panic(err)
 	}
-	admission, _ := middleware.NewBudget(middleware.BudgetConfig{
-		Budget:  budget,
-		Revoked: pol.Revoked(nil),
-	})
+	admission, _ := middleware.New(budget, middleware.WithRevoked(pol.Revoked(nil)))
 	router, _ := message.NewRouter(message.RouterConfig{}, logger)
 	router.AddMiddleware(pol.Middleware, admission.Middleware, pol.Admitted)
 

@@ -133,7 +133,7 @@ func sameSet(a, b []string) bool {
 // stepped aside.
 func countRevoked(n *atomic.Uint64) func(*message.Message, middleware.Admission) {
 	return func(_ *message.Message, a middleware.Admission) {
-		if a.Outcome == middleware.Revoked {
+		if a.Result == middleware.Revoked {
 			n.Add(1)
 		}
 	}

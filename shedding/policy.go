@@ -222,7 +222,7 @@ func New(cfg Config, opts ...Option) (*Policy, error) {
 // shedding reports whether priority shedding is in force now: pressure has
 // lasted at least the window. With a message, a pressure signal that can
 // judge each message by itself (a budget split into lanes: the message's
-// own lane, see middleware.Budget.SaturatedForMessage) is asked about
+// own lane, see middleware.Admitter.SaturatedForMessage) is asked about
 // that message. It is lock-free.
 func (p *Policy) shedding(msg *message.Message) bool {
 	if p.cfg.Priority.Disabled || p.pressure == nil || len(p.topics) == 0 {
@@ -383,7 +383,7 @@ func (p *Policy) Admitted(h message.HandlerFunc) message.HandlerFunc {
 	}
 }
 
-// Revoked returns a revocation hook for middleware.BudgetConfig.Revoked
+// Revoked returns a revocation hook for middleware.WithRevoked
 // whose channel is closed when msg, while waiting for budget, is
 // superseded by a newer message of its entity, or when also(msg) fires,
 // whichever comes first; and at the latest when msg leaves the policy.

@@ -416,16 +416,15 @@ func TestRevokedComposition(t *testing.T) {
 		session := make(chan struct{}) // a Kafka session's Done channel
 		vb := mustVertexBudget(1)
 		var revoked atomic.Uint64
-		adm, err := middleware.NewBudget(middleware.BudgetConfig{
-			Budget:      vb,
-			OnAdmission: countRevoked(&revoked),
-			Revoked: pol.Revoked(func(m *message.Message) <-chan struct{} {
+		adm, err := middleware.New(vb,
+			middleware.WithOnAdmission(countRevoked(&revoked)),
+			middleware.WithRevoked(pol.Revoked(func(m *message.Message) <-chan struct{} {
 				if m.Metadata.Get("kafka") != "" {
 					return session
 				}
 				return nil
-			}),
-		})
+			})),
+		)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -532,7 +531,7 @@ func TestSupersededAuditFailureNacks(t *testing.T) {
 			t.Fatal(err)
 		}
 		vb := mustVertexBudget(1)
-		adm, _ := middleware.NewBudget(middleware.BudgetConfig{Budget: vb, Revoked: pol.Revoked(nil)})
+		adm, _ := middleware.New(vb, middleware.WithRevoked(pol.Revoked(nil)))
 		run := wrap(pol, adm.Middleware)(func(*message.Message) ([]*message.Message, error) { return nil, nil })
 		hold, _ := vb.Acquire(context.Background(), 1)
 		older := make(chan error, 1)

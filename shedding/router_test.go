@@ -28,7 +28,7 @@ type rig struct {
 	pubsub    message.Publisher
 	router    *message.Router
 	budget    *middleware.VertexBudget
-	admission *middleware.Budget
+	admission *middleware.Admitter
 	revoked   atomic.Uint64 // admissions that stepped aside
 	pol       *shedding.Policy
 	audit     *auditLog
@@ -58,7 +58,7 @@ func newRigWith(t *testing.T, cfg shedding.Config, sub message.Subscriber, opts 
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.admission, err = middleware.NewBudget(middleware.BudgetConfig{Budget: r.budget, Revoked: r.pol.Revoked(nil), OnAdmission: countRevoked(&r.revoked)})
+	r.admission, err = middleware.New(r.budget, middleware.WithRevoked(r.pol.Revoked(nil)), middleware.WithOnAdmission(countRevoked(&r.revoked)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,7 +213,7 @@ func TestRouterPriorityShedding(t *testing.T) {
 		if got := r.seen["vehicles"].uuids(); !sameSet(got, wantHandled) {
 			t.Fatalf("handled %v\nwant %v", got, wantHandled)
 		}
-		if r.pol.Stats().Shedding || r.budget.Stats().Saturated {
+		if r.pol.Stats().Shedding || r.budget.Stats().SaturatedFor > 0 {
 			t.Fatal("pressure did not clear once the backlog drained")
 		}
 

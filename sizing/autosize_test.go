@@ -149,7 +149,7 @@ func TestAutoSizerFollowsMixShift(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		budget, err := middleware.NewBudget(middleware.BudgetConfig{Budget: vb})
+		budget, err := middleware.New(vb)
 		if err != nil {
 			t.Fatal(err)
 		}

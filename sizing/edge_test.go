@@ -41,7 +41,7 @@ func TestEdgeAutoSizerForgedVertexCount(t *testing.T) {
 					return nil, nil
 				})
 				if withBudget {
-					mw, err := middleware.NewBudget(middleware.BudgetConfig{Budget: vb})
+					mw, err := middleware.New(vb)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -140,7 +140,7 @@ func TestEdgeAutoSizerPricesOnce(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		mw, err := middleware.NewBudget(middleware.BudgetConfig{Budget: vb, Estimator: est})
+		mw, err := middleware.New(vb, middleware.WithEstimator(est))
 		if err != nil {
 			t.Fatal(err)
 		}

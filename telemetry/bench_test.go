@@ -103,7 +103,7 @@ func shutdown(p any) {
 //	                       least any Spillway handler does
 //
 //	stack=bare             router + handler
-//	stack=budget           + middleware.Budget
+//	stack=budget           + middleware.Admitter
 //	stack=budget+otel-noop + Tracing, Metrics, OnAdmission, TracingPublisher
 //	                         with no-op tracer and meter providers
 //	stack=budget+otel-sdk  the same with the SDK: every span sampled and
@@ -250,10 +250,7 @@ func runStack(b *testing.B, s benchStack, decode bool) {
 		}
 	}
 	if s.budget {
-		admission, err := middleware.NewBudget(middleware.BudgetConfig{
-			Budget:      mustVertexBudget(1 << 40),
-			OnAdmission: onAdmission,
-		})
+		admission, err := middleware.New(mustVertexBudget(1<<40), middleware.WithOnAdmission(onAdmission))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -365,7 +362,7 @@ func BenchmarkMiddlewareChain(b *testing.B) {
 		{"budget+otel-sdk-batch", batchTracerProvider, sdkMP, false},
 	} {
 		b.Run("stack="+c.name, func(b *testing.B) {
-			cfg := middleware.BudgetConfig{Budget: mustVertexBudget(1 << 40)}
+			var mopts []middleware.Option
 			var wrap []message.HandlerMiddleware
 			if c.tp != nil {
 				tp := c.tp()
@@ -377,10 +374,10 @@ func BenchmarkMiddlewareChain(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				cfg.OnAdmission = metrics.OnAdmission
+				mopts = append(mopts, middleware.WithOnAdmission(metrics.OnAdmission))
 				wrap = append(wrap, telemetry.NewTracing(opts...), metrics.Middleware)
 			}
-			admission, err := middleware.NewBudget(cfg)
+			admission, err := middleware.New(mustVertexBudget(1<<40), mopts...)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -15,7 +15,7 @@
 // trace of its own instead, for producers you do not trust). The span sits
 // in the message's context (trace.SpanFromContext(msg.Context())), where
 // the Spillway stages annotate it through the hooks of [Metrics]:
-// [Metrics.OnAdmission] as middleware.BudgetConfig.OnAdmission,
+// [Metrics.OnAdmission] as middleware.WithOnAdmission,
 // [Metrics.OnShed] as shedding's hook, [Metrics.OnRetryOutcome] as the
 // retry gate's (counters only), and [Metrics.OnDeferred] and
 // [Metrics.OnDeadLettered] from stages of your own. The router calls them
@@ -57,9 +57,9 @@
 //
 // Consumer stack, outermost first:
 //
-//	router.AddMiddleware(tracing, metrics.Middleware, /* shedding, retry gate, */ budget.Middleware)
+//	router.AddMiddleware(tracing, metrics.Middleware, /* shedding, retry gate, */ admission.Middleware)
 //
-// with middleware.BudgetConfig{OnAdmission: metrics.OnAdmission}.
+// with admission from middleware.New(budget, middleware.WithOnAdmission(metrics.OnAdmission)).
 // Producer chain, outermost first: the publisher of [NewTracingPublisher] over a
 // cost.NewStampingPublisher over a producer.LagThrottled (reading the
 // sampler) over a producer.RateLimited over the broker's publisher.

@@ -38,7 +38,7 @@ func TestEdgeProcessedVerticesForgedCount(t *testing.T) {
 	for range 2 {
 		run(&middleware.Admission{
 			Charge:  cost.Charge{Vertices: math.MaxInt64, Messages: 1, Source: cost.SourceHeader},
-			Granted: 20_000, Clamped: true, Outcome: middleware.Admitted,
+			Granted: 20_000, Result: middleware.Admitted,
 		})
 	}
 	rm := collect(t, reader)
@@ -52,7 +52,7 @@ func TestEdgeProcessedVerticesForgedCount(t *testing.T) {
 	}
 	rm = collect(t, reader)
 	got := mustPoint(t, rm, "spillway.processed.vertices", map[string]string{"topic": "t", "outcome": "handled"})
-	if want := 40_000 + 3*float64(middleware.MaxCapacity); got != want {
-		t.Errorf("processed vertices = %v, want %v (three headers capped at MaxCapacity)", got, want)
+	if want := 40_000 + 3*float64(int64(1)<<40); got != want {
+		t.Errorf("processed vertices = %v, want %v (three headers capped at 2⁴⁰, the largest capacity)", got, want)
 	}
 }

@@ -42,10 +42,7 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	admission, _ := middleware.NewBudget(middleware.BudgetConfig{
-		Budget:      budget,
-		OnAdmission: metrics.OnAdmission,
-	})
+	admission, _ := middleware.New(budget, middleware.WithOnAdmission(metrics.OnAdmission))
 	// Tracing is the outermost middleware.
 	router.AddMiddleware(telemetry.NewTracing(opts...), admission.Middleware)
 	done := make(chan struct{})

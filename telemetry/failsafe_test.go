@@ -58,7 +58,7 @@ func TestTelemetryNeverFailsAMessage(t *testing.T) {
 				t.Fatal(err)
 			}
 			budget := mustVertexBudget(100)
-			admission, _ := middleware.NewBudget(middleware.BudgetConfig{Budget: budget, OnAdmission: metrics.OnAdmission})
+			admission, _ := middleware.New(budget, middleware.WithOnAdmission(metrics.OnAdmission))
 			r := startMemoryRouter(t, "t", func(msg *message.Message) error {
 				if _, again := calls.LoadOrStore(msg.UUID, true); again {
 					t.Errorf("message %s delivered twice", msg.UUID)

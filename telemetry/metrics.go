@@ -356,8 +356,8 @@ func (m *Metrics) attrs(shape uint8, topic, value string) *measureOpts {
 // not recovered). The vertex count comes from the admission recorded by
 // [Metrics.OnAdmission] (for an admitted message the charge the budget
 // granted, clamped to its capacity), else from the vertex_count metadata;
-// a count from the message itself is capped at [middleware.MaxCapacity], so
-// a forged vertex_count cannot overflow the counter.
+// a count from the message itself is capped at 2⁴⁰ (the largest budget
+// capacity), so a forged vertex_count cannot overflow the counter.
 //
 // Place it right inside [NewTracing] (or outermost without
 // tracing) so the duration covers the whole stack. It never returns an
@@ -396,7 +396,7 @@ func (m *Metrics) measure(h message.HandlerFunc, msg *message.Message) (out []*m
 			n, known = countedVertices(adm)
 		} else {
 			n, known = headerVertices(msg)
-			n = min(n, middleware.MaxCapacity)
+			n = min(n, maxCountedVertices)
 		}
 		if known {
 			m.processedVerts.Add(ctx, n, opt.add...)
@@ -419,7 +419,7 @@ func (m *Metrics) measure(h message.HandlerFunc, msg *message.Message) (out []*m
 // spillway.admission.outcome, .wait_seconds, and for an admitted message
 // spillway.vertices.granted and spillway.admission.clamped) and, for a
 // cancelled, revoked or invalid admission, the message's outcome. Use it as
-// middleware.BudgetConfig.OnAdmission; for the span attributes without
+// middleware.WithOnAdmission; for the span attributes without
 // metrics, make the Metrics with a no-op meter provider. Safe for
 // concurrent use; it never blocks.
 func (m *Metrics) OnAdmission(msg *message.Message, a middleware.Admission) {
@@ -436,8 +436,8 @@ func (m *Metrics) OnAdmission(msg *message.Message, a middleware.Admission) {
 func (m *Metrics) admission(msg *message.Message, a *middleware.Admission) {
 	ctx := msg.Context()
 	topic := m.topicOf(msg)
-	m.admissionWait.Record(ctx, a.Wait.Seconds(), m.attrs(shapeAdmission, topic, string(a.Outcome)).rec...)
-	switch a.Outcome {
+	m.admissionWait.Record(ctx, a.Wait.Seconds(), m.attrs(shapeAdmission, topic, string(a.Result)).rec...)
+	switch a.Result {
 	case middleware.Admitted:
 		m.charges.Add(ctx, 1, m.attrs(shapeSource, topic, a.Charge.Source.String()).add...)
 	case middleware.Revoked:
@@ -585,7 +585,7 @@ func (m *Metrics) ObserveBudget(name string, b *middleware.VertexBudget) (unregi
 				o.ObserveInt64(m.laneWaiting, int64(l.Waiting), laneOpts[i])
 				o.ObserveFloat64(m.laneSaturated, l.SaturatedFor.Seconds(), laneOpts[i])
 				o.ObserveFloat64(m.laneWait, l.TotalWait.Seconds(), laneOpts[i])
-				o.ObserveInt64(m.laneAdmitted, int64(l.AdmittedVerts), laneOpts[i])
+				o.ObserveInt64(m.laneAdmitted, int64(l.AdmittedVertices), laneOpts[i])
 			}
 		}
 		return nil

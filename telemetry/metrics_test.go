@@ -171,8 +171,8 @@ func TestMetricsAdmissionOutcomes(t *testing.T) {
 		msg.Metadata.Set("vertex_count", "7")
 		_, _ = h(msg)
 	}
-	run(&middleware.Admission{Outcome: middleware.Revoked, Wait: 2 * time.Second}, nil)
-	run(&middleware.Admission{Outcome: middleware.Cancelled, Wait: time.Second}, context.Canceled)
+	run(&middleware.Admission{Result: middleware.Revoked, Wait: 2 * time.Second}, nil)
+	run(&middleware.Admission{Result: middleware.Cancelled, Wait: time.Second}, context.Canceled)
 	run(nil, errors.New("no admission, plain error"))
 
 	rm := collect(t, reader)
@@ -212,12 +212,11 @@ func TestMetricsCountChargesBySource(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	budget, err := middleware.NewBudget(middleware.BudgetConfig{
-		Budget:          mustVertexBudget(1000),
-		Estimator:       cost.NewEstimator(cost.FullBudget, cost.WithComputeMissing()),
-		MaxPayloadBytes: 1 << 10,
-		OnAdmission:     m.OnAdmission,
-	})
+	budget, err := middleware.New(mustVertexBudget(1000),
+		middleware.WithEstimator(cost.NewEstimator(cost.FullBudget, cost.WithComputeMissing())),
+		middleware.WithMaxPayloadBytes(1<<10),
+		middleware.WithOnAdmission(m.OnAdmission),
+	)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -449,7 +448,7 @@ func TestAdmissionReachesTheRecordThroughAQuietTracing(t *testing.T) {
 	h := m.Middleware(quiet(func(msg *message.Message) ([]*message.Message, error) {
 		m.OnAdmission(msg, middleware.Admission{
 			Charge:  cost.Charge{Vertices: 20, Messages: 1, Source: cost.SourceHeader},
-			Granted: 20, Outcome: middleware.Admitted,
+			Granted: 20, Result: middleware.Admitted,
 		})
 		return nil, nil
 	}))

@@ -57,7 +57,7 @@ func TestPrometheusEndpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	// One message through the middleware and every outcome counter once.
-	admission, _ := middleware.NewBudget(middleware.BudgetConfig{Budget: budget, OnAdmission: m.OnAdmission})
+	admission, _ := middleware.New(budget, middleware.WithOnAdmission(m.OnAdmission))
 	h := m.Middleware(admission.Middleware(func(*message.Message) ([]*message.Message, error) { return nil, nil }))
 	msg := message.NewMessage("x", []byte("p"))
 	msg.Metadata.Set("vertex_count", "10")

@@ -123,7 +123,7 @@ func TestRecordAdmissionOnOwnAndOtherSpans(t *testing.T) {
 	}
 	mw := telemetry.NewTracing(telemetry.WithTracerProvider(sdk),
 		telemetry.WithTopicFunc(func(*message.Message) string { return "t" }))
-	adm := middleware.Admission{Outcome: middleware.Admitted, Granted: 7, Wait: time.Millisecond,
+	adm := middleware.Admission{Result: middleware.Admitted, Granted: 7, Wait: time.Millisecond,
 		Charge: cost.Charge{Vertices: 7, Source: cost.SourceHeader}}
 	h := mw(func(msg *message.Message) ([]*message.Message, error) {
 		if msg.UUID == "inner" {

@@ -27,7 +27,7 @@ const (
 	// malformed or computed (cost.Source).
 	keyCostSource = attribute.Key("spillway.cost.source")
 	// keyAdmission is how admission ended: admitted, cancelled, revoked or
-	// invalid (middleware.Outcome).
+	// invalid (middleware.AdmissionResult).
 	keyAdmission = attribute.Key("spillway.admission.outcome")
 	// keyAdmissionWait is the time spent waiting for budget, in seconds.
 	keyAdmissionWait = attribute.Key("spillway.admission.wait_seconds")
@@ -239,7 +239,7 @@ func recordAdmission(msg *message.Message, a *middleware.Admission) {
 // setAdmission stores a in r, and its outcome when it decides the
 // message's.
 func (r *record) setAdmission(a *middleware.Admission) {
-	o, reason := admissionOutcome(a.Outcome)
+	o, reason := admissionOutcome(a.Result)
 	r.mu.Lock()
 	r.admission, r.admitted = *a, true
 	if o != "" {
@@ -255,7 +255,7 @@ func annotateUnowned(ctx context.Context, span trace.Span, a *middleware.Admissi
 	if recordFrom(ctx).ownsSpan(span) {
 		return
 	}
-	o, _ := admissionOutcome(a.Outcome)
+	o, _ := admissionOutcome(a.Result)
 	annotateAdmission(span, *a, o)
 }
 
@@ -276,16 +276,16 @@ func appendAdmission(attrs []attribute.KeyValue, a middleware.Admission) []attri
 	}
 	attrs = append(attrs,
 		keyCostSource.String(a.Charge.Source.String()),
-		keyAdmission.String(string(a.Outcome)),
+		keyAdmission.String(string(a.Result)),
 		keyAdmissionWait.Float64(a.Wait.Seconds()),
 	)
-	if a.Outcome == middleware.Admitted {
-		attrs = append(attrs, keyVerticesGranted.Int64(a.Granted), keyAdmissionClamped.Bool(a.Clamped))
+	if a.Result == middleware.Admitted {
+		attrs = append(attrs, keyVerticesGranted.Int64(a.Granted), keyAdmissionClamped.Bool(a.Granted < a.Charge.Vertices))
 	}
 	return attrs
 }
 
-func admissionOutcome(o middleware.Outcome) (outcome, string) {
+func admissionOutcome(o middleware.AdmissionResult) (outcome, string) {
 	switch o {
 	case middleware.Cancelled:
 		return outcomeCancelled, ""
@@ -304,7 +304,7 @@ func knownVertices(a middleware.Admission) (int64, bool) {
 	case cost.SourceHeader, cost.SourceComputed:
 		return a.Charge.Vertices, true
 	}
-	if a.Outcome == middleware.Admitted {
+	if a.Result == middleware.Admitted {
 		return a.Granted, true
 	}
 	return 0, false
@@ -313,15 +313,19 @@ func knownVertices(a middleware.Admission) (int64, bool) {
 // countedVertices is what spillway.processed.vertices adds for a message
 // with a recorded admission: what the budget granted when it was admitted
 // (clamped to the capacity, so a forged vertex_count adds at most the
-// capacity), else its known cost capped at middleware.MaxCapacity, which no
+// capacity), else its known cost capped at maxCountedVertices, which no
 // budget can exceed.
 func countedVertices(a middleware.Admission) (int64, bool) {
-	if a.Outcome == middleware.Admitted {
+	if a.Result == middleware.Admitted {
 		return a.Granted, true
 	}
 	n, ok := knownVertices(a)
-	return min(n, middleware.MaxCapacity), ok
+	return min(n, maxCountedVertices), ok
 }
+
+// maxCountedVertices caps a count taken from the message itself: 2⁴⁰, the
+// largest capacity middleware.NewVertexBudget accepts.
+const maxCountedVertices = 1 << 40
 
 // headerVertices reads vertex_count when no admission was recorded.
 func headerVertices(msg *message.Message) (int64, bool) {

@@ -239,7 +239,7 @@ func endSpan(span trace.Span, rec *record, owned bool, buf *attrBuf, attrs []att
 	if owned {
 		if _, _, a, ok := rec.final(nil); ok {
 			attrs = appendAdmission(attrs, a)
-			if ao, _ := admissionOutcome(a.Outcome); ao != "" && o == "" {
+			if ao, _ := admissionOutcome(a.Result); ao != "" && o == "" {
 				o = ao
 			}
 		}

@@ -71,7 +71,7 @@ func newFullStack(t *testing.T, capacity int64, handler message.NoPublishHandler
 	tracing := telemetry.NewTracing(telemetry.WithTracerProvider(tp), telemetry.WithPropagator(prop),
 		telemetry.WithMessagingSystem("gochannel"), telemetry.WithConsumerGroup("workers"))
 	budget := mustVertexBudget(capacity)
-	admission, err := middleware.NewBudget(middleware.BudgetConfig{Budget: budget, OnAdmission: metrics.OnAdmission})
+	admission, err := middleware.New(budget, middleware.WithOnAdmission(metrics.OnAdmission))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -338,7 +338,7 @@ func TestHooksWithoutMiddleware(t *testing.T) {
 	m.OnDeferred(nil, "", "x")
 	m.OnDeadLettered(msg, "", "x")
 	m.OnDeadLettered(nil, "", "x")
-	m.OnAdmission(msg, middleware.Admission{Outcome: middleware.Revoked})
+	m.OnAdmission(msg, middleware.Admission{Result: middleware.Revoked})
 	m.OnAdmission(msg, middleware.Admission{})
 	m.OnAdmission(nil, middleware.Admission{})
 	m.Count(context.Background(), "handled", "t", "", 1) // no counter: ignored

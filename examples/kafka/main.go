@@ -454,9 +454,9 @@ func (d *demo) summary(elapsed time.Duration) {
 		d.processed.Load(), d.total, len(d.seen), d.dups, d.vertices.Load(), elapsed.Round(10*time.Millisecond),
 		float64(d.vertices.Load())/elapsed.Seconds())
 	b := st.Budget
-	fmt.Printf("budget: capacity %d, peak in use %d (%.0f%%), %d admitted, %d waited (longest %s, mean %s), %d clamped\n",
-		b.Capacity, b.PeakInUse, 100*float64(b.PeakInUse)/float64(b.Capacity), b.Admitted, b.Waited,
-		b.MaxWait.Round(time.Millisecond), meanWait(b.TotalWait, b.Waited), b.Clamped)
+	fmt.Printf("budget: capacity %d, peak in use %d (%.0f%%), %d admitted (mean wait %s), %d clamped\n",
+		b.Capacity, b.PeakInUse, 100*float64(b.PeakInUse)/float64(b.Capacity), b.Admitted,
+		meanWait(b.TotalWait, b.Admitted), b.Clamped)
 	fmt.Printf("revocations %d, cancellations %d, late commits %d, evictions %d, peak lag %d\n",
 		st.Revocations, st.Cancellations, st.LateMarks, st.Evictions, d.maxLag)
 }

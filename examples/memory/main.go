@@ -67,14 +67,11 @@ func run(data string, budgetVertices int64, passes, rate, pings int) error {
 		return err
 	}
 	var st stats
-	admission, err := middleware.NewBudget(middleware.BudgetConfig{
-		Budget: budget,
-		OnAdmission: func(_ *message.Message, a middleware.Admission) {
-			st.mu.Lock()
-			st.maxWait = max(st.maxWait, a.Wait)
-			st.mu.Unlock()
-		},
-	})
+	admission, err := middleware.New(budget, middleware.WithOnAdmission(func(_ *message.Message, a middleware.Admission) {
+		st.mu.Lock()
+		st.maxWait = max(st.maxWait, a.Wait)
+		st.mu.Unlock()
+	}))
 	if err != nil {
 		return err
 	}
@@ -156,7 +153,7 @@ func run(data string, budgetVertices int64, passes, rate, pings int) error {
 	}
 	fmt.Printf("\ndone: %d messages, %d vertices in %s (%.0f vertices/s)\n", st.done.Load(), st.vertices.Load(),
 		elapsed.Round(time.Millisecond), float64(st.vertices.Load())/elapsed.Seconds())
-	fmt.Printf("budget: peak %d of %d vertices, %d admissions waited (longest %s), %d clamped\n",
-		s.PeakInUse, s.Capacity, s.Waited, s.MaxWait.Round(time.Millisecond), s.Clamped)
+	fmt.Printf("budget: peak %d of %d vertices, %d admitted, waited %s in all, %d clamped\n",
+		s.PeakInUse, s.Capacity, s.Admitted, s.TotalWait.Round(time.Millisecond), s.Clamped)
 	return nil
 }

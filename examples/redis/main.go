@@ -99,7 +99,7 @@ func run(data string, budgetVertices int64, passes, consumers, rate, pings int, 
 	if err != nil {
 		return err
 	}
-	bc := middleware.BudgetConfig{Budget: budget}
+	var mopts []middleware.Option
 	var outer []message.HandlerMiddleware // telemetry, outermost first
 	if metricsAddr != "" {
 		ms, err := serveMetrics(metricsAddr)
@@ -112,11 +112,11 @@ func run(data string, budgetVertices int64, passes, consumers, rate, pings int, 
 			return err
 		}
 		defer in.Close()
-		bc.OnAdmission = in.metrics.OnAdmission
+		mopts = append(mopts, middleware.WithOnAdmission(in.metrics.OnAdmission))
 		outer = append(outer, in.metrics.Middleware)
 		fmt.Printf("metrics: %s\n", ms.url)
 	}
-	admission, err := middleware.NewBudget(bc)
+	admission, err := middleware.New(budget, mopts...)
 	if err != nil {
 		return err
 	}
@@ -206,8 +206,8 @@ func run(data string, budgetVertices int64, passes, consumers, rate, pings int, 
 	}
 	fmt.Printf("\ndone: %d messages, %d vertices in %s (%.0f vertices/s)\n", done.Load(), vertices.Load(),
 		elapsed.Round(time.Millisecond), float64(vertices.Load())/elapsed.Seconds())
-	fmt.Printf("budget: peak %d of %d vertices, %d admissions waited (longest %s), %d clamped\n",
-		s.PeakInUse, s.Capacity, s.Waited, s.MaxWait.Round(time.Millisecond), s.Clamped)
+	fmt.Printf("budget: peak %d of %d vertices, %d admitted, waited %s in all, %d clamped\n",
+		s.PeakInUse, s.Capacity, s.Admitted, s.TotalWait.Round(time.Millisecond), s.Clamped)
 	fmt.Printf("redis: %d keep-alive refreshes, %d entries lost to peers, %d expired, %d malformed (%d dead-lettered); redelivery deadline %s\n",
 		st.Refreshed, st.Lost, st.Expired, st.Malformed, dead.Count(), cfg.WithDefaults().MaxIdleTime)
 	return nil

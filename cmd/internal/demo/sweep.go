@@ -326,11 +326,12 @@ func runSweep(ctx context.Context, msgs []sweepMsg, passes int, o SweepOptions, 
 		lastCap, lastTime = c, now
 	}
 	for _, m := range msgs {
+		asked := time.Now()
 		p, err := budget.Acquire(ctx, m.vertices)
 		if err != nil {
 			break
 		}
-		maxWait = max(maxWait, p.Wait())
+		maxWait = max(maxWait, time.Since(asked))
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
