@@ -25,9 +25,9 @@
 // timeout.
 //
 // Events of the stack (admission, shedding drops, retry gate outcomes,
-// auto-sizer resizes) reach values passed to [WithHooks] that implement
-// [AdmissionHook], [ShedHook], [RetryOutcomeHook] or [ResizeHook]; the
-// router's telemetry.Metrics is the first such hook.
+// auto-sizer resizes) reach values passed to [WithHooks] that have the
+// methods OnAdmission, OnShed, OnRetryOutcome or OnResize; the router's
+// telemetry.Metrics is the first such hook.
 //
 // Brokers:
 //

@@ -67,17 +67,16 @@ func Example() {
 	// layers: [tracing metrics retry-gate budget]
 }
 
-// costLog is a hook: it implements router.AdmissionHook, so the router
-// calls it once the budget has admitted a message.
+// costLog is a hook: it has the OnAdmission method, so the router calls
+// it once the budget has admitted a message.
 type costLog struct{ admitted chan<- string }
 
 func (c costLog) OnAdmission(msg *message.Message, a middleware.Admission) {
 	c.admitted <- fmt.Sprintf("%s: %s, %d vertices granted", msg.UUID, a.Outcome, a.Granted)
 }
 
-// Hooks watch the stack's events; a value may implement several hook
-// interfaces, and each event calls the hooks that implement its interface
-// in order.
+// Hooks watch the stack's events; a value may have several hook methods,
+// and each event calls the hooks that have its method in order.
 func ExampleWithHooks() {
 	cfg := router.Config{Broker: router.BrokerMemory}
 	cfg.Budget.Vertices = 1000

@@ -55,7 +55,7 @@ func (l *hookLog) matching(prefix string) []string {
 	return out
 }
 
-// shedRetryHook implements ShedHook and RetryOutcomeHook.
+// shedRetryHook has OnShed and OnRetryOutcome.
 type shedRetryHook struct {
 	name string
 	log  *hookLog
@@ -177,7 +177,7 @@ func TestHookImplementingNothing(t *testing.T) {
 		if r, err := New(Config{}, nil, WithHooks(h)); err == nil {
 			_ = r.Close()
 			t.Errorf("New accepted hook %T", h)
-		} else if !strings.Contains(err.Error(), "implements none") {
+		} else if !strings.Contains(err.Error(), "none of the hook methods") {
 			t.Errorf("New with hook %T: %v", h, err)
 		}
 	}

@@ -952,7 +952,7 @@ type Stats struct {
 // revoked and cancelled admissions, and the charges not read from a
 // vertex_count header, for [Router.Stats] (logging the first default
 // charge of each topic), then calls hooks in turn.
-func (r *Router) countAdmission(hooks []AdmissionHook) func(*message.Message, middleware.Admission) {
+func (r *Router) countAdmission(hooks []admissionHook) func(*message.Message, middleware.Admission) {
 	return func(msg *message.Message, a middleware.Admission) {
 		switch a.Outcome {
 		case middleware.Revoked:

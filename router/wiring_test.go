@@ -545,7 +545,7 @@ func runRetry(t *testing.T, bc brokerCase) {
 	t.Logf("%s: jobs %v; retry topic %v", bc.name, jobs, retries)
 }
 
-// shedTally is a ShedHook that counts the drops by origin topic and
+// shedTally is a hook (OnShed) that counts the drops by origin topic and
 // reason.
 type shedTally struct {
 	mu sync.Mutex
@@ -571,7 +571,7 @@ func (t *shedTally) topic(topic string) map[string]int {
 	return maps.Clone(t.by[topic])
 }
 
-// retryTally is a RetryOutcomeHook that counts the gate's outcomes by
+// retryTally is a hook (OnRetryOutcome) that counts the gate's outcomes by
 // consumed topic.
 type retryTally struct {
 	mu sync.Mutex

@@ -520,8 +520,9 @@ func (gr *groupRun) onRetry(ev retrygate.Event) {
 	}
 }
 
-// memberHooks are a Spillway member's router hooks (router.ShedHook,
-// router.RetryOutcomeHook, router.ResizeHook): they feed the run's record.
+// memberHooks are a Spillway member's router hooks (OnShed,
+// OnRetryOutcome and OnResize, see router.WithHooks): they feed the run's
+// record.
 type memberHooks struct {
 	gr *groupRun
 	m  *member
