@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/spillway-go/spillway/telemetry"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
@@ -34,7 +35,7 @@ func BenchmarkChain(b *testing.B) {
 			cfg.Retry.Disabled = !c.retry
 			var opts []Option
 			if c.tp != nil {
-				opts = append(opts, WithTracerProvider(c.tp))
+				opts = append(opts, WithTelemetry(telemetry.WithTracerProvider(c.tp)))
 			}
 			r, err := New(cfg, nil, opts...)
 			if err != nil {

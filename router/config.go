@@ -77,8 +77,8 @@ type Config struct {
 
 	// Telemetry configures the router's OpenTelemetry traces, metrics and
 	// lag sampling (docs/operations.md). On by default: without providers
-	// (router.WithTracerProvider, WithMeterProvider, or the OpenTelemetry
-	// globals) nothing is exported and it costs little.
+	// (router.WithTelemetry, or the OpenTelemetry globals) nothing is
+	// exported and it costs little.
 	Telemetry TelemetryConfig `yaml:"telemetry" envPrefix:"TELEMETRY_"`
 
 	// Producer slows down what the application publishes through
@@ -298,8 +298,8 @@ type KafkaConfig = kafkabroker.Config
 //     subscriber then names itself "<hostname>-<program>" when it
 //     starts.
 //
-// redis.addr is required with broker: redis unless [WithRedisClient] gives
-// a client; "embedded" runs an in-process miniredis (demos only).
+// redis.addr is required with broker: redis unless [WithRedis] gives a
+// client (redisbroker.WithClient); "embedded" runs an in-process miniredis (demos only).
 // redis.password is a [spillway.Secret].
 type RedisConfig = redisbroker.Config
 

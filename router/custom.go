@@ -53,10 +53,6 @@ type CustomBroker struct {
 	// rejected.
 	Lag telemetry.LagSource
 
-	// System is the messaging.system attribute of spans, e.g. nats or
-	// rabbitmq. Default watermill.
-	System string
-
 	// Close, if set, is called last by Router.Close, after the publisher
 	// and the subscribers, to release what they share: a connection, a
 	// pool.
@@ -149,12 +145,9 @@ func (c *customBackend) deadLetter(func(*message.Message, bool)) message.Handler
 	return nil
 }
 
-func (c *customBackend) system() string {
-	if c.b.System == "" {
-		return "watermill"
-	}
-	return c.b.System
-}
+// system is watermill; WithTelemetry(telemetry.WithMessagingSystem(…))
+// names the custom broker's system.
+func (c *customBackend) system() string { return "watermill" }
 
 // close closes every subscriber not closed yet (Watermill closes a
 // handler's subscriber from a goroutine of its own, which Watermill's

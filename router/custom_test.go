@@ -68,7 +68,6 @@ func (g *gochannelBroker) custom(deadline time.Duration) CustomBroker {
 			return countedSubscriber{g.ch, c}, nil
 		},
 		RedeliveryDeadline: deadline,
-		System:             "gochannel",
 		Close: func() error {
 			g.mu.Lock()
 			defer g.mu.Unlock()

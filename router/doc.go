@@ -10,8 +10,8 @@
 // front of every handler: tracing, metrics, dead-letter,
 // shedding, retry gate and budget slots, outermost first. The budget is
 // always there; tracing and metrics unless telemetry.disabled (they export
-// to the providers of [WithTracerProvider] and [WithMeterProvider], or
-// OpenTelemetry's globals); shedding
+// to the providers given with [WithTelemetry], or OpenTelemetry's
+// globals); shedding
 // (shedding.topics), the retry gate (on unless retry.disabled) and the budget's
 // auto-sizer (budget.autosize.enabled) are switched on by configuration,
 // and the order is fixed in one place (router/stack.go);
@@ -37,7 +37,8 @@
 //     external cluster or, with brokers [spillway.Embedded], an in-process kfake
 //     broker on loopback. Sarama is configured for backpressure (a small
 //     window, the rebalance timeout as the redelivery deadline;
-//     [WithSaramaConfig] adjusts what the section does not cover), and
+//     kafkabroker.WithSaramaConfig, given with [WithKafka], adjusts what the
+//     section does not cover), and
 //     admission is revocation-aware: see [kafkabroker.SessionTracker].
 //   - redis: Redis Streams through package redisbroker (the redis section is
 //     a [redisbroker.Config]): one subscriber, in

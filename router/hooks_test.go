@@ -20,6 +20,7 @@ import (
 	"github.com/spillway-go/spillway/retrygate"
 	"github.com/spillway-go/spillway/shedding"
 	"github.com/spillway-go/spillway/sizing"
+	"github.com/spillway-go/spillway/telemetry"
 )
 
 // Function adapters for tests that listen to one event.
@@ -104,7 +105,7 @@ func TestHooks(t *testing.T) {
 	log := &hookLog{}
 	first := shedRetryHook{"first", log}
 	second := allHook{shedRetryHook{"second", log}}
-	r, err := New(cfg, nil, WithMeterProvider(mp), WithHooks(first, nil), WithHooks(second))
+	r, err := New(cfg, nil, WithTelemetry(telemetry.WithMeterProvider(mp)), WithHooks(first, nil), WithHooks(second))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -30,7 +31,7 @@ type kafkaBackend struct {
 }
 
 func newKafkaBackend(cfg KafkaConfig, logger watermill.LoggerAdapter, o options, c control) (*kafkaBackend, error) {
-	kopts := []kafkabroker.Option{kafkabroker.WithTracer(o.tracer), kafkabroker.WithSaramaConfig(o.saramaConfig)}
+	kopts := slices.Clone(o.kafka)
 	if c.noRevocation {
 		kopts = append(kopts, kafkabroker.WithObserveOnly())
 	}

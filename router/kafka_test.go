@@ -21,11 +21,12 @@ import (
 	"github.com/spillway-go/spillway"
 	"github.com/spillway-go/spillway/cost"
 	"github.com/spillway-go/spillway/internal/kafkatest"
+	"github.com/spillway-go/spillway/kafkabroker"
 )
 
-// TestWithSaramaConfig: the hook runs last on the publisher's, every
-// subscriber's and the admin/lag client's Sarama configuration, and its
-// error fails New.
+// TestWithSaramaConfig: the hook of kafkabroker.WithSaramaConfig, given
+// with WithKafka, runs last on the publisher's, every subscriber's and the
+// admin/lag client's Sarama configuration, and its error fails New.
 func TestWithSaramaConfig(t *testing.T) {
 	defer goleak.VerifyNone(t, leakOptions...)
 	cfg := Config{Broker: BrokerKafka, CloseTimeout: 10 * time.Second}
@@ -53,7 +54,7 @@ func TestWithSaramaConfig(t *testing.T) {
 		c.ClientID = "hooked"
 		return nil
 	}
-	r, err := New(cfg, nil, WithSaramaConfig(hook))
+	r, err := New(cfg, nil, WithKafka(kafkabroker.WithSaramaConfig(hook)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +79,7 @@ func TestWithSaramaConfig(t *testing.T) {
 	}
 
 	errNo := errors.New("refused by hook")
-	_, err = New(cfg, nil, WithSaramaConfig(func(*sarama.Config) error { return errNo }))
+	_, err = New(cfg, nil, WithKafka(kafkabroker.WithSaramaConfig(func(*sarama.Config) error { return errNo })))
 	if !errors.Is(err, errNo) {
 		t.Errorf("New with a failing hook = %v, want its error", err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/spillway-go/spillway/cost"
 	"github.com/spillway-go/spillway/internal/kafkatest"
 	"github.com/spillway-go/spillway/kafkabroker"
+	"github.com/spillway-go/spillway/telemetry"
 )
 
 // TestKeyRebalanceMidBurst is the heavy-burst rebalance (rebalance_test.go)
@@ -193,7 +194,7 @@ func TestKeyWindowGauges(t *testing.T) {
 	cfg.Kafka.Partitions = 2
 	cfg.Kafka.Consumer = kafkabroker.ConsumerKey
 	cfg.Kafka.WindowMessages = window
-	r, err := New(cfg, nil, WithMeterProvider(mp))
+	r, err := New(cfg, nil, WithTelemetry(telemetry.WithMeterProvider(mp)))
 	if err != nil {
 		t.Fatal(err)
 	}

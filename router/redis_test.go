@@ -14,6 +14,7 @@ import (
 
 	"github.com/spillway-go/spillway"
 	"github.com/spillway-go/spillway/internal/redistest"
+	"github.com/spillway-go/spillway/redisbroker"
 )
 
 // waitHandled waits until n messages were handled.
@@ -103,13 +104,18 @@ func TestWithRedisClient(t *testing.T) {
 	if _, err := New(cfg, nil); !errors.As(err, &ce) || ce.Field != "redis.addr" {
 		t.Fatalf("no addr, no client: err = %v, want a redis.addr error", err)
 	}
+	// Options without a client leave redis.addr required: redisbroker
+	// rejects it, and New names the section's field.
+	if _, err := New(cfg, nil, WithRedis(redisbroker.WithoutNackCount())); !errors.As(err, &ce) || ce.Field != "redis.addr" {
+		t.Fatalf("no addr, options without a client: err = %v, want a redis.addr error", err)
+	}
 	bad := cfg
 	bad.Redis.ConsumerGroup = " "
-	if _, err := New(bad, nil, WithRedisClient(client)); !errors.As(err, &ce) || ce.Field != "redis.consumer_group" {
+	if _, err := New(bad, nil, WithRedis(redisbroker.WithClient(client))); !errors.As(err, &ce) || ce.Field != "redis.consumer_group" {
 		t.Fatalf("blank group with a client: err = %v, want a redis.consumer_group error", err)
 	}
 
-	r, err := New(cfg, nil, WithRedisClient(client))
+	r, err := New(cfg, nil, WithRedis(redisbroker.WithClient(client)))
 	if err != nil {
 		t.Fatal(err)
 	}

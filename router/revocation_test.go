@@ -179,7 +179,7 @@ func (t *countingTracer) WrapConsumerGroupHandler(h sarama.ConsumerGroupHandler)
 	return countingHandler{ConsumerGroupHandler: t.SaramaTracer.WrapConsumerGroupHandler(h), t: t}
 }
 
-// TestTracerComposes: a tracer given with WithSaramaTracer (here the OTel
+// TestTracerComposes: a tracer given with WithKafka(kafkabroker.WithTracer(…)) (here the OTel
 // one, counted) wraps the router's session tracker instead of replacing it.
 func TestTracerComposes(t *testing.T) {
 	defer goleak.VerifyNone(t, leakOptions...)
@@ -187,7 +187,7 @@ func TestTracerComposes(t *testing.T) {
 	cfg := Config{Broker: BrokerKafka, CloseTimeout: 10 * time.Second}
 	cfg.Kafka.Brokers = []string{spillway.Embedded}
 	cfg.Kafka.Partitions = 2
-	r, err := New(cfg, nil, WithSaramaTracer(inner))
+	r, err := New(cfg, nil, WithKafka(kafkabroker.WithTracer(inner)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,20 +14,16 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/IBM/sarama"
 	"github.com/ThreeDotsLabs/watermill"
-	"github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/propagation"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/spillway-go/spillway"
 	"github.com/spillway-go/spillway/cost"
+	"github.com/spillway-go/spillway/kafkabroker"
 	"github.com/spillway-go/spillway/middleware"
 	"github.com/spillway-go/spillway/producer"
+	"github.com/spillway-go/spillway/redisbroker"
 	"github.com/spillway-go/spillway/retrygate"
 	"github.com/spillway-go/spillway/shedding"
 	"github.com/spillway-go/spillway/sizing"
@@ -40,18 +36,15 @@ import (
 type Option func(*options)
 
 type options struct {
-	hooks          []any // WithHooks
-	estimator      cost.ChargeEstimator
-	tracer         kafka.SaramaTracer
-	isPermanent    func(error) bool
-	tracerProvider trace.TracerProvider
-	meterProvider  metric.MeterProvider
-	propagator     propagation.TextMapPropagator
-	signals        []os.Signal
-	saramaConfig   func(*sarama.Config) error
-	redisClient    redis.UniversalClient // WithRedisClient
-	custom         *CustomBroker         // WithBroker
-	wm             *message.Router       // WithWatermillRouter
+	hooks       []any // WithHooks
+	estimator   cost.ChargeEstimator
+	isPermanent func(error) bool
+	signals     []os.Signal
+	telemetry   []telemetry.Option   // WithTelemetry
+	kafka       []kafkabroker.Option // WithKafka
+	redis       []redisbroker.Option // WithRedis
+	custom      *CustomBroker        // WithBroker
+	wm          *message.Router      // WithWatermillRouter
 }
 
 // control switches parts of the stack off for the control runs of the
@@ -103,25 +96,6 @@ func WithEstimator(e cost.ChargeEstimator) Option {
 	return func(o *options) { o.estimator = e }
 }
 
-// WithSaramaTracer composes a watermill-kafka tracer (for example
-// kafka.NewOTELSaramaTracer()) with the router's own session tracker. It is
-// used by the Kafka publisher and every Kafka subscriber; the memory broker
-// ignores it.
-func WithSaramaTracer(t kafka.SaramaTracer) Option {
-	return func(o *options) { o.tracer = t }
-}
-
-// WithSaramaConfig calls f on every Sarama configuration the router builds
-// on Kafka (the publisher's, each subscriber's, and the admin and lag
-// client's), after the router's own settings and just before Sarama
-// validates it: an escape hatch for settings the kafka section does not
-// cover. f may be called concurrently and more than once per client kind;
-// an error from it fails the call that needed the configuration ([New],
-// or adding a handler). Other brokers ignore it.
-func WithSaramaConfig(f func(*sarama.Config) error) Option {
-	return func(o *options) { o.saramaConfig = f }
-}
-
 // WithIsPermanent replaces the retry gate's classifier of permanent errors
 // (default [retrygate.IsPermanent]: errors marked with retrygate.Permanent
 // and undecodable geometry). A permanent error dead-letters the message at
@@ -130,29 +104,33 @@ func WithIsPermanent(f func(error) bool) Option {
 	return func(o *options) { o.isPermanent = f }
 }
 
-// WithTracerProvider sets the provider of the router's spans: a producer
-// span per message published through [Router.Publisher] and a consumer
-// span per message handled. Default (and nil): OpenTelemetry's global
-// provider, which exports nothing until the application installs one.
-// Ignored with telemetry.disabled.
-func WithTracerProvider(tp trace.TracerProvider) Option {
-	return func(o *options) { o.tracerProvider = tp }
+// WithTelemetry passes options to the router's telemetry (its spans,
+// metrics and the series of its inner layers): typically
+// telemetry.WithTracerProvider, telemetry.WithMeterProvider and
+// telemetry.WithPropagator, each of which defaults to OpenTelemetry's
+// global, which exports nothing until the application installs one. Pass
+// propagation.TraceContext{} to telemetry.WithPropagator for W3C
+// traceparent. With a custom broker, telemetry.WithMessagingSystem names
+// the messaging.system of spans (default watermill). The router's own
+// settings of telemetry.link_producer and of span attributes (Kafka's
+// partition, offset and key; the consumer group) take precedence over the
+// same options given here. Ignored with telemetry.disabled. Several
+// WithTelemetry options add up, later ones winning.
+func WithTelemetry(opts ...telemetry.Option) Option {
+	opts = slices.Clone(opts)
+	return func(o *options) { o.telemetry = append(o.telemetry, opts...) }
 }
 
-// WithMeterProvider sets the provider of the router's metrics (budget,
-// processing, outcomes, consumer lag; docs/operations.md). Default (and
-// nil): OpenTelemetry's global provider, which records nothing until the
-// application installs one. Ignored with telemetry.disabled.
-func WithMeterProvider(mp metric.MeterProvider) Option {
-	return func(o *options) { o.meterProvider = mp }
-}
-
-// WithPropagator sets how trace context travels in message metadata.
-// Default (and nil): OpenTelemetry's global propagator, which propagates
-// nothing until the application sets one; pass propagation.TraceContext{}
-// for W3C traceparent. Ignored with telemetry.disabled.
-func WithPropagator(p propagation.TextMapPropagator) Option {
-	return func(o *options) { o.propagator = p }
+// WithKafka passes options to the router's Kafka cluster, the
+// [kafkabroker.Cluster] behind its publisher and every subscriber:
+// kafkabroker.WithSaramaConfig adjusts every Sarama configuration the
+// router builds (the kafka section's escape hatch), kafkabroker.WithTracer
+// composes a watermill-kafka tracer (for example
+// kafka.NewOTELSaramaTracer()) with the router's session tracking. Other
+// brokers ignore them. Several WithKafka options add up.
+func WithKafka(opts ...kafkabroker.Option) Option {
+	opts = slices.Clone(opts)
+	return func(o *options) { o.kafka = append(o.kafka, opts...) }
 }
 
 // Router is a Watermill router with the Spillway middleware stack in front
@@ -316,7 +294,7 @@ func (r *Router) openBackend(ctl control) error {
 	case BrokerKafka:
 		r.back, err = newKafkaBackend(r.cfg.Kafka, r.logger, r.opts, ctl)
 	case BrokerRedis:
-		r.back, err = newRedisBackend(r.cfg.Redis, r.logger, r.opts.redisClient, !r.cfg.Retry.Disabled)
+		r.back, err = newRedisBackend(r.cfg.Redis, r.logger, r.opts.redis, !r.cfg.Retry.Disabled)
 	case BrokerCustom:
 		r.back = &customBackend{b: *r.opts.custom}
 	default:
@@ -334,14 +312,10 @@ func (r *Router) buildTelemetry() (topts, tracingOpts []telemetry.Option, err er
 	if r.cfg.Telemetry.Disabled {
 		return nil, nil, nil
 	}
-	o := r.opts
-	topts = []telemetry.Option{
-		telemetry.WithTracerProvider(o.tracerProvider),
-		telemetry.WithMeterProvider(o.meterProvider),
-		telemetry.WithPropagator(o.propagator),
-		telemetry.WithMessagingSystem(r.back.system()),
-		telemetry.WithLinkToProducer(r.cfg.Telemetry.LinkProducer),
-	}
+	// WithTelemetry's options come after the broker's messaging system,
+	// which they may rename, and before the router's own settings.
+	topts = append([]telemetry.Option{telemetry.WithMessagingSystem(r.back.system())}, r.opts.telemetry...)
+	topts = append(topts, telemetry.WithLinkToProducer(r.cfg.Telemetry.LinkProducer))
 	var brokerAttrs func(*message.Message) []attribute.KeyValue
 	if r.cfg.Broker == BrokerKafka {
 		brokerAttrs = kafkatel.Attributes

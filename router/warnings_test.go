@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/spillway-go/spillway/cost"
+	"github.com/spillway-go/spillway/telemetry"
 )
 
 // warningLogger keeps the router's warnings: Info lines whose message
@@ -92,7 +93,7 @@ func TestUnstampedWarnedOncePerTopic(t *testing.T) {
 			cfg.Budget.Vertices = 1_000
 			cfg.Budget.ComputeMissing = computeMissing
 			logs := &warningLogger{}
-			r, err := New(cfg, logs, WithMeterProvider(mp))
+			r, err := New(cfg, logs, WithTelemetry(telemetry.WithMeterProvider(mp)))
 			if err != nil {
 				t.Fatal(err)
 			}

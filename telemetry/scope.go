@@ -4,7 +4,6 @@ import (
 	"runtime/debug"
 	"sync"
 
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
@@ -61,13 +60,12 @@ func meter(mp metric.MeterProvider) metric.Meter {
 	return mp.Meter(ScopeName, metric.WithInstrumentationVersion(scopeVersion()), metric.WithSchemaURL(semconv.SchemaURL))
 }
 
-// Meter returns the meter Spillway's own instruments use, from mp (the
-// global provider when nil): scope [ScopeName], this module's version and
-// the semantic conventions' schema URL. Instruments a program adds with it
-// are reported under the same scope as Spillway's.
-func Meter(mp metric.MeterProvider) metric.Meter {
-	if mp == nil {
-		mp = otel.GetMeterProvider()
-	}
-	return meter(mp)
+// Meter returns the meter Spillway's own instruments use with opts: from
+// the provider of [WithMeterProvider] (the global provider without one),
+// scope [ScopeName], this module's version and the semantic conventions'
+// schema URL. Options other than WithMeterProvider are ignored. The router
+// records its inner series with it; instruments a program adds with it are
+// reported under the same scope as Spillway's.
+func Meter(opts ...Option) metric.Meter {
+	return meter(newConfig(opts).meterProvider)
 }

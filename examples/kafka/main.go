@@ -53,6 +53,7 @@ import (
 	"github.com/spillway-go/spillway/examples/geo"
 	"github.com/spillway-go/spillway/router"
 	"github.com/spillway-go/spillway/sizing"
+	"github.com/spillway-go/spillway/telemetry"
 )
 
 const (
@@ -137,7 +138,7 @@ func run() int {
 			return 1
 		}
 		defer ms.Close()
-		ropts = append(ropts, router.WithMeterProvider(ms.provider))
+		ropts = append(ropts, router.WithTelemetry(telemetry.WithMeterProvider(ms.provider)))
 		fmt.Printf("metrics: %s\n", ms.url)
 	}
 	r, err := router.New(cfg, logger, ropts...)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spillway-go/spillway"
 	"github.com/spillway-go/spillway/router"
+	"github.com/spillway-go/spillway/telemetry"
 )
 
 // TestMetricsEndpoint: with -metrics-addr the demo's router exports its
@@ -28,7 +29,7 @@ func TestMetricsEndpoint(t *testing.T) {
 	cfg.Kafka.Partitions = 1
 	cfg.Budget.Vertices = 4321
 	cfg.Telemetry.LagInterval = 100 * time.Millisecond
-	r, err := router.New(cfg, nil, router.WithMeterProvider(ms.provider))
+	r, err := router.New(cfg, nil, router.WithTelemetry(telemetry.WithMeterProvider(ms.provider)))
 	if err != nil {
 		t.Fatal(err)
 	}

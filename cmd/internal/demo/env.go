@@ -6,6 +6,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/spillway-go/spillway/kafkabroker"
 	"github.com/spillway-go/spillway/retrygate"
 	"github.com/spillway-go/spillway/router"
 )
@@ -83,7 +84,7 @@ func (e *kafkaEnv) spillwayConfig(cfg *router.Config, _ *member) {
 }
 
 func (e *kafkaEnv) routerOptions(m *member) []router.Option {
-	return []router.Option{router.WithSaramaTracer(m.obs)}
+	return []router.Option{router.WithKafka(kafkabroker.WithTracer(m.obs))}
 }
 
 func (e *kafkaEnv) lag(group string) (int64, error) {
