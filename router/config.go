@@ -43,8 +43,8 @@ type Config struct {
 	Broker Broker `yaml:"broker" env:"BROKER"`
 
 	// ConsumerGroup prefixes every handler's consumer group on Kafka and
-	// on Redis: handler h consumes in group "<consumer_group>.<h>"
-	// ([Router.ConsumerGroup]). kafka.consumer_group or
+	// on Redis: handler h consumes in group "<consumer_group>.<h>".
+	// kafka.consumer_group or
 	// redis.consumer_group, when set, overrides it for that broker; set
 	// this one instead, so that switching brokers keeps the group.
 	// Default spillway.
@@ -292,7 +292,7 @@ type KafkaConfig = kafkabroker.Config
 // the router:
 //
 //   - consumer_group is a prefix: each handler consumes in its own group,
-//     "<consumer_group>.<handler>" ([Router.ConsumerGroup] names it).
+//     "<consumer_group>.<handler>".
 //     Default: the top-level consumer_group.
 //   - consumer is left empty by the defaults (config print shows ""); each
 //     subscriber then names itself "<hostname>-<program>" when it
@@ -345,9 +345,9 @@ func (c Config) String() string {
 // stay in flight before the broker hands it to someone else:
 // kafka.rebalance_timeout on Kafka (when the group changes),
 // redis.max_idle_time on Redis (an entry left without a keep-alive refresh
-// is claimed by a peer), CustomBroker.RedeliveryDeadline on custom (in the
-// Config of a router built with WithBroker, [Router.Config]; 0 before),
-// 0 (none) on memory. Size the budget so admitted
+// is claimed by a peer), 0 (none) on memory. On custom the router sizes
+// against CustomBroker.RedeliveryDeadline, which only WithBroker gives: a
+// Config built or loaded by the application says 0. Size the budget so admitted
 // work drains within half of it ([sizing.DeadlineBound] with
 // [sizing.DefaultHeadroom]); budget.autosize sizes
 // against it unless budget.autosize.deadline is set.

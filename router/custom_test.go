@@ -108,10 +108,10 @@ func TestCustomBroker(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	if b := r.Config().Broker; b != BrokerCustom {
+	if b := r.cfg.Broker; b != BrokerCustom {
 		t.Errorf("Broker = %q, want custom (selected by WithBroker)", b)
 	}
-	if d := r.Config().RedeliveryDeadline(); d != deadline {
+	if d := r.cfg.RedeliveryDeadline(); d != deadline {
 		t.Errorf("RedeliveryDeadline = %s, want the custom broker's %s", d, deadline)
 	}
 	if d := r.cfg.autoSizeDeadline(); d != deadline {

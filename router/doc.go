@@ -14,8 +14,7 @@
 // globals); shedding
 // (shedding.topics), the retry gate (on unless retry.disabled) and the budget's
 // auto-sizer (budget.autosize.enabled) are switched on by configuration,
-// and the order is fixed in one place (router/stack.go);
-// [Router.Layers] names the slots present.
+// and the order is fixed in one place (router/stack.go).
 // Handlers are added by name and topic with [Router.AddHandler] or
 // [Router.AddConsumerHandler] (with the retry gate on, each also consumes
 // its topic's retry topic); [Router.Run] runs them until [Router.Close] or

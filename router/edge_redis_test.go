@@ -106,7 +106,7 @@ func TestEdgeRedisRunningHandlerNotAckedOverPeerClaim(t *testing.T) {
 	errc := runRouter(t, r)
 	publishCosted(t, r, "jobs", "a", 10)
 	<-started
-	group := r.ConsumerGroup("h")
+	group := r.back.group("h")
 	id := entryIDs(t, rc, "jobs")[0]
 	// The peer's claim loop takes the entry (as after a missed refresh).
 	if err := rc.XClaim(context.Background(), &redis.XClaimArgs{
@@ -148,7 +148,7 @@ func TestEdgeRedisWaiterStepsAsideWhenEntryLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	errc := runRouter(t, r)
-	group := r.ConsumerGroup("h")
+	group := r.back.group("h")
 	ctx := context.Background()
 	// Both consumers blocked in their first read (Redis lists a consumer
 	// in XINFO CONSUMERS only once it has read something) before anything is
@@ -206,7 +206,7 @@ func TestEdgeRedisPoisonDeadLetteredAfterMaxDeliveries(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	group := r.ConsumerGroup("h")
+	group := r.back.group("h")
 	ctx := context.Background()
 	if err := rc.XGroupCreateMkStream(ctx, "jobs", group, "0").Err(); err != nil {
 		t.Fatal(err)
@@ -269,7 +269,7 @@ func TestEdgeRedisRedeliveryYieldsUnderPressure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	group := r.ConsumerGroup("h")
+	group := r.back.group("h")
 	ctx := context.Background()
 	if err := rc.XGroupCreateMkStream(ctx, "jobs", group, "0").Err(); err != nil {
 		t.Fatal(err)

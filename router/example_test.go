@@ -60,11 +60,9 @@ func Example() {
 	st := r.Stats()
 	fmt.Println("vertices:", vertices)
 	fmt.Println("admitted:", st.Budget.Admitted, "in use after close:", st.Budget.InUse)
-	fmt.Println("layers:", r.Layers())
 	// Output:
 	// vertices: 9
 	// admitted: 3 in use after close: 0
-	// layers: [tracing metrics retry-gate budget]
 }
 
 // costLog is a hook: it has the OnAdmission method, so the router calls
@@ -142,9 +140,7 @@ func ExampleWithWatermillRouter() {
 	if err := r.Close(); err != nil {
 		panic(err)
 	}
-	fmt.Println("layers:", r.Layers())
 	// Output:
 	// received parcel-1
 	// indexed parcel-1 with 3 vertices
-	// layers: [tracing metrics retry-gate budget]
 }

@@ -60,11 +60,6 @@ func kafkaError(err error) error {
 	return fmt.Errorf("router: kafka: %w", err)
 }
 
-// Brokers returns the bootstrap addresses the router's Kafka clients use:
-// the configured ones, or the embedded broker's loopback address. Nil for
-// other brokers.
-func (r *Router) Brokers() []string { return r.back.brokers() }
-
 // isRedelivery reports whether msg is a broker redelivery: on Kafka, a
 // message at or below the offset an earlier session of this router had
 // already received for its partition
@@ -155,8 +150,6 @@ func (b *kafkaBackend) deadLetter(func(*message.Message, bool)) message.HandlerM
 func (b *kafkaBackend) system() string { return "kafka" }
 
 func (b *kafkaBackend) close() error { return b.cluster.Close() }
-
-func (b *kafkaBackend) brokers() []string { return b.cluster.Brokers() }
 
 // redelivered asks the handler's session tracker whether an earlier session
 // of this router had already received msg.

@@ -107,7 +107,7 @@ func TestEdgeKafkaBrokerRedeliveryShedBeforeFresh(t *testing.T) {
 	sc.Consumer.Offsets.Initial = sarama.OffsetOldest
 	sc.Consumer.Group.Heartbeat.Interval = 100 * time.Millisecond
 	sc.Consumer.Group.Rebalance.Timeout = 20 * time.Second
-	group, err := sarama.NewConsumerGroup(cluster.Brokers(), r.ConsumerGroup("geo"), sc)
+	group, err := sarama.NewConsumerGroup(cluster.Brokers(), r.back.group("geo"), sc)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -188,7 +188,7 @@ func TestLargeMessage(t *testing.T) {
 
 	sc := sarama.NewConfig()
 	sc.Version = sarama.V2_3_0_0
-	admin, err := sarama.NewClusterAdmin(r.Brokers(), sc)
+	admin, err := sarama.NewClusterAdmin(r.back.(*kafkaBackend).cluster.Brokers(), sc)
 	if err != nil {
 		t.Fatal(err)
 	}

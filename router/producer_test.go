@@ -36,7 +36,7 @@ func TestProducerRateLimit(t *testing.T) {
 		if st := r.Stats(); st.RateLimit == nil || st.LagThrottle != nil {
 			t.Fatalf("Stats: rate limit %v, lag throttle %v; want only the rate limit", st.RateLimit, st.LagThrottle)
 		}
-		if c := r.Config().Producer.RateLimit; c.Mode != producer.Block || c.Burst != burst {
+		if c := r.cfg.Producer.RateLimit; c.Mode != producer.Block || c.Burst != burst {
 			t.Fatalf("mode %s, burst %d", c.Mode, c.Burst)
 		}
 
@@ -95,7 +95,7 @@ func TestProducerOff(t *testing.T) {
 	if st := r.Stats(); st.RateLimit != nil || st.LagThrottle != nil {
 		t.Fatalf("Stats: rate limit %v, lag throttle %v without a producer section", st.RateLimit, st.LagThrottle)
 	}
-	c := r.Config().Producer
+	c := r.cfg.Producer
 	if c.RateLimit.Mode != producer.Block || c.LagThrottle.Step != 100*time.Millisecond || c.LagThrottle.Max != 5*time.Second {
 		t.Fatalf("defaults = %+v", c)
 	}

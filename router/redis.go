@@ -268,7 +268,6 @@ func (s *redisSubscriber) Close() error {
 func (s *redisSubscriber) waitClosed() { _ = s.Subscriber.Close() }
 
 // brokers is nil: Redis has no bootstrap list.
-func (b *redisBackend) brokers() []string { return nil }
 
 // redelivered reports whether Redis delivered msg's entry before.
 func (b *redisBackend) redelivered(msg *message.Message, _ deliveryTracker) bool {

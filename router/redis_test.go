@@ -29,7 +29,7 @@ func waitHandled(t *testing.T, handled *atomic.Int64, n int64) {
 	}
 }
 
-// TestConsumerGroup: Router.ConsumerGroup names the group the broker
+// TestConsumerGroup: the backend names the group the broker
 // really consumes in.
 func TestConsumerGroup(t *testing.T) {
 	t.Run("memory", func(t *testing.T) {
@@ -38,7 +38,7 @@ func TestConsumerGroup(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer r.Close()
-		if g := r.ConsumerGroup("h"); g != "" {
+		if g := r.back.group("h"); g != "" {
 			t.Errorf("memory ConsumerGroup = %q, want none", g)
 		}
 	})
@@ -48,7 +48,7 @@ func TestConsumerGroup(t *testing.T) {
 		cfg.Kafka.ConsumerGroup = "ingest"
 		cfg.setDefaults()
 		r := &Router{cfg: cfg, back: &kafkaBackend{cfg: cfg.Kafka}}
-		if g := r.ConsumerGroup("h"); g != "ingest.h" {
+		if g := r.back.group("h"); g != "ingest.h" {
 			t.Errorf("kafka ConsumerGroup = %q, want ingest.h", g)
 		}
 	})
@@ -74,7 +74,7 @@ func TestConsumerGroup(t *testing.T) {
 		}
 		waitHandled(t, &handled, 1)
 
-		if g := r.ConsumerGroup("h"); g != "tiler.h" {
+		if g := r.back.group("h"); g != "tiler.h" {
 			t.Fatalf("redis ConsumerGroup = %q, want tiler.h", g)
 		}
 		client := redis.NewClient(&redis.Options{Addr: cfg.Redis.Addr})
@@ -83,8 +83,8 @@ func TestConsumerGroup(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(groups) != 1 || groups[0].Name != r.ConsumerGroup("h") {
-			t.Errorf("groups on the stream = %+v, want only %q", groups, r.ConsumerGroup("h"))
+		if len(groups) != 1 || groups[0].Name != r.back.group("h") {
+			t.Errorf("groups on the stream = %+v, want only %q", groups, r.back.group("h"))
 		}
 	})
 }
@@ -244,7 +244,7 @@ func TestTopLevelConsumerGroup(t *testing.T) {
 		cfg := Config{Broker: BrokerKafka, ConsumerGroup: "tiles"}
 		cfg.setDefaults()
 		r := &Router{cfg: cfg, back: &kafkaBackend{cfg: cfg.Kafka}}
-		if g := r.ConsumerGroup("h"); g != "tiles.h" {
+		if g := r.back.group("h"); g != "tiles.h" {
 			t.Errorf("kafka ConsumerGroup = %q, want tiles.h", g)
 		}
 	})
@@ -275,8 +275,8 @@ func TestTopLevelConsumerGroup(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if r.ConsumerGroup("h") != "tiles.h" || len(groups) != 1 || groups[0].Name != "tiles.h" {
-			t.Errorf("ConsumerGroup %q, groups on the stream %+v, want tiles.h", r.ConsumerGroup("h"), groups)
+		if r.back.group("h") != "tiles.h" || len(groups) != 1 || groups[0].Name != "tiles.h" {
+			t.Errorf("ConsumerGroup %q, groups on the stream %+v, want tiles.h", r.back.group("h"), groups)
 		}
 	})
 }

@@ -488,30 +488,11 @@ func (r *Router) buildWatermillRouter(tracingOpts []telemetry.Option) error {
 	return nil
 }
 
-// Config returns the configuration the router runs with (defaults filled).
-func (r *Router) Config() Config { return r.cfg }
-
 // Publisher returns the broker's publisher, wrapped so that every message
 // published through it is stamped with its vertex_count, and slowed down
 // by the producer section's rate limit and lag throttle when they are set.
 // It stays open until the router is closed; do not close it yourself.
 func (r *Router) Publisher() message.Publisher { return nopClosePublisher{r.producerPub} }
-
-// Layers names the slots of the middleware stack in front of every
-// handler that are present, outermost first, from tracing, metrics,
-// dead-letter, shedding, malformed (with retry.disabled), retry-gate and
-// budget: [tracing metrics retry-gate budget] by default. docs/router.md explains the order.
-func (r *Router) Layers() []string { return r.stack().layers() }
-
-// Watermill returns the underlying Watermill router, for plugins and
-// handler-level middlewares. Run and Close it through the Router only.
-func (r *Router) Watermill() *message.Router { return r.wm }
-
-// ConsumerGroup returns the consumer group the handler named handler
-// consumes in, as the broker names it: "<kafka.consumer_group>.<handler>" on
-// Kafka, "<redis.consumer_group>.<handler>" on Redis, and "" in memory,
-// which has no consumer groups.
-func (r *Router) ConsumerGroup(handler string) string { return r.back.group(handler) }
 
 // tracker returns the delivery tracker of the handler named handler, nil
 // if it has none. It takes no lock: it is on every message's path.

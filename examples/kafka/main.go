@@ -151,7 +151,7 @@ func run() int {
 			cfg.Redis.Addr, topic, cfg.Redis.Consumers, cfg.RedeliveryDeadline())
 	} else {
 		fmt.Printf("spillway demo: broker %s %v, topic %s, %d partitions, rebalance timeout %s\n",
-			cfg.Broker, brokersOf(r, cfg), topic, cfg.Kafka.Partitions, cfg.Kafka.RebalanceTimeout)
+			cfg.Broker, cfg.Kafka.Brokers, topic, cfg.Kafka.Partitions, cfg.Kafka.RebalanceTimeout)
 	}
 	fmt.Printf("stream: %d messages, %d vertices (%d pings, %d polygons, %d heavies of ~%d vertices)\n",
 		len(stream), totalVertices, s.pings, s.polygons, s.heavies, s.heavyVertices)
@@ -247,16 +247,6 @@ func config() (router.Config, error) {
 		cfg.CloseTimeout = 10 * time.Second
 	}
 	return cfg, cfg.Validate()
-}
-
-func brokersOf(r *router.Router, cfg router.Config) []string {
-	if b := r.Brokers(); len(b) > 0 {
-		if len(cfg.Kafka.Brokers) == 1 && cfg.Kafka.Brokers[0] == spillway.Embedded {
-			return []string{"embedded " + strings.Join(b, ",")}
-		}
-		return b
-	}
-	return nil
 }
 
 type streamMessage struct {
