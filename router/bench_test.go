@@ -30,7 +30,7 @@ func BenchmarkChain(b *testing.B) {
 		{"telemetry=disabled/retry=on", nil, true, true},
 	} {
 		b.Run(c.name, func(b *testing.B) {
-			cfg := Config{Broker: BrokerMemory}
+			cfg := Config{Broker: brokerMemory}
 			cfg.Telemetry.Disabled = c.disabled
 			cfg.Retry.Disabled = !c.retry
 			var opts []Option

@@ -73,11 +73,11 @@ func (o options) validateCustom(cfg Config) []error {
 		errs = append(errs, &spillway.FieldError{Field: field, Value: value, Reason: reason})
 	}
 	switch {
-	case cfg.Broker == BrokerCustom && o.custom == nil:
-		bad("broker", string(cfg.Broker), "needs router.WithBroker: a custom broker is code (a Watermill publisher and subscribers), not configuration")
+	case cfg.Broker == brokerCustom && o.custom == nil:
+		bad("broker", cfg.Broker, "needs router.WithBroker: a custom broker is code (a Watermill publisher and subscribers), not configuration")
 		return errs
-	case cfg.Broker != BrokerCustom && o.custom != nil:
-		bad("broker", string(cfg.Broker), "must be custom, or left unset, with router.WithBroker")
+	case cfg.Broker != brokerCustom && o.custom != nil:
+		bad("broker", cfg.Broker, "must be custom, or left unset, with router.WithBroker")
 		return errs
 	case o.custom == nil:
 		return nil
@@ -93,8 +93,8 @@ func (o options) validateCustom(cfg Config) []error {
 		bad("broker", "custom", "router.WithBroker: CustomBroker.RedeliveryDeadline must be zero (none) or positive, got "+b.RedeliveryDeadline.String())
 	}
 	if b.Lag == nil {
-		if p := cfg.Shedding.Pressure; p == PressureLag || p == PressureEither {
-			bad("shedding.pressure", string(p), "needs the consumer lag: set CustomBroker.Lag")
+		if p := cfg.Shedding.Pressure; p == pressureLag || p == pressureEither {
+			bad("shedding.pressure", p, "needs the consumer lag: set CustomBroker.Lag")
 		}
 		if t := cfg.Producer.LagThrottle.Threshold; t > 0 {
 			bad("producer.lag_throttle.threshold", strconv.FormatInt(t, 10), "needs the consumer lag: set CustomBroker.Lag")

@@ -16,7 +16,7 @@ import (
 // A router on the memory broker: the same handler code runs on Kafka by
 // changing cfg.Broker (or SPILLWAY_BROKER).
 func Example() {
-	cfg := router.Config{Broker: router.BrokerMemory}
+	cfg := router.Config{Broker: "memory"}
 	cfg.Budget.Vertices = 1000
 
 	r, err := router.New(cfg, nil)
@@ -76,7 +76,7 @@ func (c costLog) OnAdmission(msg *message.Message, a middleware.Admission) {
 // Hooks watch the stack's events; a value may have several hook methods,
 // and each event calls the hooks that have its method in order.
 func ExampleWithHooks() {
-	cfg := router.Config{Broker: router.BrokerMemory}
+	cfg := router.Config{Broker: "memory"}
 	cfg.Budget.Vertices = 1000
 	admitted := make(chan string, 1)
 	r, err := router.New(cfg, nil, router.WithHooks(costLog{admitted}))

@@ -21,7 +21,7 @@ import (
 // kafkaBackend runs handlers as watermill-kafka consumer groups, built by
 // a [kafkabroker.Cluster].
 type kafkaBackend struct {
-	cfg     KafkaConfig
+	cfg     kafkabroker.Config
 	cluster *kafkabroker.Cluster
 	pub     *kafka.Publisher
 
@@ -30,7 +30,7 @@ type kafkaBackend struct {
 	lagSources map[groupTopic]telemetry.LagSource
 }
 
-func newKafkaBackend(cfg KafkaConfig, logger watermill.LoggerAdapter, o options, c control) (*kafkaBackend, error) {
+func newKafkaBackend(cfg kafkabroker.Config, logger watermill.LoggerAdapter, o options, c control) (*kafkaBackend, error) {
 	kopts := slices.Clone(o.kafka)
 	if c.noRevocation {
 		kopts = append(kopts, kafkabroker.WithObserveOnly())

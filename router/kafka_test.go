@@ -29,7 +29,7 @@ import (
 // admin/lag client's Sarama configuration, and its error fails New.
 func TestWithSaramaConfig(t *testing.T) {
 	defer goleak.VerifyNone(t, leakOptions...)
-	cfg := Config{Broker: BrokerKafka, CloseTimeout: 10 * time.Second}
+	cfg := Config{Broker: brokerKafka, CloseTimeout: 10 * time.Second}
 	cfg.Kafka.Brokers = []string{spillway.Embedded}
 	cfg.Kafka.Partitions = 1
 	cfg.Kafka.HeartbeatInterval = 300 * time.Millisecond
@@ -88,7 +88,7 @@ func TestWithSaramaConfig(t *testing.T) {
 // TestKafkaConfigErrorsNamed: kafkabroker's field errors come out of the
 // router's Validate as FieldErrors under kafka.
 func TestKafkaConfigErrorsNamed(t *testing.T) {
-	c := Config{Broker: BrokerKafka}
+	c := Config{Broker: brokerKafka}
 	c.Kafka.Brokers = []string{"ok:9092", "no-port"}
 	c.Kafka.SASL.Mechanism = "GSSAPI"
 	err := c.Validate()
@@ -149,7 +149,7 @@ func TestLargeMessage(t *testing.T) {
 	cluster := kafkatest.Start(t, 1)
 
 	newCfg := func(maxBytes int32) Config {
-		cfg := Config{Broker: BrokerKafka, CloseTimeout: 10 * time.Second}
+		cfg := Config{Broker: brokerKafka, CloseTimeout: 10 * time.Second}
 		cfg.Kafka.Brokers = cluster.Brokers()
 		cfg.Kafka.Version = "2.3.0" // kfake's limit
 		cfg.Kafka.Partitions = 1

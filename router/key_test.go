@@ -40,7 +40,7 @@ func TestKeyRebalanceMidBurst(t *testing.T) {
 		keys      = 40
 	)
 	broker := kafkatest.Start(t, 4, topic)
-	cfg := Config{Broker: BrokerKafka, CloseTimeout: 15 * time.Second}
+	cfg := Config{Broker: brokerKafka, CloseTimeout: 15 * time.Second}
 	cfg.Budget.Vertices = 5_000 // two heavies (2,000+ vertices, 0.2 s) or many pings
 	cfg.Kafka.Brokers = broker.Brokers()
 	cfg.Kafka.Version = "2.3.0"
@@ -187,7 +187,7 @@ func TestKeyWindowGauges(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	defer func() { _ = mp.Shutdown(context.Background()) }()
-	cfg := Config{Broker: BrokerKafka, CloseTimeout: 15 * time.Second}
+	cfg := Config{Broker: brokerKafka, CloseTimeout: 15 * time.Second}
 	cfg.Kafka.Brokers = broker.Brokers()
 	cfg.Kafka.Version = "2.3.0"
 	cfg.Kafka.ConsumerGroup = "gauges"

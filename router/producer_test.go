@@ -117,7 +117,7 @@ func TestProducerValidation(t *testing.T) {
 		{"negative max", func(c *Config) { c.Producer.LagThrottle.Max = -time.Second }, "producer.lag_throttle.max"},
 		{"throttle on memory", func(c *Config) { c.Producer.LagThrottle.Threshold = 100 }, "producer.lag_throttle.threshold"},
 		{"throttle without telemetry", func(c *Config) {
-			c.Broker = BrokerKafka
+			c.Broker = brokerKafka
 			c.Kafka.Brokers = []string{"127.0.0.1:1"}
 			c.Telemetry.Disabled = true
 			c.Producer.LagThrottle.Threshold = 100
@@ -134,7 +134,7 @@ func TestProducerValidation(t *testing.T) {
 			}
 		})
 	}
-	ok := Config{Broker: BrokerKafka}
+	ok := Config{Broker: brokerKafka}
 	ok.Kafka.Brokers = []string{"127.0.0.1:1"}
 	ok.Producer.LagThrottle.Threshold = 100
 	ok.Producer.RateLimit.VerticesPerSecond = 10

@@ -243,7 +243,7 @@ func runScenario(t *testing.T, mode scenarioMode, consumer string, msgs []burstM
 
 	cluster := kafkatest.Start(t, burstPartitions, burstTopic)
 
-	cfg := Config{Broker: BrokerKafka, CloseTimeout: 15 * time.Second}
+	cfg := Config{Broker: brokerKafka, CloseTimeout: 15 * time.Second}
 	cfg.Budget.Vertices = cal.budget
 	cfg.Kafka.Brokers = cluster.Brokers()
 	cfg.Kafka.Version = "2.3.0" // kfake's limit

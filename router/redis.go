@@ -23,7 +23,7 @@ import (
 // redisGroupConfig is the section as a redisbroker configuration for the
 // consumer group group: each handler has its own (see redisGroup); the
 // publisher ignores it.
-func redisGroupConfig(r RedisConfig, group string) redisbroker.Config {
+func redisGroupConfig(r redisbroker.Config, group string) redisbroker.Config {
 	r.ConsumerGroup = group
 	r.MaxLen = maps.Clone(r.MaxLen)
 	return r
@@ -31,7 +31,7 @@ func redisGroupConfig(r RedisConfig, group string) redisbroker.Config {
 
 // redisGroup is the Redis consumer group of the handler named handler:
 // redis.consumer_group is the prefix of every handler's group.
-func redisGroup(r RedisConfig, handler string) string { return r.ConsumerGroup + "." + handler }
+func redisGroup(r redisbroker.Config, handler string) string { return r.ConsumerGroup + "." + handler }
 
 // WithRedis passes options to the router's Redis publisher and
 // subscribers (package redisbroker). redisbroker.WithClient sends every
@@ -59,7 +59,7 @@ func (o options) validate(cfg Config) error {
 		return errors.Join(errs...)
 	}
 	err := cfg.Validate()
-	if err == nil || len(o.redis) == 0 || cfg.Broker != BrokerRedis {
+	if err == nil || len(o.redis) == 0 || cfg.Broker != brokerRedis {
 		return err
 	}
 	joined, ok := err.(interface{ Unwrap() []error })
@@ -82,7 +82,7 @@ func (o options) validate(cfg Config) error {
 // serves the router. Entries that cannot be unmarshalled are moved to
 // redis.dead_letter_topic by the dead-letter layer of the stack.
 type redisBackend struct {
-	cfg    RedisConfig
+	cfg    redisbroker.Config
 	logger watermill.LoggerAdapter
 	opts   []redisbroker.Option // WithRedis's, and WithoutNackCount when retrying
 	pub    *redisbroker.Publisher
@@ -101,7 +101,7 @@ type redisBackend struct {
 // given are WithRedis's options. Without a client among them, the
 // publisher rejects the connection fields that options.validate let
 // through; they are then reported as the redis section's fields.
-func newRedisBackend(cfg RedisConfig, logger watermill.LoggerAdapter, given []redisbroker.Option, retrying bool) (*redisBackend, error) {
+func newRedisBackend(cfg redisbroker.Config, logger watermill.LoggerAdapter, given []redisbroker.Option, retrying bool) (*redisBackend, error) {
 	opts := slices.Clone(given)
 	if retrying {
 		opts = append(opts, redisbroker.WithoutNackCount())
@@ -137,7 +137,7 @@ const pingTimeout = 5 * time.Second
 // Called once the publisher holds its client, so that an embedded server
 // is not started twice. Without redis.addr, the client is one given with
 // WithRedis.
-func pingRedis(cfg RedisConfig, opts []redisbroker.Option) error {
+func pingRedis(cfg redisbroker.Config, opts []redisbroker.Option) error {
 	ctx, cancel := context.WithTimeout(context.Background(), pingTimeout)
 	defer cancel()
 	err := redisbroker.Ping(ctx, redisGroupConfig(cfg, ""), opts...)

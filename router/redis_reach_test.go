@@ -34,7 +34,7 @@ func closedAddr(t *testing.T) string {
 func TestNewFailsFastWhenRedisIsUnreachable(t *testing.T) {
 	defer goleak.VerifyNone(t, leakOptions...)
 	addr := closedAddr(t)
-	cfg := Config{Broker: BrokerRedis}
+	cfg := Config{Broker: brokerRedis}
 	cfg.Redis.Addr = addr
 	start := time.Now()
 	r, err := New(cfg, nil)
@@ -64,7 +64,7 @@ func TestNewPingsTheGivenRedisClient(t *testing.T) {
 	defer goleak.VerifyNone(t, leakOptions...)
 	client := redis.NewClient(&redis.Options{Addr: closedAddr(t), MaxRetries: -1})
 	defer client.Close()
-	r, err := New(Config{Broker: BrokerRedis}, nil, WithRedis(redisbroker.WithClient(client)))
+	r, err := New(Config{Broker: brokerRedis}, nil, WithRedis(redisbroker.WithClient(client)))
 	if err == nil {
 		_ = r.Close()
 		t.Fatal("New succeeded with a client that reaches nothing")

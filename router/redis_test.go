@@ -33,7 +33,7 @@ func waitHandled(t *testing.T, handled *atomic.Int64, n int64) {
 // really consumes in.
 func TestConsumerGroup(t *testing.T) {
 	t.Run("memory", func(t *testing.T) {
-		r, err := New(Config{Broker: BrokerMemory}, nil)
+		r, err := New(Config{Broker: brokerMemory}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -44,7 +44,7 @@ func TestConsumerGroup(t *testing.T) {
 	})
 	t.Run("kafka", func(t *testing.T) {
 		// Configuration only: the group the Kafka backend subscribes with.
-		cfg := Config{Broker: BrokerKafka}
+		cfg := Config{Broker: brokerKafka}
 		cfg.Kafka.ConsumerGroup = "ingest"
 		cfg.setDefaults()
 		r := &Router{cfg: cfg, back: &kafkaBackend{cfg: cfg.Kafka}}
@@ -98,7 +98,7 @@ func TestWithRedisClient(t *testing.T) {
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr(), PoolSize: 16, ClientName: "users-pool"})
 	defer client.Close()
 
-	cfg := Config{Broker: BrokerRedis}
+	cfg := Config{Broker: brokerRedis}
 	cfg.Redis.BlockTime = 50 * time.Millisecond
 	var ce *spillway.FieldError
 	if _, err := New(cfg, nil); !errors.As(err, &ce) || ce.Field != "redis.addr" {
@@ -165,7 +165,7 @@ func TestCloseWaitsForRedisAcks(t *testing.T) {
 	srv := redistest.Start(t)
 	raw := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	defer raw.Close()
-	cfg := Config{Broker: BrokerRedis}
+	cfg := Config{Broker: brokerRedis}
 	cfg.Redis.Addr = srv.Addr()
 	cfg.Redis.BlockTime = 50 * time.Millisecond
 	r, err := New(cfg, nil)
@@ -241,7 +241,7 @@ func TestTopLevelConsumerGroup(t *testing.T) {
 		}
 	})
 	t.Run("kafka", func(t *testing.T) {
-		cfg := Config{Broker: BrokerKafka, ConsumerGroup: "tiles"}
+		cfg := Config{Broker: brokerKafka, ConsumerGroup: "tiles"}
 		cfg.setDefaults()
 		r := &Router{cfg: cfg, back: &kafkaBackend{cfg: cfg.Kafka}}
 		if g := r.back.group("h"); g != "tiles.h" {

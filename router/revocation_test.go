@@ -28,7 +28,7 @@ func TestRevocationStepAsideAndLateCommit(t *testing.T) {
 	defer goleak.VerifyNone(t, leakOptions...)
 	cluster := kafkatest.Start(t, 2, "r")
 
-	cfg := Config{Broker: BrokerKafka, CloseTimeout: 10 * time.Second}
+	cfg := Config{Broker: brokerKafka, CloseTimeout: 10 * time.Second}
 	cfg.Budget.Vertices = 100
 	cfg.Kafka.Brokers = cluster.Brokers()
 	cfg.Kafka.Version = "2.3.0" // kfake's limit
@@ -184,7 +184,7 @@ func (t *countingTracer) WrapConsumerGroupHandler(h sarama.ConsumerGroupHandler)
 func TestTracerComposes(t *testing.T) {
 	defer goleak.VerifyNone(t, leakOptions...)
 	inner := &countingTracer{SaramaTracer: kafka.NewOTELSaramaTracer()}
-	cfg := Config{Broker: BrokerKafka, CloseTimeout: 10 * time.Second}
+	cfg := Config{Broker: brokerKafka, CloseTimeout: 10 * time.Second}
 	cfg.Kafka.Brokers = []string{spillway.Embedded}
 	cfg.Kafka.Partitions = 2
 	r, err := New(cfg, nil, WithKafka(kafkabroker.WithTracer(inner)))
@@ -236,7 +236,7 @@ func testRevocationEndsRetryBackoff(t *testing.T, mode string) {
 	defer goleak.VerifyNone(t, leakOptions...)
 	cluster := kafkatest.Start(t, 2, "rb")
 
-	cfg := Config{Broker: BrokerKafka, CloseTimeout: 10 * time.Second}
+	cfg := Config{Broker: brokerKafka, CloseTimeout: 10 * time.Second}
 	cfg.Budget.Vertices = 100
 	cfg.Kafka.Brokers = cluster.Brokers()
 	cfg.Kafka.Version = "2.3.0" // kfake's limit

@@ -210,7 +210,7 @@ func New(cfg Config, logger watermill.LoggerAdapter, opts ...Option) (*Router, e
 // then builds the layers over it (build).
 func newRouter(cfg Config, logger watermill.LoggerAdapter, o options, ctl control) (*Router, error) {
 	if cfg.Broker == "" && o.custom != nil {
-		cfg.Broker = BrokerCustom
+		cfg.Broker = brokerCustom
 	}
 	cfg.custom = o.custom
 	cfg.setDefaults()
@@ -289,13 +289,13 @@ func (r *Router) build(ctl control) error {
 func (r *Router) openBackend(ctl control) error {
 	var err error
 	switch r.cfg.Broker {
-	case BrokerMemory:
+	case brokerMemory:
 		r.back = newMemoryBackend(r.logger)
-	case BrokerKafka:
+	case brokerKafka:
 		r.back, err = newKafkaBackend(r.cfg.Kafka, r.logger, r.opts, ctl)
-	case BrokerRedis:
+	case brokerRedis:
 		r.back, err = newRedisBackend(r.cfg.Redis, r.logger, r.opts.redis, !r.cfg.Retry.Disabled)
-	case BrokerCustom:
+	case brokerCustom:
 		r.back = &customBackend{b: *r.opts.custom}
 	default:
 		// Validate rejects any other broker name before this point.
@@ -317,7 +317,7 @@ func (r *Router) buildTelemetry() (topts, tracingOpts []telemetry.Option, err er
 	topts = append([]telemetry.Option{telemetry.WithMessagingSystem(r.back.system())}, r.opts.telemetry...)
 	topts = append(topts, telemetry.WithLinkToProducer(r.cfg.Telemetry.LinkProducer))
 	var brokerAttrs func(*message.Message) []attribute.KeyValue
-	if r.cfg.Broker == BrokerKafka {
+	if r.cfg.Broker == brokerKafka {
 		brokerAttrs = kafkatel.Attributes
 		topts = append(topts, telemetry.WithAttributes(brokerAttrs))
 	}
@@ -399,7 +399,7 @@ func (r *Router) buildShedding(hs hookSet) error {
 // revocable reports whether waiters step aside when their delivery is
 // lost: on Kafka (session ended) and Redis (entry lost).
 func (r *Router) revocable(ctl control) bool {
-	return (r.cfg.Broker == BrokerKafka || r.cfg.Broker == BrokerRedis) && !ctl.noRevocation
+	return (r.cfg.Broker == brokerKafka || r.cfg.Broker == brokerRedis) && !ctl.noRevocation
 }
 
 // buildAdmission builds the budget's admission middleware.
@@ -1001,7 +1001,7 @@ func (nopClosePublisher) Close() error { return nil }
 // sheddingPressure is the signal priority shedding waits on
 // (shedding.pressure). The lag sampler is built after the shedding policy,
 // so the lag is read through r when asked, never before New returns.
-func (r *Router) sheddingPressure(p Pressure) spillway.Pressure {
+func (r *Router) sheddingPressure(p string) spillway.Pressure {
 	lag := func() time.Duration {
 		if r.lagSampler == nil {
 			return 0
@@ -1009,9 +1009,9 @@ func (r *Router) sheddingPressure(p Pressure) spillway.Pressure {
 		return r.lagSampler.SaturatedFor()
 	}
 	switch p {
-	case PressureLag:
+	case pressureLag:
 		return spillway.PressureFunc(lag)
-	case PressureEither:
+	case pressureEither:
 		return spillway.PressureFunc(func() time.Duration { return max(r.budget.SaturatedFor(), lag()) })
 	}
 	return budgetPressure{r}

@@ -402,7 +402,7 @@ func TestHandlerSeesProducerTrace(t *testing.T) {
 	const traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 	for _, withParent := range []bool{false, true} {
 		t.Run("traceparent="+strconv.FormatBool(withParent), func(t *testing.T) {
-			r, err := New(Config{Broker: BrokerMemory, Retry: RetryConfig{Disabled: true}}, nil,
+			r, err := New(Config{Broker: brokerMemory, Retry: RetryConfig{Disabled: true}}, nil,
 				WithTelemetry(telemetry.WithPropagator(propagation.TraceContext{})))
 			if err != nil {
 				t.Fatal(err)

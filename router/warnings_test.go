@@ -89,7 +89,7 @@ func TestUnstampedWarnedOncePerTopic(t *testing.T) {
 			reader := sdkmetric.NewManualReader()
 			mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 			defer func() { _ = mp.Shutdown(context.Background()) }()
-			cfg := Config{Broker: BrokerMemory}
+			cfg := Config{Broker: brokerMemory}
 			cfg.Budget.Vertices = 1_000
 			cfg.Budget.ComputeMissing = computeMissing
 			logs := &warningLogger{}
@@ -183,7 +183,7 @@ func TestUnstampedWarnedOncePerTopic(t *testing.T) {
 // limit, its value and what to do; the next line after the interval says
 // how many were refused in between.
 func TestOversizeWarnedOncePerInterval(t *testing.T) {
-	cfg := Config{Broker: BrokerMemory}
+	cfg := Config{Broker: brokerMemory}
 	cfg.Budget.Vertices = 10_000
 	cfg.Budget.MaxPayloadBytes = 4 << 10
 	cfg.Budget.MaxMessageVertices = 1_000

@@ -146,7 +146,7 @@ func run() int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	if cfg.Broker == router.BrokerRedis {
+	if cfg.Broker == "redis" {
 		fmt.Printf("spillway demo: broker redis %s, stream %s, %d consumers, idle-claim after %s\n",
 			cfg.Redis.Addr, topic, cfg.Redis.Consumers, cfg.RedeliveryDeadline())
 	} else {
@@ -220,7 +220,7 @@ func config() (router.Config, error) {
 		return cfg, err
 	}
 	if os.Getenv("SPILLWAY_BROKER") == "" {
-		cfg.Broker = router.BrokerKafka
+		cfg.Broker = "kafka"
 	}
 	if b := os.Getenv("KAFKA_BROKERS"); b != "" {
 		cfg.Kafka.Brokers = strings.Split(b, ",")
@@ -233,7 +233,7 @@ func config() (router.Config, error) {
 		// A demo-sized deadline, so the budget is small enough to see.
 		cfg.Kafka.RebalanceTimeout = 6 * time.Second
 	}
-	if cfg.Broker == router.BrokerRedis {
+	if cfg.Broker == "redis" {
 		if os.Getenv("SPILLWAY_REDIS_MAX_IDLE_TIME") == "" {
 			// The same demo-sized deadline: the idle-claim time, with the
 			// keep-alive refreshing held entries well inside it.

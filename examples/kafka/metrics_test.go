@@ -24,7 +24,7 @@ func TestMetricsEndpoint(t *testing.T) {
 	}
 	defer ms.Close()
 
-	cfg := router.Config{Broker: router.BrokerKafka}
+	cfg := router.Config{Broker: "kafka"}
 	cfg.Kafka.Brokers = []string{spillway.Embedded}
 	cfg.Kafka.Partitions = 1
 	cfg.Budget.Vertices = 4321

@@ -71,7 +71,7 @@ func (e *kafkaEnv) naiveSubscriber(m *member, topic string) (message.Subscriber,
 }
 
 func (e *kafkaEnv) spillwayConfig(cfg *router.Config, _ *member) {
-	cfg.Broker = router.BrokerKafka
+	cfg.Broker = "kafka"
 	k := &cfg.Kafka
 	k.Brokers = e.cl.brokers
 	k.Version = kafkaVersion.String() // kfake's limit; the router defaults to 3.6.0

@@ -341,7 +341,7 @@ func Run(ctx context.Context, o Options) (*Recording, error) {
 
 // checkRedis reports whether this build's router runs on Redis Streams.
 func checkRedis() error {
-	cfg := router.Config{Broker: router.BrokerRedis}
+	cfg := router.Config{Broker: "redis"}
 	cfg.Redis.Addr = "embedded"
 	r, err := router.New(cfg, nil)
 	if err != nil {
