@@ -8,9 +8,13 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"go.opentelemetry.io/otel/propagation"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/spillway-go/spillway/middleware"
 	"github.com/spillway-go/spillway/router"
+	"github.com/spillway-go/spillway/telemetry"
 )
 
 // A router on the memory broker: the same handler code runs on Kafka by
@@ -143,4 +147,44 @@ func ExampleWithWatermillRouter() {
 	// Output:
 	// received parcel-1
 	// indexed parcel-1 with 3 vertices
+}
+
+// Providers, the propagator and any other telemetry option reach the
+// router through WithTelemetry: here a tracer provider that records the
+// spans, and W3C traceparent between producer and consumer.
+func ExampleWithTelemetry() {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	r, err := router.New(router.Config{}, nil, router.WithTelemetry(
+		telemetry.WithTracerProvider(tp),
+		telemetry.WithPropagator(propagation.TraceContext{}),
+	))
+	if err != nil {
+		panic(err)
+	}
+	done := make(chan struct{})
+	if _, err := r.AddConsumerHandler("index", "parcels", func(*message.Message) error {
+		close(done)
+		return nil
+	}); err != nil {
+		panic(err)
+	}
+	go func() { _ = r.Run(context.Background()) }()
+	<-r.Running()
+	payload := []byte(`{"type":"LineString","coordinates":[[0,0],[1,1],[2,0]]}`)
+	if err := r.Publisher().Publish("parcels", message.NewMessage("parcel-1", payload)); err != nil {
+		panic(err)
+	}
+	<-done
+	if err := r.Close(); err != nil {
+		panic(err)
+	}
+	spans := map[string]sdktrace.ReadOnlySpan{}
+	for _, s := range rec.Ended() {
+		spans[s.Name()] = s
+	}
+	send, process := spans["send parcels"], spans["process parcels"]
+	fmt.Println("consumer span is the producer span's child:", process.Parent().SpanID() == send.SpanContext().SpanID())
+	// Output:
+	// consumer span is the producer span's child: true
 }
