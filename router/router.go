@@ -111,11 +111,12 @@ func WithIsPermanent(f func(error) bool) Option {
 // global, which exports nothing until the application installs one. Pass
 // propagation.TraceContext{} to telemetry.WithPropagator for W3C
 // traceparent. With a custom broker, telemetry.WithMessagingSystem names
-// the messaging.system of spans (default watermill). The router's own
-// settings of telemetry.link_producer and of span attributes (Kafka's
-// partition, offset and key; the consumer group) take precedence over the
-// same options given here. Ignored with telemetry.disabled. Several
-// WithTelemetry options add up, later ones winning.
+// the messaging.system of spans (default watermill). Leave
+// telemetry.WithLinkToProducer and telemetry.WithAttributes out: the
+// router sets them after these options (telemetry.link_producer; Kafka's
+// partition, offset and key and each handler's consumer group). Ignored
+// with telemetry.disabled. Several WithTelemetry options add up, later
+// ones winning.
 func WithTelemetry(opts ...telemetry.Option) Option {
 	opts = slices.Clone(opts)
 	return func(o *options) { o.telemetry = append(o.telemetry, opts...) }
