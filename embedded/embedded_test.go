@@ -28,7 +28,7 @@ func TestRegistered(t *testing.T) {
 // published messages come back through a handler, and Close stops the
 // broker the router started.
 func TestRouterOnEmbeddedBrokers(t *testing.T) {
-	for _, broker := range []router.Broker{router.BrokerKafka, router.BrokerRedis} {
+	for _, broker := range []string{"kafka", "redis"} {
 		t.Run(string(broker), func(t *testing.T) {
 			cfg := router.Config{Broker: broker, CloseTimeout: 10 * time.Second}
 			cfg.Budget.Vertices = 1000

@@ -40,9 +40,6 @@ type backend interface {
 	deadLetter(moved func(msg *message.Message, malformed bool)) message.HandlerMiddleware
 	// system is the messaging.system attribute of spans.
 	system() string
-	// brokers is the bootstrap addresses of the broker's clients; nil
-	// where the broker has none.
-	brokers() []string
 	// redelivered reports whether msg is a broker redelivery; tr is the
 	// tracker of the handler that received it, nil if it has none.
 	redelivered(msg *message.Message, tr deliveryTracker) bool
@@ -126,7 +123,6 @@ func (nopCloseSubscriber) Close() error { return nil }
 // counters of its own, no keep-alive and no key windows.
 type noExtras struct{}
 
-func (noExtras) brokers() []string                                  { return nil }
 func (noExtras) redelivered(*message.Message, deliveryTracker) bool { return false }
 func (noExtras) useCopies(message.Publisher)                        {}
 func (noExtras) addStats(*Stats)                                    {}

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/spillway-go/spillway/telemetry"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
@@ -29,12 +30,12 @@ func BenchmarkChain(b *testing.B) {
 		{"telemetry=disabled/retry=on", nil, true, true},
 	} {
 		b.Run(c.name, func(b *testing.B) {
-			cfg := Config{Broker: BrokerMemory}
+			cfg := Config{Broker: brokerMemory}
 			cfg.Telemetry.Disabled = c.disabled
 			cfg.Retry.Disabled = !c.retry
 			var opts []Option
 			if c.tp != nil {
-				opts = append(opts, WithTracerProvider(c.tp))
+				opts = append(opts, WithTelemetry(telemetry.WithTracerProvider(c.tp)))
 			}
 			r, err := New(cfg, nil, opts...)
 			if err != nil {

@@ -39,7 +39,7 @@ var leakOptions = []goleak.Option{
 // redis-server is missing, unless SPILLWAY_REQUIRE_REDIS=1).
 func redisConfig(t *testing.T) Config {
 	srv := redistest.Start(t)
-	c := Config{Broker: BrokerRedis}
+	c := Config{Broker: brokerRedis}
 	c.Redis.Addr = srv.Addr()
 	c.Redis.BlockTime = 50 * time.Millisecond
 	return c
@@ -57,12 +57,12 @@ type brokerCase struct {
 var brokerCases = []brokerCase{
 	{
 		name:   "memory",
-		config: func(*testing.T) Config { return Config{Broker: BrokerMemory} },
+		config: func(*testing.T) Config { return Config{Broker: brokerMemory} },
 	},
 	{
 		name: "kafka",
 		config: func(*testing.T) Config {
-			c := Config{Broker: BrokerKafka}
+			c := Config{Broker: brokerKafka}
 			c.Kafka.Brokers = []string{spillway.Embedded}
 			c.Kafka.Partitions = 4
 			c.Kafka.HeartbeatInterval = 200 * time.Millisecond
@@ -74,7 +74,7 @@ var brokerCases = []brokerCase{
 		// Consumer key: per-key order instead of per-partition order.
 		name: "kafka-key",
 		config: func(*testing.T) Config {
-			c := Config{Broker: BrokerKafka}
+			c := Config{Broker: brokerKafka}
 			c.Kafka.Brokers = []string{spillway.Embedded}
 			c.Kafka.Partitions = 4
 			c.Kafka.HeartbeatInterval = 200 * time.Millisecond

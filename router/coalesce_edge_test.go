@@ -64,7 +64,7 @@ func TestEdgeCoalesceRetryCopyNeverSupersedes(t *testing.T) {
 	}
 	errs := make(chan error, 1)
 	go func() { errs <- r.Run(context.Background()) }()
-	<-r.Watermill().Running()
+	<-r.wm.Running()
 
 	fresh := message.NewMessage("fresh", pingPayload(0))
 	fresh.Metadata.Set("entity_id", "bus")

@@ -16,15 +16,12 @@ import (
 // envVarPrefix is the prefix of every environment variable [LoadConfig] reads.
 const envVarPrefix = "SPILLWAY_"
 
-// Broker names the message broker a [Router] runs on.
-type Broker string
-
-// The brokers a Config can name.
+// The brokers Config.Broker can name.
 const (
-	BrokerMemory Broker = "memory" // Watermill's GoChannel, persistent, in process
-	BrokerKafka  Broker = "kafka"  // watermill-kafka consumer groups (Sarama)
-	BrokerRedis  Broker = "redis"  // Redis Streams consumer groups (redisbroker)
-	BrokerCustom Broker = "custom" // any Watermill publisher and subscribers, given with WithBroker
+	brokerMemory = "memory" // Watermill's GoChannel, persistent, in process
+	brokerKafka  = "kafka"  // watermill-kafka consumer groups (Sarama)
+	brokerRedis  = "redis"  // Redis Streams consumer groups (redisbroker)
+	brokerCustom = "custom" // any Watermill publisher and subscribers, given with WithBroker
 )
 
 // Config configures a [Router]. The zero value is valid: setDefaults fills
@@ -38,13 +35,16 @@ const (
 // envPrefix tags of the enclosing structs and its env tag, e.g.
 // kafka.rebalance_timeout is SPILLWAY_KAFKA_REBALANCE_TIMEOUT.
 type Config struct {
-	// Broker is memory, kafka, redis or custom. Default memory, or custom
-	// with WithBroker (which custom requires).
-	Broker Broker `yaml:"broker" env:"BROKER"`
+	// Broker is the message broker the router runs on: memory
+	// (Watermill's GoChannel, in process), kafka (watermill-kafka consumer
+	// groups over Sarama), redis (Redis Streams consumer groups) or custom
+	// (any Watermill publisher and subscribers, given with WithBroker,
+	// which custom requires). Default memory, or custom with WithBroker.
+	Broker string `yaml:"broker" env:"BROKER"`
 
 	// ConsumerGroup prefixes every handler's consumer group on Kafka and
-	// on Redis: handler h consumes in group "<consumer_group>.<h>"
-	// ([Router.ConsumerGroup]). kafka.consumer_group or
+	// on Redis: handler h consumes in group "<consumer_group>.<h>".
+	// kafka.consumer_group or
 	// redis.consumer_group, when set, overrides it for that broker; set
 	// this one instead, so that switching brokers keeps the group.
 	// Default spillway.
@@ -69,16 +69,30 @@ type Config struct {
 	// dead-lettered at once. retry.disabled turns it off.
 	Retry RetryConfig `yaml:"retry" envPrefix:"RETRY_"`
 
-	// Kafka configures broker: kafka.
-	Kafka KafkaConfig `yaml:"kafka" envPrefix:"KAFKA_"`
+	// Kafka configures broker: kafka. Its yaml and env tags are the
+	// section's keys (kafka.rebalance_timeout,
+	// SPILLWAY_KAFKA_REBALANCE_TIMEOUT). Every default is chosen for
+	// backpressure; docs/kafka.md explains each one. kafka.consumer_group
+	// defaults to the top-level consumer_group.
+	Kafka kafkabroker.Config `yaml:"kafka" envPrefix:"KAFKA_"`
 
-	// Redis configures broker: redis.
-	Redis RedisConfig `yaml:"redis" envPrefix:"REDIS_"`
+	// Redis configures broker: redis. Its yaml and env tags are the
+	// section's keys (redis.max_idle_time, SPILLWAY_REDIS_MAX_IDLE_TIME).
+	// Zero fields take redisbroker's defaults; docs/redis.md explains each
+	// one. Two settings mean something more in the router: consumer_group
+	// is a prefix, each handler consuming in "<consumer_group>.<handler>"
+	// (default: the top-level consumer_group), and consumer is left empty
+	// by the defaults (config print shows ""), so that each subscriber
+	// names itself "<hostname>-<program>" when it starts. redis.addr is
+	// required with broker: redis unless [WithRedis] gives a client
+	// (redisbroker.WithClient); "embedded" runs an in-process miniredis
+	// (demos only). redis.password is a [spillway.Secret].
+	Redis redisbroker.Config `yaml:"redis" envPrefix:"REDIS_"`
 
 	// Telemetry configures the router's OpenTelemetry traces, metrics and
 	// lag sampling (docs/operations.md). On by default: without providers
-	// (router.WithTracerProvider, WithMeterProvider, or the OpenTelemetry
-	// globals) nothing is exported and it costs little.
+	// (router.WithTelemetry, or the OpenTelemetry globals) nothing is
+	// exported and it costs little.
 	Telemetry TelemetryConfig `yaml:"telemetry" envPrefix:"TELEMETRY_"`
 
 	// Producer slows down what the application publishes through
@@ -238,18 +252,14 @@ type SheddingConfig struct {
 	// consumer lag above telemetry.lag_threshold, as the lag sampler reads
 	// it every telemetry.lag_interval) or either (whichever has lasted
 	// longer). Lag needs telemetry on and a lag threshold.
-	Pressure Pressure `yaml:"pressure" env:"PRESSURE"`
+	Pressure string `yaml:"pressure" env:"PRESSURE"`
 }
-
-// Pressure names the signal behind priority shedding
-// (shedding.pressure).
-type Pressure string
 
 // The values of shedding.pressure.
 const (
-	PressureBudget Pressure = "budget"
-	PressureLag    Pressure = "lag"
-	PressureEither Pressure = "either"
+	pressureBudget = "budget"
+	pressureLag    = "lag"
+	pressureEither = "either"
 )
 
 // RetryConfig is the retry gate's section: the gate's own configuration
@@ -275,31 +285,6 @@ type RetryConfig struct {
 
 	retrygate.Config `yaml:",inline"`
 }
-
-// KafkaConfig is the kafka section: [kafkabroker.Config], whose yaml and
-// env tags are the section's keys (kafka.rebalance_timeout,
-// SPILLWAY_KAFKA_REBALANCE_TIMEOUT). Every default is chosen for
-// backpressure; docs/kafka.md explains each one. kafka.consumer_group
-// defaults to the top-level consumer_group.
-type KafkaConfig = kafkabroker.Config
-
-// RedisConfig is the redis section: [redisbroker.Config], whose yaml and
-// env tags are the section's keys (redis.max_idle_time,
-// SPILLWAY_REDIS_MAX_IDLE_TIME). Zero fields take redisbroker's defaults;
-// docs/redis.md explains each one. Two settings mean something more in
-// the router:
-//
-//   - consumer_group is a prefix: each handler consumes in its own group,
-//     "<consumer_group>.<handler>" ([Router.ConsumerGroup] names it).
-//     Default: the top-level consumer_group.
-//   - consumer is left empty by the defaults (config print shows ""); each
-//     subscriber then names itself "<hostname>-<program>" when it
-//     starts.
-//
-// redis.addr is required with broker: redis unless [WithRedisClient] gives
-// a client; "embedded" runs an in-process miniredis (demos only).
-// redis.password is a [spillway.Secret].
-type RedisConfig = redisbroker.Config
 
 // redacted is what a secret prints as.
 const redacted = "[redacted]"
@@ -347,11 +332,12 @@ func (c Config) String() string {
 // stay in flight before the broker hands it to someone else:
 // kafka.rebalance_timeout on Kafka (when the group changes),
 // redis.max_idle_time on Redis (an entry left without a keep-alive refresh
-// is claimed by a peer), CustomBroker.RedeliveryDeadline on custom (in the
-// Config of a router built with WithBroker, [Router.Config]; 0 before),
-// 0 (none) on memory. Size the budget so admitted work drains within half
-// of it (vertices/s × deadline × 0.5, what [sizing.Recommend] computes);
-// budget.autosize sizes against it unless budget.autosize.deadline is set.
+// is claimed by a peer), 0 (none) on memory. On custom the router sizes
+// against CustomBroker.RedeliveryDeadline, which only WithBroker gives: a
+// Config built or loaded by the application says 0. Size the budget so
+// admitted work drains within half of it (vertices/s × deadline × 0.5,
+// what [sizing.Recommend] computes); budget.autosize sizes against it
+// unless budget.autosize.deadline is set.
 func (c Config) RedeliveryDeadline() time.Duration {
 	c.setDefaults()
 	return c.deadline()
@@ -361,11 +347,11 @@ func (c Config) RedeliveryDeadline() time.Duration {
 // have their defaults.
 func (c *Config) deadline() time.Duration {
 	switch c.Broker {
-	case BrokerKafka:
+	case brokerKafka:
 		return c.Kafka.RebalanceTimeout
-	case BrokerRedis:
+	case brokerRedis:
 		return c.Redis.MaxIdleTime
-	case BrokerCustom:
+	case brokerCustom:
 		if c.custom != nil {
 			return c.custom.RedeliveryDeadline
 		}

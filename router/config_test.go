@@ -48,27 +48,27 @@ func TestDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Config{Broker: BrokerMemory, ConsumerGroup: "spillway", CloseTimeout: 30 * time.Second}
+	want := Config{Broker: brokerMemory, ConsumerGroup: "spillway", CloseTimeout: 30 * time.Second}
 	want.Budget.Vertices = 200_000
 	want.Budget.MaxPayloadBytes = 16 << 20
 	want.Budget.AutoSize = AutoSizeConfig{Processes: 1, Config: sizing.Config{Headroom: 0.5, Floor: 1, Windows: 5, MinWindows: 3, Hysteresis: 0.1, TailShare: 0.75}}
 	want.Shedding.Config = shedding.Config{EntityKey: "entity_id", VersionKey: "entity_version"}
 	want.Shedding.Priority = shedding.PriorityConfig{Window: 30 * time.Second, Key: "region_priority", ShedBelow: 2}
 	want.Shedding.VersionGuard.MaxEntities = 100_000
-	want.Shedding.Pressure = PressureBudget
+	want.Shedding.Pressure = pressureBudget
 	want.Retry.Config = retrygate.Config{
 		MaxAttempts: 5, InitialInterval: 100 * time.Millisecond, MaxInterval: 5 * time.Second, Multiplier: 2, Jitter: 0.5,
 		MaxElapsedTime: 10 * time.Second, RetryRate: 10, RetryBurst: 10, RetryRatio: 0.2, Defer: retrygate.DeferRepublish,
 		RetryTopic: "{topic}.retry", DeadLetterTopic: "{topic}.dead_letter",
 	}
-	want.Kafka = KafkaConfig{
+	want.Kafka = kafkabroker.Config{
 		ConsumerGroup: "spillway", Partitions: 12, ReplicationFactor: 1,
 		KeyMetadata: "entity_id", Version: "3.6.0", ClientID: "spillway", ChannelBufferSize: 16,
 		FetchDefaultBytes: 256 << 10, RebalanceTimeout: 60 * time.Second, SessionTimeout: 10 * time.Second,
 		HeartbeatInterval: time.Second, InitialOffset: "oldest", NackResendSleep: 100 * time.Millisecond,
 		Consumer: "partition", WindowMessages: 128, WindowBytes: 4 << 20,
 	}
-	want.Redis = RedisConfig{
+	want.Redis = redisbroker.Config{
 		ConsumerGroup: "spillway", Consumers: 4, BlockTime: 500 * time.Millisecond, ClaimInterval: 5 * time.Second,
 		MaxIdleTime: 30 * time.Second, NackResendSleep: 100 * time.Millisecond,
 		KeepAlive:       redisbroker.KeepAliveConfig{Interval: 10 * time.Second, MaxInFlight: 5 * time.Minute},
@@ -84,7 +84,7 @@ func TestDefaults(t *testing.T) {
 	if err := (Config{}).Validate(); err != nil {
 		t.Errorf("zero Config does not validate: %v", err)
 	}
-	kc := Config{Broker: BrokerKafka}
+	kc := Config{Broker: brokerKafka}
 	if err := kc.Validate(); err == nil || !strings.Contains(err.Error(), "kafka.brokers") {
 		t.Errorf("kafka Config without brokers: %v, want a kafka.brokers error", err)
 	}
@@ -100,8 +100,8 @@ func TestDefaults(t *testing.T) {
 // TestValidateNamesFieldAndValue: every field's bad value gives an error
 // naming the field and the value.
 func TestValidateNamesFieldAndValue(t *testing.T) {
-	kafka := func(f func(*KafkaConfig)) Config {
-		c := Config{Broker: BrokerKafka}
+	kafka := func(f func(*kafkabroker.Config)) Config {
+		c := Config{Broker: brokerKafka}
 		c.Kafka.Brokers = []string{"broker-1:9092"}
 		f(&c.Kafka)
 		return c
@@ -117,38 +117,40 @@ func TestValidateNamesFieldAndValue(t *testing.T) {
 		{"budget vertices", Config{Budget: BudgetConfig{Vertices: -5}}, "budget.vertices", "-5"},
 		{"message limit", Config{Budget: BudgetConfig{MessageLimit: -1}}, "budget.message_limit", "-1"},
 		{"default cost", Config{Budget: BudgetConfig{DefaultCost: -2}}, "budget.default_cost", "-2"},
-		{"brokers", kafka(func(k *KafkaConfig) { k.Brokers = []string{"no-port"} }), "kafka.brokers[0]", "no-port"},
-		{"embedded mixed", kafka(func(k *KafkaConfig) { k.Brokers = []string{"a:1", "embedded"} }), "kafka.brokers[1]", "embedded"},
-		{"group", kafka(func(k *KafkaConfig) { k.ConsumerGroup = "  " }), "kafka.consumer_group", "  "},
-		{"topics", kafka(func(k *KafkaConfig) { k.Topics = []string{"ok", ""} }), "kafka.topics[1]", ""},
-		{"partitions", kafka(func(k *KafkaConfig) { k.Partitions = -3 }), "kafka.partitions", "-3"},
-		{"replication", kafka(func(k *KafkaConfig) { k.ReplicationFactor = -1 }), "kafka.replication_factor", "-1"},
-		{"version", kafka(func(k *KafkaConfig) { k.Version = "latest" }), "kafka.version", "latest"},
-		{"old version", kafka(func(k *KafkaConfig) { k.Version = "0.10.0" }), "kafka.version", "0.10.0"},
-		{"embedded version", Config{Broker: BrokerKafka, Kafka: KafkaConfig{Brokers: []string{"embedded"}, Version: "3.6.0"}}, "kafka.version", "3.6.0"},
-		{"no brokers", Config{Broker: BrokerKafka}, "kafka.brokers", ""},
-		{"buffer", kafka(func(k *KafkaConfig) { k.ChannelBufferSize = -1 }), "kafka.channel_buffer_size", "-1"},
-		{"consumer", kafka(func(k *KafkaConfig) { k.Consumer = "unordered" }), "kafka.consumer", "unordered"},
-		{"window messages", kafka(func(k *KafkaConfig) { k.WindowMessages = -1 }), "kafka.window_messages", "-1"},
-		{"window bytes", kafka(func(k *KafkaConfig) { k.WindowBytes = -1 }), "kafka.window_bytes", "-1"},
-		{"fetch", kafka(func(k *KafkaConfig) { k.FetchDefaultBytes = -1 }), "kafka.fetch_default_bytes", "-1"},
-		{"rebalance", kafka(func(k *KafkaConfig) { k.RebalanceTimeout = -time.Second }), "kafka.rebalance_timeout", "-1s"},
-		{"rebalance precision", kafka(func(k *KafkaConfig) { k.RebalanceTimeout = 1500 * time.Microsecond }), "kafka.rebalance_timeout", "1.5ms"},
-		{"session", kafka(func(k *KafkaConfig) { k.SessionTimeout = -time.Second }), "kafka.session_timeout", "-1s"},
-		{"heartbeat", kafka(func(k *KafkaConfig) { k.HeartbeatInterval = -time.Second }), "kafka.heartbeat_interval", "-1s"},
-		{"heartbeat vs session", kafka(func(k *KafkaConfig) { k.HeartbeatInterval = 20 * time.Second }), "kafka.heartbeat_interval", "20s"},
-		{"initial offset", kafka(func(k *KafkaConfig) { k.InitialOffset = "earliest" }), "kafka.initial_offset", "earliest"},
-		{"nack sleep", kafka(func(k *KafkaConfig) { k.NackResendSleep = -time.Second }), "kafka.nack_resend_sleep", "-1s"},
-		{"tls cert without key", kafka(func(k *KafkaConfig) { k.TLS = spillway.TLSConfig{Enabled: true, CertFile: "c.pem"} }), "kafka.tls.cert_file", "c.pem"},
-		{"tls key without cert", kafka(func(k *KafkaConfig) { k.TLS = spillway.TLSConfig{Enabled: true, KeyFile: "k.pem"} }), "kafka.tls.key_file", "k.pem"},
-		{"tls two keys", kafka(func(k *KafkaConfig) {
+		{"brokers", kafka(func(k *kafkabroker.Config) { k.Brokers = []string{"no-port"} }), "kafka.brokers[0]", "no-port"},
+		{"embedded mixed", kafka(func(k *kafkabroker.Config) { k.Brokers = []string{"a:1", "embedded"} }), "kafka.brokers[1]", "embedded"},
+		{"group", kafka(func(k *kafkabroker.Config) { k.ConsumerGroup = "  " }), "kafka.consumer_group", "  "},
+		{"topics", kafka(func(k *kafkabroker.Config) { k.Topics = []string{"ok", ""} }), "kafka.topics[1]", ""},
+		{"partitions", kafka(func(k *kafkabroker.Config) { k.Partitions = -3 }), "kafka.partitions", "-3"},
+		{"replication", kafka(func(k *kafkabroker.Config) { k.ReplicationFactor = -1 }), "kafka.replication_factor", "-1"},
+		{"version", kafka(func(k *kafkabroker.Config) { k.Version = "latest" }), "kafka.version", "latest"},
+		{"old version", kafka(func(k *kafkabroker.Config) { k.Version = "0.10.0" }), "kafka.version", "0.10.0"},
+		{"embedded version", Config{Broker: brokerKafka, Kafka: kafkabroker.Config{Brokers: []string{"embedded"}, Version: "3.6.0"}}, "kafka.version", "3.6.0"},
+		{"no brokers", Config{Broker: brokerKafka}, "kafka.brokers", ""},
+		{"buffer", kafka(func(k *kafkabroker.Config) { k.ChannelBufferSize = -1 }), "kafka.channel_buffer_size", "-1"},
+		{"consumer", kafka(func(k *kafkabroker.Config) { k.Consumer = "unordered" }), "kafka.consumer", "unordered"},
+		{"window messages", kafka(func(k *kafkabroker.Config) { k.WindowMessages = -1 }), "kafka.window_messages", "-1"},
+		{"window bytes", kafka(func(k *kafkabroker.Config) { k.WindowBytes = -1 }), "kafka.window_bytes", "-1"},
+		{"fetch", kafka(func(k *kafkabroker.Config) { k.FetchDefaultBytes = -1 }), "kafka.fetch_default_bytes", "-1"},
+		{"rebalance", kafka(func(k *kafkabroker.Config) { k.RebalanceTimeout = -time.Second }), "kafka.rebalance_timeout", "-1s"},
+		{"rebalance precision", kafka(func(k *kafkabroker.Config) { k.RebalanceTimeout = 1500 * time.Microsecond }), "kafka.rebalance_timeout", "1.5ms"},
+		{"session", kafka(func(k *kafkabroker.Config) { k.SessionTimeout = -time.Second }), "kafka.session_timeout", "-1s"},
+		{"heartbeat", kafka(func(k *kafkabroker.Config) { k.HeartbeatInterval = -time.Second }), "kafka.heartbeat_interval", "-1s"},
+		{"heartbeat vs session", kafka(func(k *kafkabroker.Config) { k.HeartbeatInterval = 20 * time.Second }), "kafka.heartbeat_interval", "20s"},
+		{"initial offset", kafka(func(k *kafkabroker.Config) { k.InitialOffset = "earliest" }), "kafka.initial_offset", "earliest"},
+		{"nack sleep", kafka(func(k *kafkabroker.Config) { k.NackResendSleep = -time.Second }), "kafka.nack_resend_sleep", "-1s"},
+		{"tls cert without key", kafka(func(k *kafkabroker.Config) { k.TLS = spillway.TLSConfig{Enabled: true, CertFile: "c.pem"} }), "kafka.tls.cert_file", "c.pem"},
+		{"tls key without cert", kafka(func(k *kafkabroker.Config) { k.TLS = spillway.TLSConfig{Enabled: true, KeyFile: "k.pem"} }), "kafka.tls.key_file", "k.pem"},
+		{"tls two keys", kafka(func(k *kafkabroker.Config) {
 			k.TLS = spillway.TLSConfig{Enabled: true, CertFile: "c.pem", KeyFile: "k.pem", KeyPEM: "-----BEGIN PRIVATE KEY-----"}
 		}), "kafka.tls.key_pem", "[redacted]"},
-		{"tls disabled", kafka(func(k *KafkaConfig) { k.TLS = spillway.TLSConfig{CAFile: "ca.pem"} }), "kafka.tls.enabled", "false"},
-		{"sasl mechanism", kafka(func(k *KafkaConfig) { k.SASL = kafkabroker.SASLConfig{Mechanism: "GSSAPI", User: "u", Password: "p"} }), "kafka.sasl.mechanism", "GSSAPI"},
-		{"sasl user", kafka(func(k *KafkaConfig) { k.SASL = kafkabroker.SASLConfig{Mechanism: "PLAIN", Password: "hunter2"} }), "kafka.sasl.user", ""},
-		{"sasl password", kafka(func(k *KafkaConfig) { k.SASL = kafkabroker.SASLConfig{Mechanism: "SCRAM-SHA-512", User: "u"} }), "kafka.sasl.password", ""},
-		{"sasl without mechanism", kafka(func(k *KafkaConfig) { k.SASL = kafkabroker.SASLConfig{User: "u", Password: "hunter2"} }), "kafka.sasl.mechanism", ""},
+		{"tls disabled", kafka(func(k *kafkabroker.Config) { k.TLS = spillway.TLSConfig{CAFile: "ca.pem"} }), "kafka.tls.enabled", "false"},
+		{"sasl mechanism", kafka(func(k *kafkabroker.Config) {
+			k.SASL = kafkabroker.SASLConfig{Mechanism: "GSSAPI", User: "u", Password: "p"}
+		}), "kafka.sasl.mechanism", "GSSAPI"},
+		{"sasl user", kafka(func(k *kafkabroker.Config) { k.SASL = kafkabroker.SASLConfig{Mechanism: "PLAIN", Password: "hunter2"} }), "kafka.sasl.user", ""},
+		{"sasl password", kafka(func(k *kafkabroker.Config) { k.SASL = kafkabroker.SASLConfig{Mechanism: "SCRAM-SHA-512", User: "u"} }), "kafka.sasl.password", ""},
+		{"sasl without mechanism", kafka(func(k *kafkabroker.Config) { k.SASL = kafkabroker.SASLConfig{User: "u", Password: "hunter2"} }), "kafka.sasl.mechanism", ""},
 
 		{"shedding window", withShedding(func(c *shedding.Config) { c.Priority.Window = -time.Second }), "shedding.priority.window", "-1s"},
 		{"shedding duplicate topic", withShedding(func(c *shedding.Config) { c.Topics = []string{"p", "p"} }), "shedding.topics[1]", "p"},
@@ -156,7 +158,7 @@ func TestValidateNamesFieldAndValue(t *testing.T) {
 		{"shedding guard without topics", Config{Shedding: SheddingConfig{Config: shedding.Config{VersionGuard: shedding.VersionGuardConfig{Enabled: true}}}},
 			"shedding.version_guard.enabled", "true"},
 		{"shedding coalescing on kafka", func() Config {
-			c := kafka(func(*KafkaConfig) {})
+			c := kafka(func(*kafkabroker.Config) {})
 			c.Shedding.Config = shedding.Config{Topics: []string{"p"}, Coalesce: shedding.CoalesceConfig{Enabled: true}}
 			return c
 		}(), "shedding.coalesce.enabled", "true"},
@@ -167,12 +169,12 @@ func TestValidateNamesFieldAndValue(t *testing.T) {
 		}(), "shedding.pressure", "heat"},
 		{"shedding on lag without a threshold", func() Config {
 			c := withShedding(func(*shedding.Config) {})
-			c.Shedding.Pressure = PressureLag
+			c.Shedding.Pressure = pressureLag
 			return c
 		}(), "shedding.pressure", "lag"},
 		{"shedding on lag without telemetry", func() Config {
 			c := withShedding(func(*shedding.Config) {})
-			c.Shedding.Pressure = PressureEither
+			c.Shedding.Pressure = pressureEither
 			c.Telemetry.Disabled, c.Telemetry.LagThreshold = true, 1000
 			return c
 		}(), "shedding.pressure", "either"},
@@ -190,12 +192,12 @@ func TestValidateNamesFieldAndValue(t *testing.T) {
 			return c
 		}(), "retry.saturated_after", "5s"},
 		{"retry republished with key order", func() Config {
-			c := kafka(func(k *KafkaConfig) { k.Consumer = kafkabroker.ConsumerKey })
+			c := kafka(func(k *kafkabroker.Config) { k.Consumer = kafkabroker.ConsumerKey })
 			c.Retry.Defer = retrygate.DeferRepublish
 			return c
 		}(), "retry.defer", "republish"},
 		{"retry beyond the rebalance timeout", func() Config {
-			c := kafka(func(k *KafkaConfig) { k.RebalanceTimeout = 15 * time.Second })
+			c := kafka(func(k *kafkabroker.Config) { k.RebalanceTimeout = 15 * time.Second })
 			c.Retry.MaxElapsedTime, c.Retry.MaxInterval = 10*time.Second, 5*time.Second // 10s in process + 10s early-retry hold
 			return c
 		}(), "retry.max_elapsed_time", "10s"},
@@ -267,12 +269,12 @@ func withAutoSize(f func(*AutoSizeConfig)) Config {
 // TestValidSections: the new sections' good values validate, and the
 // auto-sizer's deadline defaults to the broker's.
 func TestValidSections(t *testing.T) {
-	c := Config{Broker: BrokerKafka}
+	c := Config{Broker: brokerKafka}
 	c.Kafka.Brokers = []string{"kafka-1:9092"}
 	c.Shedding.Config = shedding.Config{Topics: []string{"positions"}, AuditTopic: "shed", VersionGuard: shedding.VersionGuardConfig{Enabled: true}}
 	c.Retry = RetryConfig{Config: retrygate.Config{RetryRate: math.Inf(1), Jitter: spillway.Off, SaturatedAfter: time.Second}}
 	c.Budget.AutoSize = AutoSizeConfig{Enabled: true, MemoryBytes: 1 << 30, Processes: 2, PrefetchBytes: 1 << 20, BytesPerVertex: 100, Config: sizing.Config{Hysteresis: spillway.Off}}
-	c.Shedding.Pressure, c.Telemetry.LagThreshold = PressureEither, 5000
+	c.Shedding.Pressure, c.Telemetry.LagThreshold = pressureEither, 5000
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -304,7 +306,7 @@ kafka:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Broker != BrokerKafka || c.Budget.Vertices != 50000 || c.Kafka.RebalanceTimeout != 20*time.Second ||
+	if c.Broker != brokerKafka || c.Budget.Vertices != 50000 || c.Kafka.RebalanceTimeout != 20*time.Second ||
 		c.Kafka.Partitions != 6 || !reflect.DeepEqual(c.Kafka.Brokers, []string{"k1:9092", "k2:9092"}) {
 		t.Errorf("file not applied: %v", c)
 	}
@@ -332,7 +334,7 @@ kafka:
 	}
 
 	t.Setenv("SPILLWAY_BROKER", "memory")
-	if c, err = LoadConfig(path); err != nil || c.Broker != BrokerMemory {
+	if c, err = LoadConfig(path); err != nil || c.Broker != brokerMemory {
 		t.Errorf("SPILLWAY_BROKER: %v, %v", c.Broker, err)
 	}
 }
@@ -495,7 +497,7 @@ func TestLoadConfigErrors(t *testing.T) {
 }
 
 func TestSecretsRedacted(t *testing.T) {
-	c := Config{Broker: BrokerKafka}
+	c := Config{Broker: brokerKafka}
 	c.Kafka.SASL = kafkabroker.SASLConfig{Mechanism: "PLAIN", User: "svc", Password: "hunter2"}
 	c.Kafka.TLS = spillway.TLSConfig{Enabled: true, CertFile: "c.pem", KeyPEM: "-----BEGIN PRIVATE KEY-----xyz"}
 	c.Redis.Password = "redis-pass"
@@ -542,13 +544,13 @@ func TestEnvKeysMatchEnvLibrary(t *testing.T) {
 
 func TestNewRejects(t *testing.T) {
 	var addrErr *spillway.FieldError
-	if _, err := New(Config{Broker: BrokerRedis}, nil); !errors.As(err, &addrErr) || addrErr.Field != "redis.addr" {
+	if _, err := New(Config{Broker: brokerRedis}, nil); !errors.As(err, &addrErr) || addrErr.Field != "redis.addr" {
 		t.Errorf("redis without addr: %v", err)
 	}
 	if _, err := New(Config{Budget: BudgetConfig{Vertices: -1}}, nil); err == nil {
 		t.Error("invalid config accepted")
 	}
-	c := Config{Broker: BrokerKafka}
+	c := Config{Broker: brokerKafka}
 	c.Kafka.Brokers = []string{"127.0.0.1:1"}
 	c.Kafka.TLS = spillway.TLSConfig{Enabled: true, CAFile: filepath.Join(t.TempDir(), "missing.pem")}
 	_, err := New(c, nil)
@@ -597,8 +599,8 @@ telemetry:
 		t.Errorf("redisbroker config = %v (%v)", bc, bc.Validate())
 	}
 
-	bad := Config{Broker: BrokerRedis}
-	bad.Redis = RedisConfig{Addr: "nohost", Consumers: 2000, MaxIdleTime: 3 * time.Second, KeepAlive: redisbroker.KeepAliveConfig{Interval: 5 * time.Second}}
+	bad := Config{Broker: brokerRedis}
+	bad.Redis = redisbroker.Config{Addr: "nohost", Consumers: 2000, MaxIdleTime: 3 * time.Second, KeepAlive: redisbroker.KeepAliveConfig{Interval: 5 * time.Second}}
 	bad.Redis.MaxLen = map[string]int64{"x": -1}
 	fields := map[string]bool{}
 	for _, e := range bad.Validate().(interface{ Unwrap() []error }).Unwrap() {
@@ -614,7 +616,7 @@ telemetry:
 	}
 	// "embedded" needs the embedded package's registration: without it
 	// the error names the import; with it, the address validates.
-	emb := Config{Broker: BrokerRedis, Redis: RedisConfig{Addr: "embedded"}}
+	emb := Config{Broker: brokerRedis, Redis: redisbroker.Config{Addr: "embedded"}}
 	if err := emb.Validate(); err == nil || !strings.Contains(err.Error(), `import _ "github.com/spillway-go/spillway/embedded"`) {
 		t.Errorf("redis.addr embedded with nothing registered: %v, want an error naming the import", err)
 	}
@@ -630,7 +632,7 @@ telemetry:
 // short deadline needs no retry settings; kafka.consumer key defers by
 // nack, which keeps key order.
 func TestRetryDefaultsFitTheDeadline(t *testing.T) {
-	c := Config{Broker: BrokerRedis}
+	c := Config{Broker: brokerRedis}
 	c.Redis.Addr = "r:6379"
 	c.Redis.MaxIdleTime = 8 * time.Second
 	if err := c.Validate(); err != nil {
@@ -640,7 +642,7 @@ func TestRetryDefaultsFitTheDeadline(t *testing.T) {
 	if c.Retry.Disabled || c.Retry.MaxElapsedTime != 2*time.Second || c.Retry.MaxInterval != time.Second || c.Retry.InitialInterval != 100*time.Millisecond {
 		t.Errorf("retry under an 8s deadline: %+v", c.Retry)
 	}
-	k := Config{Broker: BrokerKafka}
+	k := Config{Broker: brokerKafka}
 	k.Kafka.Brokers = []string{"k:9092"}
 	k.setDefaults()
 	if k.Retry.MaxElapsedTime != 10*time.Second || k.Retry.MaxInterval != 5*time.Second || k.Retry.Defer != retrygate.DeferRepublish {

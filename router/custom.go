@@ -53,10 +53,6 @@ type CustomBroker struct {
 	// rejected.
 	Lag telemetry.LagSource
 
-	// System is the messaging.system attribute of spans, e.g. nats or
-	// rabbitmq. Default watermill.
-	System string
-
 	// Close, if set, is called last by Router.Close, after the publisher
 	// and the subscribers, to release what they share: a connection, a
 	// pool.
@@ -77,11 +73,11 @@ func (o options) validateCustom(cfg Config) []error {
 		errs = append(errs, &spillway.FieldError{Field: field, Value: value, Reason: reason})
 	}
 	switch {
-	case cfg.Broker == BrokerCustom && o.custom == nil:
-		bad("broker", string(cfg.Broker), "needs router.WithBroker: a custom broker is code (a Watermill publisher and subscribers), not configuration")
+	case cfg.Broker == brokerCustom && o.custom == nil:
+		bad("broker", cfg.Broker, "needs router.WithBroker: a custom broker is code (a Watermill publisher and subscribers), not configuration")
 		return errs
-	case cfg.Broker != BrokerCustom && o.custom != nil:
-		bad("broker", string(cfg.Broker), "must be custom, or left unset, with router.WithBroker")
+	case cfg.Broker != brokerCustom && o.custom != nil:
+		bad("broker", cfg.Broker, "must be custom, or left unset, with router.WithBroker")
 		return errs
 	case o.custom == nil:
 		return nil
@@ -97,8 +93,8 @@ func (o options) validateCustom(cfg Config) []error {
 		bad("broker", "custom", "router.WithBroker: CustomBroker.RedeliveryDeadline must be zero (none) or positive, got "+b.RedeliveryDeadline.String())
 	}
 	if b.Lag == nil {
-		if p := cfg.Shedding.Pressure; p == PressureLag || p == PressureEither {
-			bad("shedding.pressure", string(p), "needs the consumer lag: set CustomBroker.Lag")
+		if p := cfg.Shedding.Pressure; p == pressureLag || p == pressureEither {
+			bad("shedding.pressure", p, "needs the consumer lag: set CustomBroker.Lag")
 		}
 		if t := cfg.Producer.LagThrottle.Threshold; t > 0 {
 			bad("producer.lag_throttle.threshold", strconv.FormatInt(t, 10), "needs the consumer lag: set CustomBroker.Lag")
@@ -149,12 +145,9 @@ func (c *customBackend) deadLetter(func(*message.Message, bool)) message.Handler
 	return nil
 }
 
-func (c *customBackend) system() string {
-	if c.b.System == "" {
-		return "watermill"
-	}
-	return c.b.System
-}
+// system is watermill; WithTelemetry(telemetry.WithMessagingSystem(…))
+// names the custom broker's system.
+func (c *customBackend) system() string { return "watermill" }
 
 // close closes every subscriber not closed yet (Watermill closes a
 // handler's subscriber from a goroutine of its own, which Watermill's

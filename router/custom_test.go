@@ -67,7 +67,6 @@ func (g *gochannelBroker) custom(deadline time.Duration) CustomBroker {
 			return countedSubscriber{g.ch, c}, nil
 		},
 		RedeliveryDeadline: deadline,
-		System:             "gochannel",
 		Close: func() error {
 			g.mu.Lock()
 			defer g.mu.Unlock()
@@ -108,10 +107,10 @@ func TestCustomBroker(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	if b := r.Config().Broker; b != BrokerCustom {
+	if b := r.cfg.Broker; b != brokerCustom {
 		t.Errorf("Broker = %q, want custom (selected by WithBroker)", b)
 	}
-	if d := r.Config().RedeliveryDeadline(); d != deadline {
+	if d := r.cfg.RedeliveryDeadline(); d != deadline {
 		t.Errorf("RedeliveryDeadline = %s, want the custom broker's %s", d, deadline)
 	}
 	if d := r.cfg.autoSizeDeadline(); d != deadline {
@@ -246,7 +245,7 @@ func TestCustomBrokerSelection(t *testing.T) {
 	}
 
 	t.Run("custom without WithBroker", func(t *testing.T) {
-		cfg := Config{Broker: BrokerCustom}
+		cfg := Config{Broker: brokerCustom}
 		cfg.Budget.AutoSize.Enabled, cfg.Budget.AutoSize.Ceiling = true, 1000
 		if err := cfg.Validate(); err != nil {
 			t.Errorf("Validate of broker custom (deadline unknown until New): %v", err)
@@ -256,7 +255,7 @@ func TestCustomBrokerSelection(t *testing.T) {
 	t.Run("WithBroker with another broker", func(t *testing.T) {
 		g := newGochannelBroker()
 		defer g.ch.Close()
-		has(t, newWith(t, Config{Broker: BrokerMemory}, WithBroker(g.custom(time.Second))), "broker", "must be custom, or left unset")
+		has(t, newWith(t, Config{Broker: brokerMemory}, WithBroker(g.custom(time.Second))), "broker", "must be custom, or left unset")
 	})
 	t.Run("incomplete broker", func(t *testing.T) {
 		err := newWith(t, Config{}, WithBroker(CustomBroker{RedeliveryDeadline: -time.Second}))
@@ -267,7 +266,7 @@ func TestCustomBrokerSelection(t *testing.T) {
 	t.Run("no deadline", func(t *testing.T) {
 		g := newGochannelBroker()
 		defer g.ch.Close()
-		cfg := Config{Broker: BrokerCustom}
+		cfg := Config{Broker: brokerCustom}
 		cfg.Budget.AutoSize.Enabled, cfg.Budget.AutoSize.Ceiling = true, 1000
 		has(t, newWith(t, cfg, WithBroker(g.custom(0))), "budget.autosize.deadline", "must be set")
 	})
@@ -282,7 +281,7 @@ func TestCustomBrokerSelection(t *testing.T) {
 		g := newGochannelBroker()
 		defer g.ch.Close()
 		cfg := Config{}
-		cfg.Shedding.Pressure, cfg.Telemetry.LagThreshold = PressureLag, 100
+		cfg.Shedding.Pressure, cfg.Telemetry.LagThreshold = pressureLag, 100
 		cfg.Producer.LagThrottle.Threshold = 100
 		err := newWith(t, cfg, WithBroker(g.custom(time.Minute)))
 		has(t, err, "shedding.pressure", "set CustomBroker.Lag")

@@ -10,12 +10,11 @@
 // front of every handler: tracing, metrics, dead-letter,
 // shedding, retry gate and budget slots, outermost first. The budget is
 // always there; tracing and metrics unless telemetry.disabled (they export
-// to the providers of [WithTracerProvider] and [WithMeterProvider], or
-// OpenTelemetry's globals); shedding
+// to the providers given with [WithTelemetry], or OpenTelemetry's
+// globals); shedding
 // (shedding.topics), the retry gate (on unless retry.disabled) and the budget's
 // auto-sizer (budget.autosize.enabled) are switched on by configuration,
-// and the order is fixed in one place (router/stack.go);
-// [Router.Layers] names the slots present.
+// and the order is fixed in one place (router/stack.go).
 // Handlers are added by name and topic with [Router.AddHandler] or
 // [Router.AddConsumerHandler] (with the retry gate on, each also consumes
 // its topic's retry topic); [Router.Run] runs them until [Router.Close] or
@@ -25,9 +24,9 @@
 // timeout.
 //
 // Events of the stack (admission, shedding drops, retry gate outcomes,
-// auto-sizer resizes) reach values passed to [WithHooks] that implement
-// [AdmissionHook], [ShedHook], [RetryOutcomeHook] or [ResizeHook]; the
-// router's telemetry.Metrics is the first such hook.
+// auto-sizer resizes) reach values passed to [WithHooks] that have the
+// methods OnAdmission, OnShed, OnRetryOutcome or OnResize; the router's
+// telemetry.Metrics is the first such hook.
 //
 // Brokers:
 //
@@ -37,7 +36,8 @@
 //     external cluster or, with brokers [spillway.Embedded], an in-process kfake
 //     broker on loopback. Sarama is configured for backpressure (a small
 //     window, the rebalance timeout as the redelivery deadline;
-//     [WithSaramaConfig] adjusts what the section does not cover), and
+//     kafkabroker.WithSaramaConfig, given with [WithKafka], adjusts what the
+//     section does not cover), and
 //     admission is revocation-aware: see [kafkabroker.SessionTracker].
 //   - redis: Redis Streams through package redisbroker (the redis section is
 //     a [redisbroker.Config]): one subscriber, in

@@ -21,6 +21,7 @@ import (
 	"github.com/spillway-go/spillway/cost"
 	"github.com/spillway-go/spillway/retrygate"
 	"github.com/spillway-go/spillway/shedding"
+	"github.com/spillway-go/spillway/telemetry"
 )
 
 // recBroker is a persistent GoChannel whose publisher records a copy of
@@ -164,7 +165,7 @@ func TestEdgeCopiesContinueTrace(t *testing.T) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	b := newRecBroker()
 	r, err := New(Config{CloseTimeout: 10 * time.Second, Retry: fastRetry()}, nil, WithBroker(b.custom()),
-		WithTracerProvider(tp), WithPropagator(propagation.TraceContext{}))
+		WithTelemetry(telemetry.WithTracerProvider(tp), telemetry.WithPropagator(propagation.TraceContext{})))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,7 +203,7 @@ func TestEdgeLinkProducerConfig(t *testing.T) {
 	b := newRecBroker()
 	cfg := Config{CloseTimeout: 10 * time.Second}
 	cfg.Telemetry.LinkProducer = true
-	r, err := New(cfg, nil, WithBroker(b.custom()), WithTracerProvider(tp), WithPropagator(propagation.TraceContext{}))
+	r, err := New(cfg, nil, WithBroker(b.custom()), WithTelemetry(telemetry.WithTracerProvider(tp), telemetry.WithPropagator(propagation.TraceContext{})))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,7 +251,7 @@ func TestEdgeRedisDeadLetterTraced(t *testing.T) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	cfg := redisConfig(t)
 	cfg.Redis.DeadLetterTopic = "shapes.malformed"
-	r, err := New(cfg, nil, WithTracerProvider(tp), WithPropagator(propagation.TraceContext{}))
+	r, err := New(cfg, nil, WithTelemetry(telemetry.WithTracerProvider(tp), telemetry.WithPropagator(propagation.TraceContext{})))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -357,5 +358,64 @@ func TestEdgeUncountableAuditCopy(t *testing.T) {
 	}
 	if v, ok := audit[0].Metadata[cost.MetadataKey]; ok {
 		t.Errorf("audit copy stamped %q, want no count", v)
+	}
+}
+
+// A custom broker's spans say messaging.system watermill, unless
+// WithTelemetry names the system: the router's own default comes before
+// the options given.
+func TestCustomBrokerMessagingSystem(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts []telemetry.Option
+		want string
+	}{
+		{"default", nil, "watermill"},
+		{"named", []telemetry.Option{telemetry.WithMessagingSystem("nats")}, "nats"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := tracetest.NewSpanRecorder()
+			tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+			b := newRecBroker()
+			opts := append([]telemetry.Option{telemetry.WithTracerProvider(tp)}, tc.opts...)
+			r, err := New(Config{CloseTimeout: 10 * time.Second}, nil, WithBroker(b.custom()), WithTelemetry(opts...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan struct{})
+			if _, err := r.AddConsumerHandler("h", "in", func(*message.Message) error {
+				close(done)
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			errc := runRouter(t, r)
+			publishCosted(t, r, "in", "m", 5)
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				t.Fatal("not consumed")
+			}
+			closeRouter(t, r, errc)
+			kinds := 0
+			for _, s := range rec.Ended() {
+				if s.Name() != "send in" && s.Name() != "process in" {
+					continue
+				}
+				kinds++
+				var got string
+				for _, kv := range s.Attributes() {
+					if kv.Key == "messaging.system" {
+						got = kv.Value.AsString()
+					}
+				}
+				if got != tc.want {
+					t.Errorf("span %q: messaging.system %q, want %q", s.Name(), got, tc.want)
+				}
+			}
+			if kinds < 2 {
+				t.Errorf("saw %d send/process spans, want both", kinds)
+			}
+		})
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
+	"github.com/spillway-go/spillway/telemetry"
 	"go.opentelemetry.io/otel/propagation"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -105,7 +106,7 @@ func TestEdgeRedisRunningHandlerNotAckedOverPeerClaim(t *testing.T) {
 	errc := runRouter(t, r)
 	publishCosted(t, r, "jobs", "a", 10)
 	<-started
-	group := r.ConsumerGroup("h")
+	group := r.back.group("h")
 	id := entryIDs(t, rc, "jobs")[0]
 	// The peer's claim loop takes the entry (as after a missed refresh).
 	if err := rc.XClaim(context.Background(), &redis.XClaimArgs{
@@ -147,7 +148,7 @@ func TestEdgeRedisWaiterStepsAsideWhenEntryLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	errc := runRouter(t, r)
-	group := r.ConsumerGroup("h")
+	group := r.back.group("h")
 	ctx := context.Background()
 	// Both consumers blocked in their first read (Redis lists a consumer
 	// in XINFO CONSUMERS only once it has read something) before anything is
@@ -201,11 +202,11 @@ func TestEdgeRedisPoisonDeadLetteredAfterMaxDeliveries(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	defer func() { _ = mp.Shutdown(context.Background()) }()
-	r, err := New(cfg, nil, WithMeterProvider(mp))
+	r, err := New(cfg, nil, WithTelemetry(telemetry.WithMeterProvider(mp)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	group := r.ConsumerGroup("h")
+	group := r.back.group("h")
 	ctx := context.Background()
 	if err := rc.XGroupCreateMkStream(ctx, "jobs", group, "0").Err(); err != nil {
 		t.Fatal(err)
@@ -268,7 +269,7 @@ func TestEdgeRedisRedeliveryYieldsUnderPressure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	group := r.ConsumerGroup("h")
+	group := r.back.group("h")
 	ctx := context.Background()
 	if err := rc.XGroupCreateMkStream(ctx, "jobs", group, "0").Err(); err != nil {
 		t.Fatal(err)
@@ -316,7 +317,7 @@ func TestEdgeRedisMalformedDeadLetterTraced(t *testing.T) {
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	defer func() { _ = tp.Shutdown(context.Background()) }()
-	r, err := New(cfg, nil, WithTracerProvider(tp), WithPropagator(propagation.TraceContext{}))
+	r, err := New(cfg, nil, WithTelemetry(telemetry.WithTracerProvider(tp), telemetry.WithPropagator(propagation.TraceContext{})))
 	if err != nil {
 		t.Fatal(err)
 	}

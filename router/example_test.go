@@ -8,15 +8,19 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"go.opentelemetry.io/otel/propagation"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/spillway-go/spillway/middleware"
 	"github.com/spillway-go/spillway/router"
+	"github.com/spillway-go/spillway/telemetry"
 )
 
 // A router on the memory broker: the same handler code runs on Kafka by
 // changing cfg.Broker (or SPILLWAY_BROKER).
 func Example() {
-	cfg := router.Config{Broker: router.BrokerMemory}
+	cfg := router.Config{Broker: "memory"}
 	cfg.Budget.Vertices = 1000
 
 	r, err := router.New(cfg, nil)
@@ -60,26 +64,23 @@ func Example() {
 	st := r.Stats()
 	fmt.Println("vertices:", vertices)
 	fmt.Println("admitted:", st.Budget.Admitted, "in use after close:", st.Budget.InUse)
-	fmt.Println("layers:", r.Layers())
 	// Output:
 	// vertices: 9
 	// admitted: 3 in use after close: 0
-	// layers: [tracing metrics retry-gate budget]
 }
 
-// costLog is a hook: it implements router.AdmissionHook, so the router
-// calls it once the budget has admitted a message.
+// costLog is a hook: it has the OnAdmission method, so the router calls
+// it once the budget has admitted a message.
 type costLog struct{ admitted chan<- string }
 
 func (c costLog) OnAdmission(msg *message.Message, a middleware.Admission) {
 	c.admitted <- fmt.Sprintf("%s: %s, %d vertices granted", msg.UUID, a.Result, a.Granted)
 }
 
-// Hooks watch the stack's events; a value may implement several hook
-// interfaces, and each event calls the hooks that implement its interface
-// in order.
+// Hooks watch the stack's events; a value may have several hook methods,
+// and each event calls the hooks that have its method in order.
 func ExampleWithHooks() {
-	cfg := router.Config{Broker: router.BrokerMemory}
+	cfg := router.Config{Broker: "memory"}
 	cfg.Budget.Vertices = 1000
 	admitted := make(chan string, 1)
 	r, err := router.New(cfg, nil, router.WithHooks(costLog{admitted}))
@@ -143,9 +144,47 @@ func ExampleWithWatermillRouter() {
 	if err := r.Close(); err != nil {
 		panic(err)
 	}
-	fmt.Println("layers:", r.Layers())
 	// Output:
 	// received parcel-1
 	// indexed parcel-1 with 3 vertices
-	// layers: [tracing metrics retry-gate budget]
+}
+
+// Providers, the propagator and any other telemetry option reach the
+// router through WithTelemetry: here a tracer provider that records the
+// spans, and W3C traceparent between producer and consumer.
+func ExampleWithTelemetry() {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	r, err := router.New(router.Config{}, nil, router.WithTelemetry(
+		telemetry.WithTracerProvider(tp),
+		telemetry.WithPropagator(propagation.TraceContext{}),
+	))
+	if err != nil {
+		panic(err)
+	}
+	done := make(chan struct{})
+	if _, err := r.AddConsumerHandler("index", "parcels", func(*message.Message) error {
+		close(done)
+		return nil
+	}); err != nil {
+		panic(err)
+	}
+	go func() { _ = r.Run(context.Background()) }()
+	<-r.Running()
+	payload := []byte(`{"type":"LineString","coordinates":[[0,0],[1,1],[2,0]]}`)
+	if err := r.Publisher().Publish("parcels", message.NewMessage("parcel-1", payload)); err != nil {
+		panic(err)
+	}
+	<-done
+	if err := r.Close(); err != nil {
+		panic(err)
+	}
+	spans := map[string]sdktrace.ReadOnlySpan{}
+	for _, s := range rec.Ended() {
+		spans[s.Name()] = s
+	}
+	send, process := spans["send parcels"], spans["process parcels"]
+	fmt.Println("consumer span is the producer span's child:", process.Parent().SpanID() == send.SpanContext().SpanID())
+	// Output:
+	// consumer span is the producer span's child: true
 }

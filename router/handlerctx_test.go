@@ -18,7 +18,7 @@ import (
 // context ends, and ends once the handler has returned.
 func TestRetryHandlerContext(t *testing.T) {
 	defer goleak.VerifyNone(t, leakOptions...)
-	cfg := Config{Broker: BrokerMemory, CloseTimeout: 10 * time.Second}
+	cfg := Config{Broker: brokerMemory, CloseTimeout: 10 * time.Second}
 	cfg.Telemetry.Disabled = true
 	r, err := New(cfg, nil)
 	if err != nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/spillway-go/spillway/retrygate"
 	"github.com/spillway-go/spillway/shedding"
 	"github.com/spillway-go/spillway/sizing"
+	"github.com/spillway-go/spillway/telemetry"
 )
 
 // Function adapters for tests that listen to one event.
@@ -55,7 +56,7 @@ func (l *hookLog) matching(prefix string) []string {
 	return out
 }
 
-// shedRetryHook implements ShedHook and RetryOutcomeHook.
+// shedRetryHook has OnShed and OnRetryOutcome.
 type shedRetryHook struct {
 	name string
 	log  *hookLog
@@ -104,7 +105,7 @@ func TestHooks(t *testing.T) {
 	log := &hookLog{}
 	first := shedRetryHook{"first", log}
 	second := allHook{shedRetryHook{"second", log}}
-	r, err := New(cfg, nil, WithMeterProvider(mp), WithHooks(first, nil), WithHooks(second))
+	r, err := New(cfg, nil, WithTelemetry(telemetry.WithMeterProvider(mp)), WithHooks(first, nil), WithHooks(second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +178,7 @@ func TestHookImplementingNothing(t *testing.T) {
 		if r, err := New(Config{}, nil, WithHooks(h)); err == nil {
 			_ = r.Close()
 			t.Errorf("New accepted hook %T", h)
-		} else if !strings.Contains(err.Error(), "implements none") {
+		} else if !strings.Contains(err.Error(), "none of the hook methods") {
 			t.Errorf("New with hook %T: %v", h, err)
 		}
 	}

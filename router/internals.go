@@ -34,7 +34,7 @@ const (
 // section, the retry budget and the Redis keep-alive, read from Stats and
 // the Redis subscribers at each collection, under telemetry.name.
 func (r *Router) observeInternals() error {
-	m := telemetry.Meter(telemetry.WithMeterProvider(r.opts.meterProvider))
+	m := telemetry.Meter(r.opts.telemetry...)
 	var insts []metric.Observable
 	add := func(o metric.Observable, err error) error {
 		if err == nil {

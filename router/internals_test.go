@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/spillway-go/spillway/telemetry"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
@@ -69,7 +70,7 @@ func TestEdgeInternalsExported(t *testing.T) {
 	cfg := redisConfig(t)
 	cfg.Producer.RateLimit = ProducerRateLimitConfig{VerticesPerSecond: 50, Burst: 10}
 	cfg.Redis.KeepAlive.Interval = 50 * time.Millisecond
-	r, err := New(cfg, nil, WithMeterProvider(mp))
+	r, err := New(cfg, nil, WithTelemetry(telemetry.WithMeterProvider(mp)))
 	if err != nil {
 		t.Fatal(err)
 	}

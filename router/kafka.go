@@ -20,7 +20,7 @@ import (
 // kafkaBackend runs handlers as watermill-kafka consumer groups, built by
 // a [kafkabroker.Cluster].
 type kafkaBackend struct {
-	cfg     KafkaConfig
+	cfg     kafkabroker.Config
 	cluster *kafkabroker.Cluster
 	pub     *kafka.Publisher
 
@@ -29,9 +29,9 @@ type kafkaBackend struct {
 	lagSources map[groupTopic]telemetry.LagSource
 }
 
-func newKafkaBackend(cfg KafkaConfig, logger watermill.LoggerAdapter, o options) (*kafkaBackend, error) {
-	cl, err := kafkabroker.New(cfg, kafkabroker.WithLogger(logger), kafkabroker.WithTracer(o.tracer),
-		kafkabroker.WithSaramaConfig(o.saramaConfig))
+func newKafkaBackend(cfg kafkabroker.Config, logger watermill.LoggerAdapter, o options) (*kafkaBackend, error) {
+	kopts := append([]kafkabroker.Option{kafkabroker.WithLogger(logger)}, o.kafka...)
+	cl, err := kafkabroker.New(cfg, kopts...)
 	if err != nil {
 		return nil, kafkaError(err)
 	}
@@ -55,11 +55,6 @@ func kafkaError(err error) error {
 	}
 	return fmt.Errorf("router: kafka: %w", err)
 }
-
-// Brokers returns the bootstrap addresses the router's Kafka clients use:
-// the configured ones, or the embedded broker's loopback address. Nil for
-// other brokers.
-func (r *Router) Brokers() []string { return r.back.brokers() }
 
 // isRedelivery reports whether msg is a broker redelivery: on Kafka, a
 // message at or below the offset an earlier session of this router had
@@ -141,8 +136,6 @@ func (b *kafkaBackend) deadLetter(func(*message.Message, bool)) message.HandlerM
 func (b *kafkaBackend) system() string { return "kafka" }
 
 func (b *kafkaBackend) close() error { return b.cluster.Close() }
-
-func (b *kafkaBackend) brokers() []string { return b.cluster.Brokers() }
 
 // redelivered asks the handler's session tracker whether an earlier session
 // of this router had already received msg.

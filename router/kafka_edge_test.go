@@ -62,7 +62,7 @@ func (idleMember) ConsumeClaim(s sarama.ConsumerGroupSession, _ sarama.ConsumerG
 // it were fresh.
 func TestEdgeKafkaBrokerRedeliveryShedBeforeFresh(t *testing.T) {
 	cluster := kafkatest.Start(t, 1, "rd")
-	cfg := Config{Broker: BrokerKafka, CloseTimeout: 10 * time.Second}
+	cfg := Config{Broker: brokerKafka, CloseTimeout: 10 * time.Second}
 	cfg.Budget.Vertices = 100
 	cfg.Kafka.Brokers = cluster.Brokers()
 	cfg.Kafka.Version = "2.3.0" // kfake's limit
@@ -107,7 +107,7 @@ func TestEdgeKafkaBrokerRedeliveryShedBeforeFresh(t *testing.T) {
 	sc.Consumer.Offsets.Initial = sarama.OffsetOldest
 	sc.Consumer.Group.Heartbeat.Interval = 100 * time.Millisecond
 	sc.Consumer.Group.Rebalance.Timeout = 20 * time.Second
-	group, err := sarama.NewConsumerGroup(cluster.Brokers(), r.ConsumerGroup("geo"), sc)
+	group, err := sarama.NewConsumerGroup(cluster.Brokers(), r.back.group("geo"), sc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +157,7 @@ func TestEdgeKafkaBrokerRedeliveryShedBeforeFresh(t *testing.T) {
 // read error still wrapped.
 func TestNewOnARedisPortAsksIfItIsKafka(t *testing.T) {
 	srv := redistest.Start(t)
-	cfg := Config{Broker: BrokerKafka}
+	cfg := Config{Broker: brokerKafka}
 	cfg.Kafka.Brokers = []string{srv.Addr()}
 	cfg.Telemetry.Disabled = true
 	start := time.Now()

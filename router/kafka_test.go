@@ -21,14 +21,15 @@ import (
 	"github.com/spillway-go/spillway"
 	"github.com/spillway-go/spillway/cost"
 	"github.com/spillway-go/spillway/internal/kafkatest"
+	"github.com/spillway-go/spillway/kafkabroker"
 )
 
-// TestWithSaramaConfig: the hook runs last on the publisher's, every
-// subscriber's and the admin/lag client's Sarama configuration, and its
-// error fails New.
+// TestWithSaramaConfig: the hook of kafkabroker.WithSaramaConfig, given
+// with WithKafka, runs last on the publisher's, every subscriber's and the
+// admin/lag client's Sarama configuration, and its error fails New.
 func TestWithSaramaConfig(t *testing.T) {
 	defer goleak.VerifyNone(t, leakOptions...)
-	cfg := Config{Broker: BrokerKafka, CloseTimeout: 10 * time.Second}
+	cfg := Config{Broker: brokerKafka, CloseTimeout: 10 * time.Second}
 	cfg.Kafka.Brokers = []string{spillway.Embedded}
 	cfg.Kafka.Partitions = 1
 	cfg.Kafka.HeartbeatInterval = 300 * time.Millisecond
@@ -53,7 +54,7 @@ func TestWithSaramaConfig(t *testing.T) {
 		c.ClientID = "hooked"
 		return nil
 	}
-	r, err := New(cfg, nil, WithSaramaConfig(hook))
+	r, err := New(cfg, nil, WithKafka(kafkabroker.WithSaramaConfig(hook)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +79,7 @@ func TestWithSaramaConfig(t *testing.T) {
 	}
 
 	errNo := errors.New("refused by hook")
-	_, err = New(cfg, nil, WithSaramaConfig(func(*sarama.Config) error { return errNo }))
+	_, err = New(cfg, nil, WithKafka(kafkabroker.WithSaramaConfig(func(*sarama.Config) error { return errNo })))
 	if !errors.Is(err, errNo) {
 		t.Errorf("New with a failing hook = %v, want its error", err)
 	}
@@ -87,7 +88,7 @@ func TestWithSaramaConfig(t *testing.T) {
 // TestKafkaConfigErrorsNamed: kafkabroker's field errors come out of the
 // router's Validate as FieldErrors under kafka.
 func TestKafkaConfigErrorsNamed(t *testing.T) {
-	c := Config{Broker: BrokerKafka}
+	c := Config{Broker: brokerKafka}
 	c.Kafka.Brokers = []string{"ok:9092", "no-port"}
 	c.Kafka.SASL.Mechanism = "GSSAPI"
 	err := c.Validate()
@@ -148,7 +149,7 @@ func TestLargeMessage(t *testing.T) {
 	cluster := kafkatest.Start(t, 1)
 
 	newCfg := func(maxBytes int32) Config {
-		cfg := Config{Broker: BrokerKafka, CloseTimeout: 10 * time.Second}
+		cfg := Config{Broker: brokerKafka, CloseTimeout: 10 * time.Second}
 		cfg.Kafka.Brokers = cluster.Brokers()
 		cfg.Kafka.Version = "2.3.0" // kfake's limit
 		cfg.Kafka.Partitions = 1
@@ -187,7 +188,7 @@ func TestLargeMessage(t *testing.T) {
 
 	sc := sarama.NewConfig()
 	sc.Version = sarama.V2_3_0_0
-	admin, err := sarama.NewClusterAdmin(r.Brokers(), sc)
+	admin, err := sarama.NewClusterAdmin(r.back.(*kafkaBackend).cluster.Brokers(), sc)
 	if err != nil {
 		t.Fatal(err)
 	}

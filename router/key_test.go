@@ -16,6 +16,7 @@ import (
 	"github.com/spillway-go/spillway/cost"
 	"github.com/spillway-go/spillway/internal/kafkatest"
 	"github.com/spillway-go/spillway/kafkabroker"
+	"github.com/spillway-go/spillway/telemetry"
 )
 
 // TestKeyRebalanceMidBurst is the heavy-burst rebalance (rebalance_test.go)
@@ -39,7 +40,7 @@ func TestKeyRebalanceMidBurst(t *testing.T) {
 		keys      = 40
 	)
 	broker := kafkatest.Start(t, 4, topic)
-	cfg := Config{Broker: BrokerKafka, CloseTimeout: 15 * time.Second}
+	cfg := Config{Broker: brokerKafka, CloseTimeout: 15 * time.Second}
 	cfg.Budget.Vertices = 5_000 // two heavies (2,000+ vertices, 0.2 s) or many pings
 	cfg.Kafka.Brokers = broker.Brokers()
 	cfg.Kafka.Version = "2.3.0"
@@ -85,7 +86,7 @@ func TestKeyRebalanceMidBurst(t *testing.T) {
 	}
 	join := func() *member {
 		m := &member{logger: newRecordingLogger(t), sessions: newSessionLog(topic), runErr: make(chan error, 1)}
-		r, err := New(cfg, m.logger, WithSaramaTracer(m.sessions))
+		r, err := New(cfg, m.logger, WithKafka(kafkabroker.WithTracer(m.sessions)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -187,14 +188,14 @@ func TestKeyWindowGauges(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	defer func() { _ = mp.Shutdown(context.Background()) }()
-	cfg := Config{Broker: BrokerKafka, CloseTimeout: 15 * time.Second}
+	cfg := Config{Broker: brokerKafka, CloseTimeout: 15 * time.Second}
 	cfg.Kafka.Brokers = broker.Brokers()
 	cfg.Kafka.Version = "2.3.0"
 	cfg.Kafka.ConsumerGroup = "gauges"
 	cfg.Kafka.Partitions = 2
 	cfg.Kafka.Consumer = kafkabroker.ConsumerKey
 	cfg.Kafka.WindowMessages = window
-	r, err := New(cfg, nil, WithMeterProvider(mp))
+	r, err := New(cfg, nil, WithTelemetry(telemetry.WithMeterProvider(mp)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -106,7 +106,7 @@ func TestBudgetPressurePerLane(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := &Router{budget: vb, budgetMW: mw}
-	p := r.sheddingPressure(PressureBudget).(budgetPressure)
+	p := r.sheddingPressure(pressureBudget).(budgetPressure)
 	held, _ := vb.Acquire(context.Background(), 900)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

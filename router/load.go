@@ -37,7 +37,9 @@ func LoadConfig(path string) (Config, error) {
 // kafka.brokers), and, for a list of sections, one per key of each item
 // (budget.lanes[0].weight), whose value is "FILE:LINE" (the line of the value in the
 // file, path as given), "env NAME" (the environment variable), or
-// [SourceDefault]. These are the strings [spillway.FieldError.Source] uses. When
+// "default" for a field that holds its default (set neither in the file
+// nor in the environment, or set to zero there, which selects the
+// default). These are the strings [spillway.FieldError.Source] uses. When
 // only validation fails the map comes back with the error, so that a
 // caller can say where each bad value was set (Validate does not know);
 // when the file or the environment cannot be read it is nil.
@@ -63,7 +65,7 @@ func LoadConfigSources(path string) (Config, map[string]string, error) {
 	for _, l := range leaves() {
 		v := reflect.ValueOf(c).FieldByIndex(l.index)
 		if _, ok := src[l.path]; !ok || !reflect.DeepEqual(loaded.FieldByIndex(l.index).Interface(), v.Interface()) {
-			src[l.path] = SourceDefault
+			src[l.path] = sourceDefault
 		}
 		if v.Kind() == reflect.Slice && v.Type().Elem().Kind() == reflect.Struct {
 			// A list of sections: each item's keys not written in the
@@ -73,7 +75,7 @@ func LoadConfigSources(path string) (Config, map[string]string, error) {
 			for i := range v.Len() {
 				for k := range keys {
 					if p := l.path + "[" + strconv.Itoa(i) + "]." + k; src[p] == "" {
-						src[p] = SourceDefault
+						src[p] = sourceDefault
 					}
 				}
 			}
@@ -82,7 +84,7 @@ func LoadConfigSources(path string) (Config, map[string]string, error) {
 	// A broker's consumer group left unset takes the top-level one, and
 	// its source.
 	for _, k := range []string{"kafka.consumer_group", "redis.consumer_group"} {
-		if src[k] == SourceDefault {
+		if src[k] == sourceDefault {
 			src[k] = src["consumer_group"]
 		}
 	}
@@ -92,10 +94,9 @@ func LoadConfigSources(path string) (Config, map[string]string, error) {
 	return c, src, nil
 }
 
-// SourceDefault is the source [LoadConfigSources] gives a field that holds
-// its default: set neither in the file nor in the environment, or set to
-// zero there, which selects the default.
-const SourceDefault = "default"
+// sourceDefault is the source LoadConfigSources gives a field that holds
+// its default.
+const sourceDefault = "default"
 
 // notConfig reports whether name, a variable starting with envVarPrefix, is
 // one that Spillway's programs and tests read themselves rather than a

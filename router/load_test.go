@@ -176,9 +176,9 @@ func TestLoadConfigSources(t *testing.T) {
 		"kafka.rebalance_timeout":  "env SPILLWAY_KAFKA_REBALANCE_TIMEOUT",
 		"kafka.sasl.password":      path + ":7",
 		"budget.vertices":          "env SPILLWAY_BUDGET_VERTICES",
-		"kafka.session_timeout":    SourceDefault,
-		"shedding.priority.window": SourceDefault,
-		"retry.max_attempts":       SourceDefault,
+		"kafka.session_timeout":    sourceDefault,
+		"shedding.priority.window": sourceDefault,
+		"retry.max_attempts":       sourceDefault,
 	} {
 		if src[field] != want {
 			t.Errorf("source of %s = %q, want %q", field, src[field], want)
@@ -191,8 +191,8 @@ func TestLoadConfigSources(t *testing.T) {
 	if c, src, err = LoadConfigSources(path); err != nil {
 		t.Fatal(err)
 	}
-	if c.CloseTimeout != defaultCloseTimeout || src["close_timeout"] != SourceDefault || src["retry.max_attempts"] != SourceDefault ||
-		src["budget.vertices"] != SourceDefault || src["retry.disabled"] != path+":3" {
+	if c.CloseTimeout != defaultCloseTimeout || src["close_timeout"] != sourceDefault || src["retry.max_attempts"] != sourceDefault ||
+		src["budget.vertices"] != sourceDefault || src["retry.disabled"] != path+":3" {
 		t.Errorf("sources of zeros: close_timeout %q, retry.max_attempts %q, budget.vertices %q, retry.disabled %q",
 			src["close_timeout"], src["retry.max_attempts"], src["budget.vertices"], src["retry.disabled"])
 	}
@@ -278,10 +278,10 @@ func TestLoadConfigSourcesOfLaneKeys(t *testing.T) {
 		"budget.lanes":             p + ":3",
 		"budget.lanes[0].name":     p + ":3",
 		"budget.lanes[0].handlers": p + ":3",
-		"budget.lanes[0].weight":   SourceDefault,
+		"budget.lanes[0].weight":   sourceDefault,
 		"budget.lanes[1].name":     p + ":4",
 		"budget.lanes[1].weight":   p + ":5",
-		"budget.lanes[1].topics":   SourceDefault,
+		"budget.lanes[1].topics":   sourceDefault,
 	} {
 		if src[key] != want {
 			t.Errorf("source of %s = %q, want %q", key, src[key], want)

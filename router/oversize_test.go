@@ -35,7 +35,7 @@ func TestEdgeRouterOversizeRouted(t *testing.T) {
 		{"oversize topic", true, "shapes.oversize", "shapes.oversize", ""},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			cfg := Config{Broker: BrokerMemory}
+			cfg := Config{Broker: brokerMemory}
 			cfg.Budget.Vertices = 10_000
 			cfg.Budget.MaxPayloadBytes = 4 << 10
 			cfg.Budget.MaxMessageVertices = 1_000

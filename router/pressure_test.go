@@ -20,7 +20,7 @@ func TestSheddingPressureSignals(t *testing.T) {
 	ls := telemetry.NewLagSampler(src, telemetry.WithLagThreshold(10), telemetry.WithLagInterval(time.Hour))
 	vb := mustVertexBudget(100)
 	r := &Router{budget: vb, lagSampler: ls}
-	budget, lagP, either := r.sheddingPressure(PressureBudget), r.sheddingPressure(PressureLag), r.sheddingPressure(PressureEither)
+	budget, lagP, either := r.sheddingPressure(pressureBudget), r.sheddingPressure(pressureLag), r.sheddingPressure(pressureEither)
 	sample := func() {
 		t.Helper()
 		if err := ls.Sample(context.Background()); err != nil {
@@ -72,7 +72,7 @@ func TestSheddingPressureSignals(t *testing.T) {
 	p.Release()
 
 	// Before the sampler exists (or with telemetry off) lag is no pressure.
-	if d := (&Router{budget: vb}).sheddingPressure(PressureLag).SaturatedFor(); d != 0 {
+	if d := (&Router{budget: vb}).sheddingPressure(pressureLag).SaturatedFor(); d != 0 {
 		t.Errorf("lag pressure without a sampler: %v", d)
 	}
 }

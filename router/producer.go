@@ -60,7 +60,7 @@ func (p *ProducerConfig) setDefaults() {
 func (p ProducerConfig) validate(c Config) []error {
 	errs := nested("producer.rate_limit.", p.RateLimit.config().Validate())
 	errs = append(errs, nested("producer.lag_throttle.", p.LagThrottle.Validate())...)
-	if t := p.LagThrottle.Threshold; t > 0 && (c.Broker == BrokerMemory || c.Telemetry.Disabled) {
+	if t := p.LagThrottle.Threshold; t > 0 && (c.Broker == brokerMemory || c.Telemetry.Disabled) {
 		errs = append(errs, &spillway.FieldError{Field: "producer.lag_throttle.threshold", Value: fmt.Sprint(t),
 			Reason: "needs the lag sampler: broker kafka or redis, and telemetry on"})
 	}

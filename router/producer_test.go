@@ -36,7 +36,7 @@ func TestProducerRateLimit(t *testing.T) {
 		if st := r.Stats(); st.RateLimit == nil || st.LagThrottle != nil {
 			t.Fatalf("Stats: rate limit %v, lag throttle %v; want only the rate limit", st.RateLimit, st.LagThrottle)
 		}
-		if c := r.Config().Producer.RateLimit; c.Mode != producer.Block || c.Burst != burst {
+		if c := r.cfg.Producer.RateLimit; c.Mode != producer.Block || c.Burst != burst {
 			t.Fatalf("mode %s, burst %d", c.Mode, c.Burst)
 		}
 
@@ -98,7 +98,7 @@ func TestProducerOff(t *testing.T) {
 	if st := r.Stats(); st.RateLimit != nil || st.LagThrottle != nil {
 		t.Fatalf("Stats: rate limit %v, lag throttle %v without a producer section", st.RateLimit, st.LagThrottle)
 	}
-	c := r.Config().Producer
+	c := r.cfg.Producer
 	if c.RateLimit.Mode != producer.Block || c.LagThrottle.Step != 100*time.Millisecond || c.LagThrottle.Max != 5*time.Second {
 		t.Fatalf("defaults = %+v", c)
 	}
@@ -120,7 +120,7 @@ func TestProducerValidation(t *testing.T) {
 		{"negative max", func(c *Config) { c.Producer.LagThrottle.Max = -time.Second }, "producer.lag_throttle.max"},
 		{"throttle on memory", func(c *Config) { c.Producer.LagThrottle.Threshold = 100 }, "producer.lag_throttle.threshold"},
 		{"throttle without telemetry", func(c *Config) {
-			c.Broker = BrokerKafka
+			c.Broker = brokerKafka
 			c.Kafka.Brokers = []string{"127.0.0.1:1"}
 			c.Telemetry.Disabled = true
 			c.Producer.LagThrottle.Threshold = 100
@@ -137,7 +137,7 @@ func TestProducerValidation(t *testing.T) {
 			}
 		})
 	}
-	ok := Config{Broker: BrokerKafka}
+	ok := Config{Broker: brokerKafka}
 	ok.Kafka.Brokers = []string{"127.0.0.1:1"}
 	ok.Producer.LagThrottle.Threshold = 100
 	ok.Producer.RateLimit.VerticesPerSecond = 10

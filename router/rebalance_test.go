@@ -257,7 +257,7 @@ func runScenario(t *testing.T, mode scenarioMode, consumer string, msgs []burstM
 
 	cluster := kafkatest.Start(t, burstPartitions, burstTopic)
 
-	cfg := Config{Broker: BrokerKafka, CloseTimeout: 15 * time.Second}
+	cfg := Config{Broker: brokerKafka, CloseTimeout: 15 * time.Second}
 	cfg.Budget.Vertices = cal.budget
 	if mode == modeControl {
 		// No admission control: the whole burst fits, nothing waits.
@@ -326,7 +326,7 @@ func runScenario(t *testing.T, mode scenarioMode, consumer string, msgs []burstM
 
 	newMember := func(name string) *member {
 		m := &member{name: name, logger: newRecordingLogger(t), sessions: newSessionLog(burstTopic), runErr: make(chan error, 1)}
-		r, err := New(cfg, m.logger, WithSaramaTracer(m.sessions))
+		r, err := New(cfg, m.logger, WithKafka(kafkabroker.WithTracer(m.sessions)))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/spillway-go/spillway"
 	"github.com/spillway-go/spillway/kafkabroker"
@@ -23,7 +23,7 @@ import (
 // redisGroupConfig is the section as a redisbroker configuration for the
 // consumer group group: each handler has its own (see redisGroup); the
 // publisher ignores it.
-func redisGroupConfig(r RedisConfig, group string) redisbroker.Config {
+func redisGroupConfig(r redisbroker.Config, group string) redisbroker.Config {
 	r.ConsumerGroup = group
 	r.MaxLen = maps.Clone(r.MaxLen)
 	return r
@@ -31,29 +31,35 @@ func redisGroupConfig(r RedisConfig, group string) redisbroker.Config {
 
 // redisGroup is the Redis consumer group of the handler named handler:
 // redis.consumer_group is the prefix of every handler's group.
-func redisGroup(r RedisConfig, handler string) string { return r.ConsumerGroup + "." + handler }
+func redisGroup(r redisbroker.Config, handler string) string { return r.ConsumerGroup + "." + handler }
 
-// WithRedisClient makes the router's Redis publisher and subscribers send
-// every command through client instead of dialling redis.addr: a Cluster
-// or Sentinel (failover) client, or a pool the program already has. The
-// connection fields of the redis section (addr, username, password, db,
-// tls) are then ignored and redis.addr need not be set. The router never
-// closes client; close it after the router. Its pool must hold the
-// blocking reads of every handler: redis.consumers per handler, plus a few
-// (see redisbroker.WithClient). Other brokers ignore it.
-func WithRedisClient(client redis.UniversalClient) Option {
-	return func(o *options) { o.redisClient = client }
+// WithRedis passes options to the router's Redis publisher and
+// subscribers (package redisbroker). redisbroker.WithClient sends every
+// command through a client of yours instead of dialling redis.addr: a
+// Cluster or Sentinel (failover) client, or a pool the program already
+// has. The connection fields of the redis section (addr, username,
+// password, db, tls) are then ignored and redis.addr need not be set; the
+// router never closes the client, so close it after the router. Its pool
+// must hold the blocking reads of every handler: redis.consumers per
+// handler, plus a few. The router itself adds
+// redisbroker.WithoutNackCount unless retry.disabled. Other brokers ignore
+// them. Several WithRedis options add up.
+func WithRedis(opts ...redisbroker.Option) Option {
+	opts = slices.Clone(opts)
+	return func(o *options) { o.redis = append(o.redis, opts...) }
 }
 
 // validate checks WithBroker against cfg, then runs Config.Validate,
-// without the redis section's connection fields when WithRedisClient gave
-// a client.
+// without the redis section's connection fields when WithRedis gave
+// options: one of them may be a client, which makes those fields unused.
+// Without a client, redisbroker rejects them as New opens the publisher
+// (newRedisBackend).
 func (o options) validate(cfg Config) error {
 	if errs := o.validateCustom(cfg); len(errs) > 0 {
 		return errors.Join(errs...)
 	}
 	err := cfg.Validate()
-	if err == nil || o.redisClient == nil || cfg.Broker != BrokerRedis {
+	if err == nil || len(o.redis) == 0 || cfg.Broker != brokerRedis {
 		return err
 	}
 	joined, ok := err.(interface{ Unwrap() []error })
@@ -76,9 +82,9 @@ func (o options) validate(cfg Config) error {
 // serves the router. Entries that cannot be unmarshalled are moved to
 // redis.dead_letter_topic by the dead-letter layer of the stack.
 type redisBackend struct {
-	cfg    RedisConfig
+	cfg    redisbroker.Config
 	logger watermill.LoggerAdapter
-	opts   []redisbroker.Option // WithLogger, WithClient if WithRedisClient gave one, WithoutNackCount
+	opts   []redisbroker.Option // WithRedis's, and WithoutNackCount when retrying
 	pub    message.Publisher
 	dl     *redisbroker.DeadLetter
 	dlPub  *latePublisher // dl's publisher: the router's copies publisher once built
@@ -91,20 +97,24 @@ type redisBackend struct {
 // delivery count: the gate dead-letters failures itself, and with defer:
 // nack it nacks messages it has not run. Without it each nack counts, so
 // redis.max_deliveries ends an entry whose handler keeps failing.
-func newRedisBackend(cfg RedisConfig, logger watermill.LoggerAdapter, client redis.UniversalClient, retrying bool) (*redisBackend, error) {
-	opts := []redisbroker.Option{redisbroker.WithLogger(logger)}
-	if client != nil {
-		opts = append(opts, redisbroker.WithClient(client))
-	}
+//
+// given are WithRedis's options. Without a client among them, the
+// publisher rejects the connection fields that options.validate let
+// through; they are then reported as the redis section's fields.
+func newRedisBackend(cfg redisbroker.Config, logger watermill.LoggerAdapter, given []redisbroker.Option, retrying bool) (*redisBackend, error) {
+	opts := append([]redisbroker.Option{redisbroker.WithLogger(logger)}, given...)
 	if retrying {
 		opts = append(opts, redisbroker.WithoutNackCount())
 	}
 	pub, err := redisbroker.NewPublisher(redisGroupConfig(cfg, ""), opts...)
 	if err != nil {
+		if errs := validateRedis(cfg); errors.Is(err, spillway.ErrInvalidConfig) && len(errs) > 0 {
+			return nil, errors.Join(errs...)
+		}
 		return nil, fmt.Errorf("router: redis: publisher: %w", err)
 	}
-	if err := pingRedis(cfg, opts, client != nil); err != nil {
-		_ = pub.Close() // leaves a client of WithRedisClient open
+	if err := pingRedis(cfg, opts); err != nil {
+		_ = pub.Close() // leaves a client of WithRedis open
 		return nil, err
 	}
 	dlPub := &latePublisher{}
@@ -125,16 +135,17 @@ const pingTimeout = 5 * time.Second
 // redis.addr, instead of Run failing later. A refused connection fails in
 // under a second; a host that does not answer at all, after pingTimeout.
 // Called once the publisher holds its client, so that an embedded server
-// is not started twice.
-func pingRedis(cfg RedisConfig, opts []redisbroker.Option, given bool) error {
+// is not started twice. Without redis.addr, the client is one given with
+// WithRedis.
+func pingRedis(cfg redisbroker.Config, opts []redisbroker.Option) error {
 	ctx, cancel := context.WithTimeout(context.Background(), pingTimeout)
 	defer cancel()
 	err := redisbroker.Ping(ctx, redisGroupConfig(cfg, ""), opts...)
 	switch {
 	case err == nil:
 		return nil
-	case given:
-		return fmt.Errorf("router: redis: the client of WithRedisClient: %w", err)
+	case cfg.Addr == "":
+		return fmt.Errorf("router: redis: the client given with WithRedis: %w", err)
 	default:
 		return fmt.Errorf("router: redis.addr %q: %w", cfg.Addr, err)
 	}
@@ -237,7 +248,7 @@ func (b *redisBackend) system() string { return "redis" }
 // close has nothing left: the router closed the publisher and the
 // subscribers, and waited for them (waitClosed; each releases its clients,
 // and the embedded server with the last of them; a client given with
-// WithRedisClient stays open).
+// WithRedis stays open).
 func (b *redisBackend) close() error { return nil }
 
 // redisSubscriber forgets the subscriber in the backend when closed.
@@ -257,7 +268,6 @@ func (s *redisSubscriber) Close() error {
 func (s *redisSubscriber) waitClosed() { _ = s.Subscriber.Close() }
 
 // brokers is nil: Redis has no bootstrap list.
-func (b *redisBackend) brokers() []string { return nil }
 
 // redelivered reports whether Redis delivered msg's entry before.
 func (b *redisBackend) redelivered(msg *message.Message, _ deliveryTracker) bool {

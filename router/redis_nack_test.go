@@ -60,7 +60,7 @@ func TestRedisFailingEntryDeadLetteredAfterMaxDeliveries(t *testing.T) {
 	dlTopic := r.cfg.Redis.DeadLetterTopic
 	_, rc := edgeRedis(t, func(c *Config) { c.Redis.Addr = cfg.Redis.Addr })
 	ctx := context.Background()
-	group := r.ConsumerGroup("h")
+	group := r.back.group("h")
 	waitUntil(t, "the failing entry to be dead-lettered and everything acked", 20*time.Second, func() bool {
 		n, _ := rc.XLen(ctx, dlTopic).Result()
 		p, err := rc.XPending(ctx, "jobs", group).Result()

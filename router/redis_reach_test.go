@@ -34,7 +34,7 @@ func closedAddr(t *testing.T) string {
 func TestNewFailsFastWhenRedisIsUnreachable(t *testing.T) {
 	defer goleak.VerifyNone(t, leakOptions...)
 	addr := closedAddr(t)
-	cfg := Config{Broker: BrokerRedis}
+	cfg := Config{Broker: brokerRedis}
 	cfg.Redis.Addr = addr
 	start := time.Now()
 	r, err := New(cfg, nil)
@@ -64,13 +64,13 @@ func TestNewPingsTheGivenRedisClient(t *testing.T) {
 	defer goleak.VerifyNone(t, leakOptions...)
 	client := redis.NewClient(&redis.Options{Addr: closedAddr(t), MaxRetries: -1})
 	defer client.Close()
-	r, err := New(Config{Broker: BrokerRedis}, nil, WithRedisClient(client))
+	r, err := New(Config{Broker: brokerRedis}, nil, WithRedis(redisbroker.WithClient(client)))
 	if err == nil {
 		_ = r.Close()
 		t.Fatal("New succeeded with a client that reaches nothing")
 	}
-	if !errors.Is(err, redisbroker.ErrUnreachable) || !strings.Contains(err.Error(), "WithRedisClient") {
-		t.Errorf("error %v, want ErrUnreachable naming WithRedisClient", err)
+	if !errors.Is(err, redisbroker.ErrUnreachable) || !strings.Contains(err.Error(), "WithRedis") {
+		t.Errorf("error %v, want ErrUnreachable naming WithRedis", err)
 	}
 	// Still open: a closed client would say redis.ErrClosed.
 	if err := client.Ping(t.Context()).Err(); errors.Is(err, redis.ErrClosed) {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/spillway-go/spillway"
 	"github.com/spillway-go/spillway/internal/redistest"
+	"github.com/spillway-go/spillway/redisbroker"
 )
 
 // waitHandled waits until n messages were handled.
@@ -28,26 +29,26 @@ func waitHandled(t *testing.T, handled *atomic.Int64, n int64) {
 	}
 }
 
-// TestConsumerGroup: Router.ConsumerGroup names the group the broker
+// TestConsumerGroup: the backend names the group the broker
 // really consumes in.
 func TestConsumerGroup(t *testing.T) {
 	t.Run("memory", func(t *testing.T) {
-		r, err := New(Config{Broker: BrokerMemory}, nil)
+		r, err := New(Config{Broker: brokerMemory}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer r.Close()
-		if g := r.ConsumerGroup("h"); g != "" {
+		if g := r.back.group("h"); g != "" {
 			t.Errorf("memory ConsumerGroup = %q, want none", g)
 		}
 	})
 	t.Run("kafka", func(t *testing.T) {
 		// Configuration only: the group the Kafka backend subscribes with.
-		cfg := Config{Broker: BrokerKafka}
+		cfg := Config{Broker: brokerKafka}
 		cfg.Kafka.ConsumerGroup = "ingest"
 		cfg.setDefaults()
 		r := &Router{cfg: cfg, back: &kafkaBackend{cfg: cfg.Kafka}}
-		if g := r.ConsumerGroup("h"); g != "ingest.h" {
+		if g := r.back.group("h"); g != "ingest.h" {
 			t.Errorf("kafka ConsumerGroup = %q, want ingest.h", g)
 		}
 	})
@@ -73,7 +74,7 @@ func TestConsumerGroup(t *testing.T) {
 		}
 		waitHandled(t, &handled, 1)
 
-		if g := r.ConsumerGroup("h"); g != "tiler.h" {
+		if g := r.back.group("h"); g != "tiler.h" {
 			t.Fatalf("redis ConsumerGroup = %q, want tiler.h", g)
 		}
 		client := redis.NewClient(&redis.Options{Addr: cfg.Redis.Addr})
@@ -82,8 +83,8 @@ func TestConsumerGroup(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(groups) != 1 || groups[0].Name != r.ConsumerGroup("h") {
-			t.Errorf("groups on the stream = %+v, want only %q", groups, r.ConsumerGroup("h"))
+		if len(groups) != 1 || groups[0].Name != r.back.group("h") {
+			t.Errorf("groups on the stream = %+v, want only %q", groups, r.back.group("h"))
 		}
 	})
 }
@@ -97,19 +98,24 @@ func TestWithRedisClient(t *testing.T) {
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr(), PoolSize: 16, ClientName: "users-pool"})
 	defer client.Close()
 
-	cfg := Config{Broker: BrokerRedis}
+	cfg := Config{Broker: brokerRedis}
 	cfg.Redis.BlockTime = 50 * time.Millisecond
 	var ce *spillway.FieldError
 	if _, err := New(cfg, nil); !errors.As(err, &ce) || ce.Field != "redis.addr" {
 		t.Fatalf("no addr, no client: err = %v, want a redis.addr error", err)
 	}
+	// Options without a client leave redis.addr required: redisbroker
+	// rejects it, and New names the section's field.
+	if _, err := New(cfg, nil, WithRedis(redisbroker.WithoutNackCount())); !errors.As(err, &ce) || ce.Field != "redis.addr" {
+		t.Fatalf("no addr, options without a client: err = %v, want a redis.addr error", err)
+	}
 	bad := cfg
 	bad.Redis.ConsumerGroup = " "
-	if _, err := New(bad, nil, WithRedisClient(client)); !errors.As(err, &ce) || ce.Field != "redis.consumer_group" {
+	if _, err := New(bad, nil, WithRedis(redisbroker.WithClient(client))); !errors.As(err, &ce) || ce.Field != "redis.consumer_group" {
 		t.Fatalf("blank group with a client: err = %v, want a redis.consumer_group error", err)
 	}
 
-	r, err := New(cfg, nil, WithRedisClient(client))
+	r, err := New(cfg, nil, WithRedis(redisbroker.WithClient(client)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +165,7 @@ func TestCloseWaitsForRedisAcks(t *testing.T) {
 	srv := redistest.Start(t)
 	raw := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	defer raw.Close()
-	cfg := Config{Broker: BrokerRedis}
+	cfg := Config{Broker: brokerRedis}
 	cfg.Redis.Addr = srv.Addr()
 	cfg.Redis.BlockTime = 50 * time.Millisecond
 	r, err := New(cfg, nil)
@@ -235,10 +241,10 @@ func TestTopLevelConsumerGroup(t *testing.T) {
 		}
 	})
 	t.Run("kafka", func(t *testing.T) {
-		cfg := Config{Broker: BrokerKafka, ConsumerGroup: "tiles"}
+		cfg := Config{Broker: brokerKafka, ConsumerGroup: "tiles"}
 		cfg.setDefaults()
 		r := &Router{cfg: cfg, back: &kafkaBackend{cfg: cfg.Kafka}}
-		if g := r.ConsumerGroup("h"); g != "tiles.h" {
+		if g := r.back.group("h"); g != "tiles.h" {
 			t.Errorf("kafka ConsumerGroup = %q, want tiles.h", g)
 		}
 	})
@@ -269,8 +275,8 @@ func TestTopLevelConsumerGroup(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if r.ConsumerGroup("h") != "tiles.h" || len(groups) != 1 || groups[0].Name != "tiles.h" {
-			t.Errorf("ConsumerGroup %q, groups on the stream %+v, want tiles.h", r.ConsumerGroup("h"), groups)
+		if r.back.group("h") != "tiles.h" || len(groups) != 1 || groups[0].Name != "tiles.h" {
+			t.Errorf("ConsumerGroup %q, groups on the stream %+v, want tiles.h", r.back.group("h"), groups)
 		}
 	})
 }

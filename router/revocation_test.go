@@ -28,7 +28,7 @@ func TestRevocationStepAsideAndLateCommit(t *testing.T) {
 	defer goleak.VerifyNone(t, leakOptions...)
 	cluster := kafkatest.Start(t, 2, "r")
 
-	cfg := Config{Broker: BrokerKafka, CloseTimeout: 10 * time.Second}
+	cfg := Config{Broker: brokerKafka, CloseTimeout: 10 * time.Second}
 	cfg.Budget.Vertices = 100
 	cfg.Kafka.Brokers = cluster.Brokers()
 	cfg.Kafka.Version = "2.3.0" // kfake's limit
@@ -56,7 +56,7 @@ func TestRevocationStepAsideAndLateCommit(t *testing.T) {
 		return nil
 	}
 	aSessions := newSessionLog("r")
-	a := groupMember(t, cfg, "r", handler, WithSaramaTracer(aSessions))
+	a := groupMember(t, cfg, "r", handler, WithKafka(kafkabroker.WithTracer(aSessions)))
 	for i, uuid := range []string{"x", "y"} {
 		msg := message.NewMessage(uuid, pingPayload(i))
 		msg.Metadata.Set("entity_id", keyFor(t, "r", int32(i), 2))
@@ -178,15 +178,15 @@ func (t *countingTracer) WrapConsumerGroupHandler(h sarama.ConsumerGroupHandler)
 	return countingHandler{ConsumerGroupHandler: t.SaramaTracer.WrapConsumerGroupHandler(h), t: t}
 }
 
-// TestTracerComposes: a tracer given with WithSaramaTracer (here the OTel
+// TestTracerComposes: a tracer given with WithKafka(kafkabroker.WithTracer(…)) (here the OTel
 // one, counted) wraps the router's session tracker instead of replacing it.
 func TestTracerComposes(t *testing.T) {
 	defer goleak.VerifyNone(t, leakOptions...)
 	inner := &countingTracer{SaramaTracer: kafka.NewOTELSaramaTracer()}
-	cfg := Config{Broker: BrokerKafka, CloseTimeout: 10 * time.Second}
+	cfg := Config{Broker: brokerKafka, CloseTimeout: 10 * time.Second}
 	cfg.Kafka.Brokers = []string{spillway.Embedded}
 	cfg.Kafka.Partitions = 2
-	r, err := New(cfg, nil, WithSaramaTracer(inner))
+	r, err := New(cfg, nil, WithKafka(kafkabroker.WithTracer(inner)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,7 +237,7 @@ func testRevocationEndsRetryBackoff(t *testing.T, mode string) {
 	defer goleak.VerifyNone(t, leakOptions...)
 	cluster := kafkatest.Start(t, 2, "rb")
 
-	cfg := Config{Broker: BrokerKafka, CloseTimeout: 10 * time.Second}
+	cfg := Config{Broker: brokerKafka, CloseTimeout: 10 * time.Second}
 	cfg.Budget.Vertices = 100
 	cfg.Kafka.Brokers = cluster.Brokers()
 	cfg.Kafka.Version = "2.3.0" // kfake's limit

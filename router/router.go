@@ -14,20 +14,16 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/IBM/sarama"
 	"github.com/ThreeDotsLabs/watermill"
-	"github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/propagation"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/spillway-go/spillway"
 	"github.com/spillway-go/spillway/cost"
+	"github.com/spillway-go/spillway/kafkabroker"
 	"github.com/spillway-go/spillway/middleware"
 	"github.com/spillway-go/spillway/producer"
+	"github.com/spillway-go/spillway/redisbroker"
 	"github.com/spillway-go/spillway/retrygate"
 	"github.com/spillway-go/spillway/shedding"
 	"github.com/spillway-go/spillway/sizing"
@@ -40,18 +36,15 @@ import (
 type Option func(*options)
 
 type options struct {
-	hooks          []any // WithHooks
-	estimator      cost.ChargeEstimator
-	tracer         kafka.SaramaTracer
-	isPermanent    func(error) bool
-	tracerProvider trace.TracerProvider
-	meterProvider  metric.MeterProvider
-	propagator     propagation.TextMapPropagator
-	signals        []os.Signal
-	saramaConfig   func(*sarama.Config) error
-	redisClient    redis.UniversalClient // WithRedisClient
-	custom         *CustomBroker         // WithBroker
-	wm             *message.Router       // WithWatermillRouter
+	hooks       []any // WithHooks
+	estimator   cost.ChargeEstimator
+	isPermanent func(error) bool
+	signals     []os.Signal
+	telemetry   []telemetry.Option   // WithTelemetry
+	kafka       []kafkabroker.Option // WithKafka
+	redis       []redisbroker.Option // WithRedis
+	custom      *CustomBroker        // WithBroker
+	wm          *message.Router      // WithWatermillRouter
 }
 
 // WithWatermillRouter builds the router on wm, a Watermill router of your
@@ -95,25 +88,6 @@ func WithEstimator(e cost.ChargeEstimator) Option {
 	return func(o *options) { o.estimator = e }
 }
 
-// WithSaramaTracer composes a watermill-kafka tracer (for example
-// kafka.NewOTELSaramaTracer()) with the router's own session tracker. It is
-// used by the Kafka publisher and every Kafka subscriber; the memory broker
-// ignores it.
-func WithSaramaTracer(t kafka.SaramaTracer) Option {
-	return func(o *options) { o.tracer = t }
-}
-
-// WithSaramaConfig calls f on every Sarama configuration the router builds
-// on Kafka (the publisher's, each subscriber's, and the admin and lag
-// client's), after the router's own settings and just before Sarama
-// validates it: an escape hatch for settings the kafka section does not
-// cover. f may be called concurrently and more than once per client kind;
-// an error from it fails the call that needed the configuration ([New],
-// or adding a handler). Other brokers ignore it.
-func WithSaramaConfig(f func(*sarama.Config) error) Option {
-	return func(o *options) { o.saramaConfig = f }
-}
-
 // WithIsPermanent replaces the retry gate's classifier of permanent errors
 // (default [retrygate.IsPermanent]: errors marked with retrygate.Permanent
 // and undecodable geometry). A permanent error dead-letters the message at
@@ -122,29 +96,34 @@ func WithIsPermanent(f func(error) bool) Option {
 	return func(o *options) { o.isPermanent = f }
 }
 
-// WithTracerProvider sets the provider of the router's spans: a producer
-// span per message published through [Router.Publisher] and a consumer
-// span per message handled. Default (and nil): OpenTelemetry's global
-// provider, which exports nothing until the application installs one.
-// Ignored with telemetry.disabled.
-func WithTracerProvider(tp trace.TracerProvider) Option {
-	return func(o *options) { o.tracerProvider = tp }
+// WithTelemetry passes options to the router's telemetry (its spans,
+// metrics and the series of its inner layers): typically
+// telemetry.WithTracerProvider, telemetry.WithMeterProvider and
+// telemetry.WithPropagator, each of which defaults to OpenTelemetry's
+// global, which exports nothing until the application installs one. Pass
+// propagation.TraceContext{} to telemetry.WithPropagator for W3C
+// traceparent. With a custom broker, telemetry.WithMessagingSystem names
+// the messaging.system of spans (default watermill). Leave
+// telemetry.WithLinkToProducer and telemetry.WithAttributes out: the
+// router sets them after these options (telemetry.link_producer; Kafka's
+// partition, offset and key and each handler's consumer group). Ignored
+// with telemetry.disabled. Several WithTelemetry options add up, later
+// ones winning.
+func WithTelemetry(opts ...telemetry.Option) Option {
+	opts = slices.Clone(opts)
+	return func(o *options) { o.telemetry = append(o.telemetry, opts...) }
 }
 
-// WithMeterProvider sets the provider of the router's metrics (budget,
-// processing, outcomes, consumer lag; docs/operations.md). Default (and
-// nil): OpenTelemetry's global provider, which records nothing until the
-// application installs one. Ignored with telemetry.disabled.
-func WithMeterProvider(mp metric.MeterProvider) Option {
-	return func(o *options) { o.meterProvider = mp }
-}
-
-// WithPropagator sets how trace context travels in message metadata.
-// Default (and nil): OpenTelemetry's global propagator, which propagates
-// nothing until the application sets one; pass propagation.TraceContext{}
-// for W3C traceparent. Ignored with telemetry.disabled.
-func WithPropagator(p propagation.TextMapPropagator) Option {
-	return func(o *options) { o.propagator = p }
+// WithKafka passes options to the router's Kafka cluster, the
+// [kafkabroker.Cluster] behind its publisher and every subscriber:
+// kafkabroker.WithSaramaConfig adjusts every Sarama configuration the
+// router builds (the kafka section's escape hatch), kafkabroker.WithTracer
+// composes a watermill-kafka tracer (for example
+// kafka.NewOTELSaramaTracer()) with the router's session tracking. Other
+// brokers ignore them. Several WithKafka options add up.
+func WithKafka(opts ...kafkabroker.Option) Option {
+	opts = slices.Clone(opts)
+	return func(o *options) { o.kafka = append(o.kafka, opts...) }
 }
 
 // Router is a Watermill router with the Spillway middleware stack in front
@@ -224,7 +203,7 @@ func New(cfg Config, logger watermill.LoggerAdapter, opts ...Option) (*Router, e
 // the backend, then builds the layers over it (build).
 func newRouter(cfg Config, logger watermill.LoggerAdapter, o options) (*Router, error) {
 	if cfg.Broker == "" && o.custom != nil {
-		cfg.Broker = BrokerCustom
+		cfg.Broker = brokerCustom
 	}
 	cfg.custom = o.custom
 	cfg.setDefaults()
@@ -303,13 +282,13 @@ func (r *Router) build() error {
 func (r *Router) openBackend() error {
 	var err error
 	switch r.cfg.Broker {
-	case BrokerMemory:
+	case brokerMemory:
 		r.back = newMemoryBackend(r.logger)
-	case BrokerKafka:
+	case brokerKafka:
 		r.back, err = newKafkaBackend(r.cfg.Kafka, r.logger, r.opts)
-	case BrokerRedis:
-		r.back, err = newRedisBackend(r.cfg.Redis, r.logger, r.opts.redisClient, !r.cfg.Retry.Disabled)
-	case BrokerCustom:
+	case brokerRedis:
+		r.back, err = newRedisBackend(r.cfg.Redis, r.logger, r.opts.redis, !r.cfg.Retry.Disabled)
+	case brokerCustom:
 		r.back = &customBackend{b: *r.opts.custom}
 	default:
 		// Validate rejects any other broker name before this point.
@@ -326,16 +305,12 @@ func (r *Router) buildTelemetry() (topts, tracingOpts []telemetry.Option, err er
 	if r.cfg.Telemetry.Disabled {
 		return nil, nil, nil
 	}
-	o := r.opts
-	topts = []telemetry.Option{
-		telemetry.WithTracerProvider(o.tracerProvider),
-		telemetry.WithMeterProvider(o.meterProvider),
-		telemetry.WithPropagator(o.propagator),
-		telemetry.WithMessagingSystem(r.back.system()),
-		telemetry.WithLinkToProducer(r.cfg.Telemetry.LinkProducer),
-	}
+	// WithTelemetry's options come after the broker's messaging system,
+	// which they may rename, and before the router's own settings.
+	topts = append([]telemetry.Option{telemetry.WithMessagingSystem(r.back.system())}, r.opts.telemetry...)
+	topts = append(topts, telemetry.WithLinkToProducer(r.cfg.Telemetry.LinkProducer))
 	var brokerAttrs func(*message.Message) []attribute.KeyValue
-	if r.cfg.Broker == BrokerKafka {
+	if r.cfg.Broker == brokerKafka {
 		brokerAttrs = kafkatel.Attributes
 		topts = append(topts, telemetry.WithAttributes(brokerAttrs))
 	}
@@ -418,7 +393,7 @@ func (r *Router) buildShedding(hs hookSet) error {
 // revocable reports whether waiters step aside when their delivery is
 // lost: on Kafka (session ended) and Redis (entry lost).
 func (r *Router) revocable() bool {
-	return r.cfg.Broker == BrokerKafka || r.cfg.Broker == BrokerRedis
+	return (r.cfg.Broker == brokerKafka || r.cfg.Broker == brokerRedis)
 }
 
 // buildAdmission builds the budget's admission middleware.
@@ -503,30 +478,11 @@ func (r *Router) buildWatermillRouter(tracingOpts []telemetry.Option) error {
 	return nil
 }
 
-// Config returns the configuration the router runs with (defaults filled).
-func (r *Router) Config() Config { return r.cfg }
-
 // Publisher returns the broker's publisher, wrapped so that every message
 // published through it is stamped with its vertex_count, and slowed down
 // by the producer section's rate limit and lag throttle when they are set.
 // It stays open until the router is closed; do not close it yourself.
 func (r *Router) Publisher() message.Publisher { return nopClosePublisher{r.producerPub} }
-
-// Layers names the slots of the middleware stack in front of every
-// handler that are present, outermost first, from tracing, metrics,
-// dead-letter, shedding, malformed (with retry.disabled), retry-gate and
-// budget: [tracing metrics retry-gate budget] by default. docs/router.md explains the order.
-func (r *Router) Layers() []string { return r.stack().layers() }
-
-// Watermill returns the underlying Watermill router, for plugins and
-// handler-level middlewares. Run and Close it through the Router only.
-func (r *Router) Watermill() *message.Router { return r.wm }
-
-// ConsumerGroup returns the consumer group the handler named handler
-// consumes in, as the broker names it: "<kafka.consumer_group>.<handler>" on
-// Kafka, "<redis.consumer_group>.<handler>" on Redis, and "" in memory,
-// which has no consumer groups.
-func (r *Router) ConsumerGroup(handler string) string { return r.back.group(handler) }
 
 // tracker returns the delivery tracker of the handler named handler, nil
 // if it has none. It takes no lock: it is on every message's path.
@@ -941,7 +897,7 @@ type Stats struct {
 // revoked and cancelled admissions, and the charges not read from a
 // vertex_count header, for [Router.Stats] (logging the first default
 // charge of each topic), then calls hooks in turn.
-func (r *Router) countAdmission(hooks []AdmissionHook) func(*message.Message, middleware.Admission) {
+func (r *Router) countAdmission(hooks []admissionHook) func(*message.Message, middleware.Admission) {
 	return func(msg *message.Message, a middleware.Admission) {
 		switch a.Result {
 		case middleware.Revoked:
@@ -1035,7 +991,7 @@ func (nopClosePublisher) Close() error { return nil }
 // sheddingPressure is the signal priority shedding waits on
 // (shedding.pressure). The lag sampler is built after the shedding policy,
 // so the lag is read through r when asked, never before New returns.
-func (r *Router) sheddingPressure(p Pressure) spillway.Pressure {
+func (r *Router) sheddingPressure(p string) spillway.Pressure {
 	lag := func() time.Duration {
 		if r.lagSampler == nil {
 			return 0
@@ -1043,9 +999,9 @@ func (r *Router) sheddingPressure(p Pressure) spillway.Pressure {
 		return r.lagSampler.SaturatedFor()
 	}
 	switch p {
-	case PressureLag:
+	case pressureLag:
 		return spillway.PressureFunc(lag)
-	case PressureEither:
+	case pressureEither:
 		return spillway.PressureFunc(func() time.Duration { return max(r.budget.SaturatedFor(), lag()) })
 	}
 	return budgetPressure{r}

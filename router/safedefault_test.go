@@ -71,9 +71,9 @@ func TestDefaultConfigBoundsEveryFate(t *testing.T) {
 		name   string
 		config func(t *testing.T) Config
 	}{
-		{"memory", func(*testing.T) Config { return Config{Broker: BrokerMemory} }},
+		{"memory", func(*testing.T) Config { return Config{Broker: brokerMemory} }},
 		{"kafka", func(*testing.T) Config {
-			c := Config{Broker: BrokerKafka}
+			c := Config{Broker: brokerKafka}
 			c.Kafka.Brokers = []string{spillway.Embedded}
 			c.Kafka.Partitions = 1
 			return c
@@ -227,7 +227,7 @@ func (w *topicWatch) wait(t *testing.T, n int, d time.Duration) {
 // failure is limited: a burst, then one line per interval, and the next
 // line says how many were left out.
 func TestRepeatedErrorsLogBounded(t *testing.T) {
-	cfg := Config{Broker: BrokerMemory}
+	cfg := Config{Broker: brokerMemory}
 	cfg.Retry.Disabled = true
 	logger := newLineLogger()
 	r, err := New(cfg, logger)
@@ -297,7 +297,7 @@ func TestLimitedLoggerCountsSuppressed(t *testing.T) {
 // and what the handler returned with its error is not published; other
 // failures are nacked as in plain Watermill.
 func TestMalformedDeadLetteredWithGateOff(t *testing.T) {
-	cfg := Config{Broker: BrokerMemory}
+	cfg := Config{Broker: brokerMemory}
 	cfg.Retry.Disabled = true
 	r, err := New(cfg, nil)
 	if err != nil {

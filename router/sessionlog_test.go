@@ -9,7 +9,7 @@ import (
 )
 
 // sessionLog is a Sarama tracer (give it to a router with
-// WithSaramaTracer) that records the consumer-group sessions claiming
+// WithKafka(kafkabroker.WithTracer(...))) that records the consumer-group sessions claiming
 // partitions of topic: when each was set up, when its context ended (a
 // rebalance or close) and when it was released (every claim returned).
 // Sessions of other groups the router runs, such as the retry handler's,

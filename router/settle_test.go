@@ -106,7 +106,7 @@ func TestSettlingCounts(t *testing.T) {
 // Close reports a handler that outlives close_timeout, and the message it
 // leaves unacknowledged.
 func TestCloseReportsOverrunningHandler(t *testing.T) {
-	r, err := New(Config{Broker: BrokerMemory, CloseTimeout: 300 * time.Millisecond}, nil)
+	r, err := New(Config{Broker: brokerMemory, CloseTimeout: 300 * time.Millisecond}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

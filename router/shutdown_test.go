@@ -43,7 +43,7 @@ func TestGracefulShutdownKafka(t *testing.T) {
 	defer goleak.VerifyNone(t, leakOptions...)
 	cluster := kafkatest.Start(t, 2, "jobs")
 
-	cfg := Config{Broker: BrokerKafka, CloseTimeout: 10 * time.Second}
+	cfg := Config{Broker: brokerKafka, CloseTimeout: 10 * time.Second}
 	cfg.Budget.Vertices = 100
 	cfg.Kafka.Brokers = cluster.Brokers()
 	cfg.Kafka.Version = "2.3.0" // kfake's limit
@@ -266,7 +266,7 @@ func TestNoSignalsUnlessAsked(t *testing.T) {
 // TestCloseWithoutRun: a router that never ran closes at once.
 func TestCloseWithoutRun(t *testing.T) {
 	defer goleak.VerifyNone(t, leakOptions...)
-	c := Config{Broker: BrokerKafka}
+	c := Config{Broker: brokerKafka}
 	c.Kafka.Brokers = []string{spillway.Embedded}
 	c.Kafka.Partitions = 2
 	r, err := New(c, nil)

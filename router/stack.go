@@ -68,7 +68,7 @@ import (
 //     work only, never the wait for budget, and never a message that
 //     shedding dropped after its wait.
 //
-// Outside all of them, and not a layer of its own in [Router.Layers], the
+// Outside all of them, and not a layer of its own in layers(), the
 // router's settling layer follows each message until Watermill acks or
 // nacks it, so Close never closes a subscriber under finished work whose
 // ack is still on its way.

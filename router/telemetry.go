@@ -67,7 +67,7 @@ func (r *Router) observe() error {
 		}
 		r.unregister = append(r.unregister, un)
 	}
-	if r.cfg.Broker == BrokerMemory {
+	if r.cfg.Broker == brokerMemory {
 		return nil
 	}
 	lopts := []telemetry.Option{telemetry.WithLagInterval(r.cfg.Telemetry.LagInterval)}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/spillway-go/spillway/cost"
 	"github.com/spillway-go/spillway/middleware"
+	"github.com/spillway-go/spillway/telemetry"
 )
 
 // startRouter runs r and checks Close and Run when the test ends (the
@@ -43,7 +44,7 @@ func TestRedisMalformedEntryDeadLettered(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	defer func() { _ = mp.Shutdown(context.Background()) }()
-	r, err := New(cfg, nil, WithMeterProvider(mp))
+	r, err := New(cfg, nil, WithTelemetry(telemetry.WithMeterProvider(mp)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +110,7 @@ func TestTraceThroughRouter(t *testing.T) {
 			defer func() { _ = tp.Shutdown(context.Background()) }()
 			cfg := bc.config(t)
 			cfg.CloseTimeout = 10 * time.Second
-			r, err := New(cfg, nil, WithTracerProvider(tp), WithPropagator(propagation.TraceContext{}))
+			r, err := New(cfg, nil, WithTelemetry(telemetry.WithTracerProvider(tp), telemetry.WithPropagator(propagation.TraceContext{})))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -217,7 +218,7 @@ func TestBudgetMetrics(t *testing.T) {
 	cfg := Config{}
 	cfg.Budget.Vertices = 12_345
 	cfg.Telemetry.Name = "geo"
-	r, err := New(cfg, nil, WithMeterProvider(mp))
+	r, err := New(cfg, nil, WithTelemetry(telemetry.WithMeterProvider(mp)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,7 +252,7 @@ func TestLagThroughRouter(t *testing.T) {
 			cfg.CloseTimeout = 10 * time.Second
 			cfg.Kafka.Partitions = 1
 			cfg.Telemetry.LagInterval = 100 * time.Millisecond
-			r, err := New(cfg, nil, WithMeterProvider(mp))
+			r, err := New(cfg, nil, WithTelemetry(telemetry.WithMeterProvider(mp)))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -347,7 +348,7 @@ func TestAdmissionHooksOnLeanStack(t *testing.T) {
 			if withMeter {
 				mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 				defer func() { _ = mp.Shutdown(context.Background()) }()
-				opts = append(opts, WithMeterProvider(mp))
+				opts = append(opts, WithTelemetry(telemetry.WithMeterProvider(mp)))
 			}
 			r, err := New(Config{Retry: RetryConfig{Disabled: true}}, nil, opts...) // a lean stack
 			if err != nil {
@@ -401,8 +402,8 @@ func TestHandlerSeesProducerTrace(t *testing.T) {
 	const traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 	for _, withParent := range []bool{false, true} {
 		t.Run("traceparent="+strconv.FormatBool(withParent), func(t *testing.T) {
-			r, err := New(Config{Broker: BrokerMemory, Retry: RetryConfig{Disabled: true}}, nil,
-				WithPropagator(propagation.TraceContext{}))
+			r, err := New(Config{Broker: brokerMemory, Retry: RetryConfig{Disabled: true}}, nil,
+				WithTelemetry(telemetry.WithPropagator(propagation.TraceContext{})))
 			if err != nil {
 				t.Fatal(err)
 			}

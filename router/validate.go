@@ -16,13 +16,14 @@ import (
 	"github.com/spillway-go/spillway/internal/embedreg"
 	"github.com/spillway-go/spillway/kafkabroker"
 	"github.com/spillway-go/spillway/middleware"
+	"github.com/spillway-go/spillway/redisbroker"
 	"github.com/spillway-go/spillway/retrygate"
 	"github.com/spillway-go/spillway/sizing"
 )
 
 func (c *Config) setDefaults() {
 	if c.Broker == "" {
-		c.Broker = BrokerMemory
+		c.Broker = brokerMemory
 	}
 	if c.CloseTimeout == 0 {
 		c.CloseTimeout = defaultCloseTimeout
@@ -70,11 +71,11 @@ func (c *Config) setDefaults() {
 	}
 	c.Shedding.Config = c.Shedding.Config.WithDefaults()
 	if c.Shedding.Pressure == "" {
-		c.Shedding.Pressure = PressureBudget
+		c.Shedding.Pressure = pressureBudget
 	}
 	c.Kafka = c.Kafka.WithDefaults()
 	setRedisDefaults(&c.Redis)
-	if c.Broker == BrokerKafka && c.Kafka.Consumer == kafkabroker.ConsumerKey && c.Retry.Defer == "" {
+	if c.Broker == brokerKafka && c.Kafka.Consumer == kafkabroker.ConsumerKey && c.Retry.Defer == "" {
 		// A republished copy would run after later messages of its
 		// key; a nacked message is sent again in its place.
 		c.Retry.Defer = retrygate.DeferNack
@@ -115,17 +116,10 @@ func retryDefaults(r retrygate.Config, d time.Duration) retrygate.Config {
 // setRedisDefaults fills the redis section: redisbroker's defaults, with
 // the consumer name left for each subscriber to choose when it starts.
 // setDefaults gives it the router's consumer group first.
-func setRedisDefaults(r *RedisConfig) {
+func setRedisDefaults(r *redisbroker.Config) {
 	consumer := r.Consumer
 	*r = r.WithDefaults()
 	r.Consumer = consumer
-}
-
-// WithDefaults returns c with every zero field set to its default, as
-// [New] and [LoadConfig] use it.
-func (c Config) WithDefaults() Config {
-	c.setDefaults()
-	return c
 }
 
 // Validate reports every invalid field of c (after defaults are applied,
@@ -145,9 +139,9 @@ func (c Config) Validate() error {
 		errs = append(errs, &spillway.FieldError{Field: field, Value: value, Reason: reason})
 	}
 	switch c.Broker {
-	case BrokerMemory, BrokerKafka, BrokerRedis, BrokerCustom:
+	case brokerMemory, brokerKafka, brokerRedis, brokerCustom:
 	default:
-		bad("broker", string(c.Broker), "must be one of memory, kafka, redis, custom")
+		bad("broker", c.Broker, "must be one of memory, kafka, redis, custom")
 	}
 	if c.CloseTimeout < 0 {
 		bad("close_timeout", c.CloseTimeout.String(), "must be positive")
@@ -193,7 +187,7 @@ func (c Config) Validate() error {
 		bad("budget.default_cost", strconv.FormatInt(c.Budget.DefaultCost, 10), "must be zero (the whole budget) or positive")
 	}
 	deadline := c.autoSizeDeadline()
-	if deadline == 0 && c.Broker == BrokerCustom && c.custom == nil {
+	if deadline == 0 && c.Broker == brokerCustom && c.custom == nil {
 		deadline = -1 // WithBroker gives it: unknown until New, which validates again
 	}
 	errs = append(errs, c.Budget.AutoSize.validate(deadline)...)
@@ -201,9 +195,9 @@ func (c Config) Validate() error {
 	errs = append(errs, nested("retry.", c.Retry.Config.Validate())...)
 	errs = append(errs, c.validateCombinations()...)
 	switch c.Broker {
-	case BrokerKafka:
+	case brokerKafka:
 		errs = append(errs, nested("kafka.", c.Kafka.Validate())...)
-	case BrokerRedis:
+	case brokerRedis:
 		errs = append(errs, validateRedis(c.Redis)...)
 	}
 	errs = append(errs, c.Telemetry.validate()...)
@@ -219,15 +213,15 @@ func (c Config) validateCombinations() []error {
 		errs = append(errs, &spillway.FieldError{Field: field, Value: value, Reason: reason})
 	}
 	switch p := c.Shedding.Pressure; p {
-	case "", PressureBudget:
-	case PressureLag, PressureEither:
+	case "", pressureBudget:
+	case pressureLag, pressureEither:
 		if c.Telemetry.Disabled || c.Telemetry.LagThreshold <= 0 {
-			bad("shedding.pressure", string(p), "needs the lag sampler: telemetry on and telemetry.lag_threshold above 0")
+			bad("shedding.pressure", p, "needs the lag sampler: telemetry on and telemetry.lag_threshold above 0")
 		}
 	default:
-		bad("shedding.pressure", string(p), "must be budget, lag or either")
+		bad("shedding.pressure", p, "must be budget, lag or either")
 	}
-	if c.Broker == BrokerKafka && c.Shedding.Coalesce.Enabled {
+	if c.Broker == brokerKafka && c.Shedding.Coalesce.Enabled {
 		bad("shedding.coalesce.enabled", "true", "must be false on kafka: a partition has one message in flight, so there is never anything to coalesce, "+
 			"and it costs a goroutine per message (use shedding.version_guard)")
 	}
@@ -235,11 +229,11 @@ func (c Config) validateCombinations() []error {
 		return errs
 	}
 	r := c.Retry.Config
-	if c.Broker == BrokerKafka && c.Kafka.Consumer == kafkabroker.ConsumerKey && r.Defer == retrygate.DeferRepublish {
+	if c.Broker == brokerKafka && c.Kafka.Consumer == kafkabroker.ConsumerKey && r.Defer == retrygate.DeferRepublish {
 		bad("retry.defer", string(r.Defer), "must be nack with kafka.consumer key (its default there): a copy republished to the retry topic "+
 			"runs after later messages of its key, and key order is what kafka.consumer key is for")
 	}
-	if c.Broker == BrokerMemory && r.Defer == retrygate.DeferNack {
+	if c.Broker == brokerMemory && r.Defer == retrygate.DeferNack {
 		bad("retry.defer", string(r.Defer), "must be republish on memory: GoChannel resends the original message at once, "+
 			"so a deferred message loses its attempt count and spins while the consumer is saturated")
 	}
@@ -264,9 +258,9 @@ func (c Config) validateCombinations() []error {
 // deadline.
 func (c Config) deadlineKey() string {
 	switch c.Broker {
-	case BrokerRedis:
+	case brokerRedis:
 		return "redis.max_idle_time"
-	case BrokerCustom:
+	case brokerCustom:
 		return "CustomBroker.RedeliveryDeadline"
 	}
 	return "kafka.rebalance_timeout"
@@ -425,7 +419,7 @@ func nested(prefix string, err error) []error {
 	return out
 }
 
-func validateRedis(r RedisConfig) []error {
+func validateRedis(r redisbroker.Config) []error {
 	var errs []error
 	bad := func(field, value, reason string) {
 		f := "redis"

@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/spillway-go/spillway/cost"
+	"github.com/spillway-go/spillway/telemetry"
 )
 
 // warningLogger keeps the router's warnings: Info lines whose message
@@ -88,11 +89,11 @@ func TestUnstampedWarnedOncePerTopic(t *testing.T) {
 			reader := sdkmetric.NewManualReader()
 			mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 			defer func() { _ = mp.Shutdown(context.Background()) }()
-			cfg := Config{Broker: BrokerMemory}
+			cfg := Config{Broker: brokerMemory}
 			cfg.Budget.Vertices = 1_000
 			cfg.Budget.ComputeMissing = computeMissing
 			logs := &warningLogger{}
-			r, err := New(cfg, logs, WithMeterProvider(mp))
+			r, err := New(cfg, logs, WithTelemetry(telemetry.WithMeterProvider(mp)))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -182,7 +183,7 @@ func TestUnstampedWarnedOncePerTopic(t *testing.T) {
 // limit, its value and what to do; the next line after the interval says
 // how many were refused in between.
 func TestOversizeWarnedOncePerInterval(t *testing.T) {
-	cfg := Config{Broker: BrokerMemory}
+	cfg := Config{Broker: brokerMemory}
 	cfg.Budget.Vertices = 10_000
 	cfg.Budget.MaxPayloadBytes = 4 << 10
 	cfg.Budget.MaxMessageVertices = 1_000

@@ -86,7 +86,7 @@ func TestStackLayers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer plain.Close()
-	if got := plain.Layers(); !reflect.DeepEqual(got, []string{"tracing", "metrics", "retry-gate", "budget"}) {
+	if got := plain.stack().layers(); !reflect.DeepEqual(got, []string{"tracing", "metrics", "retry-gate", "budget"}) {
 		t.Errorf("default layers = %v", got)
 	}
 	bare := Config{}
@@ -97,7 +97,7 @@ func TestStackLayers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer quiet.Close()
-	if got := quiet.Layers(); !reflect.DeepEqual(got, []string{"budget"}) {
+	if got := quiet.stack().layers(); !reflect.DeepEqual(got, []string{"budget"}) {
 		t.Errorf("layers without telemetry = %v", got)
 	}
 	if quiet.tracing != nil || quiet.metrics != nil || quiet.lagSampler != nil {
@@ -437,7 +437,7 @@ func runRetry(t *testing.T, bc brokerCase) {
 	if _, ok := r.back.(*kafkaBackend); ok {
 		sc := sarama.NewConfig()
 		sc.Version = sarama.V2_3_0_0
-		admin, err := sarama.NewClusterAdmin(r.Brokers(), sc)
+		admin, err := sarama.NewClusterAdmin(r.back.(*kafkaBackend).cluster.Brokers(), sc)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -545,7 +545,7 @@ func runRetry(t *testing.T, bc brokerCase) {
 	t.Logf("%s: jobs %v; retry topic %v", bc.name, jobs, retries)
 }
 
-// shedTally is a ShedHook that counts the drops by origin topic and
+// shedTally is a hook (OnShed) that counts the drops by origin topic and
 // reason.
 type shedTally struct {
 	mu sync.Mutex
@@ -571,7 +571,7 @@ func (t *shedTally) topic(topic string) map[string]int {
 	return maps.Clone(t.by[topic])
 }
 
-// retryTally is a RetryOutcomeHook that counts the gate's outcomes by
+// retryTally is a hook (OnRetryOutcome) that counts the gate's outcomes by
 // consumed topic.
 type retryTally struct {
 	mu sync.Mutex

@@ -40,7 +40,7 @@ func TestWithWatermillRouter(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if r.Watermill() != wm {
+		if r.wm != wm {
 			t.Fatal("the router does not run on the given Watermill router")
 		}
 		done := make(chan struct{})

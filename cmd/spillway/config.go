@@ -68,12 +68,12 @@ func runConfigCheck(e *env, path string) error {
 		return err
 	}
 	deadline := "none (memory)"
-	if c.Broker == router.BrokerCustom {
+	if c.Broker == "custom" {
 		deadline = "set in code (router.WithBroker)"
 	}
 	if d := c.RedeliveryDeadline(); d > 0 {
 		key := "kafka.rebalance_timeout"
-		if c.Broker == router.BrokerRedis {
+		if c.Broker == "redis" {
 			key = "redis.max_idle_time"
 		}
 		deadline = fmt.Sprintf("%s (%s)", d, key)
@@ -158,7 +158,7 @@ func configProblems(err error, src map[string]string) error {
 		}
 		source := ce.Source
 		if source == "" {
-			if s := src[indexSuffix.ReplaceAllString(ce.Field, "")]; s != router.SourceDefault {
+			if s := src[indexSuffix.ReplaceAllString(ce.Field, "")]; s != "default" {
 				source = s
 			}
 		}
@@ -223,7 +223,7 @@ func annotate(n *yaml.Node, path string, src map[string]string) {
 			annotate(val, p, src)
 			continue
 		}
-		if s == router.SourceDefault {
+		if s == "default" {
 			s = "# default"
 		} else {
 			s = "# from " + s

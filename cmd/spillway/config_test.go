@@ -241,13 +241,13 @@ func TestExitCodes(t *testing.T) {
 // config print shows the values the router runs with, and the result still
 // validates.
 func TestEffective(t *testing.T) {
-	c := router.Config{Broker: router.BrokerKafka}
+	c := router.Config{Broker: "kafka"}
 	c.Kafka.Brokers = []string{"k:9092"}
 	c.Kafka.RebalanceTimeout = 40 * time.Second
 	c.Budget.Lanes = []middleware.Lane{{Name: "fast", MaxCharge: 10}, {Name: "rest", Weight: 3}}
 	c.Budget.AutoSize.MemoryBytes = 1 << 30
 	c.Budget.AutoSize.BytesPerVertex = 1024
-	c = c.WithDefaults()
+	c.Budget.AutoSize.Processes = 1 // as loaded: LoadConfig fills the defaults
 	e := effective(c)
 	if w := []int64{e.Budget.Lanes[0].Weight, e.Budget.Lanes[1].Weight}; w[0] != 1 || w[1] != 3 {
 		t.Errorf("lane weights %v, want [1 3]", w)

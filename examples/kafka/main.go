@@ -52,6 +52,7 @@ import (
 	_ "github.com/spillway-go/spillway/embedded" // kafka.brokers / redis.addr "embedded"
 	"github.com/spillway-go/spillway/examples/geo"
 	"github.com/spillway-go/spillway/router"
+	"github.com/spillway-go/spillway/telemetry"
 )
 
 const (
@@ -137,7 +138,7 @@ func run() int {
 			return 1
 		}
 		defer ms.Close()
-		ropts = append(ropts, router.WithMeterProvider(ms.provider))
+		ropts = append(ropts, router.WithTelemetry(telemetry.WithMeterProvider(ms.provider)))
 		fmt.Printf("metrics: %s\n", ms.url)
 	}
 	r, err := router.New(cfg, logger, ropts...)
@@ -145,12 +146,12 @@ func run() int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	if cfg.Broker == router.BrokerRedis {
+	if cfg.Broker == "redis" {
 		fmt.Printf("spillway demo: broker redis %s, stream %s, %d consumers, idle-claim after %s\n",
 			cfg.Redis.Addr, topic, cfg.Redis.Consumers, cfg.RedeliveryDeadline())
 	} else {
 		fmt.Printf("spillway demo: broker %s %v, topic %s, %d partitions, rebalance timeout %s\n",
-			cfg.Broker, brokersOf(r, cfg), topic, cfg.Kafka.Partitions, cfg.Kafka.RebalanceTimeout)
+			cfg.Broker, cfg.Kafka.Brokers, topic, cfg.Kafka.Partitions, cfg.Kafka.RebalanceTimeout)
 	}
 	fmt.Printf("stream: %d messages, %d vertices (%d pings, %d polygons, %d heavies of ~%d vertices)\n",
 		len(stream), totalVertices, s.pings, s.polygons, s.heavies, s.heavyVertices)
@@ -219,7 +220,7 @@ func config() (router.Config, error) {
 		return cfg, err
 	}
 	if os.Getenv("SPILLWAY_BROKER") == "" {
-		cfg.Broker = router.BrokerKafka
+		cfg.Broker = "kafka"
 	}
 	if b := os.Getenv("KAFKA_BROKERS"); b != "" {
 		cfg.Kafka.Brokers = strings.Split(b, ",")
@@ -232,7 +233,7 @@ func config() (router.Config, error) {
 		// A demo-sized deadline, so the budget is small enough to see.
 		cfg.Kafka.RebalanceTimeout = 6 * time.Second
 	}
-	if cfg.Broker == router.BrokerRedis {
+	if cfg.Broker == "redis" {
 		if os.Getenv("SPILLWAY_REDIS_MAX_IDLE_TIME") == "" {
 			// The same demo-sized deadline: the idle-claim time, with the
 			// keep-alive refreshing held entries well inside it.
@@ -246,16 +247,6 @@ func config() (router.Config, error) {
 		cfg.CloseTimeout = 10 * time.Second
 	}
 	return cfg, cfg.Validate()
-}
-
-func brokersOf(r *router.Router, cfg router.Config) []string {
-	if b := r.Brokers(); len(b) > 0 {
-		if len(cfg.Kafka.Brokers) == 1 && cfg.Kafka.Brokers[0] == spillway.Embedded {
-			return []string{"embedded " + strings.Join(b, ",")}
-		}
-		return b
-	}
-	return nil
 }
 
 type streamMessage struct {

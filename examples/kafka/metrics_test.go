@@ -12,6 +12,7 @@ import (
 
 	"github.com/spillway-go/spillway"
 	"github.com/spillway-go/spillway/router"
+	"github.com/spillway-go/spillway/telemetry"
 )
 
 // TestMetricsEndpoint: with -metrics-addr the demo's router exports its
@@ -23,12 +24,12 @@ func TestMetricsEndpoint(t *testing.T) {
 	}
 	defer ms.Close()
 
-	cfg := router.Config{Broker: router.BrokerKafka}
+	cfg := router.Config{Broker: "kafka"}
 	cfg.Kafka.Brokers = []string{spillway.Embedded}
 	cfg.Kafka.Partitions = 1
 	cfg.Budget.Vertices = 4321
 	cfg.Telemetry.LagInterval = 100 * time.Millisecond
-	r, err := router.New(cfg, nil, router.WithMeterProvider(ms.provider))
+	r, err := router.New(cfg, nil, router.WithTelemetry(telemetry.WithMeterProvider(ms.provider)))
 	if err != nil {
 		t.Fatal(err)
 	}

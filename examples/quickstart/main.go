@@ -24,6 +24,7 @@ import (
 	"github.com/spillway-go/spillway/cost"
 	_ "github.com/spillway-go/spillway/embedded" // kafka.brokers: [embedded]
 	"github.com/spillway-go/spillway/router"
+	"github.com/spillway-go/spillway/telemetry"
 )
 
 var samples = []string{
@@ -47,7 +48,7 @@ func main() {
 	defer mp.Shutdown(context.Background())
 	go func() { log.Fatal(http.ListenAndServe(*metricsAddr, promhttp.Handler())) }()
 
-	r, err := router.New(cfg, watermill.NewStdLoggerWithOut(os.Stdout, false, false), router.WithTracerProvider(tp), router.WithMeterProvider(mp))
+	r, err := router.New(cfg, watermill.NewStdLoggerWithOut(os.Stdout, false, false), router.WithTelemetry(telemetry.WithTracerProvider(tp), telemetry.WithMeterProvider(mp)))
 	check(err)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()

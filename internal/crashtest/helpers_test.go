@@ -55,7 +55,7 @@ func loadConfig(t *testing.T, yaml string) router.Config {
 func rawPublisher(t *testing.T, c router.Config) message.Publisher {
 	t.Helper()
 	switch c.Broker {
-	case router.BrokerKafka:
+	case "kafka":
 		cl, err := kafkabroker.New(c.Kafka)
 		if err != nil {
 			t.Fatal(err)

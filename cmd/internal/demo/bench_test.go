@@ -103,7 +103,7 @@ func benchConsume(b *testing.B, consumer string, brokers []string, topic string)
 	group := "bench-" + topic
 	switch consumer {
 	case "spillway", "spillway-no-otel", "spillway-no-retry", "spillway-key":
-		cfg := router.Config{Broker: router.BrokerKafka}
+		cfg := router.Config{Broker: "kafka"}
 		if consumer == "spillway-key" {
 			cfg.Kafka.Consumer = "key"
 		}

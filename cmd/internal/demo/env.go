@@ -6,6 +6,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/spillway-go/spillway/kafkabroker"
 	"github.com/spillway-go/spillway/retrygate"
 	"github.com/spillway-go/spillway/router"
 )
@@ -70,7 +71,7 @@ func (e *kafkaEnv) naiveSubscriber(m *member, topic string) (message.Subscriber,
 }
 
 func (e *kafkaEnv) spillwayConfig(cfg *router.Config, _ *member) {
-	cfg.Broker = router.BrokerKafka
+	cfg.Broker = "kafka"
 	k := &cfg.Kafka
 	k.Brokers = e.cl.brokers
 	k.Version = kafkaVersion.String() // kfake's limit; the router defaults to 3.6.0
@@ -83,7 +84,7 @@ func (e *kafkaEnv) spillwayConfig(cfg *router.Config, _ *member) {
 }
 
 func (e *kafkaEnv) routerOptions(m *member) []router.Option {
-	return []router.Option{router.WithSaramaTracer(m.obs)}
+	return []router.Option{router.WithKafka(kafkabroker.WithTracer(m.obs))}
 }
 
 func (e *kafkaEnv) lag(group string) (int64, error) {

@@ -49,7 +49,7 @@ import (
 // whose topic has partitions partitions.
 func keyBenchRouter(b *testing.B, brokers []string, consumer string, partitions int32, budget int64, topic string, h message.NoPublishHandlerFunc, lanes ...middleware.Lane) *router.Router {
 	b.Helper()
-	cfg := router.Config{Broker: router.BrokerKafka}
+	cfg := router.Config{Broker: "kafka"}
 	cfg.Telemetry.Disabled = true
 	cfg.Budget.Vertices = budget
 	cfg.Budget.Lanes = lanes

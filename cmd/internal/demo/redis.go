@@ -69,7 +69,7 @@ func (e *redisEnv) naiveSubscriber(m *member, topic string) (message.Subscriber,
 }
 
 func (e *redisEnv) spillwayConfig(cfg *router.Config, m *member) {
-	cfg.Broker = router.BrokerRedis
+	cfg.Broker = "redis"
 	r := &cfg.Redis
 	r.Addr = e.addr
 	r.ConsumerGroup = GroupSpillway

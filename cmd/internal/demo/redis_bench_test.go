@@ -93,7 +93,7 @@ func benchRedisConsume(b *testing.B, consumer string, consumers int, addr, topic
 	group := "bench-" + topic
 	switch consumer {
 	case "spillway", "spillway-no-otel":
-		cfg := router.Config{Broker: router.BrokerRedis}
+		cfg := router.Config{Broker: "redis"}
 		cfg.Telemetry.Disabled = consumer == "spillway-no-otel"
 		cfg.Budget.Vertices = 1 << 40
 		cfg.Redis.Addr = addr

@@ -341,7 +341,7 @@ func Run(ctx context.Context, o Options) (*Recording, error) {
 
 // checkRedis reports whether this build's router runs on Redis Streams.
 func checkRedis() error {
-	cfg := router.Config{Broker: router.BrokerRedis}
+	cfg := router.Config{Broker: "redis"}
 	cfg.Redis.Addr = "embedded"
 	r, err := router.New(cfg, nil)
 	if err != nil {
@@ -522,8 +522,9 @@ func (gr *groupRun) onRetry(ev retrygate.Event) {
 	}
 }
 
-// memberHooks are a Spillway member's router hooks (router.ShedHook,
-// router.RetryOutcomeHook, router.ResizeHook): they feed the run's record.
+// memberHooks are a Spillway member's router hooks (OnShed,
+// OnRetryOutcome and OnResize, see router.WithHooks): they feed the run's
+// record.
 type memberHooks struct {
 	gr *groupRun
 	m  *member

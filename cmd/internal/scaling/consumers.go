@@ -125,13 +125,13 @@ func newSpillway(t target, group string, budget int64, h handlerFor) (*consumer,
 	cfg.CloseTimeout = 10 * time.Second
 	switch t.broker {
 	case BrokerKafka:
-		cfg.Broker = router.BrokerKafka
+		cfg.Broker = "kafka"
 		cfg.Kafka.Brokers = t.kafka
 		cfg.Kafka.Version = kafkaVersion.String()
 		cfg.Kafka.ConsumerGroup = group
 		cfg.Kafka.Partitions = int32(t.parallelism)
 	case BrokerRedis:
-		cfg.Broker = router.BrokerRedis
+		cfg.Broker = "redis"
 		cfg.Redis.Addr = t.redisAddr
 		cfg.Redis.ConsumerGroup = group
 		cfg.Redis.Consumer = "c"
