@@ -27,8 +27,8 @@ const (
 	defaultNackResendSleep   = 100 * time.Millisecond
 	defaultWindowMessages    = 128
 	defaultWindowBytes       = 4 << 20
-	// defaultVersion is the protocol version spoken to a cluster: the
-	// newest Sarama 1.43.3 knows.
+	// defaultVersion is the protocol version spoken to a cluster: 3.6.0,
+	// which every Kafka release since 3.6 accepts.
 	defaultVersion = "3.6.0"
 	// batchHeadroom is what [Config.MaxMessageBytes] adds for the record
 	// batch around a message (its header and the record's own framing),
@@ -96,10 +96,10 @@ type Config struct {
 	KeyMetadata string `yaml:"key_metadata" env:"KEY_METADATA"`
 
 	// Version is the Kafka protocol version Sarama speaks: at least 0.10.1
-	// (the first with a rebalance timeout). Default 3.6.0 (the newest
-	// Sarama 1.43.3 knows), or 2.3.0 with brokers [spillway.Embedded] (also the
-	// most the embedded broker accepts). The default is chosen when defaults are
-	// applied, so set Brokers first.
+	// (the first with a rebalance timeout). Default 3.6.0, or 2.3.0 with
+	// brokers [spillway.Embedded] (also the most the embedded broker
+	// accepts). The default is chosen when defaults are applied, so set
+	// Brokers first.
 	Version string `yaml:"version" env:"VERSION"`
 
 	// ClientID is sent to the brokers. Default spillway.

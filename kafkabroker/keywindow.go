@@ -265,7 +265,7 @@ func (w *keyWindow[R]) commit(c int64) {
 //
 // Resuming before the read-ahead runs dry is what keeps a partition busy.
 // When every partition a broker connection fetches is paused, Sarama's
-// fetch loop sleeps 100 ms before it looks again (v1.43.3,
+// fetch loop sleeps 100 ms before it looks again (its
 // partitionConsumersBatchTimeout), so a consumer that paused whenever a
 // record waited, and resumed once none did, idled through that sleep
 // after each fetch: with one partition, most of the time

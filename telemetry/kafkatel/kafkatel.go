@@ -133,6 +133,11 @@ type topicPartition struct {
 // one. A coordinator that moved is looked up again once.
 func (s *lagSource) fetchCommitted(parts map[string][]int32) (map[topicPartition]int64, error) {
 	resp, err := s.admin.ListConsumerGroupOffsets(s.group, parts)
+	if errors.Is(err, sarama.ErrGroupIDNotFound) {
+		// Sarama returns the broker's answer for a group that has never
+		// committed as an error (see below).
+		return map[topicPartition]int64{}, nil
+	}
 	if err == nil && (resp.Err == sarama.ErrNotCoordinatorForConsumer || resp.Err == sarama.ErrConsumerCoordinatorNotAvailable) {
 		err = resp.Err
 	}

@@ -14,7 +14,7 @@ import (
 )
 
 // kafkaVersion is the protocol version every client of the demo speaks:
-// the newest that Sarama 1.43.3 and kfake agree on (the router uses the
+// the newest that Sarama and kfake agree on (the router uses the
 // same, see docs/kafka.md).
 var kafkaVersion = sarama.V2_3_0_0
 

@@ -28,7 +28,7 @@ import (
 var ErrNoRedisServer = errors.New("redis-server is not on PATH (apt-get install redis-server): the Redis Streams part of the sweep is skipped")
 
 // kafkaVersion is the protocol version every client speaks: the newest
-// Sarama 1.43.3 and kfake agree on (the router's choice for an embedded
+// Sarama and kfake agree on (the router's choice for an embedded
 // broker, docs/kafka.md).
 var kafkaVersion = sarama.V2_3_0_0
 

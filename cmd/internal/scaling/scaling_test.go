@@ -57,7 +57,8 @@ func TestTinyCurve(t *testing.T) {
 		// it ends by itself after.
 		time.Sleep(time.Second)
 		goleak.VerifyNone(t,
-			goleak.IgnoreTopFunction("github.com/rcrowley/go-metrics.(*meterArbiter).tick"), before)
+			goleak.IgnoreTopFunction("github.com/rcrowley/go-metrics.(*meterArbiter).tick"),
+			goleak.IgnoreAnyFunction("github.com/IBM/sarama.(*currentRefresh).start.func1"), before)
 	}()
 	o := tinyOptions()
 	o.Brokers = []string{BrokerKafka}
