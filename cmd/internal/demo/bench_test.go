@@ -15,6 +15,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/spillway-go/spillway/cost"
+	"github.com/spillway-go/spillway/internal/geodata"
 	"github.com/spillway-go/spillway/router"
 )
 
@@ -67,19 +68,65 @@ func BenchmarkKafkaConsume(b *testing.B) {
 			// otherwise run next to every earlier one's messages.
 			cl, pub := benchCluster(b, 12)
 			topic := fmt.Sprintf("bench-%s-%d", c, seq.Add(1))
-			publishBench(b, pub, topic, b.N)
-			benchConsume(b, c, cl.brokers, topic)
+			publishBench(b, pub, topic, b.N, []byte(`{"type":"Point","coordinates":[4.9,52.37]}`))
+			benchConsume(b, c, cl.brokers, topic, nil)
 		})
 	}
 }
 
-func publishBench(b *testing.B, pub message.Publisher, topic string, n int) {
+// BenchmarkKafkaConsumePolygon is BenchmarkKafkaConsume with a handler
+// that does what the README's does: each message is a country of about
+// 500 vertices (testdata), which the handler decodes and measures.
+//
+//	go test -run '^$' -bench KafkaConsumePolygon -benchtime 20000x -count 6 ./internal/demo/
+func BenchmarkKafkaConsumePolygon(b *testing.B) {
+	fs, err := geodata.Load(geodata.Countries)
+	if err != nil {
+		b.Fatal(err)
+	}
+	poly := fs[0]
+	for _, f := range fs {
+		if abs(f.Vertices-500) < abs(poly.Vertices-500) {
+			poly = f
+		}
+	}
+	var (
+		seq      atomic.Int64
+		vertices atomic.Int64
+	)
+	decode := func(msg *message.Message) error {
+		g, err := cost.Decode(msg.Payload)
+		if err != nil {
+			return err
+		}
+		vertices.Add(int64(len(g.FlatCoords()) / g.Stride()))
+		return nil
+	}
+	for _, c := range []string{"upstream", "spillway", "spillway-no-retry"} {
+		b.Run("consumer="+c, func(b *testing.B) {
+			cl, pub := benchCluster(b, 12)
+			topic := fmt.Sprintf("bench-polygon-%s-%d", c, seq.Add(1))
+			publishBench(b, pub, topic, b.N, poly.Geometry)
+			vertices.Store(0)
+			benchConsume(b, c, cl.brokers, topic, decode)
+			if got, want := vertices.Load(), int64(b.N*poly.Vertices); got < want {
+				b.Fatalf("handlers counted %d vertices, want at least %d", got, want)
+			}
+		})
+	}
+}
+
+func abs(n int) int { return max(n, -n) }
+
+// publishBench publishes n messages with payload to topic, each keyed by
+// one of 1,000 entities.
+func publishBench(b *testing.B, pub message.Publisher, topic string, n int, payload []byte) {
 	b.Helper()
 	const batch = 1000
 	for i := 0; i < n; i += batch {
 		var msgs []*message.Message
 		for j := i; j < min(i+batch, n); j++ {
-			m := message.NewMessage(strconv.Itoa(j), []byte(`{"type":"Point","coordinates":[4.9,52.37]}`))
+			m := message.NewMessage(strconv.Itoa(j), payload)
 			m.Metadata.Set(MetaEntity, "vehicle-"+strconv.Itoa(j%1000))
 			msgs = append(msgs, m)
 		}
@@ -89,10 +136,17 @@ func publishBench(b *testing.B, pub message.Publisher, topic string, n int) {
 	}
 }
 
-func benchConsume(b *testing.B, consumer string, brokers []string, topic string) {
+// benchConsume consumes b.N messages of topic with consumer, running work
+// (if not nil) in the handler of each.
+func benchConsume(b *testing.B, consumer string, brokers []string, topic string, work func(*message.Message) error) {
 	b.StopTimer()
 	ct := newConsumeTimer(b.N)
-	handler := func(*message.Message) error {
+	handler := func(msg *message.Message) error {
+		if work != nil {
+			if err := work(msg); err != nil {
+				return err
+			}
+		}
 		ct.seen()
 		return nil
 	}
