@@ -6,8 +6,11 @@
 //
 //	go run ./internal/apicount
 //	go run ./internal/apicount -list sizing   # the names one package exports
+//	go run ./internal/apicount -md > docs/api.md
 //
-// docs/api.md records the counts and the targets.
+// With -md it writes docs/api.md: every exported name with the first
+// sentence of its doc comment. Its test fails when docs/api.md is out of
+// date or a name has no doc comment.
 package main
 
 import (
@@ -25,7 +28,17 @@ import (
 
 func main() {
 	list := flag.String("list", "", "print the exported identifiers of this package directory (for example sizing)")
+	md := flag.Bool("md", false, "print docs/api.md: every exported identifier with the first sentence of its doc comment")
 	flag.Parse()
+	if *md {
+		page, err := Reference(".")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "apicount:", err)
+			os.Exit(1)
+		}
+		fmt.Print(page)
+		return
+	}
 	if *list != "" {
 		names, err := Names(*list)
 		if err != nil {
@@ -59,7 +72,23 @@ func main() {
 // exported identifiers per package directory (relative to root).
 func Count(root string) (map[string]int, error) {
 	counts := map[string]int{}
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+	err := walkPackages(root, func(rel, dir string) error {
+		n, ok, err := countDir(dir)
+		if err != nil {
+			return err
+		}
+		if ok {
+			counts[rel] = n
+		}
+		return nil
+	})
+	return counts, err
+}
+
+// walkPackages calls visit for every directory of the library module
+// under root that may hold a package, with its path relative to root.
+func walkPackages(root string, visit func(rel, dir string) error) error {
+	return filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -76,32 +105,27 @@ func Count(root string) (map[string]int, error) {
 				return filepath.SkipDir // another module
 			}
 		}
-		n, ok, err := countDir(path)
-		if err != nil {
-			return err
-		}
-		if ok {
-			counts[filepath.ToSlash(rel)] = n
-		}
-		return nil
+		return visit(filepath.ToSlash(rel), path)
 	})
-	return counts, err
 }
 
 // Names returns the exported identifiers of the package in dir, one per
 // line as Type, Type.Field, Type.Method or Func.
 func Names(dir string) ([]string, error) {
 	var names []string
-	_, _, err := walkDir(dir, func(n string) { names = append(names, n) })
+	_, _, err := walkDir(dir, func(n, _ string) { names = append(names, n) })
 	sort.Strings(names)
 	return names, err
 }
 
 func countDir(dir string) (int, bool, error) {
-	return walkDir(dir, func(string) {})
+	return walkDir(dir, func(string, string) {})
 }
 
-func walkDir(dir string, emit func(string)) (int, bool, error) {
+// walkDir calls emit with each exported name of the package in dir and
+// its doc comment, and returns how many there are and whether dir holds a
+// package other than main.
+func walkDir(dir string, emit func(name, doc string)) (int, bool, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return 0, false, err
@@ -113,7 +137,7 @@ func walkDir(dir string, emit func(string)) (int, bool, error) {
 		if e.IsDir() || !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") {
 			continue
 		}
-		f, err := parser.ParseFile(fset, filepath.Join(dir, name), nil, parser.SkipObjectResolution)
+		f, err := parser.ParseFile(fset, filepath.Join(dir, name), nil, parser.SkipObjectResolution|parser.ParseComments)
 		if err != nil {
 			return 0, false, err
 		}
@@ -126,7 +150,7 @@ func walkDir(dir string, emit func(string)) (int, bool, error) {
 	return n, found, nil
 }
 
-func countFile(f *ast.File, emit func(string)) int {
+func countFile(f *ast.File, emit func(name, doc string)) int {
 	n := 0
 	for _, decl := range f.Decls {
 		switch d := decl.(type) {
@@ -139,9 +163,9 @@ func countFile(f *ast.File, emit func(string)) int {
 			}
 			n++
 			if d.Recv != nil {
-				emit(embeddedName(d.Recv.List[0].Type) + "." + d.Name.Name)
+				emit(embeddedName(d.Recv.List[0].Type)+"."+d.Name.Name, d.Doc.Text())
 			} else {
-				emit(d.Name.Name)
+				emit(d.Name.Name, d.Doc.Text())
 			}
 		case *ast.GenDecl:
 			for _, spec := range d.Specs {
@@ -151,13 +175,13 @@ func countFile(f *ast.File, emit func(string)) int {
 						continue
 					}
 					n++
-					emit(s.Name.Name)
+					emit(s.Name.Name, first(s.Doc, d.Doc, s.Comment))
 					n += exportedMembers(s.Name.Name, s.Type, emit)
 				case *ast.ValueSpec:
 					for _, id := range s.Names {
 						if id.IsExported() {
 							n++
-							emit(id.Name)
+							emit(id.Name, first(s.Doc, s.Comment, d.Doc))
 						}
 					}
 				}
@@ -169,7 +193,7 @@ func countFile(f *ast.File, emit func(string)) int {
 
 // exportedMembers counts the exported fields of a struct type and the
 // exported methods of an interface type.
-func exportedMembers(owner string, t ast.Expr, emit func(string)) int {
+func exportedMembers(owner string, t ast.Expr, emit func(name, doc string)) int {
 	var fields *ast.FieldList
 	switch tt := t.(type) {
 	case *ast.StructType:
@@ -184,13 +208,17 @@ func exportedMembers(owner string, t ast.Expr, emit func(string)) int {
 		for _, id := range f.Names {
 			if id.IsExported() {
 				n++
-				emit(owner + "." + id.Name)
+				emit(owner+"."+id.Name, first(f.Doc, f.Comment))
 			}
 		}
 		if len(f.Names) == 0 { // embedded
 			if id := embeddedName(f.Type); id != "" && ast.IsExported(id) {
 				n++
-				emit(owner + "." + id)
+				text := first(f.Doc, f.Comment)
+				if text == "" {
+					text = "The embedded " + id + ", whose fields are promoted."
+				}
+				emit(owner+"."+id, text)
 			}
 		}
 	}
@@ -216,4 +244,14 @@ func exportedRecv(recv *ast.FieldList) bool {
 		return false
 	}
 	return ast.IsExported(embeddedName(recv.List[0].Type))
+}
+
+// first returns the text of the first non-empty comment group.
+func first(groups ...*ast.CommentGroup) string {
+	for _, g := range groups {
+		if t := g.Text(); t != "" {
+			return t
+		}
+	}
+	return ""
 }
