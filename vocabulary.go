@@ -59,6 +59,8 @@ const Off = -1
 // shedding and the retry gate call it from message goroutines.
 // *middleware.VertexBudget implements it; so can a consumer-lag signal.
 type Pressure interface {
+	// SaturatedFor returns how long the consumer has been saturated
+	// without a break; 0 when it is not saturated now.
 	SaturatedFor() time.Duration
 }
 

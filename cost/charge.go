@@ -60,9 +60,14 @@ func (s Source) String() string {
 // estimator of [NewEstimator] charges one message; an estimator of your own
 // may charge more.
 type Charge struct {
+	// Vertices is the message's work: its vertex count.
 	Vertices int64
+	// Messages is how many messages it counts as against a budget's
+	// message limit: 1 for the estimator of [NewEstimator].
 	Messages int64
-	Source   Source
+	// Source says where Vertices came from: the header, a count computed
+	// from the payload, or the default for a missing or malformed one.
+	Source Source
 }
 
 // ChargeEstimator prices a message: what the middleware's admission and the
@@ -71,6 +76,8 @@ type Charge struct {
 // messages another way. Implementations must be safe for
 // concurrent use.
 type ChargeEstimator interface {
+	// Estimate returns what admitting msg costs. It must not fail: a
+	// message it cannot price gets a charge that says so in its Source.
 	Estimate(msg *message.Message) Charge
 }
 

@@ -742,11 +742,13 @@ type BudgetStats struct {
 	InUse     int64 // vertices admitted and not yet released
 	PeakInUse int64 // highest InUse seen
 	// Waiting is the number of callers blocked in Acquire (or in the
-	// middleware), WaitingVertices their charges, each clamped to the
-	// capacity, and OldestWait how long the longest of them has waited.
-	Waiting         int
+	// middleware).
+	Waiting int
+	// WaitingVertices is the sum of the waiters' charges, each clamped to
+	// the capacity.
 	WaitingVertices int64
-	OldestWait      time.Duration
+	// OldestWait is how long the longest waiter has waited.
+	OldestWait time.Duration
 	// SaturatedFor is how long the next charge has had to wait without a
 	// break (someone is waiting, or the vertices or the message limit are
 	// used up), 0 if it would be admitted at once now.

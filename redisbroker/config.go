@@ -99,7 +99,8 @@ type Config struct {
 	// Username and Password authenticate (AUTH / HELLO). Username may be
 	// empty for the default user. Password is a Secret: convert a string
 	// with spillway.Secret(s).
-	Username string          `yaml:"username" env:"USERNAME"`
+	Username string `yaml:"username" env:"USERNAME"`
+	// Password is the AUTH password, never printed.
 	Password spillway.Secret `yaml:"password" env:"PASSWORD"`
 	// DB is the database number (SELECT). Default 0.
 	DB int `yaml:"db" env:"DB"`
@@ -166,8 +167,9 @@ type Config struct {
 	// many entries (XADD MAXLEN ~): when it overflows, Redis trims the
 	// oldest entries, read or not. 0 means unbounded. MaxLen overrides it
 	// per topic (a value of 0 there makes that topic unbounded).
-	DefaultMaxLen int64            `yaml:"default_max_len" env:"DEFAULT_MAX_LEN"`
-	MaxLen        map[string]int64 `yaml:"max_len" env:"MAX_LEN"`
+	DefaultMaxLen int64 `yaml:"default_max_len" env:"DEFAULT_MAX_LEN"`
+	// MaxLen bounds the named topics' streams, overriding DefaultMaxLen.
+	MaxLen map[string]int64 `yaml:"max_len" env:"MAX_LEN"`
 
 	// DeadLetterTopic is the stream malformed entries, and entries
 	// delivered more than MaxDeliveries times, are moved to by the

@@ -866,6 +866,7 @@ func (r *Router) close() error {
 
 // Stats is a snapshot of the router's admission state.
 type Stats struct {
+	// Budget is the vertex budget's figures, all lanes together.
 	Budget middleware.BudgetStats
 	// Lanes has one entry per budget.lanes entry, in order: its name,
 	// its ceiling (the capacity less the other lanes' reservations),
