@@ -154,6 +154,10 @@ func (s *keySubscriber) Subscribe(ctx context.Context, topic string) (<-chan *me
 	}
 	s.wg.Add(1)
 	s.mu.Unlock()
+	if err := probe(s.brokers, s.sarama); err != nil {
+		s.wg.Done()
+		return nil, fmt.Errorf("kafkabroker: connecting to %v: %w", s.brokers, err)
+	}
 	client, err := sarama.NewClient(s.brokers, s.sarama)
 	if err != nil {
 		s.wg.Done()
