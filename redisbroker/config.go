@@ -194,7 +194,9 @@ func (c *Config) setDefaults() {
 	if c.NackResendSleep == 0 {
 		c.NackResendSleep = defaultNackResendSleep
 	}
-	if c.KeepAlive.Interval == 0 {
+	if c.KeepAlive.Interval == 0 && c.MaxIdleTime > 0 {
+		// Derived from MaxIdleTime only when that is usable: a bad
+		// MaxIdleTime is reported on its own, not again here.
 		c.KeepAlive.Interval = c.MaxIdleTime / 3
 	}
 	if c.KeepAlive.MaxInFlight == 0 {
