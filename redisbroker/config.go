@@ -153,7 +153,8 @@ type Config struct {
 	KeepAlive KeepAliveConfig `yaml:"keep_alive" envPrefix:"KEEP_ALIVE_"`
 	// MaxDeliveries is how many times an entry may be delivered to the
 	// group: a first read, every claim from a consumer that died, stalled
-	// or let it go (Redis's delivery count), and every time a subscriber
+	// or let it go (Redis's delivery count, less the deliveries a stuck
+	// consumer never handed to a handler), and every time a subscriber
 	// hands a nacked message over again (see [Deliveries]). A delivery past
 	// it is flagged for the [DeadLetter] middleware, which moves it to
 	// DeadLetterTopic instead of running its handler: a payload that
