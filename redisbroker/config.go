@@ -154,7 +154,8 @@ type Config struct {
 	KeepAlive KeepAliveConfig `yaml:"keep_alive" envPrefix:"KEEP_ALIVE_"`
 	// MaxDeliveries is how many times an entry may be delivered to the
 	// group: a first read, every claim from a consumer that died, stalled
-	// or let it go (Redis's delivery count), and every time a subscriber
+	// or let it go (Redis's delivery count, less the deliveries a stuck
+	// consumer never handed to a handler), and every time a subscriber
 	// hands a nacked message over again (see [Deliveries]). A delivery past
 	// it is flagged for the [DeadLetter] middleware, which moves it to
 	// DeadLetterTopic instead of running its handler: a payload that
@@ -196,7 +197,9 @@ func (c *Config) setDefaults() {
 	if c.NackResendSleep == 0 {
 		c.NackResendSleep = defaultNackResendSleep
 	}
-	if c.KeepAlive.Interval == 0 {
+	if c.KeepAlive.Interval == 0 && c.MaxIdleTime > 0 {
+		// Derived from MaxIdleTime only when that is usable: a bad
+		// MaxIdleTime is reported on its own, not again here.
 		c.KeepAlive.Interval = c.MaxIdleTime / 3
 	}
 	if c.KeepAlive.MaxInFlight == 0 {

@@ -35,6 +35,25 @@ end
 return {taken, gone}
 `)
 
+// giveBackScript takes back the delivery Redis counted for entries a stuck
+// consumer let go without ever handing them to a handler (read-ahead
+// queued behind the stuck one): for each entry the consumer still owns, it
+// lowers the delivery count by one and leaves the owner and the idle time
+// as they are (XCLAIM to the same consumer with RETRYCOUNT, IDLE and
+// JUSTID), so a peer claims it on the same schedule and the count says how
+// many times a handler got it. KEYS[1] is the stream, ARGV[1] the group,
+// then consumer/ID pairs.
+var giveBackScript = redis.NewScript(`
+for i = 2, #ARGV, 2 do
+  local consumer, id = ARGV[i], ARGV[i + 1]
+  local p = redis.call('XPENDING', KEYS[1], ARGV[1], id, id, 1)
+  if #p > 0 and p[1][2] == consumer and p[1][4] > 0 then
+    redis.call('XCLAIM', KEYS[1], ARGV[1], consumer, 0, id, 'IDLE', p[1][3], 'RETRYCOUNT', p[1][4] - 1, 'JUSTID')
+  end
+end
+return 0
+`)
+
 // refreshBatch bounds the entries refreshed by one script call, so one call
 // never holds the server for long.
 const refreshBatch = 256
@@ -482,7 +501,16 @@ func (k *keepAlive) refresh(ctx context.Context) {
 		}
 		byStream[key.stream] = append(byStream[key.stream], key.consumer, key.id)
 	}
+	// Entries the stuck consumer never handed over (read-ahead behind
+	// the stuck handler) did not run here: their delivery is given back
+	// below, so that they are not dead-lettered with a poison entry that
+	// hangs one consumer after another. An entry handed over after this
+	// finds itself revoked and steps aside.
+	unstarted := make(map[string][]any)
 	for _, key := range expired {
+		if st := k.states[key]; st != nil && st.msg == nil {
+			unstarted[key.stream] = append(unstarted[key.stream], key.consumer, key.id)
+		}
 		k.revokeLocked(key)
 	}
 	for _, key := range stale {
@@ -498,13 +526,20 @@ func (k *keepAlive) refresh(ctx context.Context) {
 		k.logger.Info("Entry could not be refreshed for MaxIdleTime; a peer may claim it, so this consumer gives it up",
 			watermill.LogFields{"stream": key.stream, "xid": key.id, "consumer": key.consumer})
 	}
-	if len(byStream) == 0 {
+	if len(byStream) == 0 && len(unstarted) == 0 {
 		return
 	}
 	// A refresh slower than a tick is pointless: the next tick sends a
 	// fresh batch.
 	ctx, cancel := context.WithTimeout(ctx, k.interval)
 	defer cancel()
+	for stream, pairs := range unstarted {
+		for len(pairs) > 0 {
+			n := min(len(pairs), 2*refreshBatch)
+			k.giveBack(ctx, stream, pairs[:n])
+			pairs = pairs[n:]
+		}
+	}
 	for stream, pairs := range byStream {
 		for len(pairs) > 0 {
 			n := min(len(pairs), 2*refreshBatch)
@@ -555,6 +590,20 @@ func (k *keepAlive) refreshStream(ctx context.Context, stream string, pairs []an
 		k.lost.Add(uint64(n))
 		k.logger.Info("Held entries were claimed by another consumer; they may run twice",
 			watermill.LogFields{"stream": stream, "entries": n})
+	}
+}
+
+// giveBack runs giveBackScript for consumer/ID pairs of stream. On failure
+// the entries keep the delivery: they may be dead-lettered one delivery
+// early, which is logged.
+func (k *keepAlive) giveBack(ctx context.Context, stream string, pairs []any) {
+	args := make([]any, 0, len(pairs)+1)
+	args = append(args, k.group)
+	args = append(args, pairs...)
+	if err := giveBackScript.Run(ctx, k.client, []string{stream}, args...).Err(); err != nil && ctx.Err() == nil {
+		k.errs.Add(1)
+		k.logger.Error("Could not take back the deliveries of entries a stuck consumer never started; they count as delivered", err,
+			watermill.LogFields{"stream": stream, "entries": len(pairs) / 2})
 	}
 }
 

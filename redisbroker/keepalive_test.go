@@ -258,3 +258,67 @@ func TestKeepAliveReportsEntriesClaimedAway(t *testing.T) {
 		t.Fatalf("owner = %q, want thief: the keep-alive took the entry back", p.Consumer)
 	}
 }
+
+// A consumer presumed stuck lets go of everything it holds, but the
+// entries it read ahead and never handed over did not run here: their
+// delivery is taken back (count one lower), owner and idle time unchanged,
+// while the entry its handler is stuck on keeps its count. So a payload
+// that hangs one consumer after another does not drag the entries queued
+// behind it to MaxDeliveries (issue 34, item 2).
+func TestStuckConsumerGivesBackUnstartedDeliveries(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	rc := rawClient(t, srv)
+	cfg := testConfig(srv)
+	cfg.Consumers = 1
+	cfg.MaxIdleTime = 10 * time.Second // no claim in this test
+	cfg.KeepAlive = redisbroker.KeepAliveConfig{Interval: 200 * time.Millisecond, MaxInFlight: 500 * time.Millisecond}
+	topic := uniq("giveback")
+
+	sub := newSubscriber(t, cfg)
+	started := make(chan struct{}, 1)
+	runRouter(t, sub, topic, func(msg *message.Message) error {
+		select {
+		case started <- struct{}{}:
+		default:
+		}
+		<-msg.Context().Done() // stuck until shutdown
+		return msg.Context().Err()
+	})
+	pub := newPublisher(t, cfg)
+	publish(t, pub, topic, "stuck")
+	select {
+	case <-started:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the handler never got the message")
+	}
+	publish(t, pub, topic, "behind-1", "behind-2") // read ahead, never handed over
+	ctx := context.Background()
+	var pending []redis.XPendingExt
+	waitFor(t, "three entries pending for the consumer", 10*time.Second, func() bool {
+		var err error
+		pending, err = rc.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: topic, Group: cfg.ConsumerGroup, Start: "-", End: "+", Count: 10}).Result()
+		return err == nil && len(pending) == 3
+	})
+	waitFor(t, "the stuck consumer to let go", 10*time.Second, func() bool { return sub.Stats().Expired == 3 })
+	waitFor(t, "the read-ahead's deliveries to be taken back", 2*time.Second, func() bool {
+		p, _ := pendingOf(t, rc, topic, cfg.ConsumerGroup, pending[2].ID)
+		return p.RetryCount == 0
+	})
+	stuck, _ := pendingOf(t, rc, topic, cfg.ConsumerGroup, pending[0].ID)
+	if stuck.RetryCount != 1 || stuck.Consumer != pending[0].Consumer {
+		t.Errorf("entry in the stuck handler: %+v, want delivered once, same owner", stuck)
+	}
+	for _, want := range pending[1:] {
+		p, ok := pendingOf(t, rc, topic, cfg.ConsumerGroup, want.ID)
+		if !ok || p.RetryCount != 0 || p.Consumer != want.Consumer {
+			t.Errorf("read-ahead entry: %+v, want delivered 0 times, same owner %s", p, want.Consumer)
+		}
+		// Refreshed with the stuck one until the same tick, so idle as
+		// long: the give-back did not restart its idle clock (a peer
+		// claims it on the same schedule).
+		if d := stuck.Idle - p.Idle; d > 100*time.Millisecond || d < -100*time.Millisecond {
+			t.Errorf("read-ahead entry idle %s, stuck entry idle %s: the give-back reset the idle time", p.Idle, stuck.Idle)
+		}
+	}
+}

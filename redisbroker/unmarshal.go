@@ -67,8 +67,10 @@ func entryOf(msg *message.Message) (entry, bool) {
 // delivery count (as XPENDING reports it; 1 for an entry read for the
 // first time, more for one claimed from a consumer that died, stalled or
 // let it go), plus one for each time this subscriber handed it over again
-// after a nack. It is 0 for a message that did not come from a
-// [Subscriber].
+// after a nack. A consumer presumed stuck takes back the deliveries of
+// the entries it read ahead and never handed over, so the count does not
+// grow for an entry that only waited behind a stuck one. It is 0 for a
+// message that did not come from a [Subscriber].
 func Deliveries(msg *message.Message) int {
 	n, err := strconv.Atoi(msg.Metadata.Get(metadataDeliveries))
 	if err != nil || n < 0 {

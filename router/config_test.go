@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -653,5 +654,42 @@ func TestRetryDefaultsFitTheDeadline(t *testing.T) {
 	k.setDefaults()
 	if k.Retry.Defer != retrygate.DeferNack {
 		t.Errorf("retry.defer with kafka.consumer key = %q, want nack", k.Retry.Defer)
+	}
+}
+
+// TestRedisBadIdleTimeNamesOnlyThatField: a bad redis.max_idle_time is
+// reported on that field alone, not also on keep_alive.interval, which the
+// user did not set and which is derived from it (issue 34, item 5).
+func TestRedisBadIdleTimeNamesOnlyThatField(t *testing.T) {
+	clearEnv(t)
+	p := writeConfig(t, `broker: redis
+redis:
+  addr: redis.internal:6379
+  max_idle_time: -1s
+`)
+	_, err := LoadConfig(p)
+	if err == nil {
+		t.Fatal("redis.max_idle_time -1s accepted")
+	}
+	var fields []string
+	for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
+		var fe *spillway.FieldError
+		if errors.As(e, &fe) {
+			fields = append(fields, fe.Field)
+		}
+	}
+	if !slices.Equal(fields, []string{"redis.max_idle_time"}) {
+		t.Errorf("fields reported = %v, want only redis.max_idle_time (%v)", fields, err)
+	}
+	// A keep-alive interval the user did set is still checked.
+	p = writeConfig(t, `broker: redis
+redis:
+  addr: redis.internal:6379
+  max_idle_time: -1s
+  keep_alive: {interval: -1s}
+`)
+	_, err = LoadConfig(p)
+	if err == nil || !strings.Contains(err.Error(), "redis.keep_alive.interval") || !strings.Contains(err.Error(), "redis.max_idle_time") {
+		t.Errorf("both set wrong: %v, want errors on both fields", err)
 	}
 }

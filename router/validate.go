@@ -471,9 +471,12 @@ func validateRedis(r redisbroker.Config) []error {
 	dur("claim_interval", r.ClaimInterval)
 	dur("max_idle_time", r.MaxIdleTime)
 	if !r.KeepAlive.Disabled {
-		if r.KeepAlive.Interval <= 0 {
+		// The interval defaults to a third of max_idle_time; it is left
+		// zero when max_idle_time is bad, which is reported above.
+		idleOK := r.MaxIdleTime >= time.Millisecond
+		if r.KeepAlive.Interval < 0 || r.KeepAlive.Interval == 0 && idleOK {
 			bad("keep_alive.interval", r.KeepAlive.Interval.String(), "must be positive")
-		} else if r.KeepAlive.Interval >= r.MaxIdleTime {
+		} else if idleOK && r.KeepAlive.Interval >= r.MaxIdleTime {
 			bad("keep_alive.interval", r.KeepAlive.Interval.String(), "must be below redis.max_idle_time ("+r.MaxIdleTime.String()+")")
 		}
 		if r.KeepAlive.MaxInFlight <= 0 {
