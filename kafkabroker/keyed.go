@@ -709,7 +709,12 @@ func (p *keyPartition) settle(ev keyEvent) {
 
 // markWatermark marks the offset after the contiguous completed records.
 // The final mark also writes, in the commit's metadata, the records that
-// completed beyond it.
+// completed beyond it: those this session finished, and those an earlier
+// owner completed that this session has not read yet (p.skip from p.w.next
+// on). Without the latter, a session that ends before reading as far as
+// its predecessor did (a smaller window, a quick second rebalance) would
+// drop them from the metadata, and the next owner would process them
+// again.
 func (p *keyPartition) markWatermark(final bool) {
 	wm := p.w.watermark()
 	if !final {
@@ -728,7 +733,7 @@ func (p *keyPartition) markWatermark(final bool) {
 		}
 		return
 	}
-	meta := encodeCompleted(wm, p.w.doneBeyond())
+	meta := encodeCompleted(wm, append(p.w.doneBeyond(), p.skip.from(p.w.next)...))
 	if wm > p.lastMark {
 		p.sess.MarkOffset(p.topic, p.partition, wm, meta)
 	} else if meta != "" {
