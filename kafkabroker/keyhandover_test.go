@@ -1,11 +1,14 @@
 package kafkabroker_test
 
 import (
+	"context"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/spillway-go/spillway/internal/kafkatest"
@@ -114,5 +117,113 @@ func TestKeyHandoverKeepsInheritedCompleted(t *testing.T) {
 	}
 	if len(completed) != n || len(dups) != 0 {
 		t.Errorf("%d of %d messages completed, %d of them more than once: %v", len(completed), n, len(dups), dups)
+	}
+}
+
+// TestKeySteppedAsideIsNotRedelivered: after a rebalance, a record counts
+// as a redelivery (SessionTracker.Redelivered, which the retry gate defers
+// under pressure) only if a handler failed it in an earlier session. A
+// record handed over that stepped aside when its session ended (acked
+// without running, as a message waiting for budget does), and the records
+// that waited behind their keys, never ran: they are fresh work, even
+// though records at higher offsets were handed over.
+func TestKeySteppedAsideIsNotRedelivered(t *testing.T) {
+	leakCheck(t)
+	const topic = "stepped-aside"
+	cl := keyCluster(t, 1, func(c *kafkabroker.Config) { c.WindowMessages = 8 })
+	if err := cl.EnsureTopic(topic); err != nil {
+		t.Fatal(err)
+	}
+	pub, err := cl.NewPublisher()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Offset: key. 0 fails when revoked; 1 steps aside; 2 and 4 wait
+	// behind them; 3 completes.
+	for i, key := range []string{"fails", "steps-aside", "fails", "completes", "steps-aside"} {
+		m := message.NewMessage(strconv.Itoa(i), nil)
+		m.Metadata.Set("entity_id", key)
+		if err := pub.Publish(topic, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = pub.Close()
+
+	var (
+		rebalanced atomic.Bool
+		holding    atomic.Int32 // offsets 0 and 1 held in the first session
+		completed  atomic.Int32
+		mu         sync.Mutex
+		redeliv    = map[int64]bool{}
+	)
+	handle := func(tr *kafkabroker.SessionTracker, msg *message.Message) {
+		tr.Begin(msg)
+		off, _ := kafka.MessagePartitionOffsetFromCtx(msg.Context())
+		if rebalanced.Load() {
+			mu.Lock()
+			redeliv[off] = tr.Redelivered(msg)
+			mu.Unlock()
+			tr.Completed(msg)
+			msg.Ack()
+			return
+		}
+		switch off {
+		case 0:
+			holding.Add(1)
+			<-tr.Revoked(msg)
+			msg.Nack() // it ran and failed
+		case 1:
+			holding.Add(1)
+			<-tr.Revoked(msg)
+			msg.Ack() // stepped aside: never ran, not completed
+		default:
+			tr.Completed(msg)
+			msg.Ack()
+			completed.Add(1)
+		}
+	}
+	subscribe := func() (message.Subscriber, chan struct{}) {
+		sub, tr, err := cl.NewSubscriber("g")
+		if err != nil {
+			t.Fatal(err)
+		}
+		msgs, err := sub.Subscribe(context.Background(), topic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		var wg sync.WaitGroup
+		go func() {
+			defer close(done)
+			for msg := range msgs {
+				wg.Add(1)
+				go func() { defer wg.Done(); handle(tr, msg) }()
+			}
+			wg.Wait()
+		}()
+		return sub, done
+	}
+	a, aDone := subscribe()
+	waitFor(t, 20*time.Second, func() bool { return holding.Load() == 2 && completed.Load() == 1 }, "offsets 0 and 1 held, 3 completed")
+	rebalanced.Store(true)
+	b, bDone := subscribe()
+	waitFor(t, 30*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(redeliv) == 4 }, "offsets 0, 1, 2 and 4 after the rebalance")
+	for _, s := range []message.Subscriber{b, a} {
+		if err := s.Close(); err != nil {
+			t.Error(err)
+		}
+	}
+	<-aDone
+	<-bDone
+
+	mu.Lock()
+	defer mu.Unlock()
+	for _, off := range []int64{0, 1, 2, 4} {
+		if want := off == 0; redeliv[off] != want {
+			t.Errorf("offset %d: Redelivered %v after the rebalance, want %v (only offset 0 ran, and failed)", off, redeliv[off], want)
+		}
+	}
+	if _, ok := redeliv[3]; ok {
+		t.Error("offset 3, completed before the rebalance, was handed over again")
 	}
 }
