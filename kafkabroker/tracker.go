@@ -48,7 +48,8 @@ import (
 //     session of the same [Cluster] had already received for its group and
 //     partition (an uncommitted message handed out again after a
 //     rebalance, a restart of the subscriber or a nack that outlived its
-//     session). The router passes it to the retry gate and to coalescing,
+//     session); in consumer key, only a record whose handler failed in
+//     such a session. The router passes it to the retry gate and to coalescing,
 //     so a saturated consumer sheds that work before fresh work and it
 //     never supersedes a newer message.
 //
