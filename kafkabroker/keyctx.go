@@ -126,6 +126,17 @@ func (s completedSet) has(offset int64) bool {
 	return s.bits[i/8]&(1<<(i%8)) != 0
 }
 
+// from returns the offsets in s at or beyond offset, in order.
+func (s completedSet) from(offset int64) []int64 {
+	var out []int64
+	for i := max(0, offset-s.base); i < int64(len(s.bits))*8; i++ {
+		if s.bits[i/8]&(1<<(i%8)) != 0 {
+			out = append(out, s.base+i)
+		}
+	}
+	return out
+}
+
 // completedPrefix marks Spillway's commit metadata (format version 1):
 // "spw1:<watermark>:<bitset, base64 URL without padding>".
 const completedPrefix = "spw1:"

@@ -3,6 +3,7 @@ package kafkabroker
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -57,6 +58,11 @@ func TestCompletedMetadata(t *testing.T) {
 		want := off == 101 || off == 102 || off == 117 || off == 139
 		if set.has(off) != want {
 			t.Errorf("offset %d: has %v, want %v", off, set.has(off), want)
+		}
+	}
+	for from, want := range map[int64]string{0: "[101 102 117 139]", 102: "[102 117 139]", 118: "[139]", 140: "[]"} {
+		if got := fmt.Sprint(set.from(from)); got != want {
+			t.Errorf("from(%d) = %s, want %s", from, got, want)
 		}
 	}
 	for _, bad := range []struct {

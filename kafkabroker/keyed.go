@@ -412,18 +412,19 @@ func (h *keyHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sarama
 	t := h.s.keys.st
 	tp := topicPartition{claim.Topic(), claim.Partition()}
 	p := &keyPartition{
-		h:          h,
-		ks:         ks,
-		sess:       sess,
-		sessDone:   sess.Context().Done(),
-		subDone:    h.ctx.Done(),
-		topic:      tp.topic,
-		partition:  tp.partition,
-		seenBefore: t.seen.highest(groupPartition{t.group, tp}),
-		skip:       ks.skip[tp.partition],
-		w:          newKeyWindow[*keyDelivery](h.s.cfg.WindowMessages, h.s.cfg.WindowBytes, claim.InitialOffset()),
-		settled:    make(chan struct{}, 1),
-		wake:       make(chan struct{}, 1),
+		h:            h,
+		ks:           ks,
+		sess:         sess,
+		sessDone:     sess.Context().Done(),
+		subDone:      h.ctx.Done(),
+		topic:        tp.topic,
+		partition:    tp.partition,
+		gp:           groupPartition{t.group, tp},
+		failedBefore: t.seen.failedFrom(groupPartition{t.group, tp}, claim.InitialOffset()),
+		skip:         ks.skip[tp.partition],
+		w:            newKeyWindow[*keyDelivery](h.s.cfg.WindowMessages, h.s.cfg.WindowBytes, claim.InitialOffset()),
+		settled:      make(chan struct{}, 1),
+		wake:         make(chan struct{}, 1),
 	}
 	p.marked.Store(-1)
 	p.committed.Store(claim.InitialOffset())
@@ -445,14 +446,18 @@ type keyEvent struct {
 // keyWindow, which does the bookkeeping. Its fields below the line are
 // owned by the run goroutine.
 type keyPartition struct {
-	h          *keyHandler
-	ks         *keySession
-	sess       sarama.ConsumerGroupSession
-	sessDone   <-chan struct{}
-	subDone    <-chan struct{} // the subscription's context ended
-	topic      string
-	partition  int32
-	seenBefore int64 // highest offset an earlier session received, -1 none
+	h         *keyHandler
+	ks        *keySession
+	sess      sarama.ConsumerGroupSession
+	sessDone  <-chan struct{}
+	subDone   <-chan struct{} // the subscription's context ended
+	topic     string
+	partition int32
+	gp        groupPartition
+	// failedBefore is the offsets whose handler failed in an earlier
+	// session (SessionTracker.Redelivered); read-only.
+	failedBefore map[int64]struct{}
+	failedNow    atomic.Bool // a handler failed a record in this session
 
 	// Deliveries report to the loop through reports: the loop is woken
 	// once per batch of reports rather than once per delivery.
@@ -535,7 +540,11 @@ func (p *keyPartition) run(claim sarama.ConsumerGroupClaim) error {
 		case <-p.settled:
 			p.settleReady()
 		case <-p.wake:
-			p.w.commit(p.committed.Load())
+			c := p.committed.Load()
+			p.w.commit(c)
+			if p.failedNow.Load() {
+				p.h.s.keys.st.seen.forget(p.gp, c)
+			}
 		case <-sessDone:
 			p.stop(nil)
 		case <-subDone:
@@ -619,14 +628,8 @@ func (p *keyPartition) finish(d *keyDelivery) {
 	d.rec.Value, d.rec.Headers = nil, nil
 }
 
-// start hands d over on a goroutine of its own. Only then does the
-// cluster remember its offset as received ([SessionTracker.Redelivered]):
-// a record merely read into the window, or waiting behind its key, was
-// never seen by a handler, so the next session must not take it for a
-// redelivery (the retry gate defers redeliveries under pressure).
+// start hands d over on a goroutine of its own.
 func (p *keyPartition) start(d *keyDelivery) {
-	t := p.h.s.keys.st
-	t.seen.receive(groupPartition{t.group, topicPartition{p.topic, p.partition}}, d.off)
 	p.inflight++
 	p.wg.Add(1)
 	go p.deliver(d)
@@ -713,7 +716,12 @@ func (p *keyPartition) settle(ev keyEvent) {
 
 // markWatermark marks the offset after the contiguous completed records.
 // The final mark also writes, in the commit's metadata, the records that
-// completed beyond it.
+// completed beyond it: those this session finished, and those an earlier
+// owner completed that this session has not read yet (p.skip from p.w.next
+// on). Without the latter, a session that ends before reading as far as
+// its predecessor did (a smaller window, a quick second rebalance) would
+// drop them from the metadata, and the next owner would process them
+// again.
 func (p *keyPartition) markWatermark(final bool) {
 	wm := p.w.watermark()
 	if !final {
@@ -732,7 +740,7 @@ func (p *keyPartition) markWatermark(final bool) {
 		}
 		return
 	}
-	meta := encodeCompleted(wm, p.w.doneBeyond())
+	meta := encodeCompleted(wm, append(p.w.doneBeyond(), p.skip.from(p.w.next)...))
 	if wm > p.lastMark {
 		p.sess.MarkOffset(p.topic, p.partition, wm, meta)
 	} else if meta != "" {
@@ -787,6 +795,7 @@ func (p *keyPartition) attempts(d *keyDelivery) bool {
 		case <-msg.Acked():
 			return p.acked(d)
 		case <-msg.Nacked():
+			p.failed(d)
 		case <-p.subDone:
 			// The subscription is closing. An ack that came first still
 			// counts: select picks at random among ready cases, and a
@@ -818,6 +827,20 @@ func (p *keyPartition) attempts(d *keyDelivery) bool {
 		msg.SetContext(d.ctx)
 		d.completed.Store(false)
 	}
+}
+
+// failed records that d's handler failed (nacked it), so that a later
+// session of the cluster takes d's record for a redelivery
+// ([SessionTracker.Redelivered]). Only a nack tells that a handler ran:
+// a record that is revoked before it is handed over, or steps aside
+// (acked after its session ended without completing) never ran, and the
+// retry gate, which defers redeliveries under pressure, must treat it as
+// fresh work. A handler that failed and then stepped aside while the
+// retry gate waited to run it again is taken for fresh work too: the gate
+// acks it, as any revoked waiter.
+func (p *keyPartition) failed(d *keyDelivery) {
+	p.h.s.keys.st.seen.fail(p.gp, d.off)
+	p.failedNow.Store(true)
 }
 
 // acked reports whether d's ack counts: always while the session lives;

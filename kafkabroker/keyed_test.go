@@ -487,9 +487,10 @@ func TestKeyPartitionWindows(t *testing.T) {
 }
 
 // TestKeyReadIsNotRedelivered: after a rebalance, only the records a
-// handler was given in an earlier session count as redeliveries
+// handler failed in an earlier session count as redeliveries
 // (SessionTracker.Redelivered, which the retry gate defers under
-// pressure), not the ones merely read into the window behind them.
+// pressure), not the ones merely read into the window behind them
+// (TestKeySteppedAsideIsNotRedelivered: nor one that stepped aside).
 func TestKeyReadIsNotRedelivered(t *testing.T) {
 	leakCheck(t)
 	const (
@@ -544,7 +545,7 @@ func TestKeyReadIsNotRedelivered(t *testing.T) {
 	defer mu.Unlock()
 	for off := range int64(n) {
 		if want := off == 0; redeliv[off] != want {
-			t.Errorf("offset %d: Redelivered %v after the rebalance, want %v (only offset 0 was handed over)", off, redeliv[off], want)
+			t.Errorf("offset %d: Redelivered %v after the rebalance, want %v (only offset 0 was handed over, and failed)", off, redeliv[off], want)
 		}
 	}
 }

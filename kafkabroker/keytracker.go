@@ -59,7 +59,8 @@ func (t *keyTracker) completed(msg *message.Message) {
 
 func (t *keyTracker) redelivered(msg *message.Message) bool {
 	if d := t.delivery(msg); d != nil {
-		return d.rec.Offset <= d.p.seenBefore
+		_, failed := d.p.failedBefore[d.off]
+		return failed
 	}
 	return false
 }

@@ -19,9 +19,9 @@ func TestKeyTrackerKnowsOnlyItsDeliveries(t *testing.T) {
 
 	sessDone := make(chan struct{})
 	p := &keyPartition{
-		h:          &keyHandler{s: &keySubscriber{keys: mine}},
-		sessDone:   sessDone,
-		seenBefore: 5,
+		h:            &keyHandler{s: &keySubscriber{keys: mine}},
+		sessDone:     sessDone,
+		failedBefore: map[int64]struct{}{5: {}},
 	}
 	deliver := func(offset int64) (*message.Message, *keyDelivery) {
 		rec := &sarama.ConsumerMessage{Partition: 1, Offset: offset}
@@ -33,14 +33,14 @@ func TestKeyTrackerKnowsOnlyItsDeliveries(t *testing.T) {
 		return msg, d
 	}
 	old, oldD := deliver(5)
-	fresh, _ := deliver(6)
+	fresh, _ := deliver(4) // below a failed offset, never failed itself
 	plain := message.NewMessage("plain", nil)
 
 	if got := mine.st.Revoked(old); got != (<-chan struct{})(sessDone) {
 		t.Error("its own delivery: Revoked is not the session's Done channel")
 	}
 	if !mine.st.Redelivered(old) || mine.st.Redelivered(fresh) {
-		t.Error("its own deliveries: offset 5 must be a redelivery, 6 not")
+		t.Error("its own deliveries: offset 5 must be a redelivery, 4 not")
 	}
 	mine.st.Completed(old)
 	if !oldD.completed.Load() {

@@ -48,7 +48,8 @@ import (
 //     session of the same [Cluster] had already received for its group and
 //     partition (an uncommitted message handed out again after a
 //     rebalance, a restart of the subscriber or a nack that outlived its
-//     session). The router passes it to the retry gate and to coalescing,
+//     session); in consumer key, only a record whose handler failed in
+//     such a session. The router passes it to the retry gate and to coalescing,
 //     so a saturated consumer sheds that work before fresh work and it
 //     never supersedes a newer message.
 //
@@ -112,9 +113,15 @@ func newSessionTracker(inner kafka.SaramaTracer, group string, seen *offsetMemor
 //
 // Each entry is an atomic slot, so that a claim, which looks its slot up
 // once, records every offset it receives without the memory's lock.
+//
+// In consumer key it keeps, instead, the offsets whose handler failed
+// (failed): there records are handed over out of offset order, and one
+// handed over may step aside without running, so the highest offset says
+// nothing about the records below it.
 type offsetMemory struct {
-	mu   sync.Mutex
-	high map[groupPartition]*atomic.Int64
+	mu     sync.Mutex
+	high   map[groupPartition]*atomic.Int64
+	failed map[groupPartition]map[int64]struct{}
 }
 
 type groupPartition struct {
@@ -123,7 +130,56 @@ type groupPartition struct {
 }
 
 func newOffsetMemory() *offsetMemory {
-	return &offsetMemory{high: make(map[groupPartition]*atomic.Int64)}
+	return &offsetMemory{high: make(map[groupPartition]*atomic.Int64), failed: make(map[groupPartition]map[int64]struct{})}
+}
+
+// fail records that a handler failed offset of k (consumer key).
+func (m *offsetMemory) fail(k groupPartition, offset int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	set := m.failed[k]
+	if set == nil {
+		set = make(map[int64]struct{})
+		m.failed[k] = set
+	}
+	set[offset] = struct{}{}
+}
+
+// forget drops the failed offsets of k below committed: the group will not
+// hand them out again.
+func (m *offsetMemory) forget(k groupPartition, committed int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.forgetLocked(k, committed)
+}
+
+func (m *offsetMemory) forgetLocked(k groupPartition, committed int64) {
+	set := m.failed[k]
+	for off := range set {
+		if off < committed {
+			delete(set, off)
+		}
+	}
+	if len(set) == 0 {
+		delete(m.failed, k)
+	}
+}
+
+// failedFrom returns a copy of the failed offsets of k at or beyond
+// committed, nil if none, and forgets those below it.
+func (m *offsetMemory) failedFrom(k groupPartition, committed int64) map[int64]struct{} {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.forgetLocked(k, committed)
+	set := m.failed[k]
+	if len(set) == 0 {
+		return nil
+	}
+	out := make(map[int64]struct{}, len(set))
+	for off := range set {
+		out[off] = struct{}{}
+	}
+	return out
 }
 
 // highest returns the highest offset received for k, -1 none.
@@ -225,9 +281,14 @@ func (t *SessionTracker) Completed(msg *message.Message) { t.mode.completed(msg)
 
 // Redelivered reports whether msg is a broker redelivery: an earlier
 // session of a subscriber of the same [Cluster] and consumer group had
-// already received its partition up to msg's offset or beyond. A message
-// the tracker does not know (not a delivery it is making now) is not.
-// Pass it to retrygate.WithRedelivery; the router does.
+// already received its partition up to msg's offset or beyond. In
+// consumer key it is narrower: an earlier session handed msg's record to
+// a handler that failed it (nacked it). A record that was only read,
+// waited behind its key, or was handed over and stepped aside (acked
+// after its session ended without [SessionTracker.Completed]) never ran,
+// and is fresh work. A message the tracker does not know (not a delivery
+// it is making now) is not a redelivery. Pass it to
+// retrygate.WithRedelivery; the router does.
 func (t *SessionTracker) Redelivered(msg *message.Message) bool { return t.mode.redelivered(msg) }
 
 // Window returns the records, and their bytes, in the windows of the

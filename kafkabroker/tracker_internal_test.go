@@ -171,3 +171,35 @@ func TestClaimsView(t *testing.T) {
 		t.Errorf("claimOf(%v) = %p after another topic's claim on its partition ended, want %p", keys[1], got, claims[keys[1]])
 	}
 }
+
+// The failed offsets a key-mode claim inherits are those at or beyond
+// its committed offset; the ones below are forgotten, by a claim or a
+// commit, so the memory stays within what is not yet committed.
+func TestOffsetMemoryFailed(t *testing.T) {
+	m := newOffsetMemory()
+	k := groupPartition{"g", topicPartition{"t", 0}}
+	other := groupPartition{"g", topicPartition{"t", 1}}
+	for _, off := range []int64{3, 5, 9} {
+		m.fail(k, off)
+	}
+	m.fail(other, 1)
+	if got := m.failedFrom(k, 4); len(got) != 2 || !hasOffset(got, 5) || !hasOffset(got, 9) {
+		t.Errorf("failedFrom(4) = %v, want 5 and 9", got)
+	}
+	if got := m.failedFrom(k, 0); hasOffset(got, 3) {
+		t.Errorf("offset 3, below an earlier claim's committed offset, is still remembered: %v", got)
+	}
+	m.forget(k, 6)
+	if got := m.failedFrom(k, 0); len(got) != 1 || !hasOffset(got, 9) {
+		t.Errorf("after a commit at 6: %v, want 9", got)
+	}
+	m.forget(k, 10)
+	if got := m.failedFrom(k, 0); got != nil {
+		t.Errorf("after a commit at 10: %v, want none", got)
+	}
+	if got := m.failedFrom(other, 0); len(got) != 1 || !hasOffset(got, 1) {
+		t.Errorf("another partition: %v, want 1", got)
+	}
+}
+
+func hasOffset(set map[int64]struct{}, off int64) bool { _, ok := set[off]; return ok }

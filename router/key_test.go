@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/IBM/sarama"
 	"github.com/ThreeDotsLabs/watermill/message"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.uber.org/goleak"
@@ -16,6 +17,7 @@ import (
 	"github.com/spillway-go/spillway/cost"
 	"github.com/spillway-go/spillway/internal/kafkatest"
 	"github.com/spillway-go/spillway/kafkabroker"
+	"github.com/spillway-go/spillway/retrygate"
 	"github.com/spillway-go/spillway/telemetry"
 )
 
@@ -235,6 +237,173 @@ func TestKeyWindowGauges(t *testing.T) {
 		}
 		if _, ok := got["spillway.kafka.readahead.bytes"][at]; !ok {
 			t.Errorf("no spillway.kafka.readahead.bytes{%s} (series %v)", at, got["spillway.kafka.readahead.bytes"])
+		}
+	}
+}
+
+// keyRetryLog records, for TestKeyRetryGateRebalanceKeepsOrder, each
+// message's handler runs and the retry gate's deferrals of messages whose
+// handler had never run.
+type keyRetryLog struct {
+	mu     sync.Mutex
+	runs   map[string]int
+	unrun  []string // "uuid (cause)" deferred before its handler ever ran
+	events int
+}
+
+func (l *keyRetryLog) OnRetryOutcome(e retrygate.Event) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.events++
+	if e.Outcome == retrygate.Deferred && e.Cause != "revoked" && l.runs[e.Message.UUID] == 0 {
+		l.unrun = append(l.unrun, e.Message.UUID+" ("+e.Cause+")")
+	}
+}
+
+// TestKeyRetryGateRebalanceKeepsOrder: kafka.consumer key with the retry
+// gate on (its defaults: deferrals nack) and the budget saturated through
+// a rebalance. The messages handed over and waiting for budget step aside
+// when a second member joins, and come back to this router when it
+// leaves, while the budget is still saturated: they never ran, so the
+// gate lets them wait for budget as fresh work rather than deferring them
+// as redeliveries. Some messages fail their first run and are deferred or
+// retried. Every message completes once, and for every key the handler
+// sees its messages one at a time, in order.
+func TestKeyRetryGateRebalanceKeepsOrder(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t, leakOptions...) })
+	const (
+		topic = "key-retry"
+		n     = 200
+		keys  = 20
+	)
+	broker := kafkatest.Start(t, 2, topic)
+	cfg := Config{Broker: brokerKafka, CloseTimeout: 15 * time.Second}
+	cfg.Budget.Vertices = 100
+	cfg.Kafka.Brokers = broker.Brokers()
+	cfg.Kafka.Version = "2.3.0" // kfake's limit
+	cfg.Kafka.ConsumerGroup = "key-retry"
+	cfg.Kafka.Partitions = 2
+	cfg.Kafka.Consumer = kafkabroker.ConsumerKey
+	cfg.Kafka.WindowMessages = 16
+	cfg.Kafka.RebalanceTimeout = 20 * time.Second
+	cfg.Kafka.HeartbeatInterval = 100 * time.Millisecond
+	cfg.Kafka.NackResendSleep = 10 * time.Millisecond
+	cfg.Retry.MaxElapsedTime = 5 * time.Second
+	log := &keyRetryLog{runs: map[string]int{}}
+	r, err := New(cfg, nil, WithHooks(log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu        sync.Mutex
+		completed = map[string]int{}
+		order     = map[string][]int{}
+		inFlight  = map[string]int{}
+		overlap   int
+		total     atomic.Int64
+	)
+	if _, err := r.AddConsumerHandler("geo", topic, func(msg *message.Message) error {
+		key := msg.Metadata.Get("entity_id")
+		seq, _ := strconv.Atoi(msg.Metadata.Get("seq"))
+		log.mu.Lock()
+		log.runs[msg.UUID]++
+		first := log.runs[msg.UUID] == 1
+		log.mu.Unlock()
+		mu.Lock()
+		if inFlight[key]++; inFlight[key] > 1 {
+			overlap++
+		}
+		mu.Unlock()
+		time.Sleep(2 * time.Millisecond)
+		mu.Lock()
+		defer mu.Unlock()
+		inFlight[key]--
+		if first && seq%3 == 1 {
+			return fmt.Errorf("first run of %s fails", msg.UUID)
+		}
+		completed[msg.UUID]++
+		order[key] = append(order[key], seq)
+		total.Add(1)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// Saturate the budget through the rebalance: every message handed
+	// over waits.
+	hold, err := r.budget.Acquire(context.Background(), cfg.Budget.Vertices)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		msg := message.NewMessage(fmt.Sprintf("m%03d", i), pingPayload(i))
+		msg.Metadata.Set(cost.MetadataKey, "10")
+		msg.Metadata.Set("entity_id", "e"+strconv.Itoa(i%keys))
+		msg.Metadata.Set("seq", strconv.Itoa(i/keys))
+		if err := r.Publisher().Publish(topic, msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	errc := runRouter(t, r)
+	waitFor(t, "a message of every key to wait for budget", func() bool { return r.budget.Stats().Waiting == keys })
+
+	// A second member joins: the waiters step aside. It leaves again, so
+	// that this router owns every partition and gets them back.
+	sc := sarama.NewConfig()
+	sc.Version = sarama.V2_3_0_0
+	sc.Consumer.Offsets.Initial = sarama.OffsetOldest
+	sc.Consumer.Group.Heartbeat.Interval = 100 * time.Millisecond
+	sc.Consumer.Group.Rebalance.Timeout = 20 * time.Second
+	group, err := sarama.NewConsumerGroup(broker.Brokers(), r.back.group("geo"), sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	joined := make(chan struct{})
+	go func() {
+		defer close(joined)
+		_ = group.Consume(ctx, []string{topic}, idleMember{})
+	}()
+	waitFor(t, "the waiters to step aside", func() bool { return r.Stats().Revocations >= keys/2 })
+	cancel()
+	<-joined
+	_ = group.Close()
+	waitFor(t, "every key's first message back, waiting or deferred", func() bool {
+		log.mu.Lock()
+		defer log.mu.Unlock()
+		return r.budget.Stats().Waiting == keys || len(log.unrun) > 0
+	})
+	time.Sleep(500 * time.Millisecond) // a deferral on arrival, if any, shows up now
+	hold.Release()
+	waitFor(t, "every message to complete", func() bool { return total.Load() >= n })
+	time.Sleep(500 * time.Millisecond) // a duplicate, if any, shows up now
+	closeRouter(t, r, errc)
+
+	mu.Lock()
+	defer mu.Unlock()
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	t.Logf("revocations %d, retry outcomes %d", r.Stats().Revocations, log.events)
+	if len(log.unrun) > 0 {
+		t.Errorf("the retry gate deferred %d messages whose handler never ran: %v", len(log.unrun), log.unrun)
+	}
+	dups := 0
+	for _, k := range completed {
+		if k > 1 {
+			dups++
+		}
+	}
+	if len(completed) != n || dups != 0 {
+		t.Errorf("%d of %d messages completed, %d of them more than once", len(completed), n, dups)
+	}
+	if overlap != 0 {
+		t.Errorf("%d times two messages of one key were in flight together", overlap)
+	}
+	for k, seqs := range order {
+		for i, s := range seqs {
+			if s != i {
+				t.Errorf("key %s completed in order %v", k, seqs)
+				break
+			}
 		}
 	}
 }
