@@ -59,6 +59,7 @@ type Subscriber struct {
 
 	keepAlive *keepAlive
 	acker     *acker
+	window    *handWindow // nil with Config.Window 1
 	malformed atomic.Uint64
 
 	mu      sync.Mutex // held through Subscribe, so Close never races it
@@ -111,6 +112,9 @@ func NewSubscriber(cfg Config, opts ...Option) (*Subscriber, error) {
 	upLogger := quietLogger{LoggerAdapter: logger, closing: s.closing}
 	s.keepAlive = newKeepAlive(s.control, cfg, logger)
 	s.acker = newAcker(s.control, cfg.ConsumerGroup, s.keepAlive, &s.acks, logger)
+	if cfg.Window > 1 {
+		s.window = newHandWindow()
+	}
 	for _, name := range s.names {
 		c, err := o.newClient(cfg, "spillway-"+name)
 		if err != nil {
@@ -118,7 +122,7 @@ func NewSubscriber(cfg Config, opts ...Option) (*Subscriber, error) {
 			return nil, err
 		}
 		up, err := redisstream.NewSubscriber(redisstream.SubscriberConfig{
-			Client: &entryClient{UniversalClient: c, consumer: name, keepAlive: s.keepAlive, acker: s.acker}, // upstream closes it
+			Client: &entryClient{UniversalClient: c, consumer: name, keepAlive: s.keepAlive, acker: s.acker, window: s.window}, // upstream closes it
 			Unmarshaller: safeUnmarshaller{
 				inner:         redisstream.DefaultMarshallerUnmarshaller{},
 				group:         cfg.ConsumerGroup,
@@ -393,6 +397,10 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 // [WithoutNackCount] it counts nothing.
 func (s *Subscriber) forward(ctx context.Context, in <-chan *message.Message, out chan<- *message.Message, wg *sync.WaitGroup) {
 	defer wg.Done()
+	if s.window != nil {
+		s.forwardWindow(ctx, in, out)
+		return
+	}
 	var settled context.CancelFunc // ends the previous copy's context
 	defer func() {
 		if settled != nil {
@@ -598,6 +606,9 @@ func (s *Subscriber) Close() error {
 	}
 	wg.Wait()
 	s.wg.Wait()
+	if s.window != nil {
+		s.window.flushAcked(s.acker)
+	}
 	// Upstream has stopped: nothing is queued for the acker any more.
 	if err := s.acker.close(); err != nil {
 		errs = append(errs, fmt.Errorf("redisbroker: acknowledging acked messages on close: %w", err))
