@@ -134,7 +134,7 @@ type Config struct {
 	Consumer string `yaml:"consumer" env:"CONSUMER"`
 	// Consumers is the number of consumers (subscriptions) per topic in
 	// this process; together they are the budget's concurrency. Default 4:
-	// one subscription delivers one message at a time.
+	// one subscription delivers one message at a time (see Window).
 	Consumers int `yaml:"consumers" env:"CONSUMERS"`
 	// Window is how many messages each consumer may hand over before the
 	// first of them is acked or nacked. Default 1: a consumer hands over

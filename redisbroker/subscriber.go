@@ -28,7 +28,10 @@ const recoverPageSize = 500
 // subscriber with its own client and its own, stable consumer name. One such
 // subscription delivers one message at a time and waits for its ack, so a
 // Subscriber holds at most Consumers unacked messages per topic: that is the
-// concurrency a vertex budget downstream governs.
+// concurrency a vertex budget downstream governs. With Config.Window above
+// 1 each consumer hands over up to Window messages before the first is
+// settled, so light messages pass heavy ones waiting for budget on the
+// same stream (docs/redis.md, "The window").
 //
 // On top of upstream the Subscriber adds:
 //   - entry identity: every message carries its stream, entry ID, group and

@@ -1,6 +1,7 @@
 package router
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -11,6 +12,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"go.uber.org/goleak"
 
+	"github.com/spillway-go/spillway"
 	"github.com/spillway-go/spillway/cost"
 	"github.com/spillway-go/spillway/middleware"
 )
@@ -120,5 +122,46 @@ func TestRedisLanesOnOneStream(t *testing.T) {
 		pingLat[len(pingLat)/2], p95, pingLat[len(pingLat)-1], heavies, heavyWork)
 	if p95 >= 100*time.Millisecond {
 		t.Errorf("ping p95 = %v, want under 100ms: pings waited behind heavy messages", p95)
+	}
+}
+
+// redis.window defaults to 1, and to 16 when a budget lane selects by
+// max_charge (light and heavy messages then share a stream); a value set
+// is kept, and one out of range is rejected naming redis.window.
+func TestRedisWindowDefault(t *testing.T) {
+	clearEnv(t)
+	byCharge := []middleware.Lane{{Name: "pings", MaxCharge: 100}, {Name: "rest"}}
+	byHandler := []middleware.Lane{{Name: "fast", Handlers: []string{"h"}}, {Name: "rest"}}
+	for _, tt := range []struct {
+		name  string
+		lanes []middleware.Lane
+		set   int
+		want  int
+	}{
+		{"no lanes", nil, 0, 1},
+		{"lanes by handler", byHandler, 0, 1},
+		{"lanes by charge", byCharge, 0, 16},
+		{"set", byCharge, 4, 4},
+	} {
+		c := Config{Broker: brokerRedis}
+		c.Budget.Lanes = tt.lanes
+		c.Redis.Window = tt.set
+		c.setDefaults()
+		if c.Redis.Window != tt.want {
+			t.Errorf("%s: redis.window = %d, want %d", tt.name, c.Redis.Window, tt.want)
+		}
+	}
+
+	c, err := LoadConfig(writeConfig(t, "broker: redis\nredis:\n  addr: localhost:6379\n  window: 8\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Redis.Window != 8 {
+		t.Errorf("redis.window from YAML = %d, want 8", c.Redis.Window)
+	}
+	c.Redis.Window = 2000
+	var fe *spillway.FieldError
+	if err := c.Validate(); !errors.As(err, &fe) || fe.Field != "redis.window" || fe.Value != "2000" {
+		t.Errorf("Validate with redis.window 2000 = %v, want an error on redis.window", err)
 	}
 }
