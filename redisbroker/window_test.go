@@ -201,3 +201,51 @@ func TestWindowMessageExpiresOnItsOwn(t *testing.T) {
 	}
 	t.Fatal("the message held without progress was never let go while its consumer kept acking others")
 }
+
+// Revocation reaches a message of a window: when a peer claims its entry,
+// Revoked closes for that message only, and its ack (the message stepped
+// aside, never completed) leaves the entry pending for the peer.
+func TestWindowHeldMessageRevoked(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := testConfig(srv)
+	cfg.Consumers = 1
+	cfg.Window = 2
+	cfg.MaxIdleTime = 3 * time.Second
+	cfg.KeepAlive.Interval = 200 * time.Millisecond
+	topic := uniq("window-revoke")
+	publish(t, newPublisher(t, cfg), topic, ids("m", 2)...)
+	sub := newSubscriber(t, cfg)
+	msgs := subscribe(t, sub, topic)
+	taken, kept := receive(t, msgs), receive(t, msgs)
+	takenCh, keptCh := sub.Revoked(taken), sub.Revoked(kept)
+	if takenCh == nil || keptCh == nil {
+		t.Fatal("Revoked = nil for a held message")
+	}
+	e, _ := redisbroker.EntryOf(taken)
+	c := rawClient(t, srv)
+	if err := c.XClaim(context.Background(), &redis.XClaimArgs{
+		Stream: topic, Group: cfg.ConsumerGroup, Consumer: "peer", Messages: []string{e.ID},
+	}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-takenCh:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the claimed message was not revoked")
+	}
+	select {
+	case <-keptCh:
+		t.Fatal("the other message of the window was revoked too")
+	default:
+	}
+	taken.Ack()
+	kept.Ack()
+	k, _ := redisbroker.EntryOf(kept)
+	waitFor(t, "the XACK of the kept message", 10*time.Second, func() bool {
+		_, pending := pendingOf(t, c, topic, cfg.ConsumerGroup, k.ID)
+		return !pending
+	})
+	if p, pending := pendingOf(t, c, topic, cfg.ConsumerGroup, e.ID); !pending || p.Consumer != "peer" {
+		t.Errorf("claimed entry: pending %v, owner %q; want it left pending for the peer", pending, p.Consumer)
+	}
+}
