@@ -184,7 +184,9 @@ func (c *entryClient) XAck(ctx context.Context, stream, _ string, ids ...string)
 		// entry until its own copy is settled.
 		ids = c.window.unreleased(stream, c.consumer, ids)
 	}
-	c.acker.enqueue(subscriptionOf(ctx), stream, c.consumer, ids...)
+	if len(ids) > 0 {
+		c.acker.enqueue(subscriptionOf(ctx), stream, c.consumer, ids...)
+	}
 	cmd := redis.NewIntCmd(ctx)
 	cmd.SetVal(int64(n))
 	return cmd

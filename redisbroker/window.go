@@ -70,7 +70,7 @@ func (w *handWindow) release(key kaKey) {
 func (w *handWindow) unreleased(stream, consumer string, ids []string) []string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	keep := ids[:0:0]
+	keep := make([]string, 0, len(ids))
 	for _, id := range ids {
 		key := kaKey{stream: stream, id: id, consumer: consumer}
 		if n := w.released[key]; n > 0 {
