@@ -119,6 +119,7 @@ type entryClient struct {
 	consumer  string
 	keepAlive *keepAlive
 	acker     *acker
+	window    *handWindow // nil without a window
 
 	mu      sync.Mutex
 	counted map[string]int64 // stream + "\x00" + ID → delivery count, from the claim loop's last XPENDING
@@ -177,9 +178,17 @@ func (c *entryClient) XClaim(ctx context.Context, a *redis.XClaimArgs) *redis.XM
 // never for a message that stepped aside after its entry was revoked.
 // Entries it skips stay pending, for their owner or the idle claim.
 func (c *entryClient) XAck(ctx context.Context, stream, _ string, ids ...string) *redis.IntCmd {
-	c.acker.enqueue(subscriptionOf(ctx), stream, c.consumer, ids...)
+	n := len(ids)
+	if c.window != nil {
+		// The window acks upstream's message at handover and holds the
+		// entry until its own copy is settled.
+		ids = c.window.unreleased(stream, c.consumer, ids)
+	}
+	if len(ids) > 0 {
+		c.acker.enqueue(subscriptionOf(ctx), stream, c.consumer, ids...)
+	}
 	cmd := redis.NewIntCmd(ctx)
-	cmd.SetVal(int64(len(ids)))
+	cmd.SetVal(int64(n))
 	return cmd
 }
 

@@ -51,6 +51,12 @@ const (
 	defaultMaxDeliveries = 5
 	// defaultDeadLetterTopic receives entries that cannot be unmarshalled.
 	defaultDeadLetterTopic = "spillway.deadletter"
+	// defaultWindow is how many entries a consumer hands over before the
+	// oldest is settled: one, upstream's behaviour.
+	defaultWindow = 1
+	// maxWindow bounds Window: every entry of a window is held pending
+	// and kept alive.
+	maxWindow = 1024
 )
 
 // tlsEnabled reports whether t turns TLS on: Enabled, or a CA or client
@@ -129,8 +135,19 @@ type Config struct {
 	Consumer string `yaml:"consumer" env:"CONSUMER"`
 	// Consumers is the number of consumers (subscriptions) per topic in
 	// this process; together they are the budget's concurrency. Default 4:
-	// one subscription delivers one message at a time.
+	// one subscription delivers one message at a time (see Window).
 	Consumers int `yaml:"consumers" env:"CONSUMERS"`
+	// Window is how many messages each consumer may hand over before the
+	// first of them is acked or nacked. Default 1: a consumer hands over
+	// one message and waits for it, so at most Consumers messages per
+	// topic are out. With more, a consumer keeps handing over entries
+	// while earlier ones wait for budget, which lets light messages reach
+	// a budget lane of their own when they share a stream with heavy ones
+	// (lanes by charge). Entries of a consumer group carry no order, so
+	// nothing is given up; every entry handed over stays pending, kept
+	// alive and revocable until its ack, and each one that has been out
+	// for KeepAlive.MaxInFlight is let go on its own. At most 1024.
+	Window int `yaml:"window" env:"WINDOW"`
 
 	// BlockTime is how long one read blocks waiting for entries. Default
 	// 500ms; it bounds the idle polling rate, not the latency. The first
@@ -184,6 +201,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Consumers == 0 {
 		c.Consumers = defaultConsumers
+	}
+	if c.Window == 0 {
+		c.Window = defaultWindow
 	}
 	if c.BlockTime == 0 {
 		c.BlockTime = defaultBlockTime
@@ -310,6 +330,8 @@ func (c Config) validateSubscriber() error {
 		return invalid("Consumers", c.Consumers, "must be >= 1")
 	case c.Consumers > 1024:
 		return invalid("Consumers", c.Consumers, "must be <= 1024")
+	case c.Window < 1 || c.Window > maxWindow:
+		return invalid("Window", c.Window, "must be between 1 and "+strconv.Itoa(maxWindow)+" (messages each consumer hands over at once)")
 	case c.BlockTime < time.Millisecond:
 		return invalid("BlockTime", c.BlockTime, "must be >= 1ms")
 	case c.ClaimInterval < time.Millisecond:

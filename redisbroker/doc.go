@@ -9,8 +9,8 @@
 //   - [Subscriber]: Config.Consumers consumers of one consumer group per
 //     topic, each with a stable name and its own client, fanned in to one
 //     channel. Each consumer hands over one message at a time and waits for
-//     its ack, so the number of consumers is the concurrency the vertex
-//     budget governs.
+//     its ack (or up to Config.Window at once), so consumers × window is
+//     the concurrency the vertex budget governs.
 //   - the keep-alive ([KeepAliveConfig], [Subscriber.Stats]): keeps the
 //     pending entries a subscriber holds (in a handler, waiting for budget,
 //     or read ahead by upstream) from going idle, so a peer does not claim

@@ -28,7 +28,10 @@ const recoverPageSize = 500
 // subscriber with its own client and its own, stable consumer name. One such
 // subscription delivers one message at a time and waits for its ack, so a
 // Subscriber holds at most Consumers unacked messages per topic: that is the
-// concurrency a vertex budget downstream governs.
+// concurrency a vertex budget downstream governs. With Config.Window above
+// 1 each consumer hands over up to Window messages before the first is
+// settled, so light messages pass heavy ones waiting for budget on the
+// same stream (docs/redis.md, "The window").
 //
 // On top of upstream the Subscriber adds:
 //   - entry identity: every message carries its stream, entry ID, group and
@@ -59,6 +62,7 @@ type Subscriber struct {
 
 	keepAlive *keepAlive
 	acker     *acker
+	window    *handWindow // nil with Config.Window 1
 	malformed atomic.Uint64
 
 	mu      sync.Mutex // held through Subscribe, so Close never races it
@@ -111,6 +115,9 @@ func NewSubscriber(cfg Config, opts ...Option) (*Subscriber, error) {
 	upLogger := quietLogger{LoggerAdapter: logger, closing: s.closing}
 	s.keepAlive = newKeepAlive(s.control, cfg, logger)
 	s.acker = newAcker(s.control, cfg.ConsumerGroup, s.keepAlive, &s.acks, logger)
+	if cfg.Window > 1 {
+		s.window = newHandWindow()
+	}
 	for _, name := range s.names {
 		c, err := o.newClient(cfg, "spillway-"+name)
 		if err != nil {
@@ -118,7 +125,7 @@ func NewSubscriber(cfg Config, opts ...Option) (*Subscriber, error) {
 			return nil, err
 		}
 		up, err := redisstream.NewSubscriber(redisstream.SubscriberConfig{
-			Client: &entryClient{UniversalClient: c, consumer: name, keepAlive: s.keepAlive, acker: s.acker}, // upstream closes it
+			Client: &entryClient{UniversalClient: c, consumer: name, keepAlive: s.keepAlive, acker: s.acker, window: s.window}, // upstream closes it
 			Unmarshaller: safeUnmarshaller{
 				inner:         redisstream.DefaultMarshallerUnmarshaller{},
 				group:         cfg.ConsumerGroup,
@@ -393,6 +400,10 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 // [WithoutNackCount] it counts nothing.
 func (s *Subscriber) forward(ctx context.Context, in <-chan *message.Message, out chan<- *message.Message, wg *sync.WaitGroup) {
 	defer wg.Done()
+	if s.window != nil {
+		s.forwardWindow(ctx, in, out)
+		return
+	}
 	var settled context.CancelFunc // ends the previous copy's context
 	defer func() {
 		if settled != nil {
@@ -598,6 +609,9 @@ func (s *Subscriber) Close() error {
 	}
 	wg.Wait()
 	s.wg.Wait()
+	if s.window != nil {
+		s.window.flushAcked(s.acker)
+	}
 	// Upstream has stopped: nothing is queued for the acker any more.
 	if err := s.acker.close(); err != nil {
 		errs = append(errs, fmt.Errorf("redisbroker: acknowledging acked messages on close: %w", err))

@@ -15,6 +15,7 @@ import (
 
 	"github.com/spillway-go/spillway"
 	"github.com/spillway-go/spillway/kafkabroker"
+	"github.com/spillway-go/spillway/middleware"
 	"github.com/spillway-go/spillway/redisbroker"
 	"github.com/spillway-go/spillway/telemetry"
 	"github.com/spillway-go/spillway/telemetry/redistel"
@@ -27,6 +28,24 @@ func redisGroupConfig(r redisbroker.Config, group string) redisbroker.Config {
 	r.ConsumerGroup = group
 	r.MaxLen = maps.Clone(r.MaxLen)
 	return r
+}
+
+// defaultRedisLaneWindow is redis.window when a budget lane selects by
+// charge: light and heavy messages then share a stream, and each
+// consumer hands over this many messages at once, so that light ones
+// reach their lane while heavy ones wait for budget.
+const defaultRedisLaneWindow = 16
+
+// redisLaneWindow is redis.window's default for lanes: 16 when a lane
+// selects by max_charge, 0 (redisbroker's default, 1) otherwise. Lanes by
+// handler or topic split streams, which consumers of their own serve.
+func redisLaneWindow(lanes []middleware.Lane) int {
+	for _, l := range lanes {
+		if l.MaxCharge > 0 {
+			return defaultRedisLaneWindow
+		}
+	}
+	return 0
 }
 
 // redisGroup is the Redis consumer group of the handler named handler:

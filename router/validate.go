@@ -74,6 +74,9 @@ func (c *Config) setDefaults() {
 		c.Shedding.Pressure = pressureBudget
 	}
 	c.Kafka = c.Kafka.WithDefaults()
+	if c.Redis.Window == 0 {
+		c.Redis.Window = redisLaneWindow(c.Budget.Lanes)
+	}
 	setRedisDefaults(&c.Redis)
 	if c.Broker == brokerKafka && c.Kafka.Consumer == kafkabroker.ConsumerKey && c.Retry.Defer == "" {
 		// A republished copy would run after later messages of its
@@ -466,6 +469,9 @@ func validateRedis(r redisbroker.Config) []error {
 	}
 	if r.Consumers < 1 || r.Consumers > 1024 {
 		bad("consumers", strconv.Itoa(r.Consumers), "must be between 1 and 1024")
+	}
+	if r.Window < 1 || r.Window > 1024 {
+		bad("window", strconv.Itoa(r.Window), "must be between 1 and 1024 (messages each consumer hands over at once)")
 	}
 	dur("block_time", r.BlockTime)
 	dur("claim_interval", r.ClaimInterval)
