@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
@@ -125,12 +126,13 @@ type entryClient struct {
 }
 
 func (c *entryClient) XReadGroup(ctx context.Context, a *redis.XReadGroupArgs) *redis.XStreamSliceCmd {
+	sent := time.Now()
 	cmd := c.UniversalClient.XReadGroup(ctx, a)
 	if cmd.Err() == nil {
 		streams := cmd.Val()
 		for i := range streams {
 			// Upstream reads with ">": entries never delivered before.
-			c.delivered(ctx, streams[i].Stream, a.Consumer, streams[i].Messages, func(string) int64 { return 1 })
+			c.delivered(ctx, sent, streams[i].Stream, a.Consumer, streams[i].Messages, func(string) int64 { return 1 })
 		}
 	}
 	return cmd
@@ -152,9 +154,10 @@ func (c *entryClient) XPendingExt(ctx context.Context, a *redis.XPendingExtArgs)
 }
 
 func (c *entryClient) XClaim(ctx context.Context, a *redis.XClaimArgs) *redis.XMessageSliceCmd {
+	sent := time.Now()
 	cmd := c.UniversalClient.XClaim(ctx, a)
 	if cmd.Err() == nil {
-		c.delivered(ctx, a.Stream, a.Consumer, cmd.Val(), func(id string) int64 {
+		c.delivered(ctx, sent, a.Stream, a.Consumer, cmd.Val(), func(id string) int64 {
 			c.mu.Lock()
 			n, ok := c.counted[a.Stream+"\x00"+id]
 			delete(c.counted, a.Stream+"\x00"+id)
@@ -183,7 +186,9 @@ func (c *entryClient) XAck(ctx context.Context, stream, _ string, ids ...string)
 	return cmd
 }
 
-func (c *entryClient) delivered(ctx context.Context, stream, consumer string, msgs []redis.XMessage, count func(id string) int64) {
+// delivered annotates and tracks msgs, delivered to consumer by a read or
+// claim sent at sent.
+func (c *entryClient) delivered(ctx context.Context, sent time.Time, stream, consumer string, msgs []redis.XMessage, count func(id string) int64) {
 	if len(msgs) == 0 {
 		return
 	}
@@ -195,7 +200,7 @@ func (c *entryClient) delivered(ctx context.Context, stream, consumer string, ms
 		msgs[i].Values[entryRefKey] = entryRef{stream: stream, id: msgs[i].ID, consumer: consumer, deliveries: count(msgs[i].ID)}
 		ids[i] = msgs[i].ID
 	}
-	c.keepAlive.track(subscriptionOf(ctx), stream, consumer, ids...)
+	c.keepAlive.trackSent(sent, subscriptionOf(ctx), stream, consumer, ids...)
 }
 
 // ackScript acknowledges entries of stream KEYS[1] in group ARGV[1] that

@@ -416,6 +416,15 @@ func (s *Subscriber) forward(ctx context.Context, in <-chan *message.Message, ou
 		// before this goroutine runs again. A message never handed over is
 		// never acked, and Close does not wait for it.
 		if e, ok := entryOf(msg); ok {
+			if !s.keepAlive.handover(kaKey{stream: e.Stream, id: e.ID, consumer: e.Consumer}, msg) {
+				// Revoked, or its claim lapsed while it waited here (read
+				// ahead, or resent after a nack): a peer may be running it
+				// already. It is not started; the ack lets upstream go on
+				// and is never sent to Redis, so the entry stays pending
+				// for whoever claims it.
+				msg.Ack()
+				continue
+			}
 			if resent && e == last && s.nacks {
 				delivered++
 				setDeliveries(msg, delivered, s.cfg.MaxDeliveries)
@@ -423,7 +432,6 @@ func (s *Subscriber) forward(ctx context.Context, in <-chan *message.Message, ou
 				last, delivered = e, int64(max(Deliveries(msg), 1))
 			}
 			s.acks.handed(msg, e)
-			s.keepAlive.attempt(kaKey{stream: e.Stream, id: e.ID, consumer: e.Consumer}, msg)
 		}
 		select {
 		case out <- msg:

@@ -1,0 +1,253 @@
+package redisbroker_test
+
+import (
+	"context"
+	"net"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/spillway-go/spillway/internal/redistest"
+)
+
+// cutProxy forwards TCP connections to a target until it is cut: from then
+// on it forwards nothing in either direction and keeps the connections
+// open, as a network partition does. heal closes the connections it cut and
+// forwards new ones again.
+type cutProxy struct {
+	ln     net.Listener
+	target string
+	wg     sync.WaitGroup
+
+	mu     sync.Mutex // held while forwarding a chunk, so cut stops at once
+	cut    bool
+	closed bool
+	conns  []net.Conn
+}
+
+func startCutProxy(t testing.TB, target string) *cutProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &cutProxy{ln: ln, target: target}
+	p.wg.Go(p.accept)
+	t.Cleanup(p.close)
+	return p
+}
+
+func (p *cutProxy) Addr() string { return p.ln.Addr().String() }
+
+func (p *cutProxy) accept() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		u, err := net.Dial("tcp", p.target)
+		if err != nil {
+			_ = c.Close()
+			continue
+		}
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			_ = c.Close()
+			_ = u.Close()
+			return
+		}
+		p.conns = append(p.conns, c, u)
+		p.mu.Unlock()
+		p.wg.Go(func() { p.pipe(u, c) })
+		p.wg.Go(func() { p.pipe(c, u) })
+	}
+}
+
+// pipe copies src to dst while the proxy is not cut; once cut, what src
+// sends is lost.
+func (p *cutProxy) pipe(dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			p.mu.Lock()
+			var werr error
+			if !p.cut {
+				_, werr = dst.Write(buf[:n])
+			}
+			p.mu.Unlock()
+			if werr != nil {
+				_ = src.Close()
+				return
+			}
+		}
+		if err != nil {
+			_ = dst.Close()
+			return
+		}
+	}
+}
+
+// partition stops forwarding; when it returns, no byte passes any more.
+func (p *cutProxy) partition() {
+	p.mu.Lock()
+	p.cut = true
+	p.mu.Unlock()
+}
+
+// heal ends the partition: the connections it cut are closed (what they
+// carried is lost) and new ones are forwarded.
+func (p *cutProxy) heal() {
+	p.mu.Lock()
+	conns := p.conns
+	p.conns, p.cut = nil, false
+	p.mu.Unlock()
+	for _, c := range conns {
+		_ = c.Close()
+	}
+}
+
+func (p *cutProxy) close() {
+	p.mu.Lock()
+	p.closed = true
+	conns := p.conns
+	p.conns = nil
+	p.mu.Unlock()
+	_ = p.ln.Close()
+	for _, c := range conns {
+		_ = c.Close()
+	}
+	p.wg.Wait()
+}
+
+// starts records when each message started on one subscriber.
+type starts struct {
+	mu sync.Mutex
+	at map[string][]time.Time
+}
+
+func (s *starts) add(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.at == nil {
+		s.at = make(map[string][]time.Time)
+	}
+	s.at[id] = append(s.at[id], time.Now())
+}
+
+func (s *starts) ids() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for id := range s.at {
+		out = append(out, id)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func (s *starts) first(id string) (time.Time, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.at[id]) == 0 {
+		return time.Time{}, false
+	}
+	return s.at[id][0], true
+}
+
+// A consumer cut off from Redis (a proxy in front of redis-server stops
+// forwarding) holds one message in its handler and two read ahead. Its
+// peer claims all three once they have been idle for MaxIdleTime. The
+// cut-off consumer revokes the one in its handler before the peer can
+// claim it (measured against Redis's own idle clock), and when its handler
+// returns it starts neither read-ahead entry: they run on the peer only.
+func TestCutOffConsumerStartsNothingAPeerCanClaim(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	cfg := testConfig(srv)
+	cfg.Consumers = 1
+	cfg.BlockTime = 20 * time.Millisecond
+	cfg.ClaimInterval = 50 * time.Millisecond
+	cfg.MaxIdleTime = 1500 * time.Millisecond // keep-alive every 500 ms
+	topic := uniq("cut")
+	publish(t, newPublisher(t, cfg), topic, "m1", "m2", "m3")
+
+	proxy := startCutProxy(t, srv.Addr())
+	cutCfg := cfg
+	cutCfg.Addr = proxy.Addr()
+	cut := newSubscriber(t, cutCfg)
+	t.Cleanup(proxy.heal) // before cut closes: its queued acks can go out
+
+	var onCut, onPeer starts
+	revoked := make(chan time.Time, 1)
+	release := make(chan struct{})
+	cutMsgs := subscribe(t, cut, topic)
+	go func() {
+		for msg := range cutMsgs {
+			onCut.add(msg.UUID)
+			if msg.UUID == "m1" {
+				select {
+				case <-cut.Revoked(msg):
+					revoked <- time.Now()
+				case <-release:
+				}
+				<-release
+			}
+			cut.Completed(msg)
+			msg.Ack()
+		}
+	}()
+	waitFor(t, "the cut-off consumer to hold m1 and two read ahead", 15*time.Second, func() bool {
+		return cut.Stats().Tracked == 3 && len(onCut.ids()) == 1
+	})
+
+	peerCfg := cfg
+	peerCfg.Consumer = uniq("peer")
+	peer := newSubscriber(t, peerCfg)
+	peerMsgs := subscribe(t, peer, topic)
+	go func() {
+		for msg := range peerMsgs {
+			onPeer.add(msg.UUID)
+			msg.Ack()
+		}
+	}()
+
+	proxy.partition()
+	// Redis's idle clock of m1 says when a peer may claim it: no sooner
+	// than MaxIdleTime after its last refresh reached Redis.
+	time.Sleep(100 * time.Millisecond)
+	c := rawClient(t, srv)
+	pending, err := c.XPendingExt(context.Background(), &redis.XPendingExtArgs{Stream: topic, Group: cfg.ConsumerGroup, Start: "-", End: "+", Count: 10}).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pending) != 3 {
+		t.Fatalf("pending after the cut: %+v, want m1..m3", pending)
+	}
+	claimable := time.Now().Add(cfg.MaxIdleTime - pending[0].Idle) // m1 has the lowest ID
+
+	waitFor(t, "the peer to claim and run m1..m3", 20*time.Second, func() bool { return len(onPeer.ids()) == 3 })
+	close(release)
+	time.Sleep(500 * time.Millisecond) // the cut-off consumer's upstream hands over what it read ahead
+
+	if got := onCut.ids(); !slices.Equal(got, []string{"m1"}) {
+		t.Errorf("the cut-off consumer started %v after the peer had claimed m2 and m3; want only m1, started before the cut", got)
+	}
+	select {
+	case at := <-revoked:
+		if !at.Before(claimable) {
+			t.Errorf("m1 revoked %v after a peer could claim it; want before", at.Sub(claimable))
+		} else {
+			t.Logf("m1 revoked %v before a peer could claim it", claimable.Sub(at))
+		}
+	default:
+		t.Error("m1 was not revoked on the cut-off consumer before the peer had run m1..m3")
+	}
+	if peerStart, _ := onPeer.first("m1"); peerStart.Before(claimable.Add(-20 * time.Millisecond)) {
+		t.Errorf("the peer ran m1 %v before Redis let it claim it: the test's clock is off", claimable.Sub(peerStart))
+	}
+}
