@@ -120,6 +120,9 @@ type entryClient struct {
 	consumer  string
 	keepAlive *keepAlive
 	acker     *acker
+	// held reports whether the subscriber still holds an entry (see
+	// Subscriber.holds); the claim loop never sees those.
+	held func(stream, id string) bool
 
 	mu      sync.Mutex
 	counted map[string]int64 // stream + "\x00" + ID → delivery count, from the claim loop's last XPENDING
@@ -139,16 +142,27 @@ func (c *entryClient) XReadGroup(ctx context.Context, a *redis.XReadGroupArgs) *
 }
 
 // XPendingExt is how upstream's claim loop finds idle entries, just before
-// it claims them one by one: their delivery counts are kept for XClaim.
+// it claims them one by one. Entries the subscriber still holds are left
+// out of the reply, so it never claims them: it would run again here what
+// it is running or has finished with the ack not yet in Redis (an outage
+// longer than MaxIdleTime). The delivery counts of the others are kept for
+// XClaim.
 func (c *entryClient) XPendingExt(ctx context.Context, a *redis.XPendingExtArgs) *redis.XPendingExtCmd {
 	cmd := c.UniversalClient.XPendingExt(ctx, a)
 	if cmd.Err() == nil {
+		all := cmd.Val()
+		idle := make([]redis.XPendingExt, 0, len(all))
 		c.mu.Lock()
-		c.counted = make(map[string]int64, len(cmd.Val()))
-		for _, p := range cmd.Val() {
+		c.counted = make(map[string]int64, len(all))
+		for _, p := range all {
+			if c.held != nil && c.held(a.Stream, p.ID) {
+				continue
+			}
+			idle = append(idle, p)
 			c.counted[a.Stream+"\x00"+p.ID] = p.RetryCount
 		}
 		c.mu.Unlock()
+		cmd.SetVal(idle)
 	}
 	return cmd
 }

@@ -118,7 +118,7 @@ func NewSubscriber(cfg Config, opts ...Option) (*Subscriber, error) {
 			return nil, err
 		}
 		up, err := redisstream.NewSubscriber(redisstream.SubscriberConfig{
-			Client: &entryClient{UniversalClient: c, consumer: name, keepAlive: s.keepAlive, acker: s.acker}, // upstream closes it
+			Client: &entryClient{UniversalClient: c, consumer: name, keepAlive: s.keepAlive, acker: s.acker, held: s.holds}, // upstream closes it
 			Unmarshaller: safeUnmarshaller{
 				inner:         redisstream.DefaultMarshallerUnmarshaller{},
 				group:         cfg.ConsumerGroup,
@@ -159,6 +159,18 @@ func (s *Subscriber) closeClients() {
 		s.keepAlive.close()
 	}
 	_ = s.control.Close()
+}
+
+// holds reports whether the entry id of stream, delivered to any of this
+// subscriber's consumers, is still held here: not yet settled, or acked
+// with the ack not yet in Redis.
+func (s *Subscriber) holds(stream, id string) bool {
+	for _, name := range s.names {
+		if s.keepAlive.holds(stream, name, id) {
+			return true
+		}
+	}
+	return false
 }
 
 // Config returns the configuration in use, with defaults applied.
