@@ -55,10 +55,11 @@ type kaEntry struct {
 // delivery to its XACK (or the end of its subscription).
 //
 // An entry is revoked when this subscriber can no longer be sure it owns
-// it: a peer claimed it, the keep-alive let it go (MaxInFlight), could not
-// refresh it for MaxIdleTime, or the group was recreated. Revocation closes
-// the channel [Subscriber.Revoked] returned for it, so a message waiting
-// for budget steps aside. The ack of a revoked entry is sent to Redis only
+// it: a peer claimed it, the keep-alive let it go (MaxInFlight), its claim
+// was about to lapse (no refresh got through in time), or the group was
+// recreated. Revocation closes the channel [Subscriber.Revoked] returned
+// for it, so a message waiting for budget steps aside, and a revoked entry
+// not yet handed over never is (keepAlive.handover). The ack of a revoked entry is sent to Redis only
 // for a message whose handler completed in this attempt
 // ([Subscriber.Completed]) or that nobody watched for revocation, and
 // only while this consumer still owns the entry (see ackScript).
@@ -151,7 +152,7 @@ type keepAlive struct {
 	disabled  bool
 	logger    watermill.LoggerAdapter
 
-	idle    time.Duration // MaxIdleTime: an entry not refreshed for this long may be claimed
+	idle    time.Duration // MaxIdleTime: a peer may claim an entry this long after its last refresh was sent
 	margin  time.Duration // how long before a peer could claim an entry it is given up
 	mu      sync.Mutex
 	entries map[kaKey]*kaEntry      // entries kept alive

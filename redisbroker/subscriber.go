@@ -234,8 +234,8 @@ type SubscriberStats struct {
 	// unreachable…).
 	RefreshErrors uint64
 	// Revoked counts deliveries revoked (see [Subscriber.Revoked]): lost
-	// to a peer, expired, not refreshed for MaxIdleTime, or held when the
-	// group was recreated.
+	// to a peer, expired, given up before a peer could claim it (no
+	// refresh got through in time), or held when the group was recreated.
 	Revoked uint64
 }
 
@@ -255,8 +255,9 @@ func (s *Subscriber) Stats() SubscriberStats {
 
 // Revoked returns a channel that closes when the delivery of msg is
 // revoked: the keep-alive found its entry claimed by a peer, let it go
-// after KeepAlive.MaxInFlight, could not refresh it for MaxIdleTime, or
-// the consumer group was recreated. Use it as
+// after KeepAlive.MaxInFlight, gave it up before a peer could claim it
+// (no refresh got through in time), or the consumer group was recreated.
+// A revoked entry not yet handed over never is. Use it as
 // middleware.WithRevoked's function, so a message still waiting for budget
 // steps aside instead of running over a peer's claim; call
 // [Subscriber.Completed] when its handler succeeds. Once Revoked was asked
