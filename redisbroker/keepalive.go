@@ -232,7 +232,7 @@ func (k *keepAlive) trackSent(sent time.Time, sub *subscription, stream, consume
 	if sub != nil && sub.ended {
 		return
 	}
-	if k.lapsesAt(&kaEntry{refreshed: sent}).Before(k.nextLapse) {
+	if sent.Add(k.idle - k.margin).Before(k.nextLapse) { // lapses before watchLapses looks
 		select {
 		case k.lapseWake <- struct{}{}:
 		default:
