@@ -17,7 +17,8 @@ import (
 // cutProxy forwards TCP connections to a target until it is cut: from then
 // on it forwards nothing in either direction and keeps the connections
 // open, as a network partition does. heal closes the connections it cut and
-// forwards new ones again.
+// forwards new ones again. It can also hold back every reply for a while
+// (delayReplies), as a slow network does.
 type cutProxy struct {
 	ln     net.Listener
 	target string
@@ -25,6 +26,7 @@ type cutProxy struct {
 
 	mu     sync.Mutex // held while forwarding a chunk, so cut stops at once
 	cut    bool
+	delay  time.Duration // of every chunk from the target
 	closed bool
 	conns  []net.Conn
 }
@@ -63,18 +65,24 @@ func (p *cutProxy) accept() {
 		}
 		p.conns = append(p.conns, c, u)
 		p.mu.Unlock()
-		p.wg.Go(func() { p.pipe(u, c) })
-		p.wg.Go(func() { p.pipe(c, u) })
+		p.wg.Go(func() { p.pipe(u, c, false) })
+		p.wg.Go(func() { p.pipe(c, u, true) })
 	}
 }
 
 // pipe copies src to dst while the proxy is not cut; once cut, what src
-// sends is lost.
-func (p *cutProxy) pipe(dst, src net.Conn) {
+// sends is lost. Replies (from the target) are held back by delay.
+func (p *cutProxy) pipe(dst, src net.Conn, replies bool) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
+			if replies {
+				p.mu.Lock()
+				d := p.delay
+				p.mu.Unlock()
+				time.Sleep(d)
+			}
 			p.mu.Lock()
 			var werr error
 			if !p.cut {
@@ -91,6 +99,13 @@ func (p *cutProxy) pipe(dst, src net.Conn) {
 			return
 		}
 	}
+}
+
+// delayReplies holds back every reply from the target by d from now on.
+func (p *cutProxy) delayReplies(d time.Duration) {
+	p.mu.Lock()
+	p.delay = d
+	p.mu.Unlock()
 }
 
 // partition stops forwarding; when it returns, no byte passes any more.
@@ -166,6 +181,9 @@ func (s *starts) first(id string) (time.Time, bool) {
 // cut-off consumer revokes the one in its handler before the peer can
 // claim it (measured against Redis's own idle clock), and when its handler
 // returns it starts neither read-ahead entry: they run on the peer only.
+// Before the cut its replies are slowed down by more than the margin the
+// keep-alive keeps, so revoking in time requires measuring from when the
+// last refresh was sent, not from when its reply came.
 func TestCutOffConsumerStartsNothingAPeerCanClaim(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
@@ -173,7 +191,7 @@ func TestCutOffConsumerStartsNothingAPeerCanClaim(t *testing.T) {
 	cfg.Consumers = 1
 	cfg.BlockTime = 20 * time.Millisecond
 	cfg.ClaimInterval = 50 * time.Millisecond
-	cfg.MaxIdleTime = 1500 * time.Millisecond // keep-alive every 500 ms
+	cfg.MaxIdleTime = 3 * time.Second // keep-alive every second; given up 150 ms before a claim
 	topic := uniq("cut")
 	publish(t, newPublisher(t, cfg), topic, "m1", "m2", "m3")
 
@@ -217,6 +235,9 @@ func TestCutOffConsumerStartsNothingAPeerCanClaim(t *testing.T) {
 		}
 	}()
 
+	waitFor(t, "a first refresh", 15*time.Second, func() bool { return cut.Stats().Refreshed >= 3 })
+	proxy.delayReplies(300 * time.Millisecond)
+	waitFor(t, "a refresh answered late", 15*time.Second, func() bool { return cut.Stats().Refreshed >= 6 })
 	proxy.partition()
 	// Redis's idle clock of m1 says when a peer may claim it: no sooner
 	// than MaxIdleTime after its last refresh reached Redis.
