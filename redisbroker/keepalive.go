@@ -59,10 +59,11 @@ type kaEntry struct {
 // was about to lapse (no refresh got through in time), or the group was
 // recreated. Revocation closes the channel [Subscriber.Revoked] returned
 // for it, so a message waiting for budget steps aside, and a revoked entry
-// not yet handed over never is (keepAlive.handover). The ack of a revoked entry is sent to Redis only
-// for a message whose handler completed in this attempt
-// ([Subscriber.Completed]) or that nobody watched for revocation, and
-// only while this consumer still owns the entry (see ackScript).
+// not yet handed over never is (keepAlive.handover). The ack of a revoked
+// entry is sent to Redis only for a message whose handler completed in
+// this attempt ([Subscriber.Completed]) or that nobody watched for
+// revocation, and only while this consumer still owns the entry (see
+// ackScript).
 type revState struct {
 	ch        chan struct{} // made by Revoked; closed on revocation
 	revoked   bool
@@ -387,7 +388,7 @@ func (k *keepAlive) watch(msg *message.Message) <-chan struct{} {
 // attempt starts a new delivery attempt of key, whose message is msg: it
 // is handed over (again, after a nack, as a copy), so what the previous
 // attempt completed no longer counts, and watch and complete find key's
-// record by msg from now on.
+// record by msg from now on. It is handover without the answer.
 func (k *keepAlive) attempt(key kaKey, msg *message.Message) {
 	k.handover(key, msg)
 }
