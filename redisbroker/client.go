@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
@@ -120,42 +121,58 @@ type entryClient struct {
 	keepAlive *keepAlive
 	acker     *acker
 	window    *handWindow // nil without a window
+	// held reports whether the subscriber still holds an entry (see
+	// Subscriber.holds); the claim loop never sees those.
+	held func(stream, id string) bool
 
 	mu      sync.Mutex
 	counted map[string]int64 // stream + "\x00" + ID → delivery count, from the claim loop's last XPENDING
 }
 
 func (c *entryClient) XReadGroup(ctx context.Context, a *redis.XReadGroupArgs) *redis.XStreamSliceCmd {
+	sent := time.Now()
 	cmd := c.UniversalClient.XReadGroup(ctx, a)
 	if cmd.Err() == nil {
 		streams := cmd.Val()
 		for i := range streams {
 			// Upstream reads with ">": entries never delivered before.
-			c.delivered(ctx, streams[i].Stream, a.Consumer, streams[i].Messages, func(string) int64 { return 1 })
+			c.delivered(ctx, sent, streams[i].Stream, a.Consumer, streams[i].Messages, func(string) int64 { return 1 })
 		}
 	}
 	return cmd
 }
 
 // XPendingExt is how upstream's claim loop finds idle entries, just before
-// it claims them one by one: their delivery counts are kept for XClaim.
+// it claims them one by one. Entries the subscriber still holds are left
+// out of the reply, so it never claims them: it would run again here what
+// it is running or has finished with the ack not yet in Redis (an outage
+// longer than MaxIdleTime). The delivery counts of the others are kept for
+// XClaim.
 func (c *entryClient) XPendingExt(ctx context.Context, a *redis.XPendingExtArgs) *redis.XPendingExtCmd {
 	cmd := c.UniversalClient.XPendingExt(ctx, a)
 	if cmd.Err() == nil {
+		all := cmd.Val()
+		idle := make([]redis.XPendingExt, 0, len(all))
 		c.mu.Lock()
-		c.counted = make(map[string]int64, len(cmd.Val()))
-		for _, p := range cmd.Val() {
+		c.counted = make(map[string]int64, len(all))
+		for _, p := range all {
+			if c.held != nil && c.held(a.Stream, p.ID) {
+				continue
+			}
+			idle = append(idle, p)
 			c.counted[a.Stream+"\x00"+p.ID] = p.RetryCount
 		}
 		c.mu.Unlock()
+		cmd.SetVal(idle)
 	}
 	return cmd
 }
 
 func (c *entryClient) XClaim(ctx context.Context, a *redis.XClaimArgs) *redis.XMessageSliceCmd {
+	sent := time.Now()
 	cmd := c.UniversalClient.XClaim(ctx, a)
 	if cmd.Err() == nil {
-		c.delivered(ctx, a.Stream, a.Consumer, cmd.Val(), func(id string) int64 {
+		c.delivered(ctx, sent, a.Stream, a.Consumer, cmd.Val(), func(id string) int64 {
 			c.mu.Lock()
 			n, ok := c.counted[a.Stream+"\x00"+id]
 			delete(c.counted, a.Stream+"\x00"+id)
@@ -192,7 +209,9 @@ func (c *entryClient) XAck(ctx context.Context, stream, _ string, ids ...string)
 	return cmd
 }
 
-func (c *entryClient) delivered(ctx context.Context, stream, consumer string, msgs []redis.XMessage, count func(id string) int64) {
+// delivered annotates and tracks msgs, delivered to consumer by a read or
+// claim sent at sent.
+func (c *entryClient) delivered(ctx context.Context, sent time.Time, stream, consumer string, msgs []redis.XMessage, count func(id string) int64) {
 	if len(msgs) == 0 {
 		return
 	}
@@ -204,7 +223,7 @@ func (c *entryClient) delivered(ctx context.Context, stream, consumer string, ms
 		msgs[i].Values[entryRefKey] = entryRef{stream: stream, id: msgs[i].ID, consumer: consumer, deliveries: count(msgs[i].ID)}
 		ids[i] = msgs[i].ID
 	}
-	c.keepAlive.track(subscriptionOf(ctx), stream, consumer, ids...)
+	c.keepAlive.trackSent(sent, subscriptionOf(ctx), stream, consumer, ids...)
 }
 
 // ackScript acknowledges entries of stream KEYS[1] in group ARGV[1] that

@@ -152,7 +152,9 @@ type Config struct {
 	// BlockTime is how long one read blocks waiting for entries. Default
 	// 500ms; it bounds the idle polling rate, not the latency. The first
 	// read blocks this long too (upstream's DisableIndefiniteInitialBlock
-	// is always set).
+	// is always set). With the keep-alive on it must be shorter than half
+	// of MaxIdleTime − KeepAlive.Interval: an entry a read waited for
+	// counts as delivered when the read was sent.
 	BlockTime time.Duration `yaml:"block_time" env:"BLOCK_TIME"`
 	// ClaimInterval is how often idle entries are looked for. Default 5s:
 	// a dead consumer's work is taken over within MaxIdleTime + ClaimInterval.
@@ -342,6 +344,11 @@ func (c Config) validateSubscriber() error {
 		return invalid("KeepAlive.Interval", c.KeepAlive.Interval, "must be > 0")
 	case !c.KeepAlive.Disabled && c.KeepAlive.Interval >= c.MaxIdleTime:
 		return invalid("KeepAlive.Interval", c.KeepAlive.Interval, "must be shorter than MaxIdleTime ("+c.MaxIdleTime.String()+")")
+	case !c.KeepAlive.Disabled && c.BlockTime >= (c.MaxIdleTime-c.KeepAlive.Interval)/2:
+		// An entry a read waited for counts from when the read was sent,
+		// and must not lapse before its first refresh.
+		return invalid("BlockTime", c.BlockTime, "must be shorter than half of MaxIdleTime − KeepAlive.Interval ("+
+			((c.MaxIdleTime-c.KeepAlive.Interval)/2).String()+"): shorten it, or lengthen MaxIdleTime")
 	case !c.KeepAlive.Disabled && c.KeepAlive.MaxInFlight <= 0:
 		return invalid("KeepAlive.MaxInFlight", c.KeepAlive.MaxInFlight, "must be > 0")
 	case strings.ContainsAny(c.Consumer, " \t\r\n"):

@@ -60,6 +60,7 @@ func TestConfigValidateNamesFieldAndValue(t *testing.T) {
 		{func(c *redisbroker.Config) { c.Consumer = "a b" }, "Consumer", "a b"},
 		{func(c *redisbroker.Config) { c.BlockTime = time.Microsecond }, "BlockTime", "1µs"},
 		{func(c *redisbroker.Config) { c.MaxIdleTime = time.Second; c.KeepAlive.Interval = 2 * time.Second }, "KeepAlive.Interval", "2s"},
+		{func(c *redisbroker.Config) { c.MaxIdleTime = time.Second }, "BlockTime", "500ms"}, // (1s - 333ms) / 2 < 500ms
 		{func(c *redisbroker.Config) { c.KeepAlive.MaxInFlight = -time.Second }, "KeepAlive.MaxInFlight", "-1s"},
 		{func(c *redisbroker.Config) { c.DefaultMaxLen = -5 }, "DefaultMaxLen", "-5"},
 		{func(c *redisbroker.Config) { c.MaxLen = map[string]int64{"ok": 1, "bad": -1} }, `MaxLen["bad"]`, "-1"},

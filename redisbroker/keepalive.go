@@ -62,21 +62,27 @@ type kaKey struct{ stream, id, consumer string }
 
 // kaEntry is one entry kept alive.
 type kaEntry struct {
-	sub       *subscription // the subscription it was delivered to
-	refreshed time.Time     // delivery, or the last successful refresh
+	sub *subscription // the subscription it was delivered to
+	// refreshed is when the read or claim that delivered the entry, or
+	// its last successful refresh, was sent. Redis reset the entry's idle
+	// clock at some moment after that, so a peer can claim the entry no
+	// sooner than refreshed + MaxIdleTime.
+	refreshed time.Time
 }
 
 // revState is the revocation state of one delivered entry, from its
 // delivery to its XACK (or the end of its subscription).
 //
 // An entry is revoked when this subscriber can no longer be sure it owns
-// it: a peer claimed it, the keep-alive let it go (MaxInFlight), could not
-// refresh it for MaxIdleTime, or the group was recreated. Revocation closes
-// the channel [Subscriber.Revoked] returned for it, so a message waiting
-// for budget steps aside. The ack of a revoked entry is sent to Redis only
-// for a message whose handler completed in this attempt
-// ([Subscriber.Completed]) or that nobody watched for revocation, and
-// only while this consumer still owns the entry (see ackScript).
+// it: a peer claimed it, the keep-alive let it go (MaxInFlight), its claim
+// was about to lapse (no refresh got through in time), or the group was
+// recreated. Revocation closes the channel [Subscriber.Revoked] returned
+// for it, so a message waiting for budget steps aside, and a revoked entry
+// not yet handed over never is (keepAlive.handover). The ack of a revoked
+// entry is sent to Redis only for a message whose handler completed in
+// this attempt ([Subscriber.Completed]) or that nobody watched for
+// revocation, and only while this consumer still owns the entry (see
+// ackScript).
 type revState struct {
 	ch        chan struct{} // made by Revoked; closed on revocation
 	revoked   bool
@@ -166,7 +172,8 @@ type keepAlive struct {
 	disabled  bool
 	logger    watermill.LoggerAdapter
 
-	idle    time.Duration // MaxIdleTime: an entry not refreshed for this long may be claimed
+	idle    time.Duration // MaxIdleTime: a peer may claim an entry this long after its last refresh was sent
+	margin  time.Duration // how long before a peer could claim an entry it is given up
 	mu      sync.Mutex
 	entries map[kaKey]*kaEntry      // entries kept alive
 	pipes   map[kaPipe]*kaPipeState // pipes holding entries, or stuck
@@ -175,6 +182,10 @@ type keepAlive struct {
 	// message: the hooks a message's handler calls (watch, complete)
 	// look it up without reading the entry's identity from metadata.
 	handed map[*message.Message]*revState
+	// nextLapse is when watchLapses looks again; an entry tracked with an
+	// earlier lapse wakes it through lapseWake.
+	nextLapse time.Time
+	lapseWake chan struct{}
 
 	refreshed, lost, expired, errs, revoked atomic.Uint64
 
@@ -190,11 +201,13 @@ func newKeepAlive(client redis.UniversalClient, cfg Config, logger watermill.Log
 		maxFlight: cfg.KeepAlive.MaxInFlight,
 		disabled:  cfg.KeepAlive.Disabled,
 		idle:      cfg.MaxIdleTime,
+		margin:    lapseMargin(cfg.MaxIdleTime, cfg.KeepAlive.Interval),
 		logger:    logger,
 		entries:   make(map[kaKey]*kaEntry),
 		pipes:     make(map[kaPipe]*kaPipeState),
 		states:    make(map[kaKey]*revState),
 		handed:    make(map[*message.Message]*revState),
+		lapseWake: make(chan struct{}, 1),
 		stop:      make(chan struct{}),
 		done:      make(chan struct{}),
 	}
@@ -206,10 +219,30 @@ func newKeepAlive(client redis.UniversalClient, cfg Config, logger watermill.Log
 	return k
 }
 
-// track registers entries just delivered to consumer for sub. Entries
-// delivered after sub ended are not tracked: nobody will process them here,
-// so they are left to the idle claim.
+// lapseMargin is how long before a peer could claim an entry the
+// keep-alive gives it up: a twentieth of MaxIdleTime, less if refreshes
+// come so close to MaxIdleTime that this would give up entries a refresh
+// is about to keep.
+func lapseMargin(idle, interval time.Duration) time.Duration {
+	return max(0, min(idle/20, (idle-interval)/2))
+}
+
+// lapsesAt is when this subscriber stops counting on owning e: a margin
+// before the earliest moment a peer's claim can take it.
+func (k *keepAlive) lapsesAt(e *kaEntry) time.Time {
+	return e.refreshed.Add(k.idle - k.margin)
+}
+
+// track registers entries just delivered to consumer for sub, by a read
+// or claim sent now.
 func (k *keepAlive) track(sub *subscription, stream, consumer string, ids ...string) {
+	k.trackSent(time.Now(), sub, stream, consumer, ids...)
+}
+
+// trackSent registers entries delivered to consumer for sub by a read or
+// claim sent at sent. Entries delivered after sub ended are not tracked:
+// nobody will process them here, so they are left to the idle claim.
+func (k *keepAlive) trackSent(sent time.Time, sub *subscription, stream, consumer string, ids ...string) {
 	if k.disabled || len(ids) == 0 {
 		return
 	}
@@ -218,6 +251,12 @@ func (k *keepAlive) track(sub *subscription, stream, consumer string, ids ...str
 	defer k.mu.Unlock()
 	if sub != nil && sub.ended {
 		return
+	}
+	if sent.Add(k.idle - k.margin).Before(k.nextLapse) { // lapses before watchLapses looks
+		select {
+		case k.lapseWake <- struct{}{}:
+		default:
+		}
 	}
 	pk := kaPipe{sub: sub, stream: stream, consumer: consumer}
 	p := k.pipes[pk]
@@ -234,7 +273,7 @@ func (k *keepAlive) track(sub *subscription, stream, consumer string, ids ...str
 			k.dropLocked(key)
 		}
 		// One allocation for both records of the entry.
-		t := &kaTracked{kaEntry: kaEntry{sub: sub, refreshed: now}}
+		t := &kaTracked{kaEntry: kaEntry{sub: sub, refreshed: sent}}
 		k.entries[key] = &t.kaEntry
 		k.setStateLocked(key, &t.revState) // delivered again: a new life
 		p.held++
@@ -368,17 +407,41 @@ func (k *keepAlive) watch(msg *message.Message) <-chan struct{} {
 // attempt starts a new delivery attempt of key, whose message is msg: it
 // is handed over (again, after a nack, as a copy), so what the previous
 // attempt completed no longer counts, and watch and complete find key's
-// record by msg from now on.
+// record by msg from now on. It is handover without the answer.
 func (k *keepAlive) attempt(key kaKey, msg *message.Message) {
+	k.handover(key, msg)
+}
+
+// handover starts a new delivery attempt of key, whose message is msg, as
+// attempt does, unless key may already belong to a peer: revoked, or its
+// claim lapsing now (it is revoked then). It reports whether msg may be
+// handed over. If not, msg must not run; the entry is marked as stepped
+// aside, so that msg's ack never reaches Redis (mayAck) and the entry
+// stays pending for whoever claims it.
+func (k *keepAlive) handover(key kaKey, msg *message.Message) bool {
 	if k.disabled {
-		return // nothing is tracked
+		return true // nothing is tracked
 	}
+	now := time.Now()
 	k.mu.Lock()
-	defer k.mu.Unlock()
 	st := k.states[key]
 	if st == nil {
-		return
+		k.mu.Unlock()
+		return true
 	}
+	lapsed := false
+	if e := k.entries[key]; e != nil && !now.Before(k.lapsesAt(e)) {
+		lapsed = k.revokeLocked(key)
+	}
+	if st.revoked {
+		st.watched, st.completed = true, false
+		k.mu.Unlock()
+		if lapsed {
+			k.logLapsed(key)
+		}
+		return false
+	}
+	defer k.mu.Unlock()
 	st.watched, st.completed = false, false
 	if st.msg != msg {
 		if st.msg != nil {
@@ -387,6 +450,20 @@ func (k *keepAlive) attempt(key kaKey, msg *message.Message) {
 		st.msg = msg
 		k.handed[msg] = st
 	}
+	return true
+}
+
+// holds reports whether the entry id of stream, delivered to consumer, is
+// still held here: delivered and not yet settled (in a handler, waiting,
+// read ahead, or acked with the ack not yet in Redis).
+func (k *keepAlive) holds(stream, consumer, id string) bool {
+	if k.disabled {
+		return false
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	_, ok := k.states[kaKey{stream: stream, id: id, consumer: consumer}]
+	return ok
 }
 
 // complete records that the handler of msg's current attempt succeeded.
@@ -455,6 +532,9 @@ func (k *keepAlive) close() {
 
 func (k *keepAlive) run() {
 	defer close(k.done)
+	var lapses sync.WaitGroup
+	lapses.Go(k.watchLapses)
+	defer lapses.Wait()
 	t := time.NewTicker(k.interval)
 	defer t.Stop()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -476,6 +556,52 @@ func (k *keepAlive) run() {
 	}
 }
 
+// watchLapses revokes each entry as its claim lapses (lapsesAt), before a
+// peer can claim it. It runs on a goroutine of its own, so a refresh
+// hanging on an unreachable Redis cannot hold it back.
+func (k *keepAlive) watchLapses() {
+	t := time.NewTimer(k.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-k.stop:
+			return
+		case <-t.C:
+		case <-k.lapseWake:
+		}
+		t.Reset(k.revokeLapsed(time.Now()))
+	}
+}
+
+// revokeLapsed revokes the entries whose claim has lapsed at now, and
+// returns how long until the next one lapses (at most an interval).
+func (k *keepAlive) revokeLapsed(now time.Time) time.Duration {
+	next := k.interval
+	var lapsed []kaKey
+	k.mu.Lock()
+	for key, e := range k.entries {
+		if d := k.lapsesAt(e).Sub(now); d > 0 {
+			next = min(next, d)
+		} else {
+			lapsed = append(lapsed, key)
+		}
+	}
+	for _, key := range lapsed {
+		k.revokeLocked(key)
+	}
+	k.nextLapse = now.Add(next)
+	k.mu.Unlock()
+	for _, key := range lapsed {
+		k.logLapsed(key)
+	}
+	return next
+}
+
+func (k *keepAlive) logLapsed(key kaKey) {
+	k.logger.Info("Entry could not be refreshed in time; a peer may claim it, so this consumer gives it up",
+		watermill.LogFields{"stream": key.stream, "xid": key.id, "consumer": key.consumer})
+}
+
 // refresh sends one batch of refreshes per stream.
 func (k *keepAlive) refresh(ctx context.Context) {
 	now := time.Now()
@@ -487,17 +613,13 @@ func (k *keepAlive) refresh(ctx context.Context) {
 			p.stuck = true
 		}
 	}
-	var stale []kaKey
 	for key, e := range k.entries {
 		if p := k.pipes[kaPipe{sub: e.sub, stream: key.stream, consumer: key.consumer}]; p != nil && p.stuck {
 			expired = append(expired, key)
 			continue
 		}
-		if now.Sub(e.refreshed) >= k.idle {
-			// Not refreshed for MaxIdleTime (Redis unreachable, or
-			// refreshes too slow): a peer may have claimed it already.
-			stale = append(stale, key)
-			continue
+		if !now.Before(k.lapsesAt(e)) {
+			continue // given up: watchLapses revokes it
 		}
 		byStream[key.stream] = append(byStream[key.stream], key.consumer, key.id)
 	}
@@ -513,17 +635,10 @@ func (k *keepAlive) refresh(ctx context.Context) {
 		}
 		k.revokeLocked(key)
 	}
-	for _, key := range stale {
-		k.revokeLocked(key)
-	}
 	k.mu.Unlock()
 	for _, key := range expired {
 		k.expired.Add(1)
 		k.logger.Info("Consumer made no progress for KeepAlive.MaxInFlight; its entry is no longer kept alive and a peer will claim it",
-			watermill.LogFields{"stream": key.stream, "xid": key.id, "consumer": key.consumer})
-	}
-	for _, key := range stale {
-		k.logger.Info("Entry could not be refreshed for MaxIdleTime; a peer may claim it, so this consumer gives it up",
 			watermill.LogFields{"stream": key.stream, "xid": key.id, "consumer": key.consumer})
 	}
 	if len(byStream) == 0 && len(unstarted) == 0 {
@@ -553,6 +668,9 @@ func (k *keepAlive) refreshStream(ctx context.Context, stream string, pairs []an
 	args := make([]any, 0, len(pairs)+1)
 	args = append(args, k.group)
 	args = append(args, pairs...)
+	// Redis resets the idle clocks after this, at the earliest: the
+	// moment a peer's claim is measured from.
+	sent := time.Now()
 	res, err := refreshScript.Run(ctx, k.client, []string{stream}, args...).Slice()
 	if err != nil {
 		if ctx.Err() == nil {
@@ -567,14 +685,15 @@ func (k *keepAlive) refreshStream(ctx context.Context, stream string, pairs []an
 	for _, id := range lostIDs {
 		lost[id] = struct{}{}
 	}
-	now := time.Now()
 	n := 0
 	k.mu.Lock()
 	for i := 0; i < len(pairs); i += 2 {
 		key := kaKey{stream: stream, consumer: pairs[i].(string), id: pairs[i+1].(string)}
 		if _, gone := lost[key.id]; !gone {
-			if e := k.entries[key]; e != nil {
-				e.refreshed = now
+			// An entry revoked meanwhile is no longer here: once given
+			// up, it stays given up.
+			if e := k.entries[key]; e != nil && e.refreshed.Before(sent) {
+				e.refreshed = sent
 			}
 			continue
 		}

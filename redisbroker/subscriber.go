@@ -125,7 +125,7 @@ func NewSubscriber(cfg Config, opts ...Option) (*Subscriber, error) {
 			return nil, err
 		}
 		up, err := redisstream.NewSubscriber(redisstream.SubscriberConfig{
-			Client: &entryClient{UniversalClient: c, consumer: name, keepAlive: s.keepAlive, acker: s.acker, window: s.window}, // upstream closes it
+			Client: &entryClient{UniversalClient: c, consumer: name, keepAlive: s.keepAlive, acker: s.acker, window: s.window, held: s.holds}, // upstream closes it
 			Unmarshaller: safeUnmarshaller{
 				inner:         redisstream.DefaultMarshallerUnmarshaller{},
 				group:         cfg.ConsumerGroup,
@@ -166,6 +166,18 @@ func (s *Subscriber) closeClients() {
 		s.keepAlive.close()
 	}
 	_ = s.control.Close()
+}
+
+// holds reports whether the entry id of stream, delivered to any of this
+// subscriber's consumers, is still held here: not yet settled, or acked
+// with the ack not yet in Redis.
+func (s *Subscriber) holds(stream, id string) bool {
+	for _, name := range s.names {
+		if s.keepAlive.holds(stream, name, id) {
+			return true
+		}
+	}
+	return false
 }
 
 // Config returns the configuration in use, with defaults applied.
@@ -229,8 +241,8 @@ type SubscriberStats struct {
 	// unreachable…).
 	RefreshErrors uint64
 	// Revoked counts deliveries revoked (see [Subscriber.Revoked]): lost
-	// to a peer, expired, not refreshed for MaxIdleTime, or held when the
-	// group was recreated.
+	// to a peer, expired, given up before a peer could claim it (no
+	// refresh got through in time), or held when the group was recreated.
 	Revoked uint64
 }
 
@@ -250,8 +262,9 @@ func (s *Subscriber) Stats() SubscriberStats {
 
 // Revoked returns a channel that closes when the delivery of msg is
 // revoked: the keep-alive found its entry claimed by a peer, let it go
-// after KeepAlive.MaxInFlight, could not refresh it for MaxIdleTime, or
-// the consumer group was recreated. Use it as
+// after KeepAlive.MaxInFlight, gave it up before a peer could claim it
+// (no refresh got through in time), or the consumer group was recreated.
+// A revoked entry not yet handed over never is. Use it as
 // middleware.WithRevoked's function, so a message still waiting for budget
 // steps aside instead of running over a peer's claim; call
 // [Subscriber.Completed] when its handler succeeds. Once Revoked was asked
@@ -427,6 +440,15 @@ func (s *Subscriber) forward(ctx context.Context, in <-chan *message.Message, ou
 		// before this goroutine runs again. A message never handed over is
 		// never acked, and Close does not wait for it.
 		if e, ok := entryOf(msg); ok {
+			if !s.keepAlive.handover(kaKey{stream: e.Stream, id: e.ID, consumer: e.Consumer}, msg) {
+				// Revoked, or its claim lapsed while it waited here (read
+				// ahead, or resent after a nack): a peer may be running it
+				// already. It is not started; the ack lets upstream go on
+				// and is never sent to Redis, so the entry stays pending
+				// for whoever claims it.
+				msg.Ack()
+				continue
+			}
 			if resent && e == last && s.nacks {
 				delivered++
 				setDeliveries(msg, delivered, s.cfg.MaxDeliveries)
@@ -434,7 +456,6 @@ func (s *Subscriber) forward(ctx context.Context, in <-chan *message.Message, ou
 				last, delivered = e, int64(max(Deliveries(msg), 1))
 			}
 			s.acks.handed(msg, e)
-			s.keepAlive.attempt(kaKey{stream: e.Stream, id: e.ID, consumer: e.Consumer}, msg)
 		}
 		select {
 		case out <- msg:

@@ -617,6 +617,13 @@ telemetry:
 	}
 	// "embedded" needs the embedded package's registration: without it
 	// the error names the import; with it, the address validates.
+	// A read's entries count from when it was sent: block_time must stay
+	// well below the time an entry may go without a refresh.
+	slow := Config{Broker: brokerRedis, Redis: redisbroker.Config{Addr: "h:1", MaxIdleTime: time.Second}}
+	var fe *spillway.FieldError
+	if err := slow.Validate(); !errors.As(err, &fe) || fe.Field != "redis.block_time" || fe.Value != "500ms" {
+		t.Errorf("redis.max_idle_time 1s with the default block_time: %v, want an error on redis.block_time", err)
+	}
 	emb := Config{Broker: brokerRedis, Redis: redisbroker.Config{Addr: "embedded"}}
 	if err := emb.Validate(); err == nil || !strings.Contains(err.Error(), `import _ "github.com/spillway-go/spillway/embedded"`) {
 		t.Errorf("redis.addr embedded with nothing registered: %v, want an error naming the import", err)
