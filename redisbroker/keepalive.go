@@ -455,15 +455,22 @@ func (k *keepAlive) handover(key kaKey, msg *message.Message) bool {
 
 // holds reports whether the entry id of stream, delivered to consumer, is
 // still held here: delivered and not yet settled (in a handler, waiting,
-// read ahead, or acked with the ack not yet in Redis).
+// read ahead, or acked with the ack not yet in Redis). An entry this
+// subscriber gave up (revoked before it ran, or read ahead and never
+// handed over) is not held: its ack will never reach Redis, so a sibling
+// consumer may claim it as a peer would.
 func (k *keepAlive) holds(stream, consumer, id string) bool {
 	if k.disabled {
 		return false
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	_, ok := k.states[kaKey{stream: stream, id: id, consumer: consumer}]
-	return ok
+	st, ok := k.states[kaKey{stream: stream, id: id, consumer: consumer}]
+	if !ok {
+		return false
+	}
+	givenUp := st.revoked && (st.msg == nil || st.watched && !st.completed)
+	return !givenUp
 }
 
 // complete records that the handler of msg's current attempt succeeded.

@@ -484,7 +484,7 @@ func validateRedis(r redisbroker.Config) []error {
 			bad("keep_alive.interval", r.KeepAlive.Interval.String(), "must be positive")
 		} else if idleOK && r.KeepAlive.Interval >= r.MaxIdleTime {
 			bad("keep_alive.interval", r.KeepAlive.Interval.String(), "must be below redis.max_idle_time ("+r.MaxIdleTime.String()+")")
-		} else if limit := (r.MaxIdleTime - r.KeepAlive.Interval) / 2; r.BlockTime >= limit {
+		} else if limit := (r.MaxIdleTime - r.KeepAlive.Interval) / 2; idleOK && r.BlockTime >= limit {
 			bad("block_time", r.BlockTime.String(), "must be below half of redis.max_idle_time − redis.keep_alive.interval ("+
 				limit.String()+"): lower it, or raise redis.max_idle_time")
 		}
