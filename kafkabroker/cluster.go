@@ -113,7 +113,12 @@ func New(cfg Config, opts ...Option) (*Cluster, error) {
 		}
 		// No entity key: spread by UUID. An empty key would hash every
 		// such message onto one partition.
-		return msg.UUID, nil
+		if msg.UUID != "" {
+			return msg.UUID, nil
+		}
+		// No UUID either (a copy of another client's record that had no
+		// key): a random key spreads it as a missing key would.
+		return watermill.NewUUID(), nil
 	})
 	if cfg.embedded() {
 		upFront := cfg.Topics

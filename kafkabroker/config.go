@@ -92,7 +92,7 @@ type Config struct {
 	// KeyMetadata is the metadata field whose value becomes the Kafka
 	// message key, so every message of one entity (or geocell) lands on
 	// one partition and stays ordered. A message without it is keyed by
-	// its UUID. Default entity_id.
+	// its UUID, or without a UUID by a random key. Default entity_id.
 	KeyMetadata string `yaml:"key_metadata" env:"KEY_METADATA"`
 
 	// Partitioner chooses the partition of a keyed message: murmur2

@@ -164,3 +164,41 @@ func TestPartitionerValidated(t *testing.T) {
 		}
 	}
 }
+
+// A message with neither the key field nor a UUID (a record from another
+// client, without a key, being copied) is spread over the partitions as a
+// message without a key would be, not hashed onto one by the empty key.
+func TestUnkeyedMessagesSpread(t *testing.T) {
+	const partitions = 12
+	broker := kafkatest.Start(t, partitions)
+	cl, err := kafkabroker.New(kafkabroker.Config{
+		Brokers:      broker.Brokers(),
+		Version:      "2.3.0", // kfake's limit
+		Partitions:   partitions,
+		CreateTopics: true,
+		Topics:       []string{"unkeyed"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	pub, err := cl.NewPublisher()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	const n = 24
+	for range n {
+		if err := pub.Publish("unkeyed", message.NewMessage("", []byte(`{}`))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := partitionsOfKeys(t, broker.Brokers(), "unkeyed", partitions)
+	used := map[int32]bool{}
+	for _, p := range got {
+		used[p] = true
+	}
+	if len(got) != n || len(used) < 2 {
+		t.Errorf("%d messages with %d distinct keys on %d partitions, want %d distinct keys spread over several", n, len(got), len(used), n)
+	}
+}
