@@ -19,30 +19,34 @@ import (
 // Issue 35, item 3: records from a producer that is not Watermill (a plain
 // Sarama producer here: a key, a payload, no _watermill_message_uuid, no
 // entity_id) keep their Kafka key when the router copies them: oversize and
-// malformed dead-letter copies with the retry gate off, and with it on
-// also the gate's dead-letter copies of a message that kept failing (the
-// gate's retry copies are made the same way). The copies land on the partitions their
-// originals are on (both sides use librdkafka's CRC32 placement, the same
-// partition count), so they spread as the originals do instead of piling
-// onto one partition with an empty key.
+// malformed dead-letter copies with the retry gate off, and with it on also
+// the gate's dead-letter copies of a message that kept failing (its retry
+// copies are made the same way), in partition and key mode. The copies land
+// on the partitions their originals are on (both sides use librdkafka's
+// CRC32 placement, the same partition count), so they spread as the
+// originals do instead of piling onto one partition with an empty key.
 func TestKafkaCopiesKeepRecordKey(t *testing.T) {
 	const partitions = 8
 	broker := kafkatest.Start(t, partitions)
 	for _, tt := range []struct {
-		name  string
-		retry bool
+		name     string
+		topic    string
+		retry    bool
+		consumer string
 	}{
-		{"retry gate off", false},
-		{"retry gate on", true},
+		{"retry gate off", "feed-off", false, ""},
+		{"retry gate on", "feed-on", true, ""},
+		{"key mode", "feed-key", true, "key"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			topic := "feed-" + map[bool]string{false: "off", true: "on"}[tt.retry]
+			topic := tt.topic
 			cfg := Config{Broker: brokerKafka, CloseTimeout: 10 * time.Second}
 			cfg.Kafka.Brokers = broker.Brokers()
 			cfg.Kafka.Version = "2.3.0" // kfake's limit
 			cfg.Kafka.Partitions = partitions
 			cfg.Kafka.CreateTopics = true
 			cfg.Kafka.Partitioner = "crc32"
+			cfg.Kafka.Consumer = tt.consumer
 			cfg.Kafka.HeartbeatInterval = 200 * time.Millisecond
 			cfg.Budget.MaxPayloadBytes = 4 << 10
 			cfg.Telemetry.Disabled = true
