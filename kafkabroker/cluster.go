@@ -13,6 +13,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/spillway-go/spillway"
+	"github.com/spillway-go/spillway/internal/copyctx"
 )
 
 // errClosed is returned by a closed [Cluster].
@@ -100,12 +101,24 @@ func New(cfg Config, opts ...Option) (*Cluster, error) {
 	c.logger = logger
 	keyField := cfg.KeyMetadata
 	c.marshaler = kafka.NewWithPartitioningMarshaler(func(_ string, msg *message.Message) (string, error) {
+		// A retry, dead-letter or oversize copy keeps the key of the
+		// record it copies, whoever produced that record.
+		if ctx := msg.Context(); copyctx.Is(ctx) {
+			if k, ok := kafka.MessageKeyFromCtx(ctx); ok && len(k) > 0 {
+				return string(k), nil
+			}
+		}
 		if k := msg.Metadata.Get(keyField); k != "" {
 			return k, nil
 		}
 		// No entity key: spread by UUID. An empty key would hash every
 		// such message onto one partition.
-		return msg.UUID, nil
+		if msg.UUID != "" {
+			return msg.UUID, nil
+		}
+		// No UUID either (a copy of another client's record that had no
+		// key): a random key spreads it as a missing key would.
+		return watermill.NewUUID(), nil
 	})
 	if cfg.embedded() {
 		upFront := cfg.Topics
@@ -152,8 +165,9 @@ func (c *Cluster) probe(sc *sarama.Config) error {
 func (c *Cluster) Brokers() []string { return append([]string(nil), c.brokers...) }
 
 // NewPublisher returns a watermill-kafka publisher keyed by
-// Config.KeyMetadata (a message without it is keyed by its UUID). The
-// caller closes it.
+// Config.KeyMetadata (a message without it is keyed by its UUID), placed
+// by Config.Partitioner. A retry, dead-letter or oversize copy the router
+// or the retry gate publishes keeps the Kafka key of the record it copies. The caller closes it.
 func (c *Cluster) NewPublisher() (*kafka.Publisher, error) {
 	pcfg, err := c.cfg.publisherSarama(c.opts.saramaHook)
 	if err != nil {

@@ -92,8 +92,16 @@ type Config struct {
 	// KeyMetadata is the metadata field whose value becomes the Kafka
 	// message key, so every message of one entity (or geocell) lands on
 	// one partition and stays ordered. A message without it is keyed by
-	// its UUID. Default entity_id.
+	// its UUID, or without a UUID by a random key. Default entity_id.
 	KeyMetadata string `yaml:"key_metadata" env:"KEY_METADATA"`
+
+	// Partitioner chooses the partition of a keyed message: murmur2
+	// (Kafka's Java client, Kafka Streams, Kafka Connect, and librdkafka
+	// with partitioner=murmur2_random), crc32 (librdkafka's default and
+	// kcat's), or hash (Sarama's default, FNV-1a). A key keeps its order
+	// only if every producer of a topic places it alike (docs/kafka.md,
+	// "Mixing clients"). Default murmur2.
+	Partitioner string `yaml:"partitioner" env:"PARTITIONER"`
 
 	// Version is the Kafka protocol version Sarama speaks: at least 0.10.1
 	// (the first with a rebalance timeout). Default 3.6.0, or 2.3.0 with
@@ -215,6 +223,9 @@ func (c *Config) setDefaults() {
 	if c.KeyMetadata == "" {
 		c.KeyMetadata = defaultKeyMetadata
 	}
+	if c.Partitioner == "" {
+		c.Partitioner = defaultPartitioner
+	}
 	if c.Version == "" {
 		c.Version = defaultVersion
 		if c.embedded() {
@@ -303,6 +314,11 @@ func (c Config) Validate() error {
 	}
 	if k.ReplicationFactor < 0 {
 		bad("replication_factor", strconv.Itoa(int(k.ReplicationFactor)), "must be positive")
+	}
+	switch k.Partitioner {
+	case partitionerMurmur2, partitionerCRC32, partitionerHash:
+	default:
+		bad("partitioner", k.Partitioner, "must be murmur2 (Kafka's Java client), crc32 (librdkafka's default) or hash (Sarama's default)")
 	}
 	if v, err := sarama.ParseKafkaVersion(k.Version); err != nil {
 		bad("version", k.Version, "must be a Kafka version such as 3.6.0")

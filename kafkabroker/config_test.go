@@ -60,6 +60,7 @@ func TestValidateFields(t *testing.T) {
 		{with(func(c *kafkabroker.Config) { c.Consumer = "unordered" }), "consumer", "unordered"},
 		{with(func(c *kafkabroker.Config) { c.WindowMessages = -1 }), "window_messages", "-1"},
 		{with(func(c *kafkabroker.Config) { c.WindowBytes = -2 }), "window_bytes", "-2"},
+		{with(func(c *kafkabroker.Config) { c.Partitioner = "fnv" }), "partitioner", "fnv"},
 	}
 	for _, tc := range cases {
 		err := tc.cfg.Validate()

@@ -149,6 +149,7 @@ func (k Config) publisherSarama(hook func(*sarama.Config) error) (*sarama.Config
 	if k.MaxMessageBytes > 0 {
 		c.Producer.MaxMessageBytes = int(k.MaxMessageBytes)
 	}
+	c.Producer.Partitioner = partitionerFor(k.Partitioner)
 	durable(c)
 	return finish(c, hook, "producer")
 }

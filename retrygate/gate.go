@@ -16,6 +16,7 @@ import (
 
 	"github.com/spillway-go/spillway"
 	"github.com/spillway-go/spillway/cost"
+	"github.com/spillway-go/spillway/internal/copyctx"
 )
 
 // Metadata keys the gate reads and writes. The exported ones are on the
@@ -574,10 +575,11 @@ func (d *delivery) deadLetter(cause string) ([]*message.Message, error) {
 // counted again), and the delivery's context without its cancellation, so
 // a tracing publisher continues the delivery's trace (the copy's producer
 // span is a child of the consumer span) and a publisher that reads the
-// context is not stopped by the delivery ending.
+// context is not stopped by the delivery ending. A Kafka publisher keys it
+// by the delivered record's key (internal/copyctx).
 func (d *delivery) copy() *message.Message {
 	cp := d.msg.Copy()
-	cp.SetContext(context.WithoutCancel(d.ctx))
+	cp.SetContext(copyctx.Of(d.ctx))
 	return cp
 }
 

@@ -10,6 +10,7 @@ import (
 	wmw "github.com/ThreeDotsLabs/watermill/message/router/middleware"
 
 	"github.com/spillway-go/spillway/cost"
+	"github.com/spillway-go/spillway/internal/copyctx"
 	"github.com/spillway-go/spillway/internal/errtext"
 	"github.com/spillway-go/spillway/retrygate"
 )
@@ -46,7 +47,7 @@ func (r *Router) moveMalformed(ctx context.Context, msg *message.Message, err er
 	origin := r.originTopic(msg)
 	dest := r.cfg.Retry.DeadLetterTopicFor(origin)
 	cp := msg.Copy()
-	cp.SetContext(context.WithoutCancel(ctx))
+	cp.SetContext(copyctx.Of(ctx))
 	cp.Metadata.Set(wmw.ReasonForPoisonedKey, errtext.Cut(err))
 	cp.Metadata.Set(wmw.PoisonedTopicKey, message.SubscribeTopicFromCtx(ctx))
 	cp.Metadata.Set(wmw.PoisonedHandlerKey, message.HandlerNameFromCtx(ctx))

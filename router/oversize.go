@@ -5,6 +5,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/spillway-go/spillway/internal/copyctx"
 	"github.com/spillway-go/spillway/middleware"
 	"github.com/spillway-go/spillway/retrygate"
 )
@@ -38,6 +39,7 @@ func (r *Router) routeOversize(msg *message.Message, a middleware.Admission) err
 	origin := r.originTopic(msg)
 	topic, deadLettered := r.cfg.Budget.OversizeTopic, false
 	cp := msg.Copy()
+	cp.SetContext(copyctx.Of(msg.Context())) // keeps the record's Kafka key
 	if topic == "" {
 		topic, deadLettered = r.cfg.Retry.DeadLetterTopicFor(origin), true
 		cp.Metadata.Set(retrygate.DeadLetterCauseKey, oversizeCause)
