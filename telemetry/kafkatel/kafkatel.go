@@ -59,8 +59,8 @@ type lagSource struct {
 // offset, and 0 for a partition where only transaction markers and
 // aborted records lie past the committed offset (such a consumer never
 // receives them, so it never commits past them). Telling the two apart
-// costs a fetch of the gap, at most four of 1 MiB; a gap still undecided
-// after them counts in full.
+// costs a fetch of the gap per lagging partition (at most eight of 64 KiB;
+// a gap still undecided after them counts in full).
 //
 // Each Lag call costs one OffsetFetch to the group's coordinator and one
 // ListOffsets per partition (two for partitions without a commit); run it
@@ -179,10 +179,12 @@ func (s *lagSource) end(topic string, p int32) (int64, error) {
 }
 
 // scanRounds bounds the fetches visibleBetween makes, scanBytes each: a
-// partition still undecided after them counts as lagging.
+// partition still undecided after them counts as lagging. A lagging
+// partition usually answers with its first batch; brokers return a first
+// batch larger than scanBytes whole.
 const (
-	scanRounds = 4
-	scanBytes  = 1 << 20
+	scanRounds = 8
+	scanBytes  = 64 << 10
 )
 
 // visibleBetween reports whether a read-committed consumer positioned at
