@@ -184,3 +184,115 @@ func TestKafkaKeyHandoverRedo(t *testing.T) {
 		t.Errorf("the other client received %d records, want %d (every record Spillway did not finish, and the redone ones)", len(h.got), n-doneBySpillway+redo)
 	}
 }
+
+// TestKafkaKeyHandoverDrained: drained first (Router.Lag at 0), a key-mode
+// group hands over to a plain Sarama consumer with nothing redone: it
+// receives only what was produced after.
+func TestKafkaKeyHandoverDrained(t *testing.T) {
+	const (
+		topic = "handover-drained"
+		n     = 50
+	)
+	broker := kafkatest.Start(t, 2, topic)
+	cfg := Config{Broker: brokerKafka, CloseTimeout: 10 * time.Second}
+	cfg.Budget.Vertices = 1000
+	cfg.Retry.Disabled = true
+	cfg.Kafka.Brokers = broker.Brokers()
+	cfg.Kafka.Version = "2.3.0"
+	cfg.Kafka.Partitions = 2
+	cfg.Kafka.HeartbeatInterval = 250 * time.Millisecond
+	cfg.Kafka.Consumer = kafkabroker.ConsumerKey
+	cfg.Kafka.WindowMessages = 4
+	r, err := New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		msg := message.NewMessage("m"+strconv.Itoa(i), pingPayload(i))
+		msg.Metadata.Set("entity_id", "k"+strconv.Itoa(i%7))
+		if err := r.Publisher().Publish(topic, msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := r.AddConsumerHandler("h", topic, func(*message.Message) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	runErr := make(chan error, 1)
+	go func() { runErr <- r.Run(context.Background()) }()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for {
+		if lag, err := r.Lag(ctx); err == nil && lag == 0 {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the group did not drain")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	<-runErr
+
+	sc := sarama.NewConfig()
+	sc.Version = sarama.V2_3_0_0
+	sc.Producer.Return.Successes = true
+	sc.Consumer.Offsets.Initial = sarama.OffsetOldest
+	sc.Consumer.Group.Heartbeat.Interval = 250 * time.Millisecond
+	after := "after the handover"
+	producer, err := sarama.NewSyncProducer(broker.Brokers(), sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p := range int32(2) {
+		if _, _, err := producer.SendMessage(&sarama.ProducerMessage{Topic: topic, Partition: p, Value: sarama.StringEncoder(after)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	producer.Close()
+	group, err := sarama.NewConsumerGroup(broker.Brokers(), cfg.Kafka.WithDefaults().ConsumerGroup+".h", sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &plainConsumer{last: after, done: make(chan struct{})}
+	cctx, ccancel := context.WithCancel(context.Background())
+	consumed := make(chan struct{})
+	go func() {
+		defer close(consumed)
+		for cctx.Err() == nil {
+			if err := group.Consume(cctx, []string{topic}, h); err != nil && !errors.Is(err, sarama.ErrClosedConsumerGroup) {
+				time.Sleep(50 * time.Millisecond)
+			}
+		}
+	}()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		h.mu.Lock()
+		k := 0
+		for _, v := range h.got {
+			if v == after {
+				k++
+			}
+		}
+		h.mu.Unlock()
+		if k == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the other client did not receive the records produced after the handover")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond)
+	ccancel()
+	<-consumed
+	if err := group.Close(); err != nil {
+		t.Fatal(err)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.got) != 2 {
+		t.Errorf("the other client received %d records, want only the 2 produced after the handover: %q", len(h.got), h.got)
+	}
+}
