@@ -18,8 +18,9 @@ all: lint test
 
 # deps installs what the tests need that Go modules do not bring:
 # Debian's redis-server (the Redis Streams tests run against a real server),
-# chromium (the demo report's test) and prometheus (promtool, for the alert
-# rules' unit tests).
+# chromium (the demo report's test), prometheus (promtool, for the alert
+# rules' unit tests) and kcat (librdkafka's client, for the Kafka interop
+# test).
 deps:
 	@bash .ci/deps.sh
 	@for m in $(MODULES); do (cd $$m && $(GO) mod download); done

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the test suite needs beyond Go modules, when it is missing:
-# Debian's redis-server, chromium and prometheus (for promtool, which tests
-# docs/ops/spillway-alerts.yaml).
+# Debian's redis-server, chromium, prometheus (for promtool, which tests
+# docs/ops/spillway-alerts.yaml) and kcat (a librdkafka client: the Kafka
+# interop test).
 # Idempotent; safe to run on a developer machine (it only installs as root).
 set -euo pipefail
 
@@ -11,6 +12,9 @@ command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 # promtool checks and unit-tests the alert rules (telemetry's TestAlertRules).
 command -v promtool >/dev/null 2>&1 || need+=(prometheus)
+# kcat produces to and reads from the embedded broker in router's
+# TestKafkaInteropKcat, as a client other than Sarama.
+command -v kcat >/dev/null 2>&1 || need+=(kcat)
 
 if [ ${#need[@]} -eq 0 ]; then
   exit 0

@@ -52,6 +52,12 @@ const (
 	ConsumerKey = "key"
 )
 
+// The values of Config.IsolationLevel.
+const (
+	isolationReadCommitted   = "read_committed"
+	isolationReadUncommitted = "read_uncommitted"
+)
+
 // Config configures the Kafka side: the brokers, the consumer groups, the
 // topics Spillway creates, and the Sarama settings chosen for backpressure.
 // The zero value plus Brokers is valid: every zero field takes the default
@@ -149,6 +155,14 @@ type Config struct {
 	// InitialOffset is where a new consumer group starts: oldest or
 	// newest. Default oldest.
 	InitialOffset string `yaml:"initial_offset" env:"INITIAL_OFFSET"`
+
+	// IsolationLevel is what consumers read of transactional producers'
+	// records: read_committed (records of committed transactions, and
+	// every non-transactional record; records of aborted or still open
+	// transactions are never handed to a handler) or read_uncommitted
+	// (every record, aborted ones included). Lag is measured the same way.
+	// Default read_committed, which needs version 0.11.0 or later.
+	IsolationLevel string `yaml:"isolation_level" env:"ISOLATION_LEVEL"`
 
 	// NackResendSleep is how long watermill-kafka waits before
 	// redelivering a nacked message. Default 100ms.
@@ -253,6 +267,9 @@ func (c *Config) setDefaults() {
 	if c.InitialOffset == "" {
 		c.InitialOffset = "oldest"
 	}
+	if c.IsolationLevel == "" {
+		c.IsolationLevel = isolationReadCommitted
+	}
 	if c.NackResendSleep == 0 {
 		c.NackResendSleep = defaultNackResendSleep
 	}
@@ -355,6 +372,18 @@ func (c Config) Validate() error {
 	case "oldest", "newest":
 	default:
 		bad("initial_offset", k.InitialOffset, "must be oldest or newest")
+	}
+	switch k.IsolationLevel {
+	case isolationReadCommitted:
+		// Only for a version otherwise valid: a bad version is reported
+		// on its own field.
+		v, err := sarama.ParseKafkaVersion(k.Version)
+		if err == nil && v.IsAtLeast(sarama.V0_10_1_0) && !v.IsAtLeast(sarama.V0_11_0_0) {
+			bad("isolation_level", k.IsolationLevel, "(the default) needs version 0.11.0 or later, the first with transactions; raise version, or set isolation_level read_uncommitted")
+		}
+	case isolationReadUncommitted:
+	default:
+		bad("isolation_level", k.IsolationLevel, "must be read_committed or read_uncommitted")
 	}
 	if k.NackResendSleep < 0 {
 		bad("nack_resend_sleep", k.NackResendSleep.String(), "must be zero or positive")

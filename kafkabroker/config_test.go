@@ -61,6 +61,8 @@ func TestValidateFields(t *testing.T) {
 		{with(func(c *kafkabroker.Config) { c.WindowMessages = -1 }), "window_messages", "-1"},
 		{with(func(c *kafkabroker.Config) { c.WindowBytes = -2 }), "window_bytes", "-2"},
 		{with(func(c *kafkabroker.Config) { c.Partitioner = "fnv" }), "partitioner", "fnv"},
+		{with(func(c *kafkabroker.Config) { c.IsolationLevel = "committed" }), "isolation_level", "committed"},
+		{with(func(c *kafkabroker.Config) { c.Version = "0.10.2.0" }), "isolation_level", "read_committed"},
 	}
 	for _, tc := range cases {
 		err := tc.cfg.Validate()
@@ -148,5 +150,36 @@ func TestMaxMessageBytes(t *testing.T) {
 		if !errors.As(err, &fe) || fe.Field != "max_message_bytes" {
 			t.Errorf("max_message_bytes %d: %v", n, err)
 		}
+	}
+}
+
+// TestIsolationLevel: consumers read committed records only unless told
+// otherwise, and the shared client carries the same level (lag is read
+// through it).
+func TestIsolationLevel(t *testing.T) {
+	for _, tc := range []struct {
+		level string
+		want  sarama.IsolationLevel
+	}{{"", sarama.ReadCommitted}, {"read_committed", sarama.ReadCommitted}, {"read_uncommitted", sarama.ReadUncommitted}} {
+		c := kafkabroker.Config{Brokers: []string{"k1:9092"}, IsolationLevel: tc.level}
+		if err := c.Validate(); err != nil {
+			t.Errorf("isolation_level %q: %v", tc.level, err)
+		}
+		sc, err := c.SaramaSubscriberConfig()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ac, err := c.SaramaAdminConfig()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sc.Consumer.IsolationLevel != tc.want || ac.Consumer.IsolationLevel != tc.want {
+			t.Errorf("isolation_level %q: consumer %v, shared client %v, want %v", tc.level, sc.Consumer.IsolationLevel, ac.Consumer.IsolationLevel, tc.want)
+		}
+	}
+	// An old version is fine when isolation is not asked for.
+	old := kafkabroker.Config{Brokers: []string{"k1:9092"}, Version: "0.10.2.0", IsolationLevel: "read_uncommitted"}
+	if err := old.Validate(); err != nil {
+		t.Errorf("version 0.10.2.0 with read_uncommitted: %v", err)
 	}
 }

@@ -12,3 +12,6 @@ const (
 
 func (c Config) SaramaSubscriberConfig() (*sarama.Config, error) { return c.saramaSubscriberConfig() }
 func (c Config) SaramaPublisherConfig() (*sarama.Config, error)  { return c.saramaPublisherConfig() }
+func (c Config) SaramaAdminConfig() (*sarama.Config, error) {
+	return c.WithDefaults().adminSarama(nil)
+}

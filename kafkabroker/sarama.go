@@ -24,6 +24,12 @@ func (k Config) common(c *sarama.Config) error {
 	}
 	c.Version = v
 	c.ClientID = k.ClientID
+	// Consumers and the shared client alike: telemetry/kafkatel reads the
+	// client's isolation level to measure lag as a consumer sees it.
+	c.Consumer.IsolationLevel = sarama.ReadUncommitted
+	if k.IsolationLevel == isolationReadCommitted && v.IsAtLeast(sarama.V0_11_0_0) { // older: Validate reports it
+		c.Consumer.IsolationLevel = sarama.ReadCommitted
+	}
 	// JoinGroup is answered only when every member has rejoined, which
 	// may take up to the rebalance timeout; the read must outlast it.
 	if rt := k.RebalanceTimeout + 5*time.Second; c.Net.ReadTimeout < rt {

@@ -68,10 +68,11 @@ func TestDefaults(t *testing.T) {
 		FetchDefaultBytes: 256 << 10, RebalanceTimeout: 60 * time.Second, SessionTimeout: 10 * time.Second,
 		HeartbeatInterval: time.Second, InitialOffset: "oldest", NackResendSleep: 100 * time.Millisecond,
 		Consumer: "partition", WindowMessages: 128, WindowBytes: 4 << 20,
+		Partitioner: "murmur2", IsolationLevel: "read_committed",
 	}
 	want.Redis = redisbroker.Config{
 		ConsumerGroup: "spillway", Consumers: 4, BlockTime: 500 * time.Millisecond, ClaimInterval: 5 * time.Second,
-		MaxIdleTime: 30 * time.Second, NackResendSleep: 100 * time.Millisecond,
+		MaxIdleTime: 30 * time.Second, NackResendSleep: 100 * time.Millisecond, Window: 1,
 		KeepAlive:       redisbroker.KeepAliveConfig{Interval: 10 * time.Second, MaxInFlight: 5 * time.Minute},
 		MaxDeliveries:   5,
 		DeadLetterTopic: "spillway.deadletter",
