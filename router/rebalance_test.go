@@ -266,6 +266,7 @@ func runScenario(t *testing.T, mode scenarioMode, consumer string, msgs []burstM
 	}
 	cfg.Kafka.Brokers = cluster.Brokers()
 	cfg.Kafka.Version = "2.3.0" // kfake's limit
+	cfg.Kafka.Partitioner = "hash" // partitionKeys'
 	cfg.Kafka.ConsumerGroup = "rebalance-" + mode.String() + "-" + consumer
 	cfg.Kafka.Consumer = consumer
 	cfg.Kafka.Partitions = burstPartitions
