@@ -150,6 +150,8 @@ type Router struct {
 	tracing    message.HandlerMiddleware // nil: telemetry.disabled
 	metrics    *telemetry.Metrics        // nil: telemetry.disabled
 	lagSampler *telemetry.LagSampler     // nil: telemetry.disabled, or memory
+	backlog    backlogCache              // the lag sampler's latest backlog estimate
+	drained    rateMeter                 // vertices admitted, for the drain rate
 	unregister []func() error            // metric callbacks, undone by Close
 	deadLetter message.HandlerMiddleware
 
@@ -901,6 +903,8 @@ type Stats struct {
 func (r *Router) countAdmission(hooks []admissionHook) func(*message.Message, middleware.Admission) {
 	return func(msg *message.Message, a middleware.Admission) {
 		switch a.Result {
+		case middleware.Admitted:
+			r.drained.add(a.Granted)
 		case middleware.Revoked:
 			r.revocations.Add(1)
 		case middleware.Cancelled:
