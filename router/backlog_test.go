@@ -211,3 +211,86 @@ func collectFloat(t *testing.T, reader sdkmetric.Reader, name string) float64 {
 	}
 	return sum
 }
+
+// TestBacklogDrainRateIsAutoSizerThroughput: with budget.autosize on, the
+// drain rate Router.Backlog reports is the auto-sizer's measured
+// throughput, and the drain time follows from it.
+func TestBacklogDrainRateIsAutoSizerThroughput(t *testing.T) {
+	defer goleak.VerifyNone(t, leakOptions...)
+	cfg := redisConfig(t)
+	cfg.CloseTimeout = 10 * time.Second
+	cfg.Telemetry.Disabled = true
+	cfg.Budget.Vertices = 10_000
+	a := &cfg.Budget.AutoSize
+	a.Enabled = true
+	a.Window, a.Windows, a.MinWindows = 30*time.Millisecond, 1, 1
+	a.Ceiling = 1_000_000
+	r, err := New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var handled atomic.Int64
+	var hold atomic.Bool
+	release := make(chan struct{})
+	var once sync.Once
+	unblock := func() { once.Do(func() { close(release) }) }
+	defer unblock()
+	if _, err := r.AddConsumerHandler("drain", "shapes", func(*message.Message) error {
+		if hold.Load() {
+			<-release
+			return nil
+		}
+		time.Sleep(2 * time.Millisecond)
+		handled.Add(1)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	startRouter(t, r)
+	ctx := context.Background()
+	publish := func(from, n int, payload func(i int) []byte) {
+		for i := from; i < from+n; i++ {
+			if err := r.Publisher().Publish("shapes", message.NewMessage("m-"+strconv.Itoa(i), payload(i))); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	heavy := geojsonPayload(t, heavyGeometry(t, 0, 500))
+	publish(0, 100, func(int) []byte { return heavy })
+	for deadline := time.Now().Add(30 * time.Second); handled.Load() < 100 && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+	}
+	hold.Store(true)
+	publish(100, 50, pingPayload)
+	var b Backlog
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline) && b.Messages != 50; time.Sleep(50 * time.Millisecond) {
+		backlog, err := r.Backlog(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, x := range backlog {
+			if x.Topic == "shapes" {
+				b = x
+			}
+		}
+	}
+	if b.Messages != 50 {
+		t.Fatalf("Backlog of shapes = %+v, want 50 messages", b)
+	}
+	want := r.Stats().AutoSize.VerticesPerSecond
+	t.Logf("auto-sizer throughput %.0f vertices/s; backlog %d vertices, drain time %v", want, b.Vertices, b.DrainTime)
+	if want <= 0 {
+		t.Fatalf("the auto-sizer measured no throughput after %d messages", handled.Load())
+	}
+	if b.DrainRate != want {
+		t.Errorf("DrainRate = %v, want the auto-sizer's %v", b.DrainRate, want)
+	}
+	if b.Vertices != 50 {
+		t.Errorf("Vertices = %d, want 50 (one per ping)", b.Vertices)
+	}
+	if d := time.Duration(float64(b.Vertices) / want * float64(time.Second)); b.DrainTime != d {
+		t.Errorf("DrainTime = %v, want %v", b.DrainTime, d)
+	}
+	unblock()
+}
