@@ -13,14 +13,27 @@ import (
 // pending ones, one backlog estimate reads per stream at most.
 const backlogSampleEntries = 1000
 
-// backlogScript returns the vertex_count metadata value and the payload
-// length of up to ARGV[3] entries of stream KEYS[1] after ID ARGV[2] (the
-// group's last-delivered ID), then of up to ARGV[3] entries pending in
-// group ARGV[1], as a flat list: kind (0 undelivered, 1 pending), count
-// ("" when absent), payload length. Only these few bytes per entry
-// leave the server.
+// backlogScript reads group ARGV[1]'s position in stream KEYS[1] (XINFO
+// GROUPS: its lag, or -1 when Redis cannot tell, and its pending count) and
+// then the vertex_count metadata value and the payload length of up to
+// ARGV[2] entries after the group's last-delivered ID and of up to ARGV[2]
+// pending entries, all at one point in time. It returns lag, pending, then
+// per entry read: kind (0 undelivered, 1 pending), count ("" when absent),
+// payload length. Only these few bytes per entry leave the server.
 var backlogScript = redis.NewScript(`
-local out = {}
+local lag, pending, last = -1, 0, nil
+for _, g in ipairs(redis.call("XINFO", "GROUPS", KEYS[1])) do
+  local f = {}
+  for i = 1, #g, 2 do f[g[i]] = g[i + 1] end
+  if f["name"] == ARGV[1] then
+    if type(f["lag"]) == "number" then lag = f["lag"] end
+    pending, last = f["pending"], f["last-delivered-id"]
+  end
+end
+if last == nil then
+  return redis.error_reply("NOGROUP no such consumer group")
+end
+local out = {lag, pending}
 local function add(kind, entry)
   local fields = entry[2]
   local count, plen = "", 0
@@ -39,10 +52,10 @@ local function add(kind, entry)
   out[#out + 1] = count
   out[#out + 1] = plen
 end
-for _, e in ipairs(redis.call("XRANGE", KEYS[1], "(" .. ARGV[2], "+", "COUNT", ARGV[3])) do
+for _, e in ipairs(redis.call("XRANGE", KEYS[1], "(" .. last, "+", "COUNT", ARGV[2])) do
   add(0, e)
 end
-for _, p in ipairs(redis.call("XPENDING", KEYS[1], ARGV[1], "-", "+", ARGV[3])) do
+for _, p in ipairs(redis.call("XPENDING", KEYS[1], ARGV[1], "-", "+", ARGV[2])) do
   local es = redis.call("XRANGE", KEYS[1], p[1], p[1])
   if #es == 1 then
     add(1, es[1])
@@ -54,9 +67,9 @@ return out
 // BacklogVertices estimates the vertices of the group's backlog on topic,
 // the entries [Subscriber.Lag] counts: it reads the vertex_count of up to
 // 1,000 entries after the group's last-delivered ID and of up to 1,000
-// pending entries, in one XINFO GROUPS and one script run (XRANGE, XPENDING;
-// only the counts leave the server), and scales each part's average to its
-// size. sampled is how many entries were read; the estimate is exact when
+// pending entries, in one XINFO GROUPS and one script run (XINFO GROUPS,
+// XRANGE, XPENDING; only the counts leave the server), and scales each
+// part's average to its size. sampled is how many entries were read; the estimate is exact when
 // sampled equals the lag. Call it from time to time, not per message.
 func (s *Subscriber) BacklogVertices(ctx context.Context, topic string) (vertices, sampled int64, err error) {
 	info, err := s.lagInfo(ctx, topic)
@@ -66,12 +79,17 @@ func (s *Subscriber) BacklogVertices(ctx context.Context, topic string) (vertice
 	if info.backlog() == 0 {
 		return 0, 0, nil
 	}
-	res, err := backlogScript.Run(ctx, s.control, []string{topic}, s.cfg.ConsumerGroup, info.LastDeliveredID, backlogSampleEntries).Slice()
+	res, err := backlogScript.Run(ctx, s.control, []string{topic}, s.cfg.ConsumerGroup, backlogSampleEntries).Slice()
 	if err != nil {
 		return 0, 0, fmt.Errorf("redisbroker: backlog of %q: %w", topic, err)
 	}
+	if len(res) < 2 {
+		return 0, 0, fmt.Errorf("redisbroker: backlog of %q: short script reply", topic)
+	}
+	lag, _ := res[0].(int64)
+	pending, _ := res[1].(int64)
 	var sum, read, counted [2]int64
-	for i := 0; i+2 < len(res); i += 3 {
+	for i := 2; i+2 < len(res); i += 3 {
 		kind, _ := res[i].(int64)
 		value, _ := res[i+1].(string)
 		plen, _ := res[i+2].(int64)
@@ -84,7 +102,7 @@ func (s *Subscriber) BacklogVertices(ctx context.Context, topic string) (vertice
 			counted[kind]++
 		}
 	}
-	sizes := [2]int64{max(info.Lag, read[0]), info.Pending}
+	sizes := [2]int64{max(lag, read[0]), pending}
 	for k := range 2 {
 		sampled += min(read[k], sizes[k])
 		switch {
