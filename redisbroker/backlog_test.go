@@ -83,4 +83,3 @@ func TestBacklogVertices(t *testing.T) {
 		t.Errorf("estimated %d for %d, want within 5%%", v, truth)
 	}
 }
-
