@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -20,35 +21,8 @@ const (
 	metricDrainTime       = "spillway.drain.time"
 )
 
-// Backlog is the work a handler's consumer group has yet to do on one
-// Kafka partition or Redis stream, as [Router.Backlog] reports it.
-type Backlog struct {
-	Topic string // the Kafka topic or the Redis stream
-	Group string // the handler's consumer group
-	// Partition is the Kafka partition, or -1 for a Redis stream.
-	Partition int32
-	// Messages is the lag in messages, as [Router.Lag] counts it.
-	Messages int64
-	// Vertices is the estimated backlog in vertices: the vertex_count of
-	// the messages read for the estimate, scaled to Messages (see
-	// docs/operations.md for what is read and how wrong it can be).
-	Vertices int64
-	// Sampled is how many of the Messages were read for the estimate;
-	// Sampled == Messages means Vertices is exact.
-	Sampled int64
-	// DrainRate is the vertices per second this process drains: the
-	// auto-sizer's measured throughput when budget.autosize is on,
-	// otherwise the vertices the budget admitted per second, measured
-	// between estimates, over all of the router's handlers. 0 until
-	// measured.
-	DrainRate float64
-	// DrainTime is Vertices ÷ DrainRate: how long this process alone
-	// would take to drain the backlog. 0 when the backlog is empty or the
-	// rate is not measured yet.
-	DrainTime time.Duration
-}
-
-// vertexEstimate is a backend's estimate of one lag sample's vertices.
+// vertexEstimate is a backend's estimate of one lag sample's vertices,
+// and how many of its messages were read for it.
 type vertexEstimate struct {
 	vertices, sampled int64
 }
@@ -60,15 +34,16 @@ type backlogEstimator interface {
 }
 
 // Backlog reads, now, each handler's lag per partition (Kafka) or stream
-// (Redis) together with its estimated cost in vertices, this process's
-// drain rate and the resulting drain time. It reads the brokers as
+// (Redis), as [Router.Lag] does, with Vertices set to the estimated cost
+// of those messages. Divided by [Stats].DrainRate it is how long this
+// process alone would take to drain them. It reads the brokers as
 // described in docs/operations.md (bounded per partition or stream), so
 // call it from time to time, not per message; with telemetry on, the lag
-// sampler calls it every telemetry.lag_interval and exports the result as
+// sampler makes the same estimate every telemetry.lag_interval and exports
 // spillway.backlog.vertices, spillway.drain.rate and spillway.drain.time.
 // It returns [ErrLagUnknown] on brokers that cannot tell (memory, a
 // custom broker).
-func (r *Router) Backlog(ctx context.Context) ([]Backlog, error) {
+func (r *Router) Backlog(ctx context.Context) ([]telemetry.LagSample, error) {
 	samples, err := r.lagSamples(ctx)
 	if err != nil {
 		return nil, err
@@ -76,8 +51,8 @@ func (r *Router) Backlog(ctx context.Context) ([]Backlog, error) {
 	return r.backlogOf(ctx, samples)
 }
 
-// backlogOf estimates the vertices of samples and adds the drain rate.
-func (r *Router) backlogOf(ctx context.Context, samples []telemetry.LagSample) ([]Backlog, error) {
+// backlogOf returns a copy of samples with their vertices estimated.
+func (r *Router) backlogOf(ctx context.Context, samples []telemetry.LagSample) ([]telemetry.LagSample, error) {
 	est, ok := r.back.(backlogEstimator)
 	if !ok {
 		return nil, ErrLagUnknown
@@ -86,15 +61,9 @@ func (r *Router) backlogOf(ctx context.Context, samples []telemetry.LagSample) (
 	if err != nil {
 		return nil, fmt.Errorf("router: backlog: %w", err)
 	}
-	rate := r.drainRate()
-	out := make([]Backlog, len(samples))
-	for i, s := range samples {
-		b := Backlog{Topic: s.Topic, Group: s.Group, Partition: s.Partition, Messages: max(s.Lag, 0),
-			Vertices: vs[i].vertices, Sampled: vs[i].sampled, DrainRate: rate}
-		if rate > 0 && b.Vertices > 0 {
-			b.DrainTime = time.Duration(float64(b.Vertices) / rate * float64(time.Second))
-		}
-		out[i] = b
+	out := slices.Clone(samples)
+	for i := range out {
+		out[i].Vertices = vs[i].vertices
 	}
 	return out, nil
 }
@@ -145,28 +114,29 @@ func (m *rateMeter) rate(now time.Time) float64 {
 	return m.latest
 }
 
-// backlogCache holds the latest backlog the lag sampler estimated, for the
-// metrics.
+// backlogCache holds the latest backlog the lag sampler estimated and the
+// drain rate at that time, for the metrics.
 type backlogCache struct {
 	mu     sync.Mutex
-	latest []Backlog
+	latest []telemetry.LagSample
+	rate   float64
 	at     time.Time
 }
 
-func (c *backlogCache) set(b []Backlog) {
+func (c *backlogCache) set(b []telemetry.LagSample, rate float64) {
 	c.mu.Lock()
-	c.latest, c.at = b, time.Now()
+	c.latest, c.rate, c.at = b, rate, time.Now()
 	c.mu.Unlock()
 }
 
-// get returns the latest backlog if it is younger than maxAge.
-func (c *backlogCache) get(maxAge time.Duration) []Backlog {
+// get returns the latest backlog and rate if they are younger than maxAge.
+func (c *backlogCache) get(maxAge time.Duration) ([]telemetry.LagSample, float64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if time.Since(c.at) > maxAge {
-		return nil
+		return nil, 0
 	}
-	return c.latest
+	return c.latest, c.rate
 }
 
 // sampleLag is the lag sampler's source: the lag samples, and, from the
@@ -181,7 +151,7 @@ func (r *Router) sampleLag(ctx context.Context) ([]telemetry.LagSample, error) {
 	b, err := r.backlogOf(ctx, samples)
 	switch {
 	case err == nil:
-		r.backlog.set(b)
+		r.backlog.set(b, r.drainRate())
 	case !errors.Is(err, ErrLagUnknown) && ctx.Err() == nil:
 		r.logger.Error("Estimating the backlog in vertices", err, nil)
 	}
@@ -210,16 +180,16 @@ func (r *Router) observeBacklog() error {
 	maxAge := 3 * r.cfg.Telemetry.LagInterval
 	src := metric.WithAttributeSet(attribute.NewSet(attribute.String("source", r.cfg.Telemetry.Name)))
 	reg, err := m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
-		latest := r.backlog.get(maxAge)
+		latest, r0 := r.backlog.get(maxAge)
 		for _, b := range latest {
 			attrs := metric.WithAttributeSet(backlogAttributes(b))
 			o.ObserveInt64(vertices, b.Vertices, attrs)
-			if b.DrainRate > 0 {
-				o.ObserveFloat64(drain, b.DrainTime.Seconds(), attrs)
+			if r0 > 0 {
+				o.ObserveFloat64(drain, float64(b.Vertices)/r0, attrs)
 			}
 		}
-		if len(latest) > 0 && latest[0].DrainRate > 0 {
-			o.ObserveFloat64(rate, latest[0].DrainRate, src)
+		if len(latest) > 0 && r0 > 0 {
+			o.ObserveFloat64(rate, r0, src)
 		}
 		return nil
 	}, vertices, rate, drain)
@@ -232,7 +202,7 @@ func (r *Router) observeBacklog() error {
 
 // backlogAttributes are the lag metrics' attributes: topic, group and,
 // on Kafka, partition.
-func backlogAttributes(b Backlog) attribute.Set {
+func backlogAttributes(b telemetry.LagSample) attribute.Set {
 	if b.Partition < 0 {
 		return attribute.NewSet(attribute.String("topic", b.Topic), attribute.String("group", b.Group))
 	}

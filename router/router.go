@@ -886,6 +886,14 @@ type Stats struct {
 	// messages were charged their stamped vertex_count.
 	Defaulted, Computed uint64
 
+	// DrainRate is the vertices per second this process drains, all
+	// handlers together: the auto-sizer's measured throughput when
+	// budget.autosize is on, otherwise the vertices the budget admitted
+	// per second, measured over the time since the previous reading (at
+	// least a second; a reading sooner returns the previous rate). 0 until
+	// measured. [Router.Backlog] divided by it is the drain time.
+	DrainRate float64
+
 	Shedding *shedding.Stats  // nil when shedding is off
 	Retry    *retrygate.Stats // nil when the retry gate is off
 	AutoSize *sizing.Bounds   // nil when auto-sizing is off
@@ -927,6 +935,7 @@ func (r *Router) Stats() Stats {
 	}
 	s.Revocations, s.Cancellations = r.revocations.Load(), r.cancellations.Load()
 	s.Defaulted, s.Computed = r.defaulted.Load(), r.computed.Load()
+	s.DrainRate = r.drainRate()
 	if r.policy != nil {
 		st := r.policy.Stats()
 		s.Shedding = &st
