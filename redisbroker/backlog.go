@@ -9,17 +9,21 @@ import (
 	"github.com/spillway-go/spillway/cost"
 )
 
-// backlogSampleEntries is how many undelivered entries, and how many
-// pending ones, one backlog estimate reads per stream at most.
+// backlogSampleEntries is how many entries one backlog estimate reads per
+// stream at most from each end of the undelivered entries, and from the
+// pending ones.
 const backlogSampleEntries = 1000
 
 // backlogScript reads group ARGV[1]'s position in stream KEYS[1] (XINFO
 // GROUPS: its lag, or -1 when Redis cannot tell, and its pending count) and
 // then the vertex_count metadata value and the payload length of up to
-// ARGV[2] entries after the group's last-delivered ID and of up to ARGV[2]
-// pending entries, all at one point in time. It returns lag, pending, then
-// per entry read: kind (0 undelivered, 1 pending), count ("" when absent),
-// payload length. Only these few bytes per entry leave the server.
+// ARGV[2] entries after the group's last-delivered ID (the oldest
+// undelivered), of up to ARGV[2] entries more from the end of the stream
+// (the newest, when there are more), and of up to ARGV[2] pending
+// entries, all at one point in time. It returns lag, pending, then per
+// entry read: kind (0 oldest undelivered, 1 pending, 2 newest), count (""
+// when absent), payload length. Only these few bytes per entry leave the
+// server.
 var backlogScript = redis.NewScript(`
 local lag, pending, last = -1, 0, nil
 for _, g in ipairs(redis.call("XINFO", "GROUPS", KEYS[1])) do
@@ -52,8 +56,14 @@ local function add(kind, entry)
   out[#out + 1] = count
   out[#out + 1] = plen
 end
-for _, e in ipairs(redis.call("XRANGE", KEYS[1], "(" .. last, "+", "COUNT", ARGV[2])) do
+local head = redis.call("XRANGE", KEYS[1], "(" .. last, "+", "COUNT", ARGV[2])
+for _, e in ipairs(head) do
   add(0, e)
+end
+if #head == tonumber(ARGV[2]) then
+  for _, e in ipairs(redis.call("XREVRANGE", KEYS[1], "+", "(" .. head[#head][1], "COUNT", ARGV[2])) do
+    add(2, e)
+  end
 end
 for _, p in ipairs(redis.call("XPENDING", KEYS[1], ARGV[1], "-", "+", ARGV[2])) do
   local es = redis.call("XRANGE", KEYS[1], p[1], p[1])
@@ -65,12 +75,14 @@ return out
 `)
 
 // BacklogVertices estimates the vertices of the group's backlog on topic,
-// the entries [Subscriber.Lag] counts: it reads the vertex_count of up to
-// 1,000 entries after the group's last-delivered ID and of up to 1,000
-// pending entries, in one XINFO GROUPS and one script run (XINFO GROUPS,
-// XRANGE, XPENDING; only the counts leave the server), and scales each
-// part's average to its size. sampled is how many entries were read; the estimate is exact when
-// sampled equals the lag. Call it from time to time, not per message.
+// the entries [Subscriber.Lag] counts, from their vertex_count: it reads
+// up to 1,000 of the oldest undelivered entries, up to 1,000 of the newest
+// and up to 1,000 pending entries, in one XINFO GROUPS and one script run
+// (XRANGE, XREVRANGE, XPENDING; only the counts leave the server).
+// Entries not read, between the oldest and the newest read, are taken to
+// cost the mean of the two ends' averages. sampled is how many entries
+// were read; the estimate is exact when sampled equals the lag. Call it
+// from time to time, not per message.
 func (s *Subscriber) BacklogVertices(ctx context.Context, topic string) (vertices, sampled int64, err error) {
 	info, err := s.lagInfo(ctx, topic)
 	if err != nil {
@@ -88,30 +100,67 @@ func (s *Subscriber) BacklogVertices(ctx context.Context, topic string) (vertice
 	}
 	lag, _ := res[0].(int64)
 	pending, _ := res[1].(int64)
-	var sum, read, counted [2]int64
+	var parts [3]countSample // oldest undelivered, pending, newest undelivered
 	for i := 2; i+2 < len(res); i += 3 {
 		kind, _ := res[i].(int64)
 		value, _ := res[i+1].(string)
 		plen, _ := res[i+2].(int64)
-		if kind != 0 && kind != 1 {
+		if kind < 0 || kind > 2 {
 			continue
 		}
-		read[kind]++
-		if v, src := cost.ParseCount(value, int(plen)); src == cost.SourceHeader {
-			sum[kind] += v
-			counted[kind]++
-		}
+		parts[kind].add(value, int(plen))
 	}
-	sizes := [2]int64{max(lag, read[0]), pending}
-	for k := range 2 {
-		sampled += min(read[k], sizes[k])
+	oldest, pend, newest := parts[0], parts[1], parts[2]
+	undelivered := max(lag, oldest.read+newest.read)
+	middle := undelivered - oldest.read - newest.read
+	sampled = oldest.read + newest.read + min(pend.read, pending)
+	v := oldest.total() + newest.total() + pend.scaled(pending)
+	if middle > 0 {
+		var mean float64
 		switch {
-		case counted[k] == 0:
-		case counted[k] >= sizes[k]:
-			vertices += sum[k]
+		case oldest.counted > 0 && newest.counted > 0:
+			mean = (oldest.mean() + newest.mean()) / 2
+		case oldest.counted > 0:
+			mean = oldest.mean()
 		default:
-			vertices += int64(float64(sum[k]) / float64(counted[k]) * float64(sizes[k]))
+			mean = newest.mean()
 		}
+		v += mean * float64(middle)
 	}
-	return vertices, sampled, nil
+	return int64(v), sampled, nil
+}
+
+// countSample is the vertex_count of some entries read: how many were read,
+// how many of them had a count, and those counts' sum.
+type countSample struct {
+	read, counted, sum int64
+}
+
+func (c *countSample) add(value string, payloadLen int) {
+	c.read++
+	if v, src := cost.ParseCount(value, payloadLen); src == cost.SourceHeader {
+		c.sum += v
+		c.counted++
+	}
+}
+
+// mean is the average count of the entries that had one; 0 if none had.
+func (c countSample) mean() float64 {
+	if c.counted == 0 {
+		return 0
+	}
+	return float64(c.sum) / float64(c.counted)
+}
+
+// total is the sum of the entries read, those without a count taken at
+// the mean.
+func (c countSample) total() float64 { return c.mean() * float64(c.read) }
+
+// scaled is the sum scaled to n entries: exact when every one of them was
+// read with a count.
+func (c countSample) scaled(n int64) float64 {
+	if c.counted >= n {
+		return float64(c.sum)
+	}
+	return c.mean() * float64(n)
 }
