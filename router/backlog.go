@@ -148,10 +148,11 @@ func (r *Router) sampleLag(ctx context.Context) ([]telemetry.LagSample, error) {
 	if err != nil {
 		return nil, err
 	}
+	rate := r.drainRate() // before the estimate, which can take a while
 	b, err := r.backlogOf(ctx, samples)
 	switch {
 	case err == nil:
-		r.backlog.set(b, r.drainRate())
+		r.backlog.set(b, rate)
 	case !errors.Is(err, ErrLagUnknown) && ctx.Err() == nil:
 		r.logger.Error("Estimating the backlog in vertices", err, nil)
 	}
