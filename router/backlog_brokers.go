@@ -131,7 +131,7 @@ func sampleKafkaRange(ctx context.Context, client sarama.Client, topic string, p
 		if round > 0 {
 			grew := false
 			for i := range strata {
-				if hi := min(strata[i].hi+per, strata[i].lo+strata[i].size); hi > strata[i].hi && strata[i].next >= strata[i].hi {
+				if hi := min(strata[i].hi+per, strata[i].lo+strata[i].size); hi > strata[i].hi && strata[i].next >= strata[i].hi && !strata[i].stopped {
 					strata[i].hi, grew = hi, true
 				}
 			}
@@ -174,8 +174,8 @@ func sampleKafkaRange(ctx context.Context, client sarama.Client, topic string, p
 	return est, nil
 }
 
-// nearestStratum returns the index of the range closest to i for which ok holds,
-// or -1.
+// nearestStratum returns the index of the range closest to i for which
+// ok holds, or -1.
 func nearestStratum(strata []kafkaStratum, i int, ok func(kafkaStratum) bool) int {
 	for d := range len(strata) {
 		if i-d >= 0 && ok(strata[i-d]) {
@@ -218,6 +218,7 @@ func spreadOrder(k int) []int {
 type kafkaStratum struct {
 	lo, next, hi, size int64
 	read, counted, sum int64
+	stopped            bool // a fetch brought nothing below hi
 }
 
 // fetch reads at most maxBytes from st.next (at least one record batch)
@@ -272,7 +273,7 @@ func (st *kafkaStratum) fetch(client sarama.Client, topic string, p int32, maxBy
 	if !progressed {
 		// Nothing below hi came back (a gap of compacted or aborted
 		// records, or the range was deleted): stop reading this range.
-		st.hi = st.next
+		st.hi, st.stopped = st.next, true
 	}
 	return used, nil
 }
