@@ -150,6 +150,8 @@ type Router struct {
 	tracing    message.HandlerMiddleware // nil: telemetry.disabled
 	metrics    *telemetry.Metrics        // nil: telemetry.disabled
 	lagSampler *telemetry.LagSampler     // nil: telemetry.disabled, or memory
+	backlog    backlogCache              // the lag sampler's latest backlog estimate
+	drained    rateMeter                 // vertices admitted, for the drain rate
 	unregister []func() error            // metric callbacks, undone by Close
 	deadLetter message.HandlerMiddleware
 
@@ -884,6 +886,14 @@ type Stats struct {
 	// messages were charged their stamped vertex_count.
 	Defaulted, Computed uint64
 
+	// DrainRate is the vertices per second this process drains, all
+	// handlers together: the auto-sizer's measured throughput when
+	// budget.autosize is on, otherwise the vertices the budget admitted
+	// per second, measured over the time since the previous reading (at
+	// least a second; a reading sooner returns the previous rate). 0 until
+	// measured. [Router.Backlog] divided by it is the drain time.
+	DrainRate float64
+
 	Shedding *shedding.Stats  // nil when shedding is off
 	Retry    *retrygate.Stats // nil when the retry gate is off
 	AutoSize *sizing.Bounds   // nil when auto-sizing is off
@@ -901,6 +911,8 @@ type Stats struct {
 func (r *Router) countAdmission(hooks []admissionHook) func(*message.Message, middleware.Admission) {
 	return func(msg *message.Message, a middleware.Admission) {
 		switch a.Result {
+		case middleware.Admitted:
+			r.drained.add(a.Granted)
 		case middleware.Revoked:
 			r.revocations.Add(1)
 		case middleware.Cancelled:
@@ -923,6 +935,7 @@ func (r *Router) Stats() Stats {
 	}
 	s.Revocations, s.Cancellations = r.revocations.Load(), r.cancellations.Load()
 	s.Defaulted, s.Computed = r.defaulted.Load(), r.computed.Load()
+	s.DrainRate = r.drainRate()
 	if r.policy != nil {
 		st := r.policy.Stats()
 		s.Shedding = &st

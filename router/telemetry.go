@@ -74,12 +74,15 @@ func (r *Router) observe() error {
 	if t := r.cfg.Telemetry.LagThreshold; t > 0 {
 		lopts = append(lopts, telemetry.WithLagThreshold(t))
 	}
-	r.lagSampler = telemetry.NewLagSampler(r.lagSamples, lopts...)
+	r.lagSampler = telemetry.NewLagSampler(r.sampleLag, lopts...)
 	un, err = r.metrics.ObserveLag(name, r.lagSampler)
 	if err != nil {
 		return fmt.Errorf("router: telemetry: %w", err)
 	}
 	r.unregister = append(r.unregister, un)
+	if err := r.observeBacklog(); err != nil {
+		return fmt.Errorf("router: telemetry: %w", err)
+	}
 	return nil
 }
 

@@ -28,6 +28,9 @@ type LagSample struct {
 	// high-water mark minus the committed offset on Kafka, the group's lag
 	// (plus pending entries, if the source counts them) on Redis Streams.
 	Lag int64
+	// Vertices is the estimated vertices of those Lag messages, where the
+	// source estimates them (router.Router.Backlog does); 0 otherwise.
+	Vertices int64
 }
 
 func (s LagSample) attributes() attribute.Set {
