@@ -10,8 +10,8 @@ import (
 // when it was last lowered; lower it when a change removes identifiers,
 // and raise it only with a reason in the commit that does.
 const (
-	ceilingTotal      = 554
-	ceilingRouter     = 95
+	ceilingTotal      = 558
+	ceilingRouter     = 97
 	ceilingMiddleware = 55
 )
 
