@@ -193,10 +193,12 @@ func TestLargeMessage(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer admin.Close()
-	entries, err := admin.DescribeConfig(sarama.ConfigResource{Type: sarama.TopicResource, Name: "big", ConfigNames: []string{"max.message.bytes"}})
-	if err != nil {
-		t.Fatal(err)
+	results, err := admin.DescribeConfigs([]*sarama.ConfigResource{{Type: sarama.TopicResource, Name: "big", ConfigNames: []string{"max.message.bytes"}}},
+		sarama.DescribeConfigsOptions{})
+	if err != nil || len(results) != 1 || results[0].ErrorCode != sarama.ErrNoError {
+		t.Fatalf("describing topic big: %+v, %v", results, err)
 	}
+	entries := results[0].Configs
 	want := strconv.Itoa(4<<20 + 1<<10) // 1 KiB of record-batch headroom
 	if len(entries) != 1 || entries[0].Value != want {
 		t.Errorf("topic big: max.message.bytes %+v, want %s", entries, want)

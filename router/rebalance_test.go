@@ -265,7 +265,7 @@ func runScenario(t *testing.T, mode scenarioMode, consumer string, msgs []burstM
 		res.capacity = cfg.Budget.Vertices
 	}
 	cfg.Kafka.Brokers = cluster.Brokers()
-	cfg.Kafka.Version = "2.3.0" // kfake's limit
+	cfg.Kafka.Version = "2.3.0"    // kfake's limit
 	cfg.Kafka.Partitioner = "hash" // partitionKeys'
 	cfg.Kafka.ConsumerGroup = "rebalance-" + mode.String() + "-" + consumer
 	cfg.Kafka.Consumer = consumer

@@ -46,7 +46,7 @@ func TestGracefulShutdownKafka(t *testing.T) {
 	cfg := Config{Broker: brokerKafka, CloseTimeout: 10 * time.Second}
 	cfg.Budget.Vertices = 100
 	cfg.Kafka.Brokers = cluster.Brokers()
-	cfg.Kafka.Version = "2.3.0" // kfake's limit
+	cfg.Kafka.Version = "2.3.0"    // kfake's limit
 	cfg.Kafka.Partitioner = "hash" // keyFor's
 	cfg.Kafka.Partitions = 2
 	cfg.Kafka.HeartbeatInterval = 200 * time.Millisecond
