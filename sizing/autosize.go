@@ -60,7 +60,9 @@ type Config struct {
 	// half of them were measured on the new mix.
 	Windows int `yaml:"windows" env:"WINDOWS"`
 	// MinWindows is how many windows must have been measured before the
-	// first resize (default 3, at most Windows).
+	// throughput sets the budget (default 3, at most Windows). Until then
+	// the tail guard may shrink it, and it grows only while it is too
+	// small to keep the cores busy (see [AutoSizer]).
 	MinWindows int `yaml:"min_windows" env:"MIN_WINDOWS"`
 	// MinBusy is how long handlers must have been busy in a window for it
 	// to count (default Window / 20): a nearly idle window measures
@@ -88,8 +90,9 @@ type Config struct {
 	// when messages differ in cost per vertex, the slow ones take several
 	// times the drain time while the budget is full. The guard
 	// reads each window's slowest call as seconds per vertex of capacity
-	// (its duration over the capacity when it began, or over its own
-	// vertices if it was clamped to run alone) and caps the budget at
+	// (its duration, counted per core as busy time is, over the larger
+	// capacity of its start and end, or over its own vertices if it was
+	// clamped to run alone) and caps the budget at
 	// TailShare × Deadline over that: the tail bound. It shrinks the
 	// budget readily, from the latest window alone and before MinWindows,
 	// and holds it there until Windows windows have passed without a call
@@ -130,6 +133,19 @@ type Config struct {
 // size that starves the other cores. That extrapolation assumes the work
 // scales with the cores; where it does not, set Parallelism lower. The tail
 // guard catches an overestimate that makes calls slow.
+//
+// Before MinWindows windows were measured the budget grows only while it
+// starves the cores: when, over MinBusy of busy time, fewer than
+// Parallelism calls ran for most of it while the calls running held at
+// least half of the budget (so the next message did not fit). It then
+// grows at once to what would have kept every core busy, at least double,
+// but never past the deadline bound of the throughput measured so far,
+// the tail bound, the memory bound or the ceiling. A budget started too
+// small thus fills the cores within the first window instead of idling
+// them for MinWindows windows. A lone producer of messages half the
+// budget's size or larger looks the same and grows it the same way, to
+// little harm: not past the deadline bound measured so far, where the
+// windows would take it anyway.
 //
 // An AutoSizer is safe for concurrent use.
 type AutoSizer struct {
@@ -269,8 +285,9 @@ func WithOnResize(f func(from, to int64, b Bounds)) Option {
 }
 
 // New validates cfg, fills in its defaults and returns a sizer that
-// resizes budget (*middleware.VertexBudget implements [Resizable]). It
-// does not resize the budget until MinWindows windows were measured.
+// resizes budget (*middleware.VertexBudget implements [Resizable]). Until
+// MinWindows windows were measured it only shrinks the budget for the tail
+// guard and grows it while it starves the cores (see [AutoSizer]).
 // Errors are those of [Config.Validate], and one for a nil budget.
 func New(budget Resizable, cfg Config, opts ...Option) (*AutoSizer, error) {
 	if budget == nil {
