@@ -388,20 +388,19 @@ func (a *AutoSizer) sample(msg *message.Message) (int64, bool) {
 func (a *AutoSizer) begin(charged int64) (end func(vertices int64)) {
 	charged = max(charged, 0)
 	capacity := a.capacity.Load()
-	began := time.Now()
 	a.mu.Lock()
-	a.accrueLocked(began)
+	a.accrueLocked(time.Now())
 	a.active++
 	a.inflight = addSaturating(a.inflight, charged)
 	coreAtStart := a.coreClock
 	a.mu.Unlock()
 	var once sync.Once
 	return func(vertices int64) {
-		once.Do(func() { a.end(began, coreAtStart, capacity, charged, vertices) })
+		once.Do(func() { a.end(coreAtStart, capacity, charged, vertices) })
 	}
 }
 
-func (a *AutoSizer) end(began time.Time, coreAtStart float64, capacity, charged, vertices int64) {
+func (a *AutoSizer) end(coreAtStart float64, capacity, charged, vertices int64) {
 	now := time.Now()
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -419,9 +418,9 @@ func (a *AutoSizer) end(began time.Time, coreAtStart float64, capacity, charged,
 	// grew while it ran admitted more to share the cores with. A call
 	// larger than the capacity was clamped and ran alone: it held its own
 	// size, not the capacity, so that is what its time scales with.
-	took := a.coreClock - coreAtStart
+	coreSeconds := a.coreClock - coreAtStart
 	capacity = max(capacity, a.capacity.Load())
-	if tail := took / float64(max(capacity, vertices, 1)); tail > a.winTail {
+	if tail := coreSeconds / float64(max(capacity, vertices, 1)); tail > a.winTail {
 		a.winTail, a.winTailV = tail, vertices
 	}
 	if now.Sub(a.winStart) >= a.cfg.Window {
