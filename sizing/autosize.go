@@ -60,7 +60,9 @@ type Config struct {
 	// half of them were measured on the new mix.
 	Windows int `yaml:"windows" env:"WINDOWS"`
 	// MinWindows is how many windows must have been measured before the
-	// first resize (default 3, at most Windows).
+	// throughput sets the budget (default 3, at most Windows). Until then
+	// the tail guard may shrink it, and it grows only while it is too
+	// small to keep the cores busy (see [AutoSizer]).
 	MinWindows int `yaml:"min_windows" env:"MIN_WINDOWS"`
 	// MinBusy is how long handlers must have been busy in a window for it
 	// to count (default Window / 20): a nearly idle window measures
@@ -88,8 +90,9 @@ type Config struct {
 	// when messages differ in cost per vertex, the slow ones take several
 	// times the drain time while the budget is full. The guard
 	// reads each window's slowest call as seconds per vertex of capacity
-	// (its duration over the capacity when it began, or over its own
-	// vertices if it was clamped to run alone) and caps the budget at
+	// (its duration, counted per core as busy time is, over the larger
+	// capacity of its start and end, or over its own vertices if it was
+	// clamped to run alone) and caps the budget at
 	// TailShare × Deadline over that: the tail bound. It shrinks the
 	// budget readily, from the latest window alone and before MinWindows,
 	// and holds it there until Windows windows have passed without a call
@@ -131,6 +134,19 @@ type Config struct {
 // scales with the cores; where it does not, set Parallelism lower. The tail
 // guard catches an overestimate that makes calls slow.
 //
+// Before MinWindows windows were measured the budget grows only while it
+// starves the cores: when, over MinBusy of busy time, fewer than
+// Parallelism calls ran for most of it while the calls running held at
+// least half of the budget (so the next message did not fit). It then
+// grows at once to what would have kept every core busy, at least double,
+// but never past the deadline bound of the throughput measured so far,
+// the tail bound, the memory bound or the ceiling. A budget started too
+// small thus fills the cores within the first window instead of idling
+// them for MinWindows windows. A lone producer of messages half the
+// budget's size or larger looks the same and grows it the same way, to
+// little harm: not past the deadline bound measured so far, where the
+// windows would take it anyway.
+//
 // An AutoSizer is safe for concurrent use.
 type AutoSizer struct {
 	cfg      Config
@@ -145,7 +161,10 @@ type AutoSizer struct {
 
 	mu          sync.Mutex
 	active      int
+	inflight    int64 // the vertices of the measured calls running
 	busySince   time.Time
+	coreClock   float64 // core-busy seconds since New, as winCoreBusy but never reset
+	allVertices int64   // vertices completed since New
 	winStart    time.Time
 	winBusy     time.Duration // wall time with at least one call running
 	winCoreBusy float64       // seconds of busy time × the share of Parallelism in use
@@ -157,6 +176,13 @@ type AutoSizer struct {
 	tails       []int64   // ring of the windows' tail bounds, beside rates
 	next        int       // where the next window goes in the rings
 	bounds      Bounds
+
+	// The start-up ramp (see rampLocked): since its last decision, the
+	// busy time, the part of it the budget starved the cores, and the
+	// capacity that would have kept them all busy.
+	rampBusy    time.Duration
+	rampStarved time.Duration
+	rampNeed    int64
 }
 
 func (c *Config) setDefaults() {
@@ -259,8 +285,9 @@ func WithOnResize(f func(from, to int64, b Bounds)) Option {
 }
 
 // New validates cfg, fills in its defaults and returns a sizer that
-// resizes budget (*middleware.VertexBudget implements [Resizable]). It
-// does not resize the budget until MinWindows windows were measured.
+// resizes budget (*middleware.VertexBudget implements [Resizable]). Until
+// MinWindows windows were measured it only shrinks the budget for the tail
+// guard and grows it while it starves the cores (see [AutoSizer]).
 // Errors are those of [Config.Validate], and one for a nil budget.
 func New(budget Resizable, cfg Config, opts ...Option) (*AutoSizer, error) {
 	if budget == nil {
@@ -310,7 +337,7 @@ func (a *AutoSizer) Middleware(h message.HandlerFunc) message.HandlerFunc {
 		if !measure {
 			return h(msg)
 		}
-		end := a.begin()
+		end := a.begin(vertices)
 		var ok bool
 		defer func() {
 			if ok {
@@ -354,50 +381,154 @@ func (a *AutoSizer) sample(msg *message.Message) (int64, bool) {
 	return c.Vertices, true
 }
 
-// begin marks the start of one handler call and returns the function that
-// marks its end, to be called with the vertices the call completed (0 if
-// it failed); calls after the first are ignored.
-func (a *AutoSizer) begin() (end func(vertices int64)) {
+// begin marks the start of one handler call that holds charged vertices of
+// the budget and returns the function that marks its end, to be called
+// with the vertices the call completed (0 if it failed); calls after the
+// first are ignored.
+func (a *AutoSizer) begin(charged int64) (end func(vertices int64)) {
+	charged = max(charged, 0)
 	capacity := a.capacity.Load()
-	began := time.Now()
 	a.mu.Lock()
-	a.accrueLocked(began)
+	a.accrueLocked(time.Now())
 	a.active++
+	a.inflight = addSaturating(a.inflight, charged)
+	coreAtStart := a.coreClock
 	a.mu.Unlock()
 	var once sync.Once
 	return func(vertices int64) {
-		once.Do(func() { a.end(began, capacity, vertices) })
+		once.Do(func() { a.end(coreAtStart, capacity, charged, vertices) })
 	}
 }
 
-func (a *AutoSizer) end(began time.Time, capacity, vertices int64) {
+func (a *AutoSizer) end(coreAtStart float64, capacity, charged, vertices int64) {
 	now := time.Now()
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.accrueLocked(now)
 	a.active--
+	a.inflight = max(a.inflight-charged, 0)
 	vertices = max(vertices, 0)
 	a.winVertices = addSaturating(a.winVertices, vertices)
+	a.allVertices = addSaturating(a.allVertices, vertices)
 	a.winDone++
-	took := now.Sub(began)
-	// A call larger than the capacity was clamped and ran alone: it held
-	// its own size, not the capacity, so that is what its time scales with.
-	if tail := took.Seconds() / float64(max(capacity, vertices, 1)); tail > a.winTail {
+	// The call's time counts per core, as busy time does: a call that ran
+	// while cores were idle (the budget too small for more) would take
+	// its share of a full budget's drain, not its time alone. It is read
+	// against the larger capacity of its start and its end: a budget that
+	// grew while it ran admitted more to share the cores with. A call
+	// larger than the capacity was clamped and ran alone: it held its own
+	// size, not the capacity, so that is what its time scales with.
+	coreSeconds := a.coreClock - coreAtStart
+	capacity = max(capacity, a.capacity.Load())
+	if tail := coreSeconds / float64(max(capacity, vertices, 1)); tail > a.winTail {
 		a.winTail, a.winTailV = tail, vertices
 	}
 	if now.Sub(a.winStart) >= a.cfg.Window {
 		a.closeWindowLocked(now)
 	}
+	if len(a.rates) < a.cfg.MinWindows {
+		a.rampLocked()
+	}
 }
 
-// accrueLocked adds the busy time since the last event to the window.
+// accrueLocked adds the busy time since the last event to the window and
+// to the ramp.
 func (a *AutoSizer) accrueLocked(now time.Time) {
 	if a.active > 0 {
 		d := now.Sub(a.busySince)
+		core := d.Seconds() * float64(min(a.active, a.cfg.Parallelism)) / float64(a.cfg.Parallelism)
 		a.winBusy += d
-		a.winCoreBusy += d.Seconds() * float64(min(a.active, a.cfg.Parallelism)) / float64(a.cfg.Parallelism)
+		a.winCoreBusy += core
+		a.coreClock += core
+		a.rampBusy += d
+		// The budget starves the cores when some are idle while the
+		// calls running hold at least half of it: the next message
+		// (unless it is larger than they are) did not fit.
+		if a.active < a.cfg.Parallelism && a.inflight >= a.capacity.Load()/2 {
+			a.rampStarved += d
+			need := float64(a.inflight) * float64(a.cfg.Parallelism) / float64(a.active)
+			a.rampNeed = max(a.rampNeed, floorInt64(math.Ceil(need)))
+		}
 	}
 	a.busySince = now
+}
+
+// rampLocked grows the budget before the throughput is known (fewer than
+// MinWindows windows measured) while it is too small to keep the cores
+// busy. Waiting MinWindows windows at a budget that starves the cores
+// costs throughput for as long, so once handlers were busy for MinBusy,
+// most of it with idle cores and the calls running holding the budget, the
+// budget grows at once: to what would have kept every core busy, at least
+// double. It never grows past what is known: the deadline bound of the
+// throughput measured so far (vertices over core-busy time since New,
+// which the work still in flight only lowers), the tail bound, the memory
+// bound and the ceiling. Once the cores are busy it stops, and the
+// measured windows take over.
+func (a *AutoSizer) rampLocked() {
+	if a.rampBusy < max(a.cfg.MinBusy, 1) {
+		return
+	}
+	starved := 2*a.rampStarved >= a.rampBusy
+	need := a.rampNeed
+	a.rampBusy, a.rampStarved, a.rampNeed = 0, 0, 0
+	if !starved || a.allVertices == 0 || a.coreClock <= 0 {
+		return
+	}
+	cur := a.budget.Capacity()
+	a.capacity.Store(cur)
+	target := max(addSaturating(cur, cur), need)
+	binding := ""
+	deadline := deadlineBound(float64(a.allVertices)/a.coreClock, a.cfg.Deadline, a.cfg.Headroom)
+	if deadline < target {
+		target, binding = deadline, boundDeadline
+	}
+	if tail := a.tailBoundLocked(); tail < target {
+		target, binding = tail, boundTail
+	}
+	if a.cfg.MemoryBound > 0 && a.cfg.MemoryBound <= target {
+		target, binding = a.cfg.MemoryBound, boundMemory
+	}
+	target = min(target, a.cfg.Ceiling)
+	if float64(target) <= float64(cur)*(1+a.cfg.Hysteresis) {
+		return
+	}
+	// Noted before the resize, so the calls it lets in note it too.
+	a.capacity.Store(target)
+	if err := a.budget.Resize(target); err != nil {
+		a.capacity.Store(cur) // the budget refused: the next stretch tries again
+		return
+	}
+	b := &a.bounds
+	b.Budget, b.Binding = target, binding
+	if binding == boundDeadline {
+		b.DeadlineBound = deadline
+	}
+	if a.onResize != nil {
+		a.onResize(cur, target, *b)
+	}
+}
+
+// tailBoundLocked returns the tail bound of the recent windows and of the
+// one under way (math.MaxInt64 with the guard off or nothing measured).
+func (a *AutoSizer) tailBoundLocked() int64 {
+	tail := int64(math.MaxInt64)
+	if a.cfg.TailShare <= 0 {
+		return tail
+	}
+	if len(a.tails) > 0 {
+		tail = slices.Min(a.tails)
+	}
+	if a.winTail > 0 {
+		tail = min(tail, a.windowTailLocked())
+	}
+	return tail
+}
+
+// windowTailLocked returns the tail bound of the window under way: its
+// slowest call must fit in TailShare × Deadline; never below that call's
+// own vertices.
+func (a *AutoSizer) windowTailLocked() int64 {
+	return max(floorInt64(a.cfg.TailShare*a.cfg.Deadline.Seconds()/a.winTail), a.winTailV, 1)
 }
 
 // closeWindowLocked records the window's throughput, if it was busy enough
@@ -409,7 +540,7 @@ func (a *AutoSizer) closeWindowLocked(now time.Time) {
 		rate := float64(a.winVertices) / a.winCoreBusy
 		latestTail = math.MaxInt64
 		if a.cfg.TailShare > 0 && a.winTail > 0 {
-			latestTail = max(floorInt64(a.cfg.TailShare*a.cfg.Deadline.Seconds()/a.winTail), a.winTailV, 1)
+			latestTail = a.windowTailLocked()
 		}
 		if len(a.rates) < cap(a.rates) {
 			a.rates, a.tails = append(a.rates, rate), append(a.tails, latestTail)
@@ -470,12 +601,13 @@ func (a *AutoSizer) recomputeLocked(latestTail int64) {
 	if target == cur || inRange && math.Abs(float64(target-cur)) <= a.cfg.Hysteresis*float64(cur) {
 		return
 	}
+	a.capacity.Store(target) // before the resize, as in rampLocked
 	if err := a.budget.Resize(target); err != nil {
 		// The budget refused: its capacity stays, and the next measured
 		// window tries again.
+		a.capacity.Store(cur)
 		return
 	}
-	a.capacity.Store(target)
 	if a.onResize != nil {
 		a.onResize(cur, target, *b)
 	}

@@ -450,7 +450,7 @@ func TestAutoSizerTailShrinksReadily(t *testing.T) {
 func TestAutoSizerTailFloorsAtTheSlowCall(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fb := &fakeBudget{t: t, floor: 1, ceiling: 1 << 40, cap: 10_000}
-		sizer, err := sizing.New(fb, sizing.Config{Deadline: time.Second, Window: time.Second, Ceiling: 10_000})
+		sizer, err := sizing.New(fb, sizing.Config{Deadline: time.Second, Window: time.Second, Ceiling: 10_000, Parallelism: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -608,4 +608,121 @@ func mustVertexBudget(capacity int64, opts ...middleware.Option) *middleware.Ver
 		panic(err)
 	}
 	return b
+}
+
+// saturated runs a backlog that never runs dry through a real budget of
+// capacity start with the sizer inside it, on a process of 2 cores: each
+// message holds one core (a slot of a channel of 2) for vertices ×
+// perVertex, so the process completes 2 / perVertex vertices a second
+// however many messages it is given. It returns every resize, with the
+// time since the start, and the sizer.
+func saturated(t *testing.T, start, vertices int64, perVertex, deadline, until time.Duration) ([]timedResize, *sizing.AutoSizer) {
+	t.Helper()
+	const cores = 2
+	vb := mustVertexBudget(start)
+	began := time.Now()
+	var resizes []timedResize
+	sizer, err := sizing.New(vb, sizing.Config{
+		Deadline: deadline, Parallelism: cores, Floor: start, Ceiling: 1 << 30,
+	}, sizing.WithOnResize(func(_, to int64, b sizing.Bounds) {
+		resizes = append(resizes, timedResize{time.Since(began), to, b})
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	budget, err := middleware.New(vb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slots := make(chan struct{}, cores)
+	onACore := func(msg *message.Message) ([]*message.Message, error) {
+		slots <- struct{}{}
+		defer func() { <-slots }()
+		return work(msg)
+	}
+	// Enough producers to fill any budget the test reaches: the budget,
+	// not the traffic, limits what runs at once.
+	s := &stream{producers: 64}
+	s.shape.Store(&shape{vertices: int(vertices), perVertex: perVertex})
+	s.run(t, withPerVertex(s, budget.Middleware(sizer.Middleware(onACore))), began.Add(until))
+	return resizes, sizer
+}
+
+type timedResize struct {
+	at     time.Duration
+	to     int64
+	bounds sizing.Bounds
+}
+
+// capacityAt returns the capacity the resizes left at time at.
+func capacityAt(start int64, resizes []timedResize, at time.Duration) int64 {
+	c := start
+	for _, r := range resizes {
+		if r.at <= at {
+			c = r.to
+		}
+	}
+	return c
+}
+
+// Issue 36: started from the smallest budget (one message, so the cores
+// are half idle), the sizer used to wait MinWindows windows before any
+// resize, and its tail guard read a message that ran alone on one of two
+// cores as twice as slow as it is in a full budget, holding the budget at
+// 75 % of the deadline bound for Windows more windows. Now it grows while
+// the budget starves the cores and reads such a call per core: the cores
+// are all busy within the first window, and the budget is within 10 % of
+// the deadline bound after 3 windows.
+//
+// 1000-vertex messages at 100 µs a vertex on 2 cores: 20k vertices/s,
+// a deadline bound of 10k at a deadline of 1 s (the window).
+func TestAutoSizerConvergesFromTheFloor(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const (
+			window = time.Second
+			ideal  = 10_000
+		)
+		resizes, sizer := saturated(t, 1000, 1000, 100*time.Microsecond, window, 5*window)
+		for _, r := range resizes {
+			t.Logf("at %v: %d, %s binds (%+v)", r.at, r.to, r.bounds.Binding, r.bounds)
+		}
+		if c := capacityAt(1000, resizes, window); c < 2_000 {
+			t.Errorf("capacity %d after the first window, want at least 2000: two messages, one per core", c)
+		}
+		if c := capacityAt(1000, resizes, 3*window+200*time.Millisecond); c < ideal*9/10 || c > ideal {
+			t.Errorf("capacity %d after 3 windows, want at least 90 %% of the deadline bound %d and not above it", c, ideal)
+		}
+		for _, r := range resizes {
+			if r.to > ideal {
+				t.Errorf("resized to %d at %v: above the deadline bound %d", r.to, r.at, ideal)
+			}
+		}
+		if b := sizer.Bounds(); b.Binding != "deadline" || b.DeadlineBound < ideal*99/100 || b.DeadlineBound > ideal {
+			t.Errorf("bounds %+v, want the deadline bound of about %d to bind", b, ideal)
+		}
+	})
+}
+
+// The growth before MinWindows never passes the deadline bound of what was
+// measured so far. 1000-vertex messages at 750 µs a vertex on 2 cores:
+// 2667 vertices/s, a deadline bound of 1333 at a deadline of 1 s. Two
+// messages at once would keep both cores busy, but the budget stops at
+// the deadline bound, where one runs at a time.
+func TestAutoSizerRampStopsAtTheDeadlineBound(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const ideal = 1_333
+		resizes, _ := saturated(t, 1000, 1000, 750*time.Microsecond, time.Second, 6*time.Second)
+		if len(resizes) == 0 {
+			t.Fatal("no resize, want a grow to the deadline bound of 1333")
+		}
+		for _, r := range resizes {
+			t.Logf("at %v: %d, %s binds", r.at, r.to, r.bounds.Binding)
+			if r.to > ideal {
+				t.Errorf("resized to %d at %v: above the deadline bound %d", r.to, r.at, ideal)
+			}
+		}
+		if first := resizes[0]; first.to < ideal*9/10 || first.at > time.Second || first.bounds.Binding != "deadline" {
+			t.Errorf("first resize %+v, want one to about %d, bound by the deadline, at the first completion", first, ideal)
+		}
+	})
 }

@@ -3,8 +3,8 @@ package sizing
 // Hooks into an AutoSizer, for the tests.
 
 // Begin brackets one measured call without a Watermill handler: end takes
-// the vertices the call completed.
-func Begin(a *AutoSizer) (end func(vertices int64)) { return a.begin() }
+// the vertices the call completed. The call holds none of the budget.
+func Begin(a *AutoSizer) (end func(vertices int64)) { return a.begin(0) }
 
 // MeasuredWindows is how many windows the throughput is the median of now.
 func MeasuredWindows(a *AutoSizer) int {

@@ -124,7 +124,9 @@ type Bounds struct {
 	// DeadlineBound is how many vertices drain within the deadline's
 	// share: VerticesPerSecond × Deadline × the drain share (Headroom, or
 	// TailShare / Spread if that is smaller; see [Inputs.Spread]). An
-	// AutoSizer leaves it 0 until MinWindows windows were measured.
+	// AutoSizer leaves it 0 until MinWindows windows were measured, unless
+	// it held the budget's growth before that (then it is the bound of
+	// the throughput measured so far).
 	DeadlineBound int64 `json:"deadline_bound"`
 	// TailBound is an AutoSizer's tail guard (see [Config.TailShare]); 0
 	// until a window was measured, with the guard off, and from
