@@ -60,13 +60,8 @@ type Admission struct {
 // safe for concurrent use; one Admitter may wrap any number of handlers,
 // which then share the budget. Create one with [New].
 type Admitter struct {
-	budget          *VertexBudget
-	estimator       cost.ChargeEstimator
-	onAdmission     func(*message.Message, Admission)
-	onOversize      func(*message.Message, Admission) error
-	revoked         func(*message.Message) <-chan struct{}
-	maxPayloadBytes int
-	maxVertices     int64
+	budget *VertexBudget
+	admitterSettings
 
 	lanes    bool // the budget has lanes
 	byMsg    bool // some lane selects by handler or topic
@@ -92,8 +87,7 @@ func New(budget *VertexBudget, opts ...Option) (*Admitter, error) {
 	if o.estimator == nil {
 		o.estimator = cost.NewEstimator(cost.FullBudget)
 	}
-	m := &Admitter{budget: budget, estimator: o.estimator, onAdmission: o.onAdmission, onOversize: o.onOversize,
-		revoked: o.revoked, maxPayloadBytes: o.maxPayloadBytes, maxVertices: o.maxVertices,
+	m := &Admitter{budget: budget, admitterSettings: o.admitterSettings,
 		lanes: len(budget.lanes) > 1, byMsg: budget.selectsByMessage()}
 	for i := range budget.lanes {
 		m.byCharge = m.byCharge || budget.lanes[i].maxCharge > 0

@@ -22,16 +22,21 @@ type options struct {
 	messageLimit int64
 
 	// New's.
+	admitterSettings
+
+	// The names of the options given, by the constructor they belong
+	// to, for the error a misplaced one gets.
+	forBudget, forNew []string
+}
+
+// admitterSettings are what New's options set, kept by the [Admitter].
+type admitterSettings struct {
 	estimator       cost.ChargeEstimator
 	onAdmission     func(*message.Message, Admission)
 	onOversize      func(*message.Message, Admission) error
 	revoked         func(*message.Message) <-chan struct{}
 	maxPayloadBytes int
 	maxVertices     int64
-
-	// The names of the options given, by the constructor they belong
-	// to, for the error a misplaced one gets.
-	forBudget, forNew []string
 }
 
 // collect applies opts.
