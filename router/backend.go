@@ -33,6 +33,9 @@ type backend interface {
 	// sample per partition (Kafka) or stream (Redis); ErrLagUnknown when
 	// the broker cannot tell.
 	lag(ctx context.Context, groups []groupTopic) ([]telemetry.LagSample, error)
+	// estimateBacklog estimates the vertices of each lag sample's
+	// messages, in order; ErrLagUnknown when the broker cannot tell.
+	estimateBacklog(ctx context.Context, samples []telemetry.LagSample) ([]vertexEstimate, error)
 	// deadLetter is the middleware that takes messages the broker could
 	// not decode (or delivered too often) out of the flow, outside the
 	// budget; nil if there are none. moved, if not nil, is called after
@@ -101,6 +104,10 @@ func (b *memoryBackend) group(string) string { return "" }
 func (b *memoryBackend) ensureTopic(string) error { return nil }
 
 func (b *memoryBackend) lag(context.Context, []groupTopic) ([]telemetry.LagSample, error) {
+	return nil, ErrLagUnknown
+}
+
+func (b *memoryBackend) estimateBacklog(context.Context, []telemetry.LagSample) ([]vertexEstimate, error) {
 	return nil, ErrLagUnknown
 }
 

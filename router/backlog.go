@@ -27,12 +27,6 @@ type vertexEstimate struct {
 	vertices, sampled int64
 }
 
-// backlogEstimator is implemented by the backends that can read what their
-// backlog costs (Kafka and Redis): one estimate per lag sample, in order.
-type backlogEstimator interface {
-	estimateBacklog(ctx context.Context, samples []telemetry.LagSample) ([]vertexEstimate, error)
-}
-
 // Backlog reads, now, each handler's lag per partition (Kafka) or stream
 // (Redis), as [Router.Lag] does, with Vertices set to the estimated cost
 // of those messages. Divided by [Stats].DrainRate it is how long this
@@ -53,11 +47,10 @@ func (r *Router) Backlog(ctx context.Context) ([]telemetry.LagSample, error) {
 
 // backlogOf returns a copy of samples with their vertices estimated.
 func (r *Router) backlogOf(ctx context.Context, samples []telemetry.LagSample) ([]telemetry.LagSample, error) {
-	est, ok := r.back.(backlogEstimator)
-	if !ok {
-		return nil, ErrLagUnknown
+	vs, err := r.back.estimateBacklog(ctx, samples)
+	if errors.Is(err, ErrLagUnknown) {
+		return nil, err
 	}
-	vs, err := est.estimateBacklog(ctx, samples)
 	if err != nil {
 		return nil, fmt.Errorf("router: backlog: %w", err)
 	}

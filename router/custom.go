@@ -141,6 +141,10 @@ func (c *customBackend) lag(ctx context.Context, _ []groupTopic) ([]telemetry.La
 	return c.b.Lag(ctx)
 }
 
+func (c *customBackend) estimateBacklog(context.Context, []telemetry.LagSample) ([]vertexEstimate, error) {
+	return nil, ErrLagUnknown
+}
+
 func (c *customBackend) deadLetter(func(*message.Message, bool)) message.HandlerMiddleware {
 	return nil
 }
