@@ -104,7 +104,7 @@ func New(cfg Config, opts ...Option) (*Cluster, error) {
 		// A retry, dead-letter or oversize copy keeps the key of the
 		// record it copies, whoever produced that record.
 		if ctx := msg.Context(); copyctx.Is(ctx) {
-			if k, ok := kafka.MessageKeyFromCtx(ctx); ok && len(k) > 0 {
+			if k, ok := KeyFromCtx(ctx); ok && len(k) > 0 {
 				return string(k), nil
 			}
 		}
@@ -200,8 +200,8 @@ func (c *Cluster) NewPublisher() (*kafka.Publisher, error) {
 // per-partition window (Config.WindowMessages and Config.WindowBytes);
 // the committed offset is the contiguous completed watermark. Handlers
 // see the same *message.Message in both modes, with the partition,
-// offset, timestamp and key in its context (kafka.MessagePartitionFromCtx
-// and its siblings). docs/kafka.md, "Consumer key", gives the guarantees
+// offset, timestamp and key in its context, read with [PartitionFromCtx]
+// and its siblings. docs/kafka.md, "Consumer key", gives the guarantees
 // of key mode.
 func (c *Cluster) NewSubscriber(group string) (message.Subscriber, *SessionTracker, error) {
 	if c.cfg.Consumer == ConsumerKey {

@@ -78,3 +78,48 @@ func ExampleCluster_NewSubscriber_key() {
 	// parcel-4 second message: 10
 	// parcel-5 second message: 11
 }
+
+// A handler reads the record a message came from, its partition, offset
+// and key, the same way in either consumer mode.
+func ExamplePartitionFromCtx() {
+	cl, err := kafkabroker.New(kafkabroker.Config{
+		Brokers:    []string{spillway.Embedded},
+		Partitions: 1,
+		Consumer:   kafkabroker.ConsumerKey,
+	})
+	if err != nil {
+		panic(err)
+	}
+	defer cl.Close()
+	if err := cl.EnsureTopic("positions"); err != nil {
+		panic(err)
+	}
+	pub, err := cl.NewPublisher()
+	if err != nil {
+		panic(err)
+	}
+	defer pub.Close()
+	m := message.NewMessage("p-1", []byte("{}"))
+	m.Metadata.Set("entity_id", "vehicle-7")
+	if err := pub.Publish("positions", m); err != nil {
+		panic(err)
+	}
+
+	sub, _, err := cl.NewSubscriber("tracker")
+	if err != nil {
+		panic(err)
+	}
+	defer sub.Close()
+	msgs, err := sub.Subscribe(context.Background(), "positions")
+	if err != nil {
+		panic(err)
+	}
+	got := <-msgs
+	ctx := got.Context()
+	partition, _ := kafkabroker.PartitionFromCtx(ctx)
+	offset, _ := kafkabroker.OffsetFromCtx(ctx)
+	key, _ := kafkabroker.KeyFromCtx(ctx)
+	fmt.Printf("partition %d, offset %d, key %s\n", partition, offset, key)
+	got.Ack()
+	// Output: partition 0, offset 0, key vehicle-7
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/IBM/sarama"
 	"github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
@@ -12,60 +13,61 @@ import (
 	"github.com/spillway-go/spillway/internal/lazyctx"
 )
 
-// watermill-kafka puts a consumed record's partition, offset, timestamp and
-// key in the message context under keys of an unexported type, readable
-// through its exported getters (kafka.MessagePartitionFromCtx and
-// siblings) but with no exported setter. A keySubscriber must put them
-// under the very same keys, or handlers, telemetry (kafkatel.Attributes)
-// and the [SessionTracker] would see nothing. It learns each key by asking
-// the getter to read from a context that records the key it is asked for:
-// only exported API, no unsafe, no linkname. A test checks that every
-// getter reads back what withRecord stores, so an upstream change fails
-// the build's tests rather than handlers.
+// recordKey is the context key of a key-mode message's record. Partition
+// mode's records are in the context under watermill-kafka's own keys,
+// which only its getters read; the getters below read either.
+type recordKey struct{}
 
-// keyRecorder is a context that remembers the last key asked of it.
-type keyRecorder struct {
-	context.Context
-	key any
+// PartitionFromCtx returns the partition of the record a message was
+// consumed from, in either consumer mode: [ConsumerKey]'s subscriber puts
+// the record in the context under a key of its own, watermill-kafka's
+// subscriber ([ConsumerPartition]) under its own keys, read here through
+// kafka.MessagePartitionFromCtx. ok is false for a message that was not
+// consumed from Kafka. Handlers that must work in key mode read the record
+// with this function and its siblings rather than watermill-kafka's
+// getters, which see only watermill-kafka's subscriber.
+func PartitionFromCtx(ctx context.Context) (partition int32, ok bool) {
+	if rec, ok := ctx.Value(recordKey{}).(*sarama.ConsumerMessage); ok {
+		return rec.Partition, true
+	}
+	return kafka.MessagePartitionFromCtx(ctx)
 }
 
-func (r *keyRecorder) Value(key any) any {
-	r.key = key
-	return nil
+// OffsetFromCtx returns the offset of the record a message was consumed
+// from, in either consumer mode (see [PartitionFromCtx]).
+func OffsetFromCtx(ctx context.Context) (offset int64, ok bool) {
+	if rec, ok := ctx.Value(recordKey{}).(*sarama.ConsumerMessage); ok {
+		return rec.Offset, true
+	}
+	return kafka.MessagePartitionOffsetFromCtx(ctx)
 }
 
-func recordKey(read func(context.Context)) any {
-	r := &keyRecorder{Context: context.Background()}
-	read(r)
-	return r.key
+// TimestampFromCtx returns the timestamp of the record a message was
+// consumed from, in either consumer mode (see [PartitionFromCtx]).
+func TimestampFromCtx(ctx context.Context) (ts time.Time, ok bool) {
+	if rec, ok := ctx.Value(recordKey{}).(*sarama.ConsumerMessage); ok {
+		return rec.Timestamp, true
+	}
+	return kafka.MessageTimestampFromCtx(ctx)
 }
 
-// recordKeySet is watermill-kafka's message context keys.
-type recordKeySet struct{ partition, offset, timestamp, key any }
-
-// theRecordKeys is learned once, at package initialisation.
-var theRecordKeys = learnRecordKeys()
-
-// recordKeys returns watermill-kafka's message context keys.
-func recordKeys() recordKeySet { return theRecordKeys }
-
-func learnRecordKeys() (k recordKeySet) {
-	k.partition = recordKey(func(c context.Context) { _, _ = kafka.MessagePartitionFromCtx(c) })
-	k.offset = recordKey(func(c context.Context) { _, _ = kafka.MessagePartitionOffsetFromCtx(c) })
-	k.timestamp = recordKey(func(c context.Context) { _, _ = kafka.MessageTimestampFromCtx(c) })
-	k.key = recordKey(func(c context.Context) { _, _ = kafka.MessageKeyFromCtx(c) })
-	return k
+// KeyFromCtx returns the Kafka key of the record a message was consumed
+// from, in either consumer mode (see [PartitionFromCtx]); nil when the
+// record had none.
+func KeyFromCtx(ctx context.Context) (key []byte, ok bool) {
+	if rec, ok := ctx.Value(recordKey{}).(*sarama.ConsumerMessage); ok {
+		return rec.Key, true
+	}
+	return kafka.MessageKeyFromCtx(ctx)
 }
 
-// withRecord returns ctx carrying rec's partition, offset, timestamp and
-// key as watermill-kafka's subscriber does.
+// withRecord returns ctx carrying rec for the getters above.
 func withRecord(ctx context.Context, rec *sarama.ConsumerMessage) context.Context {
 	return &recordContext{Context: ctx, rec: rec}
 }
 
 // recordContext is a message's context in key mode: one value that answers
-// for the record's partition, offset, timestamp and key (under
-// watermill-kafka's keys) and for its delivery, instead of a chain of five
+// for the record and for its delivery, instead of a chain of
 // context.WithValue.
 type recordContext struct {
 	context.Context
@@ -74,19 +76,13 @@ type recordContext struct {
 }
 
 func (c *recordContext) Value(key any) any {
-	k := &theRecordKeys
-	switch {
-	case key == nil:
-	case key == k.partition:
-		return c.rec.Partition
-	case key == k.offset:
-		return c.rec.Offset
-	case key == k.timestamp:
-		return c.rec.Timestamp
-	case key == k.key:
-		return c.rec.Key
-	case key == keyDeliveryKey{} && c.d != nil:
-		return c.d
+	switch key {
+	case recordKey{}:
+		return c.rec
+	case keyDeliveryKey{}:
+		if c.d != nil {
+			return c.d
+		}
 	}
 	return c.Context.Value(key)
 }

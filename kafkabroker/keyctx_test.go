@@ -9,36 +9,38 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
-	"github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
 )
 
-// TestRecordContext: watermill-kafka's own getters read back what
-// withRecord stores, so a handler on a KeySubscriber sees the same context
-// values as one on watermill-kafka's subscriber.
+// TestRecordContext: the getters read a key-mode record from withRecord's
+// context, and report nothing for a message that did not come from Kafka.
+// Partition mode's path (watermill-kafka's own context) is checked where a
+// real subscriber delivers: kafkatel's TestAttributes… tests.
 func TestRecordContext(t *testing.T) {
 	ts := time.Date(2026, 12, 2, 1, 2, 3, 0, time.UTC)
 	rec := &sarama.ConsumerMessage{Partition: 7, Offset: 4242, Timestamp: ts, Key: []byte("cell-9")}
-	ctx := withRecord(context.Background(), rec)
-	if p, ok := kafka.MessagePartitionFromCtx(ctx); !ok || p != 7 {
-		t.Errorf("partition %d %v", p, ok)
-	}
-	if o, ok := kafka.MessagePartitionOffsetFromCtx(ctx); !ok || o != 4242 {
-		t.Errorf("offset %d %v", o, ok)
-	}
-	if got, ok := kafka.MessageTimestampFromCtx(ctx); !ok || !got.Equal(ts) {
-		t.Errorf("timestamp %v %v", got, ok)
-	}
-	if k, ok := kafka.MessageKeyFromCtx(ctx); !ok || !bytes.Equal(k, []byte("cell-9")) {
-		t.Errorf("key %q %v", k, ok)
-	}
-	// The keys are four distinct ones, none of them ours.
-	k := recordKeys()
-	seen := map[any]bool{}
-	for _, key := range []any{k.partition, k.offset, k.timestamp, k.key} {
-		if key == nil || seen[key] {
-			t.Fatalf("context keys not learned: %#v", k)
+	check := func(name string, ctx context.Context) {
+		t.Helper()
+		if p, ok := PartitionFromCtx(ctx); !ok || p != 7 {
+			t.Errorf("%s: partition %d %v", name, p, ok)
 		}
-		seen[key] = true
+		if o, ok := OffsetFromCtx(ctx); !ok || o != 4242 {
+			t.Errorf("%s: offset %d %v", name, o, ok)
+		}
+		if got, ok := TimestampFromCtx(ctx); !ok || !got.Equal(ts) {
+			t.Errorf("%s: timestamp %v %v", name, got, ok)
+		}
+		if k, ok := KeyFromCtx(ctx); !ok || !bytes.Equal(k, []byte("cell-9")) {
+			t.Errorf("%s: key %q %v", name, k, ok)
+		}
+	}
+	check("key mode", withRecord(context.Background(), rec))
+	check("key mode, delivery context", newDeliveryContext(context.Background(), rec, &keyDelivery{}))
+
+	if _, ok := PartitionFromCtx(context.Background()); ok {
+		t.Error("a context without a record reports a partition")
+	}
+	if _, ok := KeyFromCtx(context.Background()); ok {
+		t.Error("a context without a record reports a key")
 	}
 }
 

@@ -24,8 +24,8 @@ import (
 //
 // Handlers see the same *message.Message as with watermill-kafka: the
 // same unmarshaler builds it, and its context carries the partition,
-// offset, timestamp and key that kafka.MessagePartitionFromCtx and its
-// siblings read.
+// offset, timestamp and key that [PartitionFromCtx] and its siblings
+// read (watermill-kafka's own getters see only its subscriber's messages).
 //
 // Guarantees, per partition:
 //

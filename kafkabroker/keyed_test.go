@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
-	"github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"go.uber.org/goleak"
 
@@ -291,7 +290,7 @@ func TestKeyWatermark(t *testing.T) {
 	release := make(chan struct{})
 	var done atomic.Int64
 	a := join(t, cl, "g", topic, func(msg *message.Message) bool {
-		if off, _ := kafka.MessagePartitionOffsetFromCtx(msg.Context()); off == 3 {
+		if off, _ := kafkabroker.OffsetFromCtx(msg.Context()); off == 3 {
 			<-release
 			return false // never completes here
 		}
@@ -315,7 +314,7 @@ func TestKeyWatermark(t *testing.T) {
 		recv atomic.Int64
 	)
 	b := join(t, cl, "g", topic, func(msg *message.Message) bool {
-		off, _ := kafka.MessagePartitionOffsetFromCtx(msg.Context())
+		off, _ := kafkabroker.OffsetFromCtx(msg.Context())
 		mu.Lock()
 		got = append(got, off)
 		mu.Unlock()
@@ -395,7 +394,7 @@ func TestKeySpan(t *testing.T) {
 	var recv, done atomic.Int64
 	m := join(t, cl, "g", topic, func(msg *message.Message) bool {
 		recv.Add(1)
-		if off, _ := kafka.MessagePartitionOffsetFromCtx(msg.Context()); off == 0 {
+		if off, _ := kafkabroker.OffsetFromCtx(msg.Context()); off == 0 {
 			<-release
 		}
 		done.Add(1)
@@ -521,7 +520,7 @@ func TestKeyReadIsNotRedelivered(t *testing.T) {
 				<-tr.Revoked(msg)
 				return false
 			}
-			off, _ := kafka.MessagePartitionOffsetFromCtx(msg.Context())
+			off, _ := kafkabroker.OffsetFromCtx(msg.Context())
 			mu.Lock()
 			redeliv[off] = tr.Redelivered(msg)
 			mu.Unlock()
@@ -655,7 +654,7 @@ func TestKeyMessageContextEndsAfterAck(t *testing.T) {
 	m := join(t, cl, "g", topic, func(msg *message.Message) bool {
 		ctx := msg.Context()
 		s := seen{ctx: ctx, live: ctx.Err()}
-		switch off, _ := kafka.MessagePartitionOffsetFromCtx(ctx); off {
+		switch off, _ := kafkabroker.OffsetFromCtx(ctx); off {
 		case 0:
 			s.done = ctx.Done()
 		case 1:
@@ -732,7 +731,7 @@ func TestKeyAckedBeforeCloseCounts(t *testing.T) {
 			// Later members: anything they receive was redone.
 			select {
 			case msg := <-msgs:
-				off, _ := kafka.MessagePartitionOffsetFromCtx(msg.Context())
+				off, _ := kafkabroker.OffsetFromCtx(msg.Context())
 				_ = sub.Close()
 				t.Fatalf("round %d: offset %d delivered again after it was acked", round, off)
 			case <-time.After(2 * time.Second):

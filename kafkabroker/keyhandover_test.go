@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/spillway-go/spillway/internal/kafkatest"
@@ -158,7 +157,7 @@ func TestKeySteppedAsideIsNotRedelivered(t *testing.T) {
 	)
 	handle := func(tr *kafkabroker.SessionTracker, msg *message.Message) {
 		tr.Begin(msg)
-		off, _ := kafka.MessagePartitionOffsetFromCtx(msg.Context())
+		off, _ := kafkabroker.OffsetFromCtx(msg.Context())
 		if rebalanced.Load() {
 			mu.Lock()
 			redeliv[off] = tr.Redelivered(msg)

@@ -295,11 +295,11 @@ func (t *partitionTracker) lookup(msg *message.Message) (*claimState, int64, boo
 // its partition and offset are read from its context.
 func (t *partitionTracker) lookupByContext(msg *message.Message) (*claimState, int64, bool) {
 	ctx := msg.Context()
-	partition, ok := kafka.MessagePartitionFromCtx(ctx)
+	partition, ok := PartitionFromCtx(ctx)
 	if !ok {
 		return nil, 0, false
 	}
-	offset, ok := kafka.MessagePartitionOffsetFromCtx(ctx)
+	offset, ok := OffsetFromCtx(ctx)
 	if !ok {
 		return nil, 0, false
 	}

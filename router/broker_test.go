@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/spillway-go/spillway/kafkabroker"
 	"go.uber.org/goleak"
 
 	"github.com/spillway-go/spillway"
@@ -215,7 +215,7 @@ func runTable(t *testing.T, bc brokerCase, stream []tableMessage) map[string]str
 			disorder = append(disorder, fmt.Sprintf("%s: seq %d after %d", entity, seq, last))
 		}
 		lastSeq[entity] = seq
-		if p, ok := kafka.MessagePartitionFromCtx(msg.Context()); ok {
+		if p, ok := kafkabroker.PartitionFromCtx(msg.Context()); ok {
 			if prev, seen := partOf[entity]; seen && prev != p {
 				disorder = append(disorder, fmt.Sprintf("%s: on partitions %d and %d", entity, prev, p))
 			}

@@ -8,32 +8,33 @@ import (
 	"strconv"
 
 	"github.com/IBM/sarama"
-	"github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"go.opentelemetry.io/otel/attribute"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 
+	"github.com/spillway-go/spillway/kafkabroker"
 	"github.com/spillway-go/spillway/telemetry"
 )
 
-// Attributes returns the Kafka attributes of a message consumed through
-// watermill-kafka: messaging.destination.partition.id,
+// Attributes returns the Kafka attributes of a message consumed from
+// Kafka (either consumer mode of kafkabroker, or watermill-kafka's
+// subscriber): messaging.destination.partition.id,
 // messaging.kafka.offset and messaging.kafka.message.key (when the message
 // has a key), read from the message context. It returns nothing for
 // messages from other subscribers. Pass it to telemetry.WithAttributes
 // together with telemetry.WithMessagingSystem("kafka").
 func Attributes(msg *message.Message) []attribute.KeyValue {
 	ctx := msg.Context()
-	p, ok := kafka.MessagePartitionFromCtx(ctx)
+	p, ok := kafkabroker.PartitionFromCtx(ctx)
 	if !ok {
 		return nil
 	}
 	attrs := make([]attribute.KeyValue, 0, 3)
 	attrs = append(attrs, semconv.MessagingDestinationPartitionID(strconv.Itoa(int(p))))
-	if off, ok := kafka.MessagePartitionOffsetFromCtx(ctx); ok {
+	if off, ok := kafkabroker.OffsetFromCtx(ctx); ok {
 		attrs = append(attrs, semconv.MessagingKafkaOffset(int(off)))
 	}
-	if key, ok := kafka.MessageKeyFromCtx(ctx); ok && len(key) > 0 {
+	if key, ok := kafkabroker.KeyFromCtx(ctx); ok && len(key) > 0 {
 		attrs = append(attrs, semconv.MessagingKafkaMessageKey(string(key)))
 	}
 	return attrs

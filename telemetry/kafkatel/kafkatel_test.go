@@ -20,6 +20,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/spillway-go/spillway/internal/kafkatest"
+	"github.com/spillway-go/spillway/kafkabroker"
 	"github.com/spillway-go/spillway/telemetry"
 	"github.com/spillway-go/spillway/telemetry/kafkatel"
 )
@@ -231,10 +232,18 @@ func lagGauge(t *testing.T, rm metricdata.ResourceMetrics) map[attribute.Set]int
 }
 
 // A message published through watermill-kafka with a TracingPublisher and
-// consumed through its subscriber behind the Tracing middleware gets a
-// consumer span whose parent is the producer span, with the partition,
-// offset and key from the message context.
+// consumed behind the Tracing middleware gets a consumer span whose parent
+// is the producer span, with the partition, offset and key from the
+// message context: through watermill-kafka's subscriber (partition mode)
+// and through kafkabroker's key-mode subscriber, which keeps the record
+// in the context under a key of its own.
 func TestTracingOverEmbeddedKafka(t *testing.T) {
+	for _, mode := range []string{kafkabroker.ConsumerPartition, kafkabroker.ConsumerKey} {
+		t.Run(mode, func(t *testing.T) { testTracingOverEmbeddedKafka(t, mode) })
+	}
+}
+
+func testTracingOverEmbeddedKafka(t *testing.T, mode string) {
 	cluster := kafkatest.Start(t, 2, "parcels")
 	sr := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))
@@ -265,13 +274,26 @@ func TestTracingOverEmbeddedKafka(t *testing.T) {
 	}
 	root.End()
 
-	subCfg := kafka.DefaultSaramaSubscriberConfig()
-	subCfg.Consumer.Offsets.Initial = sarama.OffsetOldest
-	sub, err := kafka.NewSubscriber(kafka.SubscriberConfig{
-		Brokers: cluster.Brokers(), Unmarshaler: marshaler, ConsumerGroup: "workers", OverwriteSaramaConfig: subCfg,
-	}, nil)
-	if err != nil {
-		t.Fatal(err)
+	var sub message.Subscriber
+	if mode == kafkabroker.ConsumerKey {
+		kc, err := kafkabroker.New(kafkabroker.Config{
+			Brokers: cluster.Brokers(), Version: "2.3.0", Consumer: kafkabroker.ConsumerKey,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer kc.Close()
+		if sub, _, err = kc.NewSubscriber("workers"); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		subCfg := kafka.DefaultSaramaSubscriberConfig()
+		subCfg.Consumer.Offsets.Initial = sarama.OffsetOldest
+		if sub, err = kafka.NewSubscriber(kafka.SubscriberConfig{
+			Brokers: cluster.Brokers(), Unmarshaler: marshaler, ConsumerGroup: "workers", OverwriteSaramaConfig: subCfg,
+		}, nil); err != nil {
+			t.Fatal(err)
+		}
 	}
 	subCtx, cancel := context.WithCancel(context.Background())
 	defer cancel()
