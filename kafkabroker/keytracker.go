@@ -85,6 +85,12 @@ func (t *keyTracker) unregister(tp topicPartition, p *keyPartition) {
 	t.mu.Unlock()
 }
 
+func (t *keyTracker) owns(tp topicPartition) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.parts[tp] != nil
+}
+
 // windows calls f with read's two numbers for every partition the member
 // owns, in topic and partition order, after t's lock is released.
 func (t *keyTracker) windows(read func(*keyWindow[*keyDelivery]) (int64, int64), f func(topic string, partition int32, records, bytes int64)) {

@@ -233,6 +233,8 @@ func (t *partitionTracker) setClaimLocked(key topicPartition, c, old *claimState
 	t.claimsView.Store(newClaimsView(t.claims))
 }
 
+func (t *partitionTracker) owns(tp topicPartition) bool { return t.claimOf(tp) != nil }
+
 // claimOf returns the live claim of key, nil if none, without locking.
 func (t *partitionTracker) claimOf(key topicPartition) *claimState {
 	if v := t.claimsView.Load(); v != nil {

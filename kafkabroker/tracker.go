@@ -89,6 +89,8 @@ type deliveries interface {
 	// windows calls f with what read returns for the window of every
 	// partition owned now, in topic and partition order.
 	windows(read func(*keyWindow[*keyDelivery]) (int64, int64), f func(topic string, partition int32, records, bytes int64))
+	// owns reports whether the member consumes the partition now.
+	owns(tp topicPartition) bool
 }
 
 type topicPartition struct {
@@ -319,6 +321,14 @@ func (t *SessionTracker) PartitionWindows(f func(topic string, partition int32, 
 // Config.WindowBytes bytes.
 func (t *SessionTracker) PartitionReadAheads(f func(topic string, partition int32, records, bytes int64)) {
 	t.mode.windows((*keyWindow[*keyDelivery]).readAheadFill, f)
+}
+
+// Owns reports whether the member consumes partition of topic now: the
+// group assigned it to this member in the current session. The router
+// estimates the backlog in vertices of owned partitions only in its
+// background sampler, so that a fleet reads each partition once.
+func (t *SessionTracker) Owns(topic string, partition int32) bool {
+	return t.mode.owns(topicPartition{topic, partition})
 }
 
 // LateMarks returns how many acks were marked after their session had

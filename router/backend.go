@@ -58,6 +58,12 @@ type backend interface {
 	// keyWindows calls f with each handler's consumer group and session
 	// tracker when the broker is Kafka in consumer key; otherwise never.
 	keyWindows(f func(group string, kt *kafkabroker.SessionTracker))
+	// owned returns the samples of the partitions this process consumes
+	// now (Kafka: those the group assigned to it), all of them where every
+	// member consumes everything (Redis streams). The lag sampler
+	// estimates the backlog of these only, so that a fleet of N processes
+	// reads each partition about once, not N times.
+	owned(samples []telemetry.LagSample) []telemetry.LagSample
 	// close releases what the backend owns, after the router and the
 	// publisher are closed.
 	close() error
@@ -137,3 +143,4 @@ func (noExtras) keepAlive() (redisbroker.SubscriberStats, bool) {
 	return redisbroker.SubscriberStats{}, false
 }
 func (noExtras) keyWindows(func(group string, kt *kafkabroker.SessionTracker)) {}
+func (noExtras) owned(s []telemetry.LagSample) []telemetry.LagSample           { return s }

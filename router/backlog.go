@@ -142,7 +142,7 @@ func (r *Router) sampleLag(ctx context.Context) ([]telemetry.LagSample, error) {
 		return nil, err
 	}
 	rate := r.drainRate() // before the estimate, which can take a while
-	b, err := r.backlogOf(ctx, samples)
+	b, err := r.backlogOf(ctx, r.back.owned(samples))
 	switch {
 	case err == nil:
 		r.backlog.set(b, rate)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/spillway-go/spillway/cost"
 	"github.com/spillway-go/spillway/internal/geodata"
+	"github.com/spillway-go/spillway/internal/kafkatest"
 	"github.com/spillway-go/spillway/telemetry"
 )
 
@@ -302,4 +304,112 @@ func TestBacklogDrainRateIsAutoSizerThroughput(t *testing.T) {
 		t.Errorf("Vertices = %d, want 50 (one per ping)", b.Vertices)
 	}
 	unblock()
+}
+
+// TestBacklogSamplerEstimatesOwnedPartitions: on Kafka, each process's lag
+// sampler estimates, and exports, the backlog of the partitions the group
+// assigned to it only, so that N processes read each partition once rather
+// than N times; between them they cover every partition. Router.Backlog
+// still estimates every partition.
+func TestBacklogSamplerEstimatesOwnedPartitions(t *testing.T) {
+	for _, mode := range []string{"partition", "key"} {
+		t.Run(mode, func(t *testing.T) {
+			defer goleak.VerifyNone(t, leakOptions...)
+			const topic = "owned-parts"
+			group := "owned-" + mode
+			broker := kafkatest.Start(t, 2) // one cluster for both routers
+			type member struct {
+				r      *Router
+				reader *sdkmetric.ManualReader
+			}
+			start := func() member {
+				t.Helper()
+				reader := sdkmetric.NewManualReader()
+				mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+				t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+				cfg := Config{Broker: brokerKafka, ConsumerGroup: group}
+				cfg.Kafka.Brokers = broker.Brokers()
+				cfg.Kafka.Partitions = 2
+				cfg.Kafka.CreateTopics = true
+				cfg.Kafka.HeartbeatInterval = 100 * time.Millisecond
+				cfg.Kafka.Consumer = mode
+				cfg.CloseTimeout = 10 * time.Second
+				cfg.Telemetry.LagInterval = time.Hour // the test samples itself
+				r, err := New(cfg, nil, WithTelemetry(telemetry.WithMeterProvider(mp)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := r.AddConsumerHandler("h", topic, func(*message.Message) error { return nil }); err != nil {
+					t.Fatal(err)
+				}
+				startRouter(t, r)
+				return member{r, reader}
+			}
+			// exported returns the partitions of topic m's sampler exports
+			// a backlog for.
+			exported := func(m member) []int64 {
+				t.Helper()
+				if err := m.r.lagSampler.Sample(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+				var rm metricdata.ResourceMetrics
+				if err := m.reader.Collect(context.Background(), &rm); err != nil {
+					t.Fatal(err)
+				}
+				var parts []int64
+				for _, sm := range rm.ScopeMetrics {
+					for _, met := range sm.Metrics {
+						if met.Name != metricBacklogVertices {
+							continue
+						}
+						for _, p := range met.Data.(metricdata.Gauge[int64]).DataPoints {
+							if v, _ := p.Attributes.Value("topic"); v.AsString() != topic {
+								continue
+							}
+							v, _ := p.Attributes.Value("partition")
+							parts = append(parts, v.AsInt64())
+						}
+					}
+				}
+				slices.Sort(parts)
+				return parts
+			}
+			waitFor := func(what string, ok func() bool) {
+				t.Helper()
+				for deadline := time.Now().Add(30 * time.Second); !ok(); time.Sleep(100 * time.Millisecond) {
+					if time.Now().After(deadline) {
+						t.Fatalf("after 30 s: %s", what)
+					}
+				}
+			}
+
+			a := start()
+			defer a.r.Close()
+			waitFor("one member exports both partitions", func() bool { return slices.Equal(exported(a), []int64{0, 1}) })
+
+			b := start()
+			defer b.r.Close()
+			var pa, pb []int64
+			waitFor("two members export one partition each", func() bool {
+				pa, pb = exported(a), exported(b)
+				return len(pa) == 1 && len(pb) == 1 && pa[0] != pb[0]
+			})
+			t.Logf("member a estimates partition %v, member b %v", pa, pb)
+			for _, m := range []member{a, b} {
+				backlog, err := m.r.Backlog(context.Background())
+				if err != nil {
+					t.Fatal(err)
+				}
+				n := 0
+				for _, s := range backlog {
+					if s.Topic == topic {
+						n++
+					}
+				}
+				if n != 2 {
+					t.Errorf("Router.Backlog reports %d partitions of %s, want 2", n, topic)
+				}
+			}
+		})
+	}
 }

@@ -159,6 +159,23 @@ func (b *kafkaBackend) keepAlive() (redisbroker.SubscriberStats, bool) {
 	return redisbroker.SubscriberStats{}, false
 }
 
+// owned keeps the samples of partitions a handler's tracker owns now.
+func (b *kafkaBackend) owned(samples []telemetry.LagSample) []telemetry.LagSample {
+	b.mu.Lock()
+	byGroup := make(map[string]*kafkabroker.SessionTracker, len(b.trackers))
+	for handler, tr := range b.trackers {
+		byGroup[b.group(handler)] = tr
+	}
+	b.mu.Unlock()
+	var out []telemetry.LagSample
+	for _, s := range samples {
+		if tr := byGroup[s.Group]; tr != nil && tr.Owns(s.Topic, s.Partition) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
 // keyWindows calls f with the session tracker of every handler and the
 // handler's consumer group, in consumer key only; the tracker reports each
 // partition's window and read-ahead.

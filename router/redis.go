@@ -320,3 +320,6 @@ func (b *redisBackend) keepAlive() (redisbroker.SubscriberStats, bool) {
 
 // keyWindows has nothing to report: key windows are Kafka's.
 func (b *redisBackend) keyWindows(func(string, *kafkabroker.SessionTracker)) {}
+
+// owned is every sample: each consumer of a group reads its whole stream.
+func (b *redisBackend) owned(s []telemetry.LagSample) []telemetry.LagSample { return s }

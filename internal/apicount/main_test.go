@@ -10,7 +10,7 @@ import (
 // when it was last lowered; lower it when a change removes identifiers,
 // and raise it only with a reason in the commit that does.
 const (
-	ceilingTotal      = 562
+	ceilingTotal      = 563
 	ceilingRouter     = 97
 	ceilingMiddleware = 55
 )
