@@ -5,6 +5,7 @@
 //	spillway bench [flags]                       the scaling curve: Spillway against the bare upstream subscriber
 //	spillway config check FILE                   validate a router configuration (file and SPILLWAY_* environment)
 //	spillway config print FILE                   print the effective configuration and each value's source
+//	spillway lag FILE --handler NAME=TOPIC       backlog in messages and vertices, drain time, processes for a target
 //	spillway --version                           the module version and VCS revision
 //
 // Run "spillway help <command>" for a command's flags. Exit codes (see
@@ -86,6 +87,7 @@ func newRootCmd(e *env) *cobra.Command {
 	root.AddCommand(newDemoCmd(e))
 	root.AddCommand(newBenchCmd(e))
 	root.AddCommand(newConfigCmd(e))
+	root.AddCommand(newLagCmd(e))
 	typedArgs(root)
 	return root
 }
