@@ -318,7 +318,7 @@ func lagGroups(cfg router.Config, handlers []lagHandler, backlog []telemetry.Lag
 			g.Processes, g.MeetsTarget = &n, &meets
 			if !meets {
 				g.Note = fmt.Sprintf("no number of processes drains it within %v in partition mode: partition %d alone takes %s, "+
-					"and one process at most consumes a partition", target, slowest.Partition, humanDuration(slowestSeconds))
+					"and a partition is consumed by one process at a time", target, slowest.Partition, humanDuration(slowestSeconds))
 			}
 		}
 		out = append(out, g)
@@ -432,7 +432,7 @@ func printLag(w io.Writer, r *lagReport) error {
 		}
 	}
 	mode := r.Broker
-	if r.Mode != "" {
+	if r.Broker == "kafka" {
 		mode += ", " + r.Mode + " mode"
 	}
 	fmt.Fprintf(w, "broker: %s\ndrain rate: %s\ntarget: %s\n\n", mode, rate, humanDuration(r.TargetSeconds))

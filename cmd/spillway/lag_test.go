@@ -312,6 +312,7 @@ func TestLagKafka(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
+	t.Logf("spillway lag FILE --handler parcels=parcels --drain-rate 1000 --target 20s:\n%s", stdout)
 	for _, want := range []string{
 		"broker: kafka, partition mode",
 		"drain rate: 1000 vertices/s per process (--drain-rate)",
@@ -385,6 +386,7 @@ func TestLagKafkaPartitionCap(t *testing.T) {
 		})
 	}
 	code, stdout, _ := runCLI(t, "lag", partition, "--handler", "parcels=parcels", "--drain-rate", "1000", "--target", "10s")
+	t.Logf("spillway lag FILE --handler parcels=parcels --drain-rate 1000 --target 10s:\n%s", stdout)
 	if want := "spillway.parcels: no number of processes drains it within 10s in partition mode: partition 0 alone takes 16s"; code != exitOK || !strings.Contains(stdout, want) {
 		t.Errorf("exit %d, table lacks %q:\n%s", code, want, stdout)
 	}
@@ -475,6 +477,9 @@ func TestLagRedis(t *testing.T) {
 	before := r.state(t)
 	// 255 undelivered + 20 pending, 5 heavy: 25,000 + 270 × 10 vertices.
 	rep := lagJSON(t, cfg, "--handler", "parcels=parcels", "--drain-rate", "500", "--target", "10s")
+	if b, err := json.MarshalIndent(rep, "", "  "); err == nil {
+		t.Logf("spillway lag --json FILE --handler parcels=parcels --drain-rate 500 --target 10s:\n%s", b)
+	}
 	if after := r.state(t); after != before {
 		t.Errorf("state before: %s\nafter: %s", before, after)
 	}
