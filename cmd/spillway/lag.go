@@ -60,6 +60,8 @@ handler to inspect with --handler NAME=TOPIC: its group is consumer_group + "."
 creates no topic, stream or group; it reads offsets and samples records as
 Router.Backlog does (docs/operations.md says what that costs the brokers).
 The retry handler's group is read only when named: --handler NAME.retry=RETRY_TOPIC.
+A Kafka group that never committed counts every message its topic retains;
+on Redis the group must exist (a consumer creates it when it subscribes).
 
 The drain rate is --drain-rate, or the average of spillway_drain_rate_per_second
 (source telemetry.name) over the Prometheus endpoints given with --metrics, one

@@ -277,6 +277,16 @@ func TestLagKafka(t *testing.T) {
 		t.Errorf("state before: %s\nafter: %s", before, after)
 	}
 
+	// A topic that does not exist is an error, and stays absent although
+	// the broker creates topics that metadata requests name.
+	code, _, stderr := runCLI(t, "lag", cfg, "--handler", "parcels=nothere")
+	if code != exitFailure || !strings.Contains(stderr, `"nothere"`) {
+		t.Errorf("missing topic: exit %d, stderr %q", code, stderr)
+	}
+	if after := k.state(t, "spillway.parcels"); after != before {
+		t.Errorf("state before: %s\nafter a missing topic: %s", before, after)
+	}
+
 	if len(rep.Groups) != 1 {
 		t.Fatalf("groups %+v", rep.Groups)
 	}

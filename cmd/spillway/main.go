@@ -39,7 +39,7 @@ const exitHelp = `Exit codes:
   0  success
   1  failure: anything else (a broker that cannot be reached, an output that cannot be written)
   2  bad input: unknown command or flag, wrong arguments, bad flag values, an unreadable
-     sample, or a configuration that does not load or validate (spillway config)`
+     sample, or a configuration that does not load or validate (spillway config, spillway lag)`
 
 // inputError marks an error caused by what the user gave: it exits with
 // code 2. Commands return it for bad flag values and files; run wraps
