@@ -294,8 +294,7 @@ func lagGroups(cfg router.Config, handlers []lagHandler, backlog []telemetry.Lag
 	out := make([]lagGroup, 0, len(handlers))
 	for _, h := range handlers {
 		g := lagGroup{Handler: h.name, Group: prefix + "." + h.name, Topic: h.topic, Partitions: []lagPart{}}
-		slowest := lagPart{Partition: -1}
-		slowestSeconds := 0.0
+		var slowest lagPart // the partition with the most vertices
 		for _, s := range backlog {
 			if s.Group != g.Group || s.Topic != h.topic {
 				continue
@@ -304,7 +303,7 @@ func lagGroups(cfg router.Config, handlers []lagHandler, backlog []telemetry.Lag
 			g.Partitions = append(g.Partitions, p)
 			g.Messages += p.Messages
 			g.Vertices += p.Vertices
-			if p.Vertices > slowest.Vertices || slowest.Partition < 0 {
+			if len(g.Partitions) == 1 || p.Vertices > slowest.Vertices {
 				slowest = p
 			}
 		}
@@ -313,9 +312,7 @@ func lagGroups(cfg router.Config, handlers []lagHandler, backlog []telemetry.Lag
 		}
 		if rate != nil {
 			g.Seconds = seconds(g.Vertices)
-			if slowest.Seconds != nil {
-				slowestSeconds = *slowest.Seconds
-			}
+			slowestSeconds := float64(slowest.Vertices) / rate.VerticesPerSecond
 			n, meets := processesFor(*g.Seconds, g.Messages, target, g.ProcessCap, slowestSeconds)
 			g.Processes, g.MeetsTarget = &n, &meets
 			if !meets {
@@ -333,7 +330,8 @@ func lagGroups(cfg router.Config, handlers []lagHandler, backlog []telemetry.Lag
 // target: ceil(seconds / target), at least 1 while messages wait, at most
 // limit (0: no limit). slowest is the longest any one partition takes; in
 // partition mode (limit > 0) one process at most consumes a partition, so
-// the target cannot be met when slowest exceeds it.
+// the target cannot be met when slowest exceeds it or more than limit
+// processes are needed.
 func processesFor(seconds float64, messages int64, target time.Duration, limit int, slowest float64) (n int, meets bool) {
 	if messages <= 0 {
 		return 0, true
@@ -343,12 +341,10 @@ func processesFor(seconds float64, messages int64, target time.Duration, limit i
 	if x > 1 {
 		n = int(min(x, math.MaxInt32))
 	}
-	meets = true
-	if limit > 0 {
-		n = min(n, limit)
-		meets = slowest <= target.Seconds()
+	if limit > 0 && (n > limit || slowest > target.Seconds()) {
+		return min(n, limit), false
 	}
-	return n, meets
+	return n, true
 }
 
 // scrapeDrainRate reads the drain rate of each process at the endpoints

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/IBM/sarama"
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -610,5 +611,35 @@ func TestLagBadInput(t *testing.T) {
 				t.Errorf("stdout %q", stdout)
 			}
 		})
+	}
+}
+
+// TestLagProcessesFor: no processes for no backlog, at least one for any
+// backlog, the ceiling of drain time over target, the cap in partition
+// mode, and a partition slower than the target missing it.
+func TestLagProcessesFor(t *testing.T) {
+	for _, tc := range []struct {
+		seconds  float64
+		messages int64
+		limit    int
+		slowest  float64
+		n        int
+		meets    bool
+	}{
+		{0, 0, 0, 0, 0, true},
+		{0, 3, 0, 0, 1, true},       // unstamped messages: no vertices, still a backlog
+		{0.5, 10, 0, 0, 1, true},    // well within the target
+		{60, 10, 0, 0, 1, true},     // exactly the target
+		{60.1, 10, 0, 0, 2, true},   // just over
+		{250, 10, 0, 0, 5, true},    // no cap
+		{250, 10, 3, 100, 3, false}, // would need 5, capped at 3 partitions
+		{100, 10, 4, 70, 2, false},  // two processes would do, but one partition alone takes 70 s
+		{100, 10, 4, 40, 2, true},
+	} {
+		n, meets := processesFor(tc.seconds, tc.messages, time.Minute, tc.limit, tc.slowest)
+		if n != tc.n || meets != tc.meets {
+			t.Errorf("processesFor(%v s, %d messages, limit %d, slowest %v s) = %d, %t; want %d, %t",
+				tc.seconds, tc.messages, tc.limit, tc.slowest, n, meets, tc.n, tc.meets)
+		}
 	}
 }
