@@ -975,8 +975,9 @@ var ErrLagUnknown = errors.New("router: consumer lag unknown for this broker")
 // Redis, per stream, the entries not yet delivered to the handler's group
 // plus those delivered but not acked. The router's lag sampler reads the same
 // samples in the background. It may be called before Run, to read the lag
-// of groups that other processes consume in: on Redis a handler's group
-// must then exist already (a subscriber creates it), or Lag fails.
+// of groups that other processes consume in: on Redis each handler's
+// group, its retry handler's included, must then exist already (a
+// subscriber creates it), or Lag fails.
 func (r *Router) Lag(ctx context.Context) (int64, error) {
 	samples, err := r.lagSamples(ctx)
 	if err != nil {
