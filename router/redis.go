@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -18,7 +19,6 @@ import (
 	"github.com/spillway-go/spillway/middleware"
 	"github.com/spillway-go/spillway/redisbroker"
 	"github.com/spillway-go/spillway/telemetry"
-	"github.com/spillway-go/spillway/telemetry/redistel"
 )
 
 // redisGroupConfig is the section as a redisbroker configuration for the
@@ -110,6 +110,10 @@ type redisBackend struct {
 
 	mu   sync.Mutex
 	subs map[string]*redisbroker.Subscriber // by handler name
+
+	// running is set when Run starts: from then on the handlers subscribe,
+	// creating their groups, and lag reads only the streams subscribed.
+	running atomic.Bool
 }
 
 // With the retry gate (retrying) the subscribers leave nacks out of the
@@ -215,7 +219,11 @@ func (b *redisBackend) group(handler string) string { return redisGroup(b.cfg, h
 func (b *redisBackend) ensureTopic(string) error { return nil }
 
 // lag is each handler group's backlog per stream: entries not yet
-// delivered plus entries pending (delivered, not acked).
+// delivered plus entries pending (delivered, not acked). Before Run it
+// reads each handler's stream, whose group another process may own (and
+// fails when the group does not exist); once Run has started, only the
+// streams subscribed, so that a group being created is not reported
+// missing.
 func (b *redisBackend) lag(ctx context.Context, groups []groupTopic) ([]telemetry.LagSample, error) {
 	var out []telemetry.LagSample
 	for _, g := range groups {
@@ -225,17 +233,19 @@ func (b *redisBackend) lag(ctx context.Context, groups []groupTopic) ([]telemetr
 		if sub == nil {
 			continue
 		}
+		topics := sub.Topics()
+		if len(topics) == 0 && !b.running.Load() {
+			topics = []string{g.topic}
+		}
 		// The router's one telemetry.LagSampler calls this; the
 		// subscriber samples nothing by itself.
-		src, err := redistel.NewLagSource(sub)
-		if err != nil {
-			return nil, err
+		for _, t := range topics {
+			n, err := sub.Lag(ctx, t)
+			if err != nil {
+				return nil, fmt.Errorf("router: redis: lag of %s: %w", g.handler, err)
+			}
+			out = append(out, telemetry.LagSample{Topic: t, Group: sub.Config().ConsumerGroup, Partition: -1, Lag: n})
 		}
-		samples, err := src(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("router: redis: lag of %s: %w", g.handler, err)
-		}
-		out = append(out, samples...)
 	}
 	return out, nil
 }

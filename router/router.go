@@ -738,6 +738,9 @@ func (r *Router) Run(ctx context.Context) error {
 			"without bound (on Redis, up to redis.max_deliveries times), and may hold up the messages behind it; "+
 			"only payloads that cannot be decoded are dead-lettered", nil)
 	}
+	if rb, ok := r.back.(*redisBackend); ok {
+		rb.running.Store(true)
+	}
 	if r.lagSampler != nil {
 		r.lagSampler.Start() // a no-op once Close has closed it
 	}
@@ -971,7 +974,10 @@ var ErrLagUnknown = errors.New("router: consumer lag unknown for this broker")
 // partition never committed counts from its oldest retained offset); on
 // Redis, per stream, the entries not yet delivered to the handler's group
 // plus those delivered but not acked. The router's lag sampler reads the same
-// samples in the background.
+// samples in the background. It may be called before Run, to read the lag
+// of groups that other processes consume in: on Redis each handler's
+// group, its retry handler's included, must then exist already (a
+// subscriber creates it), or Lag fails.
 func (r *Router) Lag(ctx context.Context) (int64, error) {
 	samples, err := r.lagSamples(ctx)
 	if err != nil {

@@ -5,6 +5,7 @@
 //	spillway bench [flags]                       the scaling curve: Spillway against the bare upstream subscriber
 //	spillway config check FILE                   validate a router configuration (file and SPILLWAY_* environment)
 //	spillway config print FILE                   print the effective configuration and each value's source
+//	spillway lag FILE --handler NAME=TOPIC       backlog in messages and vertices, drain time, processes for a target
 //	spillway --version                           the module version and VCS revision
 //
 // Run "spillway help <command>" for a command's flags. Exit codes (see
@@ -38,7 +39,7 @@ const exitHelp = `Exit codes:
   0  success
   1  failure: anything else (a broker that cannot be reached, an output that cannot be written)
   2  bad input: unknown command or flag, wrong arguments, bad flag values, an unreadable
-     sample, or a configuration that does not load or validate (spillway config)`
+     sample, or a configuration that does not load or validate (spillway config, spillway lag)`
 
 // inputError marks an error caused by what the user gave: it exits with
 // code 2. Commands return it for bad flag values and files; run wraps
@@ -86,6 +87,7 @@ func newRootCmd(e *env) *cobra.Command {
 	root.AddCommand(newDemoCmd(e))
 	root.AddCommand(newBenchCmd(e))
 	root.AddCommand(newConfigCmd(e))
+	root.AddCommand(newLagCmd(e))
 	typedArgs(root)
 	return root
 }
