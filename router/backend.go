@@ -64,6 +64,9 @@ type backend interface {
 	// estimates the backlog of these only, so that a fleet of N processes
 	// reads each partition about once, not N times.
 	owned(samples []telemetry.LagSample) []telemetry.LagSample
+	// started tells the backend that Run has started (its subscribers
+	// are about to subscribe).
+	started()
 	// close releases what the backend owns, after the router and the
 	// publisher are closed.
 	close() error
@@ -144,3 +147,4 @@ func (noExtras) keepAlive() (redisbroker.SubscriberStats, bool) {
 }
 func (noExtras) keyWindows(func(group string, kt *kafkabroker.SessionTracker)) {}
 func (noExtras) owned(s []telemetry.LagSample) []telemetry.LagSample           { return s }
+func (noExtras) started()                                                      {}

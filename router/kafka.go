@@ -159,6 +159,8 @@ func (b *kafkaBackend) keepAlive() (redisbroker.SubscriberStats, bool) {
 	return redisbroker.SubscriberStats{}, false
 }
 
+func (b *kafkaBackend) started() {}
+
 // owned keeps the samples of partitions a handler's tracker owns now.
 func (b *kafkaBackend) owned(samples []telemetry.LagSample) []telemetry.LagSample {
 	b.mu.Lock()

@@ -331,5 +331,8 @@ func (b *redisBackend) keepAlive() (redisbroker.SubscriberStats, bool) {
 // keyWindows has nothing to report: key windows are Kafka's.
 func (b *redisBackend) keyWindows(func(string, *kafkabroker.SessionTracker)) {}
 
+// started makes lag read only the streams subscribed from now on.
+func (b *redisBackend) started() { b.running.Store(true) }
+
 // owned is every sample: each consumer of a group reads its whole stream.
 func (b *redisBackend) owned(s []telemetry.LagSample) []telemetry.LagSample { return s }

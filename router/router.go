@@ -738,9 +738,7 @@ func (r *Router) Run(ctx context.Context) error {
 			"without bound (on Redis, up to redis.max_deliveries times), and may hold up the messages behind it; "+
 			"only payloads that cannot be decoded are dead-lettered", nil)
 	}
-	if rb, ok := r.back.(*redisBackend); ok {
-		rb.running.Store(true)
-	}
+	r.back.started()
 	if r.lagSampler != nil {
 		r.lagSampler.Start() // a no-op once Close has closed it
 	}
