@@ -79,11 +79,14 @@ return out
 // up to 1,000 of the oldest undelivered entries, up to 1,000 of the newest
 // and up to 1,000 pending entries, in one XINFO GROUPS and one script run
 // (XRANGE, XREVRANGE, XPENDING; only the counts leave the server).
-// Entries not read, between the oldest and the newest read, are taken to
-// cost the mean of the two ends' averages. sampled is how many entries
+// An entry without a valid vertex_count counts as unstamped vertices: pass
+// what the consumer's budget charges it (the router passes
+// budget.default_cost, or the whole budget). Entries not read, between the
+// oldest and the newest read, are taken to cost the mean of the two ends'
+// averages. sampled is how many entries
 // were read; the estimate is exact when sampled equals the lag. Call it
 // from time to time, not per message.
-func (s *Subscriber) BacklogVertices(ctx context.Context, topic string) (vertices, sampled int64, err error) {
+func (s *Subscriber) BacklogVertices(ctx context.Context, topic string, unstamped int64) (vertices, sampled int64, err error) {
 	info, err := s.lagInfo(ctx, topic)
 	if err != nil {
 		return 0, 0, err
@@ -108,7 +111,7 @@ func (s *Subscriber) BacklogVertices(ctx context.Context, topic string) (vertice
 		if kind < 0 || kind > 2 {
 			continue
 		}
-		parts[kind].add(value, int(plen))
+		parts[kind].add(value, int(plen), unstamped)
 	}
 	oldest, pend, newest := parts[0], parts[1], parts[2]
 	undelivered := max(lag, oldest.read+newest.read)
@@ -118,9 +121,9 @@ func (s *Subscriber) BacklogVertices(ctx context.Context, topic string) (vertice
 	if middle > 0 {
 		var mean float64
 		switch {
-		case oldest.counted > 0 && newest.counted > 0:
+		case oldest.read > 0 && newest.read > 0:
 			mean = (oldest.mean() + newest.mean()) / 2
-		case oldest.counted > 0:
+		case oldest.read > 0:
 			mean = oldest.mean()
 		default:
 			mean = newest.mean()
@@ -130,36 +133,38 @@ func (s *Subscriber) BacklogVertices(ctx context.Context, topic string) (vertice
 	return int64(v), sampled, nil
 }
 
-// countSample is the vertex_count of some entries read: how many were read,
-// how many of them had a count, and those counts' sum.
+// countSample is the vertex_count of some entries read: how many were read
+// and the sum of their counts.
 type countSample struct {
-	read, counted, sum int64
+	read, sum int64
 }
 
-func (c *countSample) add(value string, payloadLen int) {
+// add counts an entry whose vertex_count is value, unstamped if it has
+// no valid one.
+func (c *countSample) add(value string, payloadLen int, unstamped int64) {
 	c.read++
 	if v, src := cost.ParseCount(value, payloadLen); src == cost.SourceHeader {
 		c.sum += v
-		c.counted++
+	} else {
+		c.sum += unstamped
 	}
 }
 
-// mean is the average count of the entries that had one; 0 if none had.
+// mean is the average count of the entries read; 0 if none were.
 func (c countSample) mean() float64 {
-	if c.counted == 0 {
+	if c.read == 0 {
 		return 0
 	}
-	return float64(c.sum) / float64(c.counted)
+	return float64(c.sum) / float64(c.read)
 }
 
-// total is the sum of the entries read, those without a count taken at
-// the mean.
-func (c countSample) total() float64 { return c.mean() * float64(c.read) }
+// total is the sum of the entries read.
+func (c countSample) total() float64 { return float64(c.sum) }
 
 // scaled is the sum scaled to n entries: exact when every one of them was
-// read with a count.
+// read.
 func (c countSample) scaled(n int64) float64 {
-	if c.counted >= n {
+	if c.read >= n {
 		return float64(c.sum)
 	}
 	return c.mean() * float64(n)

@@ -13,7 +13,8 @@ import (
 )
 
 // BacklogVertices on a real server: a small backlog, pending entries
-// included, is counted exactly (every entry read); one longer than the
+// included, is counted exactly (every entry read), entries without a
+// valid vertex_count at the charge given for them; one longer than the
 // 1,000 oldest and 1,000 newest undelivered entries read is scaled from
 // them.
 func TestBacklogVertices(t *testing.T) {
@@ -23,9 +24,15 @@ func TestBacklogVertices(t *testing.T) {
 	cfg.Consumers = 1
 	topic := uniq("backlog")
 	pub := newPublisher(t, cfg)
-	// Every tenth entry costs 1,000 vertices, the others 1.
+	// Every tenth entry costs 1,000 vertices, the others 1; every
+	// seventh has no vertex_count or a malformed one, and counts as
+	// unstamped.
+	const unstamped = 500
 	costOf := func(i int) int64 {
-		if i%10 == 0 {
+		switch {
+		case i%7 == 3:
+			return unstamped
+		case i%10 == 0:
 			return 1000
 		}
 		return 1
@@ -35,7 +42,13 @@ func TestBacklogVertices(t *testing.T) {
 		msgs := make([]*message.Message, n)
 		for k := range msgs {
 			msgs[k] = message.NewMessage("m-"+strconv.Itoa(next), []byte("{}"))
-			msgs[k].Metadata.Set(cost.MetadataKey, strconv.FormatInt(costOf(next), 10))
+			switch {
+			case next%14 == 3: // none
+			case next%7 == 3:
+				msgs[k].Metadata.Set(cost.MetadataKey, "many")
+			default:
+				msgs[k].Metadata.Set(cost.MetadataKey, strconv.FormatInt(costOf(next), 10))
+			}
 			sum += costOf(next)
 			next++
 		}
@@ -62,7 +75,7 @@ func TestBacklogVertices(t *testing.T) {
 		info, err := sub.LagInfo(ctx, topic)
 		return err == nil && info.Pending > 0
 	})
-	v, sampled, err := sub.BacklogVertices(ctx, topic)
+	v, sampled, err := sub.BacklogVertices(ctx, topic, unstamped)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +84,7 @@ func TestBacklogVertices(t *testing.T) {
 	}
 
 	truth += add(3000)
-	v, sampled, err = sub.BacklogVertices(ctx, topic)
+	v, sampled, err = sub.BacklogVertices(ctx, topic, unstamped)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -34,8 +34,9 @@ type backend interface {
 	// the broker cannot tell.
 	lag(ctx context.Context, groups []groupTopic) ([]telemetry.LagSample, error)
 	// estimateBacklog estimates the vertices of each lag sample's
-	// messages, in order; ErrLagUnknown when the broker cannot tell.
-	estimateBacklog(ctx context.Context, samples []telemetry.LagSample) ([]vertexEstimate, error)
+	// messages, in order, a message without a valid vertex_count at
+	// unstamped vertices; ErrLagUnknown when the broker cannot tell.
+	estimateBacklog(ctx context.Context, samples []telemetry.LagSample, unstamped int64) ([]vertexEstimate, error)
 	// deadLetter is the middleware that takes messages the broker could
 	// not decode (or delivered too often) out of the flow, outside the
 	// budget; nil if there are none. moved, if not nil, is called after
@@ -116,7 +117,7 @@ func (b *memoryBackend) lag(context.Context, []groupTopic) ([]telemetry.LagSampl
 	return nil, ErrLagUnknown
 }
 
-func (b *memoryBackend) estimateBacklog(context.Context, []telemetry.LagSample) ([]vertexEstimate, error) {
+func (b *memoryBackend) estimateBacklog(context.Context, []telemetry.LagSample, int64) ([]vertexEstimate, error) {
 	return nil, ErrLagUnknown
 }
 

@@ -47,7 +47,7 @@ func (r *Router) Backlog(ctx context.Context) ([]telemetry.LagSample, error) {
 
 // backlogOf returns a copy of samples with their vertices estimated.
 func (r *Router) backlogOf(ctx context.Context, samples []telemetry.LagSample) ([]telemetry.LagSample, error) {
-	vs, err := r.back.estimateBacklog(ctx, samples)
+	vs, err := r.back.estimateBacklog(ctx, samples, r.unstampedCharge())
 	if errors.Is(err, ErrLagUnknown) {
 		return nil, err
 	}
@@ -59,6 +59,16 @@ func (r *Router) backlogOf(ctx context.Context, samples []telemetry.LagSample) (
 		out[i].Vertices = vs[i].vertices
 	}
 	return out, nil
+}
+
+// unstampedCharge is what the budget charges a message without a valid
+// vertex_count, and so what the backlog counts it as: budget.default_cost,
+// or, when that is 0, the whole budget as it is now.
+func (r *Router) unstampedCharge() int64 {
+	if c := r.cfg.Budget.DefaultCost; c > 0 {
+		return c
+	}
+	return r.budget.Capacity()
 }
 
 // drainRate is the auto-sizer's throughput when there is one and it has

@@ -30,7 +30,7 @@ const (
 
 // estimateBacklog reads, per lag sample, the group's committed offset and
 // samples the records from there to the high-water mark.
-func (b *kafkaBackend) estimateBacklog(ctx context.Context, samples []telemetry.LagSample) ([]vertexEstimate, error) {
+func (b *kafkaBackend) estimateBacklog(ctx context.Context, samples []telemetry.LagSample, unstamped int64) ([]vertexEstimate, error) {
 	client, err := b.cluster.Client()
 	if err != nil {
 		return nil, kafkaError(err)
@@ -80,7 +80,7 @@ func (b *kafkaBackend) estimateBacklog(ctx context.Context, samples []telemetry.
 				return nil, fmt.Errorf("kafka: oldest offset of %s/%d: %w", s.Topic, s.Partition, err)
 			}
 		}
-		if out[i], err = sampleKafkaRange(ctx, client, s.Topic, s.Partition, from, hwm); err != nil {
+		if out[i], err = sampleKafkaRange(ctx, client, s.Topic, s.Partition, from, hwm, unstamped); err != nil {
 			return nil, err
 		}
 		out[i] = scaleEstimate(out[i], hwm-from, s.Lag)
@@ -101,14 +101,15 @@ func scaleEstimate(e vertexEstimate, n, lag int64) vertexEstimate {
 }
 
 // sampleKafkaRange estimates the vertices of the records [from, to) of
-// one partition (see kafkaStrata).
-func sampleKafkaRange(ctx context.Context, client sarama.Client, topic string, p int32, from, to int64) (vertexEstimate, error) {
+// one partition (see kafkaStrata), a record without a valid vertex_count
+// at unstamped vertices.
+func sampleKafkaRange(ctx context.Context, client sarama.Client, topic string, p int32, from, to, unstamped int64) (vertexEstimate, error) {
 	n := to - from
 	if n <= 0 {
 		return vertexEstimate{}, nil
 	}
 	probe := kafkaStratum{lo: from, next: from, hi: to}
-	probeBytes, err := probe.fetch(client, topic, p, kafkaProbeBytes)
+	probeBytes, err := probe.fetch(client, topic, p, kafkaProbeBytes, unstamped)
 	if err != nil || probe.read == 0 {
 		return vertexEstimate{}, err
 	}
@@ -149,7 +150,7 @@ func sampleKafkaRange(ctx context.Context, client sarama.Client, topic string, p
 				// probe's average size; a larger record still comes,
 				// alone.
 				want := (st.hi - st.next) * 2 * recordBytes
-				used, err := st.fetch(client, topic, p, int32(min(want, kafkaPartitionBytes, 2*kafkaPartitionBytes-spent)))
+				used, err := st.fetch(client, topic, p, int32(min(want, kafkaPartitionBytes, 2*kafkaPartitionBytes-spent)), unstamped)
 				if err != nil {
 					return vertexEstimate{}, err
 				}
@@ -222,8 +223,9 @@ type kafkaStratum struct {
 }
 
 // fetch reads at most maxBytes from st.next (at least one record batch)
-// and adds the records below st.hi. It returns the bytes the records took.
-func (st *kafkaStratum) fetch(client sarama.Client, topic string, p int32, maxBytes int32) (used int64, err error) {
+// and adds the records below st.hi, a record without a valid vertex_count
+// at unstamped vertices. It returns the bytes the records took.
+func (st *kafkaStratum) fetch(client sarama.Client, topic string, p int32, maxBytes int32, unstamped int64) (used int64, err error) {
 	leader, err := client.Leader(topic, p)
 	if err != nil {
 		return 0, fmt.Errorf("kafka: leader of %s/%d: %w", topic, p, err)
@@ -258,16 +260,19 @@ func (st *kafkaStratum) fetch(client sarama.Client, topic string, p int32, maxBy
 			}
 			st.read++
 			used += int64(len(rec.Key) + len(rec.Value))
+			count := ""
 			for _, h := range rec.Headers {
 				used += int64(len(h.Key) + len(h.Value))
-				if string(h.Key) != cost.MetadataKey {
-					continue
-				}
-				if v, src := cost.ParseCount(string(h.Value), len(rec.Value)); src == cost.SourceHeader {
-					st.sum += v
-					st.counted++
+				if string(h.Key) == cost.MetadataKey {
+					count = string(h.Value)
 				}
 			}
+			if v, src := cost.ParseCount(count, len(rec.Value)); src == cost.SourceHeader {
+				st.sum += v
+			} else {
+				st.sum += unstamped
+			}
+			st.counted++
 		}
 	}
 	if !progressed {
@@ -280,7 +285,7 @@ func (st *kafkaStratum) fetch(client sarama.Client, topic string, p int32, maxBy
 
 // estimateBacklog asks the subscriber of each sample's group to estimate
 // its stream's backlog (see redisbroker.Subscriber.BacklogVertices).
-func (b *redisBackend) estimateBacklog(ctx context.Context, samples []telemetry.LagSample) ([]vertexEstimate, error) {
+func (b *redisBackend) estimateBacklog(ctx context.Context, samples []telemetry.LagSample, unstamped int64) ([]vertexEstimate, error) {
 	out := make([]vertexEstimate, len(samples))
 	for i, s := range samples {
 		if s.Lag <= 0 {
@@ -298,7 +303,7 @@ func (b *redisBackend) estimateBacklog(ctx context.Context, samples []telemetry.
 		if sub == nil {
 			continue // closed since the lag was read
 		}
-		v, n, err := sub.BacklogVertices(ctx, s.Topic)
+		v, n, err := sub.BacklogVertices(ctx, s.Topic, unstamped)
 		if err != nil {
 			return nil, fmt.Errorf("redis: %w", err)
 		}

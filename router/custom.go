@@ -141,7 +141,7 @@ func (c *customBackend) lag(ctx context.Context, _ []groupTopic) ([]telemetry.La
 	return c.b.Lag(ctx)
 }
 
-func (c *customBackend) estimateBacklog(context.Context, []telemetry.LagSample) ([]vertexEstimate, error) {
+func (c *customBackend) estimateBacklog(context.Context, []telemetry.LagSample, int64) ([]vertexEstimate, error) {
 	return nil, ErrLagUnknown
 }
 
