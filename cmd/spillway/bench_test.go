@@ -7,13 +7,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/spillway-go/spillway/cmd/internal/kafkaproc"
 	"github.com/spillway-go/spillway/cmd/internal/scaling"
 )
 
 // "spillway bench" runs its Kafka broker as a child process of this
 // executable: here, the test binary.
 func TestMain(m *testing.M) {
-	if scaling.ServeBrokerIfAsked() {
+	if kafkaproc.ServeIfAsked() {
 		return
 	}
 	os.Exit(m.Run())

@@ -22,7 +22,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/spillway-go/spillway/cmd/internal/scaling"
+	"github.com/spillway-go/spillway/cmd/internal/kafkaproc"
 )
 
 // Exit codes. run maps an error to one with errors.As: an [inputError]
@@ -199,7 +199,7 @@ func run(args []string, e *env) int {
 func main() {
 	// "spillway bench" runs its Kafka broker as a child process of this
 	// executable.
-	if scaling.ServeBrokerIfAsked() {
+	if kafkaproc.ServeIfAsked() {
 		return
 	}
 	e := &env{stdout: os.Stdout, stderr: os.Stderr, stderrTTY: isTerminal(os.Stderr)}
