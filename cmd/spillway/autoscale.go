@@ -26,6 +26,7 @@ type autoscaleOptions struct {
 	chart   string
 	results string
 	quiet   bool
+	fixed   bool
 }
 
 func newAutoscaleCmd(e *env) *cobra.Command {
@@ -74,7 +75,7 @@ docs/scaling.md ("The fleet experiment") summarises a full run.`,
 					o.o.Target = q.Target
 				}
 				o.o.Runs, o.o.Tick, o.o.ScaleDownWindow = q.Runs, q.Tick, q.ScaleDownWindow
-				o.o.Stream, o.o.Work, o.o.LagEvery, o.o.DrainTimeout = q.Stream, q.Work, q.LagEvery, q.DrainTimeout
+				o.o.Stream, o.o.Work, o.o.LagEvery, o.o.SizeEvery, o.o.DrainTimeout = q.Stream, q.Work, q.LagEvery, q.SizeEvery, q.DrainTimeout
 			}
 			if cmd.Flags().Changed("runs") {
 				o.o.Runs = nil
@@ -83,6 +84,9 @@ docs/scaling.md ("The fleet experiment") summarises a full run.`,
 					o.o.Runs = append(o.o.Runs, autoscale.RunSpec{Workers: w, Controller: c})
 				}
 			}
+			if o.fixed {
+				o.o.SizeEvery = 0
+			}
 			if o.lowLag {
 				o.o.Runs = append(o.o.Runs, autoscale.RunSpec{Workers: autoscale.KindSpillway, Controller: autoscale.ControlLagLow})
 			}
@@ -90,7 +94,7 @@ docs/scaling.md ("The fleet experiment") summarises a full run.`,
 		},
 	}
 	f := cmd.Flags()
-	f.BoolVar(&o.quick, "quick", false, "a run of seconds: Kafka, Spillway workers under the drain-time controller, a short stream of cheap work")
+	f.BoolVar(&o.quick, "quick", false, "a run of seconds: Kafka, Spillway workers under drain time and message lag, a short stream of cheap work")
 	f.BoolVar(&o.lowLag, "low-lag", false, "also run Spillway workers under message lag with the threshold tuned to the boundaries")
 	f.StringSliceVar(&o.runs, "runs", nil, "the runs, as workers/controller (default spillway/drain-time,spillway/message-lag,plain/message-lag)")
 	f.StringSliceVar(&o.o.Brokers, "brokers", def.Brokers, "brokers: kafka (embedded kfake), redis (a real redis-server)")
@@ -98,6 +102,7 @@ docs/scaling.md ("The fleet experiment") summarises a full run.`,
 	f.IntVar(&o.o.MaxProcesses, "max-processes", def.MaxProcesses, "the most worker processes (Kafka: also at most the partitions)")
 	f.IntVar(&o.o.Partitions, "partitions", def.Partitions, "partitions of the Kafka topic")
 	f.DurationVar(&o.o.ScaleDownWindow, "scale-down-window", def.ScaleDownWindow, "scale-in stabilization window")
+	f.BoolVar(&o.fixed, "fixed-budget", false, "Spillway workers keep a fixed budget: their drain rate is then the vertices admitted in the last lag interval, not the auto-sizer's throughput")
 	f.BoolVar(&o.json, "json", false, "print the report as JSON on stdout instead of the table")
 	f.StringVar(&o.chart, "chart", "autoscale-chart.svg", `write the SVG chart here ("" for none)`)
 	f.StringVar(&o.results, "results", "", "also write the JSON report to this file")

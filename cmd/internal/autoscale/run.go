@@ -49,8 +49,12 @@ type Options struct {
 	ScaleDownWindow time.Duration `json:"scale_down_window"`
 	Stream          StreamSpec    `json:"stream"`
 	Work            WorkModel     `json:"work"`
-	// Budget is each Spillway worker's fixed vertex budget.
-	Budget int64 `json:"budget"`
+	// Budget is each Spillway worker's vertex budget, fixed unless
+	// SizeEvery is set; then it is the auto-sizer's start, and SizeEvery
+	// its measuring window (budget.autosize.window), and the drain rate
+	// the workers export is the auto-sizer's measured throughput.
+	Budget    int64         `json:"budget"`
+	SizeEvery time.Duration `json:"size_every"`
 	// Consumers is how many Redis consumers each worker runs.
 	Consumers int `json:"consumers"`
 	// LagEvery is the Spillway workers' telemetry.lag_interval.
@@ -79,6 +83,7 @@ func DefaultOptions() Options {
 		},
 		Work:         WorkModel{PerMessage: 500 * time.Microsecond, PerVertex: 400 * time.Microsecond, Slots: 1},
 		Budget:       8000,
+		SizeEvery:    2 * time.Second,
 		Consumers:    4,
 		LagEvery:     2 * time.Second,
 		DrainTimeout: 60 * time.Second,
@@ -91,7 +96,7 @@ func DefaultOptions() Options {
 func QuickOptions() Options {
 	o := DefaultOptions()
 	o.Brokers = []string{BrokerKafka}
-	o.Runs = []RunSpec{{KindSpillway, ControlDrain}}
+	o.Runs = []RunSpec{{KindSpillway, ControlDrain}, {KindSpillway, ControlLag}}
 	o.Target = 3 * time.Second
 	o.Tick = time.Second
 	o.ScaleDownWindow = 3 * time.Second
@@ -101,6 +106,7 @@ func QuickOptions() Options {
 	o.Stream.Boundaries = [2]int{10, 12}
 	o.Work = WorkModel{PerMessage: 200 * time.Microsecond, PerVertex: 300 * time.Microsecond, Slots: 1}
 	o.LagEvery = 500 * time.Millisecond
+	o.SizeEvery = time.Second
 	o.DrainTimeout = 30 * time.Second
 	return o
 }
@@ -307,7 +313,7 @@ func runOne(ctx context.Context, o Options, b *broker, topic string, rs RunSpec,
 	}
 	spec := workerSpec{
 		Kind: rs.Workers, Broker: b.name, Topic: topic, Group: prefix,
-		Partitions: int32(o.Partitions), Budget: o.Budget, Consumers: o.Consumers,
+		Partitions: int32(o.Partitions), Budget: o.Budget, SizeEvery: o.SizeEvery, Consumers: o.Consumers,
 		Work: o.Work, LagEvery: o.LagEvery,
 	}
 	if b.kafka != nil {

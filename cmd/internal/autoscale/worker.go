@@ -66,6 +66,7 @@ type workerSpec struct {
 	Group      string        `json:"group"`
 	Partitions int32         `json:"partitions"`
 	Budget     int64         `json:"budget"`
+	SizeEvery  time.Duration `json:"size_every,omitempty"`
 	Consumers  int           `json:"consumers"`
 	Work       WorkModel     `json:"work"`
 	LagEvery   time.Duration `json:"lag_every"`
@@ -182,6 +183,15 @@ func runSpillway(ctx context.Context, spec workerSpec, h *handler) error {
 	cfg.ConsumerGroup = spec.Group
 	cfg.CloseTimeout = 60 * time.Second
 	cfg.Budget.Vertices = spec.Budget
+	if spec.SizeEvery > 0 {
+		// The drain rate is then the auto-sizer's throughput per busy
+		// second: what the process drains while it has work, not what
+		// it happened to admit in the last lag interval.
+		cfg.Budget.AutoSize.Enabled = true
+		cfg.Budget.AutoSize.Window = spec.SizeEvery
+		cfg.Budget.AutoSize.Parallelism = max(spec.Work.Slots, 1) // the downstream's, not the cores'
+		cfg.Budget.AutoSize.Ceiling = 2 * spec.Budget
+	}
 	cfg.Telemetry.LagInterval = spec.LagEvery
 	switch spec.Broker {
 	case BrokerKafka:
