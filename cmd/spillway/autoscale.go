@@ -20,7 +20,6 @@ import (
 type autoscaleOptions struct {
 	o       autoscale.Options
 	quick   bool
-	lowLag  bool
 	runs    []string
 	json    bool
 	chart   string
@@ -46,7 +45,8 @@ PATH), and adds and removes them with a controller that reads either
   message-lag       the consumer group's lag in messages, as KEDA's scalers read
                     it: ceil(lag / threshold), the threshold tuned to the
                     stream's average message (target x one process's rate)
-  message-lag-low   the same, the threshold tuned to the boundaries (--low-lag)
+  message-lag-low   the same, the threshold tuned to the boundaries (target x
+                    one process's rate on them), low enough to meet the target
 
 within 1 and --max-processes (Kafka: at most the partitions), scaling in no
 lower than the highest answer of the last --scale-down-window. The stream is
@@ -55,7 +55,7 @@ country boundaries of thousands of vertices. The handler waits on a
 downstream in proportion to a message's vertices.
 
 For each broker it runs Spillway workers under each controller and plain
-Watermill workers under message lag, and reports per run: the longest wait
+Watermill workers under message lag (--runs), and reports per run: the longest wait
 of any message, the seconds during which some message had waited longer than
 the target, process-seconds, scale events, duplicates (messages finished
 more than once) and lost messages; a table (--json: JSON) and an SVG chart of
@@ -87,16 +87,12 @@ docs/scaling.md ("The fleet experiment") summarises a full run.`,
 			if o.fixed {
 				o.o.SizeEvery = 0
 			}
-			if o.lowLag {
-				o.o.Runs = append(o.o.Runs, autoscale.RunSpec{Workers: autoscale.KindSpillway, Controller: autoscale.ControlLagLow})
-			}
 			return runAutoscale(cmd.Context(), e, o)
 		},
 	}
 	f := cmd.Flags()
 	f.BoolVar(&o.quick, "quick", false, "a run of seconds: Kafka, Spillway workers under drain time and message lag, a short stream of cheap work")
-	f.BoolVar(&o.lowLag, "low-lag", false, "also run Spillway workers under message lag with the threshold tuned to the boundaries")
-	f.StringSliceVar(&o.runs, "runs", nil, "the runs, as workers/controller (default spillway/drain-time,spillway/message-lag,plain/message-lag)")
+	f.StringSliceVar(&o.runs, "runs", nil, "the runs, as workers/controller (default spillway/drain-time,spillway/message-lag,spillway/message-lag-low,plain/message-lag)")
 	f.StringSliceVar(&o.o.Brokers, "brokers", def.Brokers, "brokers: kafka (embedded kfake), redis (a real redis-server)")
 	f.DurationVar(&o.o.Target, "target", def.Target, "the drain-time target, and the wait the message-lag thresholds are tuned to")
 	f.IntVar(&o.o.MaxProcesses, "max-processes", def.MaxProcesses, "the most worker processes (Kafka: also at most the partitions)")

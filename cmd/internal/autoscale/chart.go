@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"image/color"
 	"io"
+	"math"
 	"slices"
 	"strconv"
 
@@ -40,7 +41,7 @@ func (rep *Report) WriteChart(w io.Writer) error {
 		procs := panel(b+": worker processes", "processes")
 		backlog := panel(b+": backlog (vertices sent, not finished)", "vertices")
 		backlog.Y.Tick.Marker = plotstyle.RoundTicks(func(v float64) string { return strconv.FormatFloat(v/1000, 'f', -1, 64) + "k" })
-		i := 0
+		i, most := 0, 1
 		for _, r := range rep.Runs {
 			if r.Broker != b {
 				continue
@@ -49,6 +50,7 @@ func (rep *Report) WriteChart(w io.Writer) error {
 			i++
 			pp, bp := make(plotter.XYs, len(r.Timeline)), make(plotter.XYs, len(r.Timeline))
 			for j, p := range r.Timeline {
+				most = max(most, p.Processes)
 				pp[j] = plotter.XY{X: p.T, Y: float64(p.Processes)}
 				bp[j] = plotter.XY{X: p.T, Y: float64(p.Backlog)}
 			}
@@ -68,6 +70,7 @@ func (rep *Report) WriteChart(w io.Writer) error {
 				}
 			}
 		}
+		procs.Y.Max = float64(most)*1.5 + 1 // room for the legend above the lines
 		rows = append(rows, []*plot.Plot{procs, backlog})
 	}
 	svg, err := plotstyle.SVGGrid(rows, 28*vg.Centimeter, vg.Length(len(rows))*9*vg.Centimeter, vg.Points(12))
@@ -85,5 +88,19 @@ func panel(title, y string) *plot.Plot {
 	p.Y.Label.Text = y
 	p.Y.Min = 0
 	p.Legend.Top = true
+	p.X.Tick.Marker = plotstyle.RoundTicks(func(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) })
+	if y == "processes" {
+		p.Y.Tick.Marker = plot.TickerFunc(wholeTicks)
+	}
 	return p
+}
+
+// wholeTicks labels whole numbers only, at most about eight of them.
+func wholeTicks(lo, hi float64) []plot.Tick {
+	step := max(1, math.Ceil((hi-lo)/8))
+	var out []plot.Tick
+	for v := math.Ceil(lo/step) * step; v <= hi; v += step {
+		out = append(out, plot.Tick{Value: v, Label: strconv.FormatFloat(v, 'f', -1, 64)})
+	}
+	return out
 }

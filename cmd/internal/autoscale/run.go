@@ -70,8 +70,10 @@ type Options struct {
 // DefaultOptions is the full experiment: about ten minutes on two cores.
 func DefaultOptions() Options {
 	return Options{
-		Brokers:         []string{BrokerKafka, BrokerRedis},
-		Runs:            []RunSpec{{KindSpillway, ControlDrain}, {KindSpillway, ControlLag}, {KindPlain, ControlLag}},
+		Brokers: []string{BrokerKafka, BrokerRedis},
+		Runs: []RunSpec{
+			{KindSpillway, ControlDrain}, {KindSpillway, ControlLag}, {KindSpillway, ControlLagLow}, {KindPlain, ControlLag},
+		},
 		Partitions:      8,
 		MaxProcesses:    8,
 		Target:          8 * time.Second,
