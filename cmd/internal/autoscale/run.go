@@ -85,7 +85,7 @@ func DefaultOptions() Options {
 		},
 		Work:         WorkModel{PerMessage: 500 * time.Microsecond, PerVertex: 400 * time.Microsecond, Slots: 1},
 		Budget:       8000,
-		SizeEvery:    2 * time.Second,
+		SizeEvery:    5 * time.Second,
 		Consumers:    4,
 		LagEvery:     2 * time.Second,
 		DrainTimeout: 60 * time.Second,
@@ -229,6 +229,11 @@ type Decision struct {
 	Input   float64 `json:"input"`
 	Desired int     `json:"desired"`
 	Size    int     `json:"size"`
+	// Backlog and Rate are the drain-time signal's parts: the backlog
+	// in vertices and the average drain rate over Rates workers.
+	Backlog float64 `json:"backlog_vertices,omitempty"`
+	Rate    float64 `json:"rate,omitempty"`
+	Rates   int     `json:"rates,omitempty"`
 }
 
 // Run runs the experiment.
@@ -379,13 +384,14 @@ func runOne(ctx context.Context, o Options, b *broker, topic string, rs RunSpec,
 		now := time.Now()
 		size := f.size()
 		input, desired := -1.0, size
+		var sig DrainSignal
 		switch rs.Controller {
 		case ControlDrain:
-			s := f.scrape(ctx, group)
-			if secs, ok := s.Seconds(); ok {
+			sig = f.scrape(ctx, group)
+			if secs, ok := sig.Seconds(); ok {
 				input = secs
 			}
-			desired = DrainDesired(s, o.Target, size, limits)
+			desired = DrainDesired(sig, o.Target, size, limits)
 		default:
 			lag, err := b.lag(ctx, topic, group)
 			if err == nil {
@@ -394,7 +400,10 @@ func runOne(ctx context.Context, o Options, b *broker, topic string, rs RunSpec,
 			}
 		}
 		next := stab.Next(now, desired, size)
-		res.Decisions = append(res.Decisions, Decision{T: now.Sub(t0).Seconds(), Input: input, Desired: desired, Size: next})
+		res.Decisions = append(res.Decisions, Decision{
+			T: now.Sub(t0).Seconds(), Input: input, Desired: desired, Size: next,
+			Backlog: sig.Backlog, Rate: sig.Rate, Rates: sig.Rates,
+		})
 		if next != size {
 			if next > size {
 				res.ScaleOuts++
