@@ -87,3 +87,40 @@ func TestThresholds(t *testing.T) {
 		t.Errorf("low threshold %d, want 10", low)
 	}
 }
+
+// TestStreamIsSeeded: the same spec builds the same stream; bursts
+// alternate, pings first, boundaries of real countries of at least
+// MinBoundary vertices.
+func TestStreamIsSeeded(t *testing.T) {
+	spec := DefaultOptions().Stream
+	a, err := spec.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := spec.Build()
+	if len(a) != len(b) || len(a) != 8 {
+		t.Fatalf("%d and %d bursts, want 8", len(a), len(b))
+	}
+	for i := range a {
+		if a[i].At != b[i].At || a[i].Kind != b[i].Kind || len(a[i].Items) != len(b[i].Items) || a[i].Vertices() != b[i].Vertices() {
+			t.Fatalf("burst %d differs between two builds", i)
+		}
+		want := BurstPings
+		if i%2 == 1 {
+			want = BurstBoundaries
+		}
+		if a[i].Kind != want {
+			t.Errorf("burst %d is %s, want %s", i, a[i].Kind, want)
+		}
+		for _, it := range a[i].Items {
+			if (want == BurstPings && it.Vertices != 1) || (want == BurstBoundaries && it.Vertices < spec.MinBoundary) {
+				t.Fatalf("burst %d (%s): message %s of %d vertices", i, want, it.ID, it.Vertices)
+			}
+		}
+	}
+	spec.Seed++
+	c, _ := spec.Build()
+	if c[1].Vertices() == a[1].Vertices() && c[3].Vertices() == a[3].Vertices() {
+		t.Error("another seed builds the same boundary bursts")
+	}
+}
