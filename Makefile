@@ -96,7 +96,7 @@ bench-curve:
 # bench autoscale runs real consumer processes on embedded Kafka and a
 # real redis-server, scaled by drain time or by message lag, on a bursty
 # heavy-tailed stream; prints the table and writes docs/autoscale-chart.svg
-# (docs/scaling.md, "The fleet experiment"). About ten minutes on two
+# (docs/scaling.md, "The fleet experiment"). About seven minutes on two
 # cores; make bench-autoscale AUTOSCALE_FLAGS=--quick for half a minute.
 AUTOSCALE_FLAGS ?=
 bench-autoscale:

@@ -61,21 +61,26 @@ the target, process-seconds, scale events, duplicates (messages finished
 more than once) and lost messages; a table (--json: JSON) and an SVG chart of
 processes and backlog over time (--chart).
 
-About ten minutes on two cores; --quick about half a minute.
+About seven minutes on two cores; --quick about half a minute.
 docs/scaling.md ("The fleet experiment") summarises a full run.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.quick {
+				// The quick options, but what the flags set wins.
 				q := autoscale.QuickOptions()
 				f := cmd.Flags()
-				if !f.Changed("brokers") {
-					o.o.Brokers = q.Brokers
+				for name, keep := range map[string]func(){
+					"brokers":           func() { q.Brokers = o.o.Brokers },
+					"target":            func() { q.Target = o.o.Target },
+					"max-processes":     func() { q.MaxProcesses = o.o.MaxProcesses },
+					"partitions":        func() { q.Partitions = o.o.Partitions },
+					"scale-down-window": func() { q.ScaleDownWindow = o.o.ScaleDownWindow },
+				} {
+					if f.Changed(name) {
+						keep()
+					}
 				}
-				if !f.Changed("target") {
-					o.o.Target = q.Target
-				}
-				o.o.Runs, o.o.Tick, o.o.ScaleDownWindow = q.Runs, q.Tick, q.ScaleDownWindow
-				o.o.Stream, o.o.Work, o.o.LagEvery, o.o.SizeEvery, o.o.DrainTimeout = q.Stream, q.Work, q.LagEvery, q.SizeEvery, q.DrainTimeout
+				o.o = q
 			}
 			if cmd.Flags().Changed("runs") {
 				o.o.Runs = nil

@@ -67,7 +67,7 @@ type Options struct {
 	Progress func(string) `json:"-"`
 }
 
-// DefaultOptions is the full experiment: about ten minutes on two cores.
+// DefaultOptions is the full experiment: about seven minutes on two cores.
 func DefaultOptions() Options {
 	return Options{
 		Brokers: []string{BrokerKafka, BrokerRedis},
