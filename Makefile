@@ -5,7 +5,7 @@ FUZZTIME ?= 15s
 BENCH    ?= .
 COUNT    ?= 6
 
-.PHONY: all test test-short soak demo demo-memory bench bench-report bench-curve lint fuzz deps tidy
+.PHONY: all test test-short soak demo demo-memory bench bench-report bench-curve bench-autoscale lint fuzz deps tidy
 
 # The repository's modules, tied together by go.work: the library at the
 # root (what a user's go get brings in), the embedded brokers (kfake,
@@ -31,8 +31,8 @@ deps:
 # the other packages' tests, and a machine whose load rises mid-run misses
 # a deadline the code under test keeps (CI at 19a70ba: TestScenario's
 # Spillway group evicted while the router's race tests ran beside it).
-HEAVY      := ^(TestScenario|TestHeavyBurstRebalance|TestHeavyBurstRebalanceKey|TestTinyCurve)$$
-HEAVY_PKGS := ./router/ ./cmd/internal/demo/ ./cmd/internal/scaling/
+HEAVY      := ^(TestScenario|TestHeavyBurstRebalance|TestHeavyBurstRebalanceKey|TestTinyCurve|TestAutoscaleQuick)$$
+HEAVY_PKGS := ./router/ ./cmd/internal/demo/ ./cmd/internal/scaling/ ./cmd/spillway/
 
 test: deps
 	$(GO) test -race -timeout $(TIMEOUT) -skip '$(HEAVY)' $(PKGS)
@@ -91,6 +91,16 @@ bench-report:
 CURVE_FLAGS ?=
 bench-curve:
 	$(GO) run ./cmd/spillway bench --chart docs/scaling-chart.svg --results docs/scaling-curve.json $(CURVE_FLAGS)
+
+# The fleet experiment (not part of make test or make bench): spillway
+# bench autoscale runs real consumer processes on embedded Kafka and a
+# real redis-server, scaled by drain time or by message lag, on a bursty
+# heavy-tailed stream; prints the table and writes docs/autoscale-chart.svg
+# (docs/scaling.md, "The fleet experiment"). About seven minutes on two
+# cores; make bench-autoscale AUTOSCALE_FLAGS=--quick for half a minute.
+AUTOSCALE_FLAGS ?=
+bench-autoscale:
+	$(GO) run ./cmd/spillway bench autoscale --chart docs/autoscale-chart.svg $(AUTOSCALE_FLAGS)
 
 lint:
 	$(GO) vet $(PKGS)

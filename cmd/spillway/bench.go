@@ -101,6 +101,7 @@ docs/benchmarks.md ("Scaling curve") summarises a full run.`,
 	f.BoolVar(&o.strict, "strict", false, "exit 1 when the verdict is FAIL")
 	f.BoolVar(&o.quiet, "quiet", false, "no progress lines on stderr")
 	f.StringVar(&o.from, "from", "", "run nothing: render the table (or --json), the chart and the verdict of a JSON report saved with --results")
+	cmd.AddCommand(newAutoscaleCmd(e))
 	return cmd
 }
 

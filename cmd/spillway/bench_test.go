@@ -7,13 +7,16 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/spillway-go/spillway/cmd/internal/autoscale"
+	"github.com/spillway-go/spillway/cmd/internal/kafkaproc"
 	"github.com/spillway-go/spillway/cmd/internal/scaling"
 )
 
-// "spillway bench" runs its Kafka broker as a child process of this
-// executable: here, the test binary.
+// "spillway bench" runs its Kafka broker, and "spillway bench autoscale"
+// its workers, as child processes of this executable: here, the test
+// binary.
 func TestMain(m *testing.M) {
-	if scaling.ServeBrokerIfAsked() {
+	if kafkaproc.ServeIfAsked() || autoscale.ServeWorkerIfAsked() {
 		return
 	}
 	os.Exit(m.Run())

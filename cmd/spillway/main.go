@@ -3,6 +3,7 @@
 //	spillway size --sample FILE.ndjson [flags]   compute a vertex budget from a sample
 //	spillway demo [flags]                        a message-count consumer and a Spillway consumer, side by side
 //	spillway bench [flags]                       the scaling curve: Spillway against the bare upstream subscriber
+//	spillway bench autoscale [flags]             the fleet experiment: scaling consumers on drain time or message lag
 //	spillway config check FILE                   validate a router configuration (file and SPILLWAY_* environment)
 //	spillway config print FILE                   print the effective configuration and each value's source
 //	spillway lag FILE --handler NAME=TOPIC       backlog in messages and vertices, drain time, processes for a target
@@ -23,7 +24,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/spillway-go/spillway/cmd/internal/scaling"
+	"github.com/spillway-go/spillway/cmd/internal/autoscale"
+	"github.com/spillway-go/spillway/cmd/internal/kafkaproc"
 )
 
 // Exit codes. run maps an error to one with errors.As: an [inputError]
@@ -199,9 +201,9 @@ func run(args []string, e *env) int {
 }
 
 func main() {
-	// "spillway bench" runs its Kafka broker as a child process of this
-	// executable.
-	if scaling.ServeBrokerIfAsked() {
+	// "spillway bench" runs its Kafka broker, and "spillway bench
+	// autoscale" its workers, as child processes of this executable.
+	if kafkaproc.ServeIfAsked() || autoscale.ServeWorkerIfAsked() {
 		return
 	}
 	e := &env{stdout: os.Stdout, stderr: os.Stderr, stderrTTY: isTerminal(os.Stderr)}

@@ -80,3 +80,6 @@ func (s *Server) Close() {
 	_ = s.cmd.Wait()
 	_ = os.RemoveAll(s.dir)
 }
+
+// Pid is the server process's id.
+func (s *Server) Pid() int { return s.cmd.Process.Pid }

@@ -1,16 +1,9 @@
 package scaling
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"os"
-	"os/exec"
-	"strconv"
-	"strings"
-	"syscall"
 	"time"
 
 	"github.com/spillway-go/spillway/cmd/internal/redisproc"
@@ -20,8 +13,6 @@ import (
 	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
-
-	"github.com/spillway-go/spillway/embedded"
 )
 
 // ErrNoRedisServer says why the Redis part of a sweep is skipped.
@@ -31,99 +22,6 @@ var ErrNoRedisServer = errors.New("redis-server is not on PATH (apt-get install 
 // Sarama and kfake agree on (the router's choice for an embedded
 // broker, docs/kafka.md).
 var kafkaVersion = sarama.V2_3_0_0
-
-// childEnv carries the child broker's partitions and topics,
-// "<partitions>:<topic>,<topic>...". A process started with it set serves
-// a kfake broker instead of doing anything else ([ServeBrokerIfAsked]).
-const childEnv = "SPILLWAY_BENCH_KAFKA_CHILD"
-
-// ServeBrokerIfAsked runs the embedded Kafka broker of a sweep when this
-// process was started as one (the sweep starts its own executable with a
-// variable set), and returns true when it has finished; it returns false at
-// once otherwise. Call it first thing in main, and in TestMain of a test
-// binary that runs a sweep: the broker then runs in a process of its own,
-// so the CPU and heap measured are the consumer's alone.
-func ServeBrokerIfAsked() bool {
-	spec, ok := os.LookupEnv(childEnv)
-	if !ok {
-		return false
-	}
-	parts, topics, _ := strings.Cut(spec, ":")
-	p, err := strconv.Atoi(parts)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "spillway bench broker:", err)
-		os.Exit(1)
-	}
-	k, err := embedded.StartKafka(int32(p), strings.Split(topics, ",")...)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "spillway bench broker:", err)
-		os.Exit(1)
-	}
-	fmt.Println("brokers", strings.Join(k.Brokers(), ","))
-	_, _ = io.Copy(io.Discard, os.Stdin) // until the parent closes it or dies
-	k.Close()
-	return true
-}
-
-// kafkaChild is a kfake broker in a child process.
-type kafkaChild struct {
-	cmd     *exec.Cmd
-	stdin   io.WriteCloser
-	brokers []string
-}
-
-func startKafkaChild(partitions int, topics []string) (*kafkaChild, error) {
-	exe, err := os.Executable()
-	if err != nil {
-		return nil, fmt.Errorf("scaling: finding this executable to run the broker: %w", err)
-	}
-	cmd := exec.Command(exe)
-	cmd.Env = append(os.Environ(), childEnv+"="+strconv.Itoa(partitions)+":"+strings.Join(topics, ","))
-	cmd.Stderr = os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		return nil, err
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("scaling: starting the Kafka broker process: %w", err)
-	}
-	c := &kafkaChild{cmd: cmd, stdin: stdin}
-	line := make(chan string, 1)
-	go func() {
-		l, _ := bufio.NewReader(out).ReadString('\n')
-		line <- strings.TrimSpace(l)
-		_, _ = io.Copy(io.Discard, out)
-	}()
-	var first string
-	select {
-	case first = <-line:
-	case <-time.After(30 * time.Second):
-	}
-	addrs, found := strings.CutPrefix(first, "brokers ")
-	if !found || addrs == "" {
-		c.close()
-		return nil, fmt.Errorf("scaling: the Kafka broker process did not start (first line %q)", first)
-	}
-	c.brokers = strings.Split(addrs, ",")
-	return c, nil
-}
-
-func (c *kafkaChild) close() {
-	_ = c.stdin.Close()
-	done := make(chan struct{})
-	go func() { _ = c.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		_ = c.cmd.Process.Kill()
-		<-done
-	}
-}
 
 // publishKafka writes msgs to topic in batches, with nil keys (Sarama's
 // hash partitioner then spreads them over the partitions at random).

@@ -54,7 +54,7 @@ func newBare(t target, group string, h handlerFor) (*consumer, error) {
 			sub, err := kafka.NewSubscriber(kafka.SubscriberConfig{
 				Brokers:               t.kafka,
 				Unmarshaler:           kafka.DefaultMarshaler{},
-				OverwriteSaramaConfig: bareSaramaConfig(),
+				OverwriteSaramaConfig: BareSaramaConfig(),
 				ConsumerGroup:         group + "." + name,
 			}, watermill.NopLogger{})
 			if err != nil {
@@ -89,11 +89,11 @@ func newBare(t target, group string, h handlerFor) (*consumer, error) {
 	return &consumer{run: wm.Run, close: wm.Close}, nil
 }
 
-// bareSaramaConfig is watermill-kafka's DefaultSaramaSubscriberConfig with
+// BareSaramaConfig is watermill-kafka's DefaultSaramaSubscriberConfig with
 // the settings the Spillway router's kafka section defaults to
 // (docs/kafka.md): the same window, fetch size, group timeouts and start
 // offset, so that the comparison is of the consumers alone.
-func bareSaramaConfig() *sarama.Config {
+func BareSaramaConfig() *sarama.Config {
 	k := kafkabroker.Config{}.WithDefaults()
 	c := kafka.DefaultSaramaSubscriberConfig()
 	c.Version = kafkaVersion

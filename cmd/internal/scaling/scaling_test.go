@@ -13,12 +13,13 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/spillway-go/spillway/cmd/internal/kafkaproc"
 	"github.com/spillway-go/spillway/internal/serialtest"
 )
 
 // The sweep runs its Kafka broker as a child process of this test binary.
 func TestMain(m *testing.M) {
-	if ServeBrokerIfAsked() {
+	if kafkaproc.ServeIfAsked() {
 		return
 	}
 	os.Exit(m.Run())

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/spillway-go/spillway/cmd/internal/kafkaproc"
 	"github.com/spillway-go/spillway/internal/refwork"
 )
 
@@ -179,12 +180,12 @@ func runCell(ctx context.Context, o *Options, work refwork.Func, pl *payloads, r
 	o.progress("%s: %s %d, %d handlers, %s: publishing %d messages", b, parallelName(b), p, h, c, n)
 	switch b {
 	case BrokerKafka:
-		k, err := startKafkaChild(p, t.topics)
+		k, err := kafkaproc.Start(p, t.topics)
 		if err != nil {
 			return nil, err
 		}
-		defer k.close()
-		t.kafka = k.brokers
+		defer k.Close()
+		t.kafka = k.Brokers
 		for j, topic := range t.topics {
 			if err := publishKafka(t.kafka, topic, msgs[j*per:(j+1)*per]); err != nil {
 				return nil, err
