@@ -2,6 +2,7 @@ package redisbroker
 
 import (
 	"context"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -49,6 +50,26 @@ for i = 2, #ARGV, 2 do
   local p = redis.call('XPENDING', KEYS[1], ARGV[1], id, id, 1)
   if #p > 0 and p[1][2] == consumer and p[1][4] > 0 then
     redis.call('XCLAIM', KEYS[1], ARGV[1], consumer, 0, id, 'IDLE', p[1][3], 'RETRYCOUNT', p[1][4] - 1, 'JUSTID')
+  end
+end
+return 0
+`)
+
+// releaseScript makes entries a closing subscriber leaves behind claimable
+// at once: for each entry still pending for the consumer given, XCLAIM to
+// that same consumer with IDLE past MaxIdleTime (ARGV[2], milliseconds)
+// and JUSTID, so a peer's next claim pass takes it instead of waiting out
+// MaxIdleTime; for an entry never handed to a handler (giveBack "1") the
+// delivery Redis counted is taken back too. KEYS[1] is the stream,
+// ARGV[1] the group, then consumer/ID/giveBack triples.
+var releaseScript = redis.NewScript(`
+for i = 3, #ARGV, 3 do
+  local consumer, id, back = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+  local p = redis.call('XPENDING', KEYS[1], ARGV[1], id, id, 1)
+  if #p > 0 and p[1][2] == consumer then
+    local count = p[1][4]
+    if back == "1" and count > 0 then count = count - 1 end
+    redis.call('XCLAIM', KEYS[1], ARGV[1], consumer, 0, id, 'IDLE', ARGV[2], 'RETRYCOUNT', count, 'JUSTID')
   end
 end
 return 0
@@ -187,6 +208,11 @@ type keepAlive struct {
 	nextLapse time.Time
 	lapseWake chan struct{}
 
+	// left is what ended subscriptions held and nobody here will run:
+	// entries never handed over (msg nil) or whose message was nacked.
+	// Close releases them (releaseLeft).
+	left []leftEntry
+
 	refreshed, lost, expired, errs, revoked atomic.Uint64
 
 	stop chan struct{}
@@ -309,6 +335,9 @@ func (k *keepAlive) ended(sub *subscription) {
 	sub.ended = true
 	for key, e := range k.entries {
 		if e.sub == sub {
+			if st := k.states[key]; st != nil && !st.revoked {
+				k.left = append(k.left, leftEntry{key: key, msg: st.msg})
+			}
 			k.dropLocked(key)
 			k.setStateLocked(key, nil)
 		}
@@ -528,6 +557,68 @@ func (k *keepAlive) stats() keepAliveStats {
 		Errors:    k.errs.Load(),
 		Revoked:   k.revoked.Load(),
 	}
+}
+
+// withdraw records that msg, handed over for key, never reached the
+// subscriber's user (the subscription ended first): the entry counts as
+// never handed over.
+func (k *keepAlive) withdraw(key kaKey, msg *message.Message) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if st := k.states[key]; st != nil && st.msg == msg {
+		delete(k.handed, msg)
+		st.msg = nil
+	}
+}
+
+// leftEntry is an entry an ended subscription held, and the message it
+// was last handed over as (nil if never).
+type leftEntry struct {
+	key kaKey
+	msg *message.Message
+}
+
+// releaseLeft makes the entries ended subscriptions left behind claimable
+// by peers at once, instead of after MaxIdleTime: those never handed to a
+// handler (their delivery is taken back) and those whose message was
+// nacked. A message handed over and neither acked nor nacked may still be
+// running in a handler, so it is left to the idle claim. Call it once the
+// subscriptions have ended and acks are settled. It returns how many
+// entries it asked Redis to release.
+func (k *keepAlive) releaseLeft(ctx context.Context) int {
+	k.mu.Lock()
+	left := k.left
+	k.left = nil
+	k.mu.Unlock()
+	idle := strconv.FormatInt((2 * k.idle).Milliseconds(), 10)
+	byStream := make(map[string][]any)
+	n := 0
+	for _, l := range left {
+		back := "1"
+		if l.msg != nil {
+			select {
+			case <-l.msg.Nacked():
+				back = "0"
+			default:
+				continue
+			}
+		}
+		byStream[l.key.stream] = append(byStream[l.key.stream], l.key.consumer, l.key.id, back)
+		n++
+	}
+	for stream, triples := range byStream {
+		for len(triples) > 0 {
+			m := min(len(triples), 3*refreshBatch)
+			args := append([]any{k.group, idle}, triples[:m]...)
+			if err := releaseScript.Run(ctx, k.client, []string{stream}, args...).Err(); err != nil {
+				k.errs.Add(1)
+				k.logger.Error("Could not release the entries a closing subscriber left; peers claim them after MaxIdleTime", err,
+					watermill.LogFields{"stream": stream, "entries": m / 3})
+			}
+			triples = triples[m:]
+		}
+	}
+	return n
 }
 
 func (k *keepAlive) close() {

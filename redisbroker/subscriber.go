@@ -439,8 +439,10 @@ func (s *Subscriber) forward(ctx context.Context, in <-chan *message.Message, ou
 		// Recorded before the handover: the XACK can follow the Ack
 		// before this goroutine runs again. A message never handed over is
 		// never acked, and Close does not wait for it.
-		if e, ok := entryOf(msg); ok {
-			if !s.keepAlive.handover(kaKey{stream: e.Stream, id: e.ID, consumer: e.Consumer}, msg) {
+		e, isEntry := entryOf(msg)
+		key := kaKey{stream: e.Stream, id: e.ID, consumer: e.Consumer}
+		if isEntry {
+			if !s.keepAlive.handover(key, msg) {
 				// Revoked, or its claim lapsed while it waited here (read
 				// ahead, or resent after a nack): a peer may be running it
 				// already. It is not started; the ack lets upstream go on
@@ -459,8 +461,12 @@ func (s *Subscriber) forward(ctx context.Context, in <-chan *message.Message, ou
 		}
 		select {
 		case out <- msg:
+			continue
 		case <-s.closing:
 		case <-ctx.Done():
+		}
+		if isEntry {
+			s.keepAlive.withdraw(key, msg) // it never reached a handler
 		}
 	}
 }
@@ -598,15 +604,18 @@ func (s *Subscriber) recreateGroups() {
 	}
 }
 
-// Close ends every subscription (unacked messages stay pending), stops the
-// keep-alive, and closes all clients (not a client given with
+// Close ends every subscription, stops the keep-alive, and closes all clients (not a client given with
 // [WithClient]). It is idempotent: a later or concurrent call waits until
 // the first has finished (a Watermill router closes its subscribers when
 // it closes, and may still be doing so when its owner closes them too) and
 // returns nil. Subscribe then fails with an error matching
 // [spillway.ErrClosed]. Every message acked before Close is acknowledged
 // in Redis (XACK) before Close returns, even when the subscription's
-// context ended first.
+// context ended first. Entries read but never handed over, and those whose
+// message was nacked, are made claimable by peers at once (their idle time
+// set past MaxIdleTime; those never handed over get their delivery back).
+// A message still out with a handler stays pending: a peer claims it after
+// MaxIdleTime.
 func (s *Subscriber) Close() error {
 	s.mu.Lock()
 	if s.closed {
@@ -640,6 +649,10 @@ func (s *Subscriber) Close() error {
 	if err := s.acks.settle(s.control, s.keepAlive, s.cfg.ConsumerGroup, 5*time.Second); err != nil {
 		errs = append(errs, fmt.Errorf("redisbroker: acknowledging acked messages on close: %w", err))
 	}
+	// What this subscriber read and will not run: peers may take it now.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	s.keepAlive.releaseLeft(ctx)
+	cancel()
 	s.keepAlive.close()
 	errs = append(errs, s.control.Close())
 	return errors.Join(errs...)

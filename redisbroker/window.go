@@ -165,11 +165,13 @@ func (s *Subscriber) forwardWindow(ctx context.Context, in <-chan *message.Messa
 		case out <- msg:
 		case <-s.closing:
 			s.window.drop(msg)
+			s.keepAlive.withdraw(key, msg)
 			cancel()
 			<-slots
 			continue
 		case <-ctx.Done():
 			s.window.drop(msg)
+			s.keepAlive.withdraw(key, msg)
 			cancel()
 			<-slots
 			continue
