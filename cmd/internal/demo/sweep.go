@@ -1,6 +1,7 @@
 package demo
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -79,6 +80,18 @@ type SweepRun struct {
 	InDeadline   bool    `json:"in_deadline"` // MaxProcess <= Deadline
 	Rounds       int     `json:"rounds"`
 	ShareOfBest  float64 `json:"share_of_best"` // goodput / the best fixed budget's goodput within the deadline
+	// RoundGoodput is each round's goodput, in the order the rounds ran.
+	RoundGoodput []float64 `json:"round_goodput"`
+	// Trace is what the auto-sizer did in the round of median goodput:
+	// every resize, with the seconds since the run began.
+	Trace []SweepResize `json:"trace,omitempty"`
+}
+
+// SweepResize is one resize of an auto-sized run.
+type SweepResize struct {
+	At      float64 `json:"at"` // seconds since the run began
+	To      int64   `json:"to"`
+	Binding string  `json:"binding"`
 }
 
 // SweepResult is the whole sweep.
@@ -270,6 +283,12 @@ func medianRun(rs []SweepRun, deadline time.Duration) SweepRun {
 	}
 	out := rs[0]
 	out.Rounds = len(rs)
+	for _, r := range rs {
+		out.RoundGoodput = append(out.RoundGoodput, r.GoodputPS)
+	}
+	byGoodput := slices.Clone(rs)
+	slices.SortFunc(byGoodput, func(a, b SweepRun) int { return cmp.Compare(a.GoodputPS, b.GoodputPS) })
+	out.Trace = byGoodput[len(rs)/2].Trace
 	out.Seconds = med(func(r SweepRun) float64 { return r.Seconds })
 	out.VerticesPS = med(func(r SweepRun) float64 { return r.VerticesPS })
 	out.GoodputPS = med(func(r SweepRun) float64 { return r.GoodputPS })
@@ -299,9 +318,14 @@ func runSweep(ctx context.Context, msgs []sweepMsg, passes int, o SweepOptions, 
 	var (
 		sizer   *sizing.AutoSizer
 		resizes atomic.Uint64
+		trace   []SweepResize // written with the sizer's lock held
+		start   = time.Now()
 	)
 	if acfg != nil {
-		countResize := sizing.WithOnResize(func(int64, int64, sizing.Bounds) { resizes.Add(1) })
+		countResize := sizing.WithOnResize(func(_, to int64, b sizing.Bounds) {
+			resizes.Add(1)
+			trace = append(trace, SweepResize{At: time.Since(start).Seconds(), To: to, Binding: b.Binding})
+		})
 		if sizer, err = sizing.New(budget, *acfg, countResize); err != nil {
 			panic(err) // the configuration is built above
 		}
@@ -316,9 +340,8 @@ func runSweep(ctx context.Context, msgs []sweepMsg, passes int, o SweepOptions, 
 		wg       sync.WaitGroup
 		capSum   float64
 		lastCap  = b
-		lastTime = time.Now()
+		lastTime = start
 	)
-	start := lastTime
 	noteCap := func() {
 		now := time.Now()
 		c := budget.Stats().Capacity
@@ -371,6 +394,7 @@ func runSweep(ctx context.Context, msgs []sweepMsg, passes int, o SweepOptions, 
 	r.MeanBudget = capSum / r.Seconds
 	if sizer != nil {
 		r.Resizes = resizes.Load()
+		r.Trace = trace
 	}
 	r.VerticesPS = float64(all) / r.Seconds
 	r.GoodputPS = float64(good) / r.Seconds
