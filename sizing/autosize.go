@@ -121,6 +121,14 @@ type Config struct {
 // [Config.TailShare]). It shrinks the budget after one window and
 // lets it grow back only after Windows windows without so slow a call.
 //
+// The throughput also caps the target where growing stopped paying: when
+// a full budget grows and the next window completes no more vertices per
+// wall-clock busy second than the windows before it (by more than
+// Hysteresis), the budget goes back to where it was and stays there for
+// Windows windows ("throughput" binds): past the point where the
+// throughput stops rising, a larger budget only makes messages wait
+// longer inside the process (see kneeLocked).
+//
 // Windows advance lazily, when a handler call completes after the current
 // window's end; no goroutine runs and nothing needs closing. With no
 // traffic, the budget stays as it is.
@@ -174,8 +182,26 @@ type AutoSizer struct {
 	winTailV    int64     // ...and its vertices
 	rates       []float64 // ring of the last cfg.Windows window rates
 	tails       []int64   // ring of the windows' tail bounds, beside rates
+	walls       []float64 // ring of the windows' vertices per wall-clock busy second, beside rates
+	wallCaps    []int64   // ring of the capacity each window ran at throughout (0: it changed), beside rates
 	next        int       // where the next window goes in the rings
 	bounds      Bounds
+
+	// The knee (see kneeLocked): the window's busy time during which the
+	// calls running held at least half of the budget, and during which
+	// that starved the cores; whether the capacity changed in it.
+	winFull    time.Duration
+	winStarved time.Duration
+	winResized bool
+	// probeFrom is the capacity a full budget last grew from (0: none
+	// pending), and probeRate its throughput there; the next window
+	// judges whether the growth paid.
+	probeFrom int64
+	probeRate float64
+	// knee is the capacity past which growth did not raise the
+	// throughput (0: none known); it holds for kneeLeft more windows.
+	knee     int64
+	kneeLeft int
 
 	// The start-up ramp (see rampLocked): since its last decision, the
 	// busy time, the part of it the budget starved the cores, and the
@@ -310,6 +336,8 @@ func New(budget Resizable, cfg Config, opts ...Option) (*AutoSizer, error) {
 		estimator: cost.NewEstimator(cost.FullBudget),
 		rates:     make([]float64, 0, cfg.Windows),
 		tails:     make([]int64, 0, cfg.Windows),
+		walls:     make([]float64, 0, cfg.Windows),
+		wallCaps:  make([]int64, 0, cfg.Windows),
 		winStart:  time.Now(),
 	}
 	a.bounds.MemoryBound = cfg.MemoryBound
@@ -444,10 +472,14 @@ func (a *AutoSizer) accrueLocked(now time.Time) {
 		// The budget starves the cores when some are idle while the
 		// calls running hold at least half of it: the next message
 		// (unless it is larger than they are) did not fit.
-		if a.active < a.cfg.Parallelism && a.inflight >= a.capacity.Load()/2 {
-			a.rampStarved += d
-			need := float64(a.inflight) * float64(a.cfg.Parallelism) / float64(a.active)
-			a.rampNeed = max(a.rampNeed, floorInt64(math.Ceil(need)))
+		if full := a.inflight >= a.capacity.Load()/2; full {
+			a.winFull += d
+			if a.active < a.cfg.Parallelism {
+				a.rampStarved += d
+				a.winStarved += d
+				need := float64(a.inflight) * float64(a.cfg.Parallelism) / float64(a.active)
+				a.rampNeed = max(a.rampNeed, floorInt64(math.Ceil(need)))
+			}
 		}
 	}
 	a.busySince = now
@@ -498,6 +530,7 @@ func (a *AutoSizer) rampLocked() {
 		a.capacity.Store(cur) // the budget refused: the next stretch tries again
 		return
 	}
+	a.winResized = true
 	b := &a.bounds
 	b.Budget, b.Binding = target, binding
 	if binding == boundDeadline {
@@ -535,30 +568,50 @@ func (a *AutoSizer) windowTailLocked() int64 {
 // to mean something, starts the next window and resizes if needed.
 func (a *AutoSizer) closeWindowLocked(now time.Time) {
 	measured := a.winDone > 0 && a.winBusy > 0 && a.winBusy >= a.cfg.MinBusy
-	var latestTail int64
+	var w window
 	if measured {
 		rate := float64(a.winVertices) / a.winCoreBusy
-		latestTail = math.MaxInt64
+		w = window{
+			tail:    math.MaxInt64,
+			wall:    float64(a.winVertices) / a.winBusy.Seconds(),
+			full:    2*a.winFull >= a.winBusy,
+			starved: 2*a.winStarved >= a.winBusy,
+		}
 		if a.cfg.TailShare > 0 && a.winTail > 0 {
-			latestTail = a.windowTailLocked()
+			w.tail = a.windowTailLocked()
+		}
+		if !a.winResized {
+			w.capacity = a.capacity.Load()
 		}
 		if len(a.rates) < cap(a.rates) {
-			a.rates, a.tails = append(a.rates, rate), append(a.tails, latestTail)
+			a.rates, a.tails = append(a.rates, rate), append(a.tails, w.tail)
+			a.walls, a.wallCaps = append(a.walls, w.wall), append(a.wallCaps, w.capacity)
 		} else {
-			a.rates[a.next], a.tails[a.next] = rate, latestTail
+			a.rates[a.next], a.tails[a.next] = rate, w.tail
+			a.walls[a.next], a.wallCaps[a.next] = w.wall, w.capacity
 		}
 		a.next = (a.next + 1) % cap(a.rates)
 	}
 	a.winStart, a.winBusy, a.winCoreBusy, a.winVertices, a.winDone = now, 0, 0, 0, 0
 	a.winTail, a.winTailV = 0, 0
+	a.winFull, a.winStarved, a.winResized = 0, 0, false
 	if measured {
-		a.recomputeLocked(latestTail)
+		a.recomputeLocked(w)
 	}
 }
 
-// recomputeLocked recomputes the bounds after a measured window whose own
-// tail bound is latestTail, and resizes if the target moved far enough.
-func (a *AutoSizer) recomputeLocked(latestTail int64) {
+// window is what recomputeLocked reads of the window just measured.
+type window struct {
+	tail     int64   // its tail bound
+	wall     float64 // vertices per wall-clock busy second
+	capacity int64   // the capacity it ran at throughout; 0 if that changed
+	full     bool    // the calls running held at least half the budget for most of its busy time...
+	starved  bool    // ...and fewer than Parallelism of them ran
+}
+
+// recomputeLocked recomputes the bounds after the measured window w, and
+// resizes if the target moved far enough.
+func (a *AutoSizer) recomputeLocked(w window) {
 	b := &a.bounds
 	b.VerticesPerSecond = median(a.rates)
 	cur := a.budget.Capacity()
@@ -593,12 +646,23 @@ func (a *AutoSizer) recomputeLocked(latestTail int64) {
 	if a.cfg.MemoryBound > 0 && a.cfg.MemoryBound <= target {
 		target, binding = a.cfg.MemoryBound, boundMemory
 	}
+	if len(a.rates) >= a.cfg.MinWindows {
+		if knee := a.kneeLocked(w, cur); knee < target {
+			target, binding = knee, boundThroughput
+		}
+	}
 	b.Binding = binding
 	b.Budget = min(max(target, a.cfg.Floor), a.cfg.Ceiling)
 	target = b.Budget
+	if target > cur && w.full && w.capacity == cur && a.knee == 0 {
+		// A full budget grows: the next window tells whether that
+		// raised the throughput (see kneeLocked).
+		a.probeFrom, a.probeRate = cur, a.wallAtLocked(cur)
+	}
 
 	inRange := cur >= a.cfg.Floor && cur <= a.cfg.Ceiling
 	if target == cur || inRange && math.Abs(float64(target-cur)) <= a.cfg.Hysteresis*float64(cur) {
+		a.probeFrom = 0 // no growth to judge
 		return
 	}
 	a.capacity.Store(target) // before the resize, as in rampLocked
@@ -606,11 +670,66 @@ func (a *AutoSizer) recomputeLocked(latestTail int64) {
 		// The budget refused: its capacity stays, and the next measured
 		// window tries again.
 		a.capacity.Store(cur)
+		a.probeFrom = 0
 		return
 	}
 	if a.onResize != nil {
 		a.onResize(cur, target, *b)
 	}
+}
+
+// kneeLocked returns the knee: the capacity past which the budget's last
+// growth did not raise the throughput (math.MaxInt64 if none is known),
+// after judging the growth the window w ran at.
+//
+// Once the cores are busy, a budget that grows without raising the
+// throughput only adds waiting inside the process: by Little's law the
+// vertices in flight are the throughput times the time each spends
+// inside, so with the throughput flat, every vertex added to the budget
+// adds to every message's processing time. So when a full budget grows
+// (the calls running held at least half of it for most of a window), the
+// next window, run at the new capacity throughout, judges the growth by
+// its vertices per wall-clock busy second (not per core: a budget that
+// starved the cores completes fewer per second, and growing out of that
+// pays). Unless that rose by more than Hysteresis over the windows run at
+// the old capacity, the old capacity is the knee: the budget goes back to
+// it and grows past it again only after Windows windows, or as soon as a
+// window finds it starving the cores. The deadline, tail and memory
+// bounds stay upper limits, so the budget still shrinks when the handler
+// slows.
+func (a *AutoSizer) kneeLocked(w window, cur int64) int64 {
+	if a.knee > 0 {
+		a.kneeLeft--
+		if w.starved || a.kneeLeft <= 0 {
+			a.knee = 0
+		}
+	}
+	if a.probeFrom > 0 {
+		if w.capacity == cur && cur > a.probeFrom {
+			if w.wall <= a.probeRate*(1+a.cfg.Hysteresis) {
+				a.knee, a.kneeLeft = a.probeFrom, a.cfg.Windows
+			} else {
+				a.knee = 0
+			}
+		}
+		a.probeFrom = 0
+	}
+	if a.knee == 0 {
+		return math.MaxInt64
+	}
+	return a.knee
+}
+
+// wallAtLocked returns the median throughput per wall-clock busy second
+// of the recent windows run at capacity throughout.
+func (a *AutoSizer) wallAtLocked(capacity int64) float64 {
+	var at []float64
+	for i, c := range a.wallCaps {
+		if c == capacity {
+			at = append(at, a.walls[i])
+		}
+	}
+	return median(at)
 }
 
 // Bounds returns the current bounds, the budget wanted and which bound
