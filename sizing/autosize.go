@@ -70,7 +70,9 @@ type Config struct {
 	MinBusy time.Duration `yaml:"min_busy" env:"MIN_BUSY"`
 	// Hysteresis is the relative change below which the budget is left
 	// alone (default 0.1: a resize needs the target to differ from the
-	// capacity by more than 10 %). Negative means 0.
+	// capacity by more than 10 %). It is also how much a full budget's
+	// growth must raise the throughput to count (see [AutoSizer]).
+	// Negative means 0.
 	Hysteresis float64 `yaml:"hysteresis" env:"HYSTERESIS"`
 
 	// Parallelism is how many handler calls the process can run at full
