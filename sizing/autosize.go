@@ -150,7 +150,10 @@ type Config struct {
 // least half of the budget (so the next message did not fit). It then
 // grows at once to what would have kept every core busy, at least double,
 // but never past the deadline bound of the throughput measured so far,
-// the tail bound, the memory bound or the ceiling. A budget started too
+// the tail bound, the memory bound or the ceiling. A message larger than
+// the budget, which the budget clamps to run alone, grows it as it starts
+// (to room for Parallelism such messages), since it starves the cores for
+// as long as it runs. A budget started too
 // small thus fills the cores within the first window instead of idling
 // them for MinWindows windows. A lone producer of messages half the
 // budget's size or larger looks the same and grows it the same way, to
@@ -420,9 +423,20 @@ func (a *AutoSizer) begin(charged int64) (end func(vertices int64)) {
 	capacity := a.capacity.Load()
 	a.mu.Lock()
 	a.accrueLocked(time.Now())
+	// A message larger than the budget was clamped and runs alone: the
+	// budget starves the cores for as long as it runs, so the ramp need
+	// not wait for it to complete.
+	alone := a.active == 0 && charged > capacity
 	a.active++
 	a.inflight = addSaturating(a.inflight, charged)
 	coreAtStart := a.coreClock
+	if alone && len(a.rates) < a.cfg.MinWindows {
+		need := int64(math.MaxInt64)
+		if charged <= math.MaxInt64/int64(a.cfg.Parallelism) {
+			need = charged * int64(a.cfg.Parallelism)
+		}
+		a.growLocked(need)
+	}
 	a.mu.Unlock()
 	var once sync.Once
 	return func(vertices int64) {
@@ -497,7 +511,10 @@ func (a *AutoSizer) accrueLocked(now time.Time) {
 // throughput measured so far (vertices over core-busy time since New,
 // which the work still in flight only lowers), the tail bound, the memory
 // bound and the ceiling. Once the cores are busy it stops, and the
-// measured windows take over.
+// measured windows take over. A call larger than the capacity (clamped by
+// the budget, so it runs alone) starves the cores for as long as it runs:
+// begin grows the budget as it starts, to room for Parallelism such calls,
+// within the same limits.
 func (a *AutoSizer) rampLocked() {
 	if a.rampBusy < max(a.cfg.MinBusy, 1) {
 		return
@@ -505,7 +522,17 @@ func (a *AutoSizer) rampLocked() {
 	starved := 2*a.rampStarved >= a.rampBusy
 	need := a.rampNeed
 	a.rampBusy, a.rampStarved, a.rampNeed = 0, 0, 0
-	if !starved || a.allVertices == 0 || a.coreClock <= 0 {
+	if starved {
+		a.growLocked(need)
+	}
+}
+
+// growLocked grows the budget for the ramp: to need, at least double,
+// never past the deadline bound of the throughput measured so far, the
+// tail bound, the memory bound or the ceiling (see rampLocked). With
+// nothing measured yet it does nothing.
+func (a *AutoSizer) growLocked(need int64) {
+	if a.allVertices == 0 || a.coreClock <= 0 {
 		return
 	}
 	cur := a.budget.Capacity()

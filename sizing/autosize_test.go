@@ -618,12 +618,13 @@ func mustVertexBudget(capacity int64, opts ...middleware.Option) *middleware.Ver
 // time since the start, and the sizer.
 func saturated(t *testing.T, start, vertices int64, perVertex, deadline, until time.Duration) ([]timedResize, *sizing.AutoSizer) {
 	t.Helper()
-	return saturatedShift(t, start, vertices, perVertex, deadline, until, until, perVertex)
+	sh := shape{vertices: int(vertices), perVertex: perVertex}
+	return saturatedShift(t, start, sh, sh, deadline, until, until)
 }
 
-// saturatedShift is saturated with the handler's time per vertex turning
-// to later from the time shift on.
-func saturatedShift(t *testing.T, start, vertices int64, perVertex, deadline, until, shift, later time.Duration) ([]timedResize, *sizing.AutoSizer) {
+// saturatedShift is saturated with messages of the shape first until the
+// time shift, of the shape later from then on.
+func saturatedShift(t *testing.T, start int64, first, later shape, deadline, until, shift time.Duration) ([]timedResize, *sizing.AutoSizer) {
 	t.Helper()
 	const cores = 2
 	vb := mustVertexBudget(start)
@@ -650,11 +651,11 @@ func saturatedShift(t *testing.T, start, vertices int64, perVertex, deadline, un
 	// Enough producers to fill any budget the test reaches: the budget,
 	// not the traffic, limits what runs at once.
 	s := &stream{producers: 64}
-	s.shape.Store(&shape{vertices: int(vertices), perVertex: perVertex})
+	s.shape.Store(&first)
 	if shift < until {
 		go func() {
 			time.Sleep(shift)
-			s.shape.Store(&shape{vertices: int(vertices), perVertex: later})
+			s.shape.Store(&later)
 		}()
 	}
 	s.run(t, withPerVertex(s, budget.Middleware(sizer.Middleware(onACore))), began.Add(until))
@@ -739,7 +740,8 @@ func TestAutoSizerConvergesFromTheFloor(t *testing.T) {
 func TestAutoSizerShrinksBelowTheKnee(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const window = time.Second
-		resizes, sizer := saturatedShift(t, 1000, 1000, 100*time.Microsecond, window, 14*window, 6*window, 750*time.Microsecond)
+		resizes, sizer := saturatedShift(t, 1000, shape{vertices: 1000, perVertex: 100 * time.Microsecond},
+			shape{vertices: 1000, perVertex: 750 * time.Microsecond}, window, 14*window, 6*window)
 		for _, r := range resizes {
 			t.Logf("at %v: %d, %s binds", r.at, r.to, r.bounds.Binding)
 		}
@@ -775,6 +777,39 @@ func TestAutoSizerGrowsWhileThroughputRises(t *testing.T) {
 		s.run(t, withPerVertex(s, budget.Middleware(sizer.Middleware(work))), time.Now().Add(15*time.Second))
 		if b := sizer.Bounds(); vb.Capacity() != ceiling || b.Binding == "throughput" {
 			t.Errorf("capacity %d, bounds %+v; want the ceiling of %d", vb.Capacity(), b, ceiling)
+		}
+	})
+}
+
+// A message larger than the budget was clamped and runs alone, so the
+// budget starves the cores for as long as it runs: the sizer grows it when
+// such a message starts instead of when it completes. Five light calls
+// (100 vertices in 10 ms on one of 2 cores: 20k vertices/s, a deadline
+// bound of 10k) leave the budget of 1000 alone; a 2000-vertex call that
+// starts alone grows it to 4000, two such calls at once, as it starts.
+func TestAutoSizerGrowsWhenAMessageRunsAlone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fb := &fakeBudget{t: t, floor: 1, ceiling: 1 << 40, cap: 1_000}
+		sizer, err := sizing.New(fb, sizing.Config{Deadline: time.Second, Window: time.Second, Parallelism: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 5 {
+			end := sizing.BeginCharged(sizer, 100)
+			time.Sleep(10 * time.Millisecond)
+			end(100)
+		}
+		if len(fb.resizes) != 0 {
+			t.Fatalf("resizes %v after light calls that fit, want none", fb.resizes)
+		}
+		end := sizing.BeginCharged(sizer, 2_000)
+		if c := fb.Capacity(); c != 4_000 {
+			t.Errorf("capacity %d as a 2000-vertex call starts alone, want 4000", c)
+		}
+		time.Sleep(200 * time.Millisecond)
+		end(2_000)
+		if len(fb.resizes) == 0 || fb.resizes[0] != 4_000 {
+			t.Errorf("resizes %v, want the first to 4000", fb.resizes)
 		}
 	})
 }
