@@ -124,9 +124,9 @@ type Config struct {
 // lets it grow back only after Windows windows without so slow a call.
 //
 // The throughput also caps the target where growing stopped paying: when
-// a full budget grows and the next window completes no more vertices per
-// wall-clock busy second than the windows before it (by more than
-// Hysteresis), the budget goes back to where it was and stays there for
+// a full budget grows and the next MinWindows windows complete no more
+// vertices per wall-clock busy second than the windows before it (by more
+// than Hysteresis), the budget goes back to where it was and stays there for
 // Windows windows ("throughput" binds): past the point where the
 // throughput stops rising, a larger budget only makes messages wait
 // longer inside the process (see kneeLocked).
@@ -199,10 +199,12 @@ type AutoSizer struct {
 	winStarved time.Duration
 	winResized bool
 	// probeFrom is the capacity a full budget last grew from (0: none
-	// pending), and probeRate its throughput there; the next window
-	// judges whether the growth paid.
-	probeFrom int64
-	probeRate float64
+	// pending), and probeRate its throughput there; once probeWindows
+	// reaches MinWindows, the windows at the new capacity judge whether
+	// the growth paid.
+	probeFrom    int64
+	probeRate    float64
+	probeWindows int
 	// knee is the capacity past which growth did not raise the
 	// throughput (0: none known); it holds for kneeLeft more windows.
 	knee     int64
@@ -679,19 +681,26 @@ func (a *AutoSizer) recomputeLocked(w window) {
 		if knee := a.kneeLocked(w, cur); knee < target {
 			target, binding = knee, boundThroughput
 		}
+		if a.probeFrom > 0 {
+			// A growth under judgement: no more until it is judged.
+			target = min(target, cur)
+		}
 	}
 	b.Binding = binding
 	b.Budget = min(max(target, a.cfg.Floor), a.cfg.Ceiling)
 	target = b.Budget
-	if target > cur && w.full && w.capacity == cur && a.knee == 0 {
-		// A full budget grows: the next window tells whether that
-		// raised the throughput (see kneeLocked).
-		a.probeFrom, a.probeRate = cur, a.wallAtLocked(cur)
+	probing := target > cur && w.full && w.capacity == cur && a.knee == 0
+	if probing {
+		// A full budget grows: the windows at the new capacity tell
+		// whether that raised the throughput (see kneeLocked).
+		a.probeFrom, a.probeRate, a.probeWindows = cur, a.wallAtLocked(cur), 0
 	}
 
 	inRange := cur >= a.cfg.Floor && cur <= a.cfg.Ceiling
 	if target == cur || inRange && math.Abs(float64(target-cur)) <= a.cfg.Hysteresis*float64(cur) {
-		a.probeFrom = 0 // no growth to judge
+		if probing {
+			a.probeFrom = 0 // no growth to judge
+		}
 		return
 	}
 	a.capacity.Store(target) // before the resize, as in rampLocked
@@ -699,7 +708,9 @@ func (a *AutoSizer) recomputeLocked(w window) {
 		// The budget refused: its capacity stays, and the next measured
 		// window tries again.
 		a.capacity.Store(cur)
-		a.probeFrom = 0
+		if probing {
+			a.probeFrom = 0
+		}
 		return
 	}
 	if a.onResize != nil {
@@ -717,11 +728,12 @@ func (a *AutoSizer) recomputeLocked(w window) {
 // inside, so with the throughput flat, every vertex added to the budget
 // adds to every message's processing time. So when a full budget grows
 // (the calls running held at least half of it for most of a window), the
-// next window, run at the new capacity throughout, judges the growth by
-// its vertices per wall-clock busy second (not per core: a budget that
-// starved the cores completes fewer per second, and growing out of that
-// pays). Unless that rose by more than Hysteresis over the windows run at
-// the old capacity, the old capacity is the knee: the budget goes back to
+// next MinWindows windows, run at the new capacity throughout and with no
+// further growth, judge it by their median vertices per wall-clock busy
+// second (not per core: a budget that starved the cores completes fewer
+// per second, and growing out of that pays). Unless that rose by more
+// than Hysteresis over the windows run at the old capacity, the old
+// capacity is the knee: the budget goes back to
 // it and grows past it again only after Windows windows, or as soon as a
 // window finds it starving the cores. The deadline, tail and memory
 // bounds stay upper limits, so the budget still shrinks when the handler
@@ -734,14 +746,16 @@ func (a *AutoSizer) kneeLocked(w window, cur int64) int64 {
 		}
 	}
 	if a.probeFrom > 0 {
-		if w.capacity == cur && cur > a.probeFrom {
-			if w.wall <= a.probeRate*(1+a.cfg.Hysteresis) {
+		if w.capacity != cur || cur <= a.probeFrom {
+			a.probeFrom = 0 // the capacity moved on: nothing to judge
+		} else if a.probeWindows++; a.probeWindows >= a.cfg.MinWindows {
+			if a.wallAtLocked(cur) <= a.probeRate*(1+a.cfg.Hysteresis) {
 				a.knee, a.kneeLeft = a.probeFrom, a.cfg.Windows
 			} else {
 				a.knee = 0
 			}
+			a.probeFrom = 0
 		}
-		a.probeFrom = 0
 	}
 	if a.knee == 0 {
 		return math.MaxInt64

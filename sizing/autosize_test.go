@@ -689,8 +689,8 @@ func capacityAt(start int64, resizes []timedResize, at time.Duration) int64 {
 // It then settles at the knee, not at the deadline bound: two messages
 // keep both cores busy, and a larger budget only makes messages wait for
 // a core. After MinWindows windows the budget tries the deadline bound
-// for one window, finds the throughput no higher, and goes back to two
-// messages, where the throughput binds.
+// for MinWindows more, finds the throughput no higher, and goes back to
+// two messages, where the throughput binds.
 //
 // 1000-vertex messages at 100 µs a vertex on 2 cores: 20k vertices/s,
 // a deadline bound of 10k at a deadline of 1 s (the window).
@@ -701,7 +701,7 @@ func TestAutoSizerConvergesFromTheFloor(t *testing.T) {
 			bound  = 10_000
 			knee   = 2_000
 		)
-		resizes, sizer := saturated(t, 1000, 1000, 100*time.Microsecond, window, 6*window)
+		resizes, sizer := saturated(t, 1000, 1000, 100*time.Microsecond, window, 10*window)
 		for _, r := range resizes {
 			t.Logf("at %v: %d, %s binds (%+v)", r.at, r.to, r.bounds.Binding, r.bounds)
 		}
@@ -715,17 +715,17 @@ func TestAutoSizerConvergesFromTheFloor(t *testing.T) {
 		}
 		var last timedResize
 		for _, r := range resizes {
-			if r.at <= 4*window+200*time.Millisecond {
+			if r.at <= 6*window+200*time.Millisecond {
 				last = r
 			}
 		}
 		b := last.bounds
 		if last.to != knee || b.Binding != "throughput" || b.DeadlineBound < bound*99/100 || b.DeadlineBound > bound {
-			t.Errorf("after 4 windows: %+v, want the throughput to bind at %d below the deadline bound of about %d", last, knee, bound)
+			t.Errorf("after 6 windows: %+v, want the throughput to bind at %d below the deadline bound of about %d", last, knee, bound)
 		}
 		// It tries the deadline bound again Windows windows later.
-		if c := capacityAt(1000, resizes, 8*window+200*time.Millisecond); c != knee {
-			t.Errorf("capacity %d after 8 windows, want %d", c, knee)
+		if c := capacityAt(1000, resizes, 10*window+200*time.Millisecond); c != knee {
+			t.Errorf("capacity %d after 10 windows, want %d", c, knee)
 		}
 		if b := sizer.Bounds(); b.Budget > bound {
 			t.Errorf("bounds %+v at the end", b)
@@ -734,18 +734,18 @@ func TestAutoSizerConvergesFromTheFloor(t *testing.T) {
 }
 
 // The knee is no floor: when the handler slows, the deadline bound falls
-// below it and the budget follows. 100 µs a vertex for 6 windows (the knee
+// below it and the budget follows. 100 µs a vertex for 7 windows (the knee
 // of 2000, as above), then 750 µs: 2667 vertices/s on 2 cores, a deadline
 // bound of 1333.
 func TestAutoSizerShrinksBelowTheKnee(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const window = time.Second
 		resizes, sizer := saturatedShift(t, 1000, shape{vertices: 1000, perVertex: 100 * time.Microsecond},
-			shape{vertices: 1000, perVertex: 750 * time.Microsecond}, window, 14*window, 6*window)
+			shape{vertices: 1000, perVertex: 750 * time.Microsecond}, window, 16*window, 7*window)
 		for _, r := range resizes {
 			t.Logf("at %v: %d, %s binds", r.at, r.to, r.bounds.Binding)
 		}
-		if c := capacityAt(1000, resizes, 6*window); c != 2_000 {
+		if c := capacityAt(1000, resizes, 7*window); c != 2_000 {
 			t.Fatalf("capacity %d before the handler slowed, want the knee of 2000", c)
 		}
 		if b := sizer.Bounds(); b.Binding != "deadline" || b.Budget < 1_300 || b.Budget > 1_340 {
