@@ -62,7 +62,8 @@ type Config struct {
 	// MinWindows is how many windows must have been measured before the
 	// throughput sets the budget (default 3, at most Windows). Until then
 	// the tail guard may shrink it, and it grows only while it is too
-	// small to keep the cores busy (see [AutoSizer]).
+	// small to keep the cores busy (see [AutoSizer]). It is also how many
+	// windows at a grown capacity judge whether the growth paid.
 	MinWindows int `yaml:"min_windows" env:"MIN_WINDOWS"`
 	// MinBusy is how long handlers must have been busy in a window for it
 	// to count (default Window / 20): a nearly idle window measures
