@@ -726,13 +726,21 @@ func TestAutoSizeThroughRouter(t *testing.T) {
 		if b.VerticesPerSecond < 9_900 || b.VerticesPerSecond > 10_100 {
 			t.Errorf("measured %.0f vertices/s, want 10000", b.VerticesPerSecond)
 		}
-		if len(resizes) != 1 || resizes[0].from != 1000 || resizes[0].to != b.DeadlineBound || b.DeadlineBound < 9_900 || b.DeadlineBound > 10_100 {
-			t.Errorf("resizes %v, deadline bound %d: want one resize from 1000 to the deadline bound, about 10000", resizes, b.DeadlineBound)
+		if len(resizes) == 0 || resizes[0].from != 1000 || resizes[0].to != b.DeadlineBound || b.DeadlineBound < 9_900 || b.DeadlineBound > 10_100 {
+			t.Errorf("resizes %v, deadline bound %d: want a resize from 1000 to the deadline bound, about 10000", resizes, b.DeadlineBound)
 		}
-		if b.Binding != "deadline" || b.Budget != b.DeadlineBound {
+		// On its one core the larger budget completes no more per second,
+		// so the sizer goes back to 1000, where the throughput binds, and
+		// tries the deadline bound again a window later.
+		for _, rs := range resizes[1:] {
+			if rs.to != 1000 && rs.to != b.DeadlineBound {
+				t.Errorf("resizes %v: want only 1000 and the deadline bound", resizes)
+			}
+		}
+		if b.Binding != "deadline" && b.Binding != "throughput" || b.Budget != resizes[len(resizes)-1].to {
 			t.Errorf("bounds: %+v", b)
 		}
-		if st := r.Stats(); st.Budget.Capacity != b.DeadlineBound || st.AutoSize == nil || *st.AutoSize != b {
+		if st := r.Stats(); st.Budget.Capacity != b.Budget || st.AutoSize == nil || *st.AutoSize != b {
 			t.Errorf("stats: capacity %d, autosize %+v", st.Budget.Capacity, st.AutoSize)
 		}
 		closeRouter(t, r, errc)

@@ -62,7 +62,8 @@ type Config struct {
 	// MinWindows is how many windows must have been measured before the
 	// throughput sets the budget (default 3, at most Windows). Until then
 	// the tail guard may shrink it, and it grows only while it is too
-	// small to keep the cores busy (see [AutoSizer]).
+	// small to keep the cores busy (see [AutoSizer]). It is also how many
+	// windows at a grown capacity judge whether the growth paid.
 	MinWindows int `yaml:"min_windows" env:"MIN_WINDOWS"`
 	// MinBusy is how long handlers must have been busy in a window for it
 	// to count (default Window / 20): a nearly idle window measures
@@ -70,7 +71,9 @@ type Config struct {
 	MinBusy time.Duration `yaml:"min_busy" env:"MIN_BUSY"`
 	// Hysteresis is the relative change below which the budget is left
 	// alone (default 0.1: a resize needs the target to differ from the
-	// capacity by more than 10 %). Negative means 0.
+	// capacity by more than 10 %). It is also how much a full budget's
+	// growth must raise the throughput to count (see [AutoSizer]).
+	// Negative means 0.
 	Hysteresis float64 `yaml:"hysteresis" env:"HYSTERESIS"`
 
 	// Parallelism is how many handler calls the process can run at full
@@ -121,6 +124,14 @@ type Config struct {
 // [Config.TailShare]). It shrinks the budget after one window and
 // lets it grow back only after Windows windows without so slow a call.
 //
+// The throughput also caps the target where growing stopped paying: when
+// a full budget grows and the next MinWindows windows complete no more
+// vertices per wall-clock busy second than the windows before it (by more
+// than Hysteresis), the budget goes back to where it was and stays there for
+// Windows windows ("throughput" binds): past the point where the
+// throughput stops rising, a larger budget only makes messages wait
+// longer inside the process (see kneeLocked).
+//
 // Windows advance lazily, when a handler call completes after the current
 // window's end; no goroutine runs and nothing needs closing. With no
 // traffic, the budget stays as it is.
@@ -140,7 +151,10 @@ type Config struct {
 // least half of the budget (so the next message did not fit). It then
 // grows at once to what would have kept every core busy, at least double,
 // but never past the deadline bound of the throughput measured so far,
-// the tail bound, the memory bound or the ceiling. A budget started too
+// the tail bound, the memory bound or the ceiling. A message larger than
+// the budget, which the budget clamps to run alone, grows it as it starts
+// (to room for Parallelism such messages), since it starves the cores for
+// as long as it runs. A budget started too
 // small thus fills the cores within the first window instead of idling
 // them for MinWindows windows. A lone producer of messages half the
 // budget's size or larger looks the same and grows it the same way, to
@@ -174,8 +188,28 @@ type AutoSizer struct {
 	winTailV    int64     // ...and its vertices
 	rates       []float64 // ring of the last cfg.Windows window rates
 	tails       []int64   // ring of the windows' tail bounds, beside rates
+	walls       []float64 // ring of the windows' vertices per wall-clock busy second, beside rates
+	wallCaps    []int64   // ring of the capacity each window ran at throughout (0: it changed), beside rates
 	next        int       // where the next window goes in the rings
 	bounds      Bounds
+
+	// The knee (see kneeLocked): the window's busy time during which the
+	// calls running held at least half of the budget, and during which
+	// that starved the cores; whether the capacity changed in it.
+	winFull    time.Duration
+	winStarved time.Duration
+	winResized bool
+	// probeFrom is the capacity a full budget last grew from (0: none
+	// pending), and probeRate its throughput there; once probeWindows
+	// reaches MinWindows, the windows at the new capacity judge whether
+	// the growth paid.
+	probeFrom    int64
+	probeRate    float64
+	probeWindows int
+	// knee is the capacity past which growth did not raise the
+	// throughput (0: none known); it holds for kneeLeft more windows.
+	knee     int64
+	kneeLeft int
 
 	// The start-up ramp (see rampLocked): since its last decision, the
 	// busy time, the part of it the budget starved the cores, and the
@@ -310,6 +344,8 @@ func New(budget Resizable, cfg Config, opts ...Option) (*AutoSizer, error) {
 		estimator: cost.NewEstimator(cost.FullBudget),
 		rates:     make([]float64, 0, cfg.Windows),
 		tails:     make([]int64, 0, cfg.Windows),
+		walls:     make([]float64, 0, cfg.Windows),
+		wallCaps:  make([]int64, 0, cfg.Windows),
 		winStart:  time.Now(),
 	}
 	a.bounds.MemoryBound = cfg.MemoryBound
@@ -390,9 +426,20 @@ func (a *AutoSizer) begin(charged int64) (end func(vertices int64)) {
 	capacity := a.capacity.Load()
 	a.mu.Lock()
 	a.accrueLocked(time.Now())
+	// A message larger than the budget was clamped and runs alone: the
+	// budget starves the cores for as long as it runs, so the ramp need
+	// not wait for it to complete.
+	alone := a.active == 0 && charged > capacity
 	a.active++
 	a.inflight = addSaturating(a.inflight, charged)
 	coreAtStart := a.coreClock
+	if alone && len(a.rates) < a.cfg.MinWindows {
+		need := int64(math.MaxInt64)
+		if charged <= math.MaxInt64/int64(a.cfg.Parallelism) {
+			need = charged * int64(a.cfg.Parallelism)
+		}
+		a.growLocked(need)
+	}
 	a.mu.Unlock()
 	var once sync.Once
 	return func(vertices int64) {
@@ -444,10 +491,14 @@ func (a *AutoSizer) accrueLocked(now time.Time) {
 		// The budget starves the cores when some are idle while the
 		// calls running hold at least half of it: the next message
 		// (unless it is larger than they are) did not fit.
-		if a.active < a.cfg.Parallelism && a.inflight >= a.capacity.Load()/2 {
-			a.rampStarved += d
-			need := float64(a.inflight) * float64(a.cfg.Parallelism) / float64(a.active)
-			a.rampNeed = max(a.rampNeed, floorInt64(math.Ceil(need)))
+		if full := a.inflight >= a.capacity.Load()/2; full {
+			a.winFull += d
+			if a.active < a.cfg.Parallelism {
+				a.rampStarved += d
+				a.winStarved += d
+				need := float64(a.inflight) * float64(a.cfg.Parallelism) / float64(a.active)
+				a.rampNeed = max(a.rampNeed, floorInt64(math.Ceil(need)))
+			}
 		}
 	}
 	a.busySince = now
@@ -463,7 +514,10 @@ func (a *AutoSizer) accrueLocked(now time.Time) {
 // throughput measured so far (vertices over core-busy time since New,
 // which the work still in flight only lowers), the tail bound, the memory
 // bound and the ceiling. Once the cores are busy it stops, and the
-// measured windows take over.
+// measured windows take over. A call larger than the capacity (clamped by
+// the budget, so it runs alone) starves the cores for as long as it runs:
+// begin grows the budget as it starts, to room for Parallelism such calls,
+// within the same limits.
 func (a *AutoSizer) rampLocked() {
 	if a.rampBusy < max(a.cfg.MinBusy, 1) {
 		return
@@ -471,7 +525,17 @@ func (a *AutoSizer) rampLocked() {
 	starved := 2*a.rampStarved >= a.rampBusy
 	need := a.rampNeed
 	a.rampBusy, a.rampStarved, a.rampNeed = 0, 0, 0
-	if !starved || a.allVertices == 0 || a.coreClock <= 0 {
+	if starved {
+		a.growLocked(need)
+	}
+}
+
+// growLocked grows the budget for the ramp: to need, at least double,
+// never past the deadline bound of the throughput measured so far, the
+// tail bound, the memory bound or the ceiling (see rampLocked). With
+// nothing measured yet it does nothing.
+func (a *AutoSizer) growLocked(need int64) {
+	if a.allVertices == 0 || a.coreClock <= 0 {
 		return
 	}
 	cur := a.budget.Capacity()
@@ -498,6 +562,7 @@ func (a *AutoSizer) rampLocked() {
 		a.capacity.Store(cur) // the budget refused: the next stretch tries again
 		return
 	}
+	a.winResized = true
 	b := &a.bounds
 	b.Budget, b.Binding = target, binding
 	if binding == boundDeadline {
@@ -535,30 +600,50 @@ func (a *AutoSizer) windowTailLocked() int64 {
 // to mean something, starts the next window and resizes if needed.
 func (a *AutoSizer) closeWindowLocked(now time.Time) {
 	measured := a.winDone > 0 && a.winBusy > 0 && a.winBusy >= a.cfg.MinBusy
-	var latestTail int64
+	var w window
 	if measured {
 		rate := float64(a.winVertices) / a.winCoreBusy
-		latestTail = math.MaxInt64
+		w = window{
+			tail:    math.MaxInt64,
+			wall:    float64(a.winVertices) / a.winBusy.Seconds(),
+			full:    2*a.winFull >= a.winBusy,
+			starved: 2*a.winStarved >= a.winBusy,
+		}
 		if a.cfg.TailShare > 0 && a.winTail > 0 {
-			latestTail = a.windowTailLocked()
+			w.tail = a.windowTailLocked()
+		}
+		if !a.winResized {
+			w.capacity = a.capacity.Load()
 		}
 		if len(a.rates) < cap(a.rates) {
-			a.rates, a.tails = append(a.rates, rate), append(a.tails, latestTail)
+			a.rates, a.tails = append(a.rates, rate), append(a.tails, w.tail)
+			a.walls, a.wallCaps = append(a.walls, w.wall), append(a.wallCaps, w.capacity)
 		} else {
-			a.rates[a.next], a.tails[a.next] = rate, latestTail
+			a.rates[a.next], a.tails[a.next] = rate, w.tail
+			a.walls[a.next], a.wallCaps[a.next] = w.wall, w.capacity
 		}
 		a.next = (a.next + 1) % cap(a.rates)
 	}
 	a.winStart, a.winBusy, a.winCoreBusy, a.winVertices, a.winDone = now, 0, 0, 0, 0
 	a.winTail, a.winTailV = 0, 0
+	a.winFull, a.winStarved, a.winResized = 0, 0, false
 	if measured {
-		a.recomputeLocked(latestTail)
+		a.recomputeLocked(w)
 	}
 }
 
-// recomputeLocked recomputes the bounds after a measured window whose own
-// tail bound is latestTail, and resizes if the target moved far enough.
-func (a *AutoSizer) recomputeLocked(latestTail int64) {
+// window is what recomputeLocked reads of the window just measured.
+type window struct {
+	tail     int64   // its tail bound
+	wall     float64 // vertices per wall-clock busy second
+	capacity int64   // the capacity it ran at throughout; 0 if that changed
+	full     bool    // the calls running held at least half the budget for most of its busy time...
+	starved  bool    // ...and fewer than Parallelism of them ran
+}
+
+// recomputeLocked recomputes the bounds after the measured window w, and
+// resizes if the target moved far enough.
+func (a *AutoSizer) recomputeLocked(w window) {
 	b := &a.bounds
 	b.VerticesPerSecond = median(a.rates)
 	cur := a.budget.Capacity()
@@ -593,12 +678,30 @@ func (a *AutoSizer) recomputeLocked(latestTail int64) {
 	if a.cfg.MemoryBound > 0 && a.cfg.MemoryBound <= target {
 		target, binding = a.cfg.MemoryBound, boundMemory
 	}
+	if len(a.rates) >= a.cfg.MinWindows {
+		if knee := a.kneeLocked(w, cur); knee < target {
+			target, binding = knee, boundThroughput
+		}
+		if a.probeFrom > 0 {
+			// A growth under judgement: no more until it is judged.
+			target = min(target, cur)
+		}
+	}
 	b.Binding = binding
 	b.Budget = min(max(target, a.cfg.Floor), a.cfg.Ceiling)
 	target = b.Budget
+	probing := target > cur && w.full && w.capacity == cur && a.knee == 0
+	if probing {
+		// A full budget grows: the windows at the new capacity tell
+		// whether that raised the throughput (see kneeLocked).
+		a.probeFrom, a.probeRate, a.probeWindows = cur, a.wallAtLocked(cur), 0
+	}
 
 	inRange := cur >= a.cfg.Floor && cur <= a.cfg.Ceiling
 	if target == cur || inRange && math.Abs(float64(target-cur)) <= a.cfg.Hysteresis*float64(cur) {
+		if probing {
+			a.probeFrom = 0 // no growth to judge
+		}
 		return
 	}
 	a.capacity.Store(target) // before the resize, as in rampLocked
@@ -606,11 +709,71 @@ func (a *AutoSizer) recomputeLocked(latestTail int64) {
 		// The budget refused: its capacity stays, and the next measured
 		// window tries again.
 		a.capacity.Store(cur)
+		if probing {
+			a.probeFrom = 0
+		}
 		return
 	}
 	if a.onResize != nil {
 		a.onResize(cur, target, *b)
 	}
+}
+
+// kneeLocked returns the knee: the capacity past which the budget's last
+// growth did not raise the throughput (math.MaxInt64 if none is known),
+// after judging the growth the window w ran at.
+//
+// Once the cores are busy, a budget that grows without raising the
+// throughput only adds waiting inside the process: by Little's law the
+// vertices in flight are the throughput times the time each spends
+// inside, so with the throughput flat, every vertex added to the budget
+// adds to every message's processing time. So when a full budget grows
+// (the calls running held at least half of it for most of a window), the
+// next MinWindows windows, run at the new capacity throughout and with no
+// further growth, judge it by their median vertices per wall-clock busy
+// second (not per core: a budget that starved the cores completes fewer
+// per second, and growing out of that pays). Unless that rose by more
+// than Hysteresis over the windows run at the old capacity, the old
+// capacity is the knee: the budget goes back to
+// it and grows past it again only after Windows windows, or as soon as a
+// window finds it starving the cores. The deadline, tail and memory
+// bounds stay upper limits, so the budget still shrinks when the handler
+// slows.
+func (a *AutoSizer) kneeLocked(w window, cur int64) int64 {
+	if a.knee > 0 {
+		a.kneeLeft--
+		if w.starved || a.kneeLeft <= 0 {
+			a.knee = 0
+		}
+	}
+	if a.probeFrom > 0 {
+		if w.capacity != cur || cur <= a.probeFrom {
+			a.probeFrom = 0 // the capacity moved on: nothing to judge
+		} else if a.probeWindows++; a.probeWindows >= a.cfg.MinWindows {
+			if a.wallAtLocked(cur) <= a.probeRate*(1+a.cfg.Hysteresis) {
+				a.knee, a.kneeLeft = a.probeFrom, a.cfg.Windows
+			} else {
+				a.knee = 0
+			}
+			a.probeFrom = 0
+		}
+	}
+	if a.knee == 0 {
+		return math.MaxInt64
+	}
+	return a.knee
+}
+
+// wallAtLocked returns the median throughput per wall-clock busy second
+// of the recent windows run at capacity throughout.
+func (a *AutoSizer) wallAtLocked(capacity int64) float64 {
+	var at []float64
+	for i, c := range a.wallCaps {
+		if c == capacity {
+			at = append(at, a.walls[i])
+		}
+	}
+	return median(at)
 }
 
 // Bounds returns the current bounds, the budget wanted and which bound

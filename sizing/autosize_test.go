@@ -618,6 +618,14 @@ func mustVertexBudget(capacity int64, opts ...middleware.Option) *middleware.Ver
 // time since the start, and the sizer.
 func saturated(t *testing.T, start, vertices int64, perVertex, deadline, until time.Duration) ([]timedResize, *sizing.AutoSizer) {
 	t.Helper()
+	sh := shape{vertices: int(vertices), perVertex: perVertex}
+	return saturatedShift(t, start, sh, sh, deadline, until, until)
+}
+
+// saturatedShift is saturated with messages of the shape first until the
+// time shift, of the shape later from then on.
+func saturatedShift(t *testing.T, start int64, first, later shape, deadline, until, shift time.Duration) ([]timedResize, *sizing.AutoSizer) {
+	t.Helper()
 	const cores = 2
 	vb := mustVertexBudget(start)
 	began := time.Now()
@@ -643,7 +651,13 @@ func saturated(t *testing.T, start, vertices int64, perVertex, deadline, until t
 	// Enough producers to fill any budget the test reaches: the budget,
 	// not the traffic, limits what runs at once.
 	s := &stream{producers: 64}
-	s.shape.Store(&shape{vertices: int(vertices), perVertex: perVertex})
+	s.shape.Store(&first)
+	if shift < until {
+		go func() {
+			time.Sleep(shift)
+			s.shape.Store(&later)
+		}()
+	}
 	s.run(t, withPerVertex(s, budget.Middleware(sizer.Middleware(onACore))), began.Add(until))
 	return resizes, sizer
 }
@@ -668,11 +682,15 @@ func capacityAt(start int64, resizes []timedResize, at time.Duration) int64 {
 // Issue 36: started from the smallest budget (one message, so the cores
 // are half idle), the sizer used to wait MinWindows windows before any
 // resize, and its tail guard read a message that ran alone on one of two
-// cores as twice as slow as it is in a full budget, holding the budget at
-// 75 % of the deadline bound for Windows more windows. Now it grows while
-// the budget starves the cores and reads such a call per core: the cores
-// are all busy within the first window, and the budget is within 10 % of
-// the deadline bound after 3 windows.
+// cores as twice as slow as it is in a full budget. Now it grows while the
+// budget starves the cores and reads such a call per core: the cores are
+// all busy within the first window.
+//
+// It then settles at the knee, not at the deadline bound: two messages
+// keep both cores busy, and a larger budget only makes messages wait for
+// a core. After MinWindows windows the budget tries the deadline bound
+// for MinWindows more, finds the throughput no higher, and goes back to
+// two messages, where the throughput binds.
 //
 // 1000-vertex messages at 100 µs a vertex on 2 cores: 20k vertices/s,
 // a deadline bound of 10k at a deadline of 1 s (the window).
@@ -680,25 +698,118 @@ func TestAutoSizerConvergesFromTheFloor(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const (
 			window = time.Second
-			ideal  = 10_000
+			bound  = 10_000
+			knee   = 2_000
 		)
-		resizes, sizer := saturated(t, 1000, 1000, 100*time.Microsecond, window, 5*window)
+		resizes, sizer := saturated(t, 1000, 1000, 100*time.Microsecond, window, 10*window)
 		for _, r := range resizes {
 			t.Logf("at %v: %d, %s binds (%+v)", r.at, r.to, r.bounds.Binding, r.bounds)
 		}
-		if c := capacityAt(1000, resizes, window); c < 2_000 {
-			t.Errorf("capacity %d after the first window, want at least 2000: two messages, one per core", c)
-		}
-		if c := capacityAt(1000, resizes, 3*window+200*time.Millisecond); c < ideal*9/10 || c > ideal {
-			t.Errorf("capacity %d after 3 windows, want at least 90 %% of the deadline bound %d and not above it", c, ideal)
+		if c := capacityAt(1000, resizes, window); c < knee {
+			t.Errorf("capacity %d after the first window, want at least %d: two messages, one per core", c, knee)
 		}
 		for _, r := range resizes {
-			if r.to > ideal {
-				t.Errorf("resized to %d at %v: above the deadline bound %d", r.to, r.at, ideal)
+			if r.to > bound {
+				t.Errorf("resized to %d at %v: above the deadline bound %d", r.to, r.at, bound)
 			}
 		}
-		if b := sizer.Bounds(); b.Binding != "deadline" || b.DeadlineBound < ideal*99/100 || b.DeadlineBound > ideal {
-			t.Errorf("bounds %+v, want the deadline bound of about %d to bind", b, ideal)
+		var last timedResize
+		for _, r := range resizes {
+			if r.at <= 6*window+200*time.Millisecond {
+				last = r
+			}
+		}
+		b := last.bounds
+		if last.to != knee || b.Binding != "throughput" || b.DeadlineBound < bound*99/100 || b.DeadlineBound > bound {
+			t.Errorf("after 6 windows: %+v, want the throughput to bind at %d below the deadline bound of about %d", last, knee, bound)
+		}
+		// It tries the deadline bound again Windows windows later.
+		if c := capacityAt(1000, resizes, 10*window+200*time.Millisecond); c != knee {
+			t.Errorf("capacity %d after 10 windows, want %d", c, knee)
+		}
+		if b := sizer.Bounds(); b.Budget > bound {
+			t.Errorf("bounds %+v at the end", b)
+		}
+	})
+}
+
+// The knee is no floor: when the handler slows, the deadline bound falls
+// below it and the budget follows. 100 µs a vertex for 7 windows (the knee
+// of 2000, as above), then 750 µs: 2667 vertices/s on 2 cores, a deadline
+// bound of 1333.
+func TestAutoSizerShrinksBelowTheKnee(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const window = time.Second
+		resizes, sizer := saturatedShift(t, 1000, shape{vertices: 1000, perVertex: 100 * time.Microsecond},
+			shape{vertices: 1000, perVertex: 750 * time.Microsecond}, window, 16*window, 7*window)
+		for _, r := range resizes {
+			t.Logf("at %v: %d, %s binds", r.at, r.to, r.bounds.Binding)
+		}
+		if c := capacityAt(1000, resizes, 7*window); c != 2_000 {
+			t.Fatalf("capacity %d before the handler slowed, want the knee of 2000", c)
+		}
+		if b := sizer.Bounds(); b.Binding != "deadline" || b.Budget < 1_300 || b.Budget > 1_340 {
+			t.Errorf("bounds %+v after the handler slowed, want the deadline bound of about 1333 to bind", b)
+		}
+	})
+}
+
+// A growth that raises the throughput is followed by more: a handler that
+// waits (on a downstream, say) completes more the more calls run, so the
+// budget keeps growing to its ceiling. 1000-vertex messages that each
+// take 100 ms however many run: 10k vertices/s per message in flight.
+func TestAutoSizerGrowsWhileThroughputRises(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const ceiling = 40_000
+		vb := mustVertexBudget(2_000)
+		sizer, err := sizing.New(vb, sizing.Config{
+			Deadline: time.Second, Parallelism: 2, Floor: 2_000, Ceiling: ceiling,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		budget, err := middleware.New(vb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := &stream{producers: 64}
+		s.shape.Store(&shape{vertices: 1000, perVertex: 100 * time.Microsecond})
+		s.run(t, withPerVertex(s, budget.Middleware(sizer.Middleware(work))), time.Now().Add(15*time.Second))
+		if b := sizer.Bounds(); vb.Capacity() != ceiling || b.Binding == "throughput" {
+			t.Errorf("capacity %d, bounds %+v; want the ceiling of %d", vb.Capacity(), b, ceiling)
+		}
+	})
+}
+
+// A message larger than the budget was clamped and runs alone, so the
+// budget starves the cores for as long as it runs: the sizer grows it when
+// such a message starts instead of when it completes. Five light calls
+// (100 vertices in 10 ms on one of 2 cores: 20k vertices/s, a deadline
+// bound of 10k) leave the budget of 1000 alone; a 2000-vertex call that
+// starts alone grows it to 4000, two such calls at once, as it starts.
+func TestAutoSizerGrowsWhenAMessageRunsAlone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fb := &fakeBudget{t: t, floor: 1, ceiling: 1 << 40, cap: 1_000}
+		sizer, err := sizing.New(fb, sizing.Config{Deadline: time.Second, Window: time.Second, Parallelism: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 5 {
+			end := sizing.BeginCharged(sizer, 100)
+			time.Sleep(10 * time.Millisecond)
+			end(100)
+		}
+		if len(fb.resizes) != 0 {
+			t.Fatalf("resizes %v after light calls that fit, want none", fb.resizes)
+		}
+		end := sizing.BeginCharged(sizer, 2_000)
+		if c := fb.Capacity(); c != 4_000 {
+			t.Errorf("capacity %d as a 2000-vertex call starts alone, want 4000", c)
+		}
+		time.Sleep(200 * time.Millisecond)
+		end(2_000)
+		if len(fb.resizes) == 0 || fb.resizes[0] != 4_000 {
+			t.Errorf("resizes %v, want the first to 4000", fb.resizes)
 		}
 	})
 }

@@ -6,6 +6,10 @@ package sizing
 // the vertices the call completed. The call holds none of the budget.
 func Begin(a *AutoSizer) (end func(vertices int64)) { return a.begin(0) }
 
+// BeginCharged is Begin for a call that holds charged vertices of the
+// budget.
+func BeginCharged(a *AutoSizer, charged int64) (end func(vertices int64)) { return a.begin(charged) }
+
 // MeasuredWindows is how many windows the throughput is the median of now.
 func MeasuredWindows(a *AutoSizer) int {
 	a.mu.Lock()

@@ -26,6 +26,10 @@ const (
 	// Like the deadline bound, it is about the deadline: a faster handler
 	// on the slow messages raises it.
 	boundTail = "tail"
+	// boundThroughput: an auto-sized budget is held where growing it
+	// last did not raise the throughput (see [AutoSizer]): past that, a
+	// larger budget only makes messages wait longer inside the process.
+	boundThroughput = "throughput"
 )
 
 // defaultHeadroom is the share of the redelivery deadline that a full
@@ -112,7 +116,8 @@ type Bounds struct {
 	// capacity differs from it by at most the hysteresis.
 	Budget int64 `json:"budget"`
 	// Binding names the bound that set Budget: "memory", "deadline" or,
-	// from an AutoSizer, "tail" (its tail guard); "" until measured. On a
+	// from an AutoSizer, "tail" (its tail guard) or "throughput" (growing
+	// it further did not raise the throughput); "" until measured. On a
 	// tie it is "memory". When Budget differs from that bound, the
 	// AutoSizer's floor or ceiling held it.
 	Binding string `json:"binding"`

@@ -3,6 +3,7 @@ package demo
 import (
 	"context"
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -194,12 +195,19 @@ func TestSweepSmall(t *testing.T) {
 		if run.GoodputPS > run.VerticesPS*1.0001 {
 			t.Errorf("%s: goodput %v above throughput %v", run.Name, run.GoodputPS, run.VerticesPS)
 		}
+		if len(run.RoundGoodput) != o.Rounds || run.RoundGoodput[0] != run.GoodputPS {
+			t.Errorf("%s: round goodput %v, want the one round's %v", run.Name, run.RoundGoodput, run.GoodputPS)
+		}
+		if r.BestFixed >= 0 && (len(run.RoundShare) != o.Rounds || math.Abs(run.RoundShare[0]-run.ShareOfBest) > 1e-9) {
+			t.Errorf("%s: round shares %v, want the one round's %v", run.Name, run.RoundShare, run.ShareOfBest)
+		}
 	}
 	if r.Runs[0].Budget != r.Runs[1].Budget/4 {
 		t.Errorf("fixed budgets %d and %d, want a factor of 4", r.Runs[0].Budget, r.Runs[1].Budget)
 	}
 	var b strings.Builder
-	if err := r.WriteTable(&b); err != nil || !strings.Contains(b.String(), "auto (from the calibrated budget)") {
+	if err := r.WriteTable(&b); err != nil || !strings.Contains(b.String(), "auto (from the calibrated budget)") ||
+		!strings.Contains(b.String(), "from the smallest start") && r.BestFixed >= 0 {
 		t.Errorf("table (%v):\n%s", err, b.String())
 	}
 }
