@@ -243,11 +243,14 @@ func lagMode(cfg router.Config) string {
 // handler that does nothing per --handler, reads Router.Backlog once and
 // closes the router. The router never runs: its subscribers never join a
 // group nor commit. Only what reading needs is kept of cfg: the broker,
-// its section and the consumer group. Topics are never created (neither
+// its section, the consumer group, and the budget's vertices and default
+// cost (what an unstamped message is counted as, as the consumers' budget
+// charges it). Topics are never created (neither
 // by the router nor, on Kafka, by a metadata request), the retry gate and
 // telemetry are off (no retry handlers, no lag sampler).
 func readBacklog(ctx context.Context, cfg router.Config, handlers []lagHandler) ([]telemetry.LagSample, error) {
 	rc := router.Config{Broker: cfg.Broker, ConsumerGroup: cfg.ConsumerGroup, Kafka: cfg.Kafka, Redis: cfg.Redis}
+	rc.Budget.Vertices, rc.Budget.DefaultCost = cfg.Budget.Vertices, cfg.Budget.DefaultCost
 	rc.Kafka.CreateTopics = false
 	rc.Retry.Disabled = true
 	rc.Telemetry.Disabled = true

@@ -518,6 +518,29 @@ func TestLagRedis(t *testing.T) {
 	}
 }
 
+// TestLagCountsUnstampedAtDefaultCost: entries without a vertex_count
+// count at the configuration's budget.default_cost, what the consumers'
+// budget charges them.
+func TestLagCountsUnstampedAtDefaultCost(t *testing.T) {
+	clearSpillwayEnv(t)
+	r := startLagRedis(t)
+	pub, err := redisbroker.NewPublisher(redisbroker.Config{Addr: r.srv.Addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	for i := range 3 {
+		if err := pub.Publish("parcels", message.NewMessage("unstamped-"+strconv.Itoa(i), []byte("{}"))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := writeFile(t, "spillway.yaml", "broker: redis\nredis:\n  addr: "+r.srv.Addr+"\nbudget:\n  default_cost: 700\n")
+	rep := lagJSON(t, cfg, "--handler", "parcels=parcels")
+	if g := rep.Groups[0]; g.Messages != r.lag+3 || g.Vertices != r.truth+3*700 {
+		t.Errorf("%d messages, %d vertices; want %d, %d (3 unstamped at 700)", g.Messages, g.Vertices, r.lag+3, r.truth+3*700)
+	}
+}
+
 // TestLagMetrics: --metrics averages spillway_drain_rate_per_second of
 // the configuration's source over the endpoints (the docs' PromQL
 // avg()); without a rate the output says what drain time needs.
