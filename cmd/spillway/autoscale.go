@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/signal"
@@ -118,18 +117,11 @@ func runAutoscale(ctx context.Context, e *env, o *autoscaleOptions) error {
 	if err := o.o.Validate(); err != nil {
 		return inputError{err}
 	}
-	pending := map[string]*pendingFile{}
-	for _, out := range []struct{ flag, path string }{{"--chart", o.chart}, {"--results", o.results}} {
-		if out.path == "" {
-			continue
-		}
-		p, err := createPending(out.path)
-		if err != nil {
-			return badInput("%s: %v", out.flag, err)
-		}
-		defer p.discard()
-		pending[out.flag] = p
+	outs, err := openReportFiles(o.chart, o.results)
+	if err != nil {
+		return err
 	}
+	defer outs.discard()
 	if !o.quiet {
 		start := time.Now()
 		o.o.Progress = func(line string) {
@@ -143,26 +135,13 @@ func runAutoscale(ctx context.Context, e *env, o *autoscaleOptions) error {
 	if err != nil {
 		return err
 	}
-	if p := pending["--chart"]; p != nil && len(rep.Runs) > 0 {
-		if err := rep.WriteChart(p.f); err != nil {
-			return fmt.Errorf("chart: %w", err)
-		}
-		if err := p.commit(); err != nil {
-			return err
-		}
+	chart := rep.WriteChart
+	if len(rep.Runs) == 0 {
+		chart = nil // nothing ran: the chart file is left as it was
 	}
-	js, err := json.MarshalIndent(rep, "", "  ")
+	js, err := outs.write(chart, rep)
 	if err != nil {
 		return err
-	}
-	js = append(js, '\n')
-	if p := pending["--results"]; p != nil {
-		if _, err := p.f.Write(js); err != nil {
-			return err
-		}
-		if err := p.commit(); err != nil {
-			return err
-		}
 	}
 	if o.json {
 		_, err = e.stdout.Write(js)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -119,18 +120,11 @@ func runBench(ctx context.Context, e *env, o *benchOptions) error {
 		return badInput("--json and --markdown: choose one")
 	}
 	// Fail on an unwritable output before the sweep rather than after.
-	pending := map[string]*pendingFile{}
-	for _, out := range []struct{ flag, path string }{{"--chart", o.chart}, {"--results", o.results}} {
-		if out.path == "" {
-			continue
-		}
-		p, err := createPending(out.path)
-		if err != nil {
-			return badInput("%s: %v", out.flag, err)
-		}
-		defer p.discard()
-		pending[out.flag] = p
+	outs, err := openReportFiles(o.chart, o.results)
+	if err != nil {
+		return err
 	}
+	defer outs.discard()
 	if !o.quiet {
 		o.o.Progress = func(line string) { fmt.Fprintln(e.stderr, line) }
 	}
@@ -139,7 +133,6 @@ func runBench(ctx context.Context, e *env, o *benchOptions) error {
 	redis.SetLogger(quietRedis{})
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	var err error
 
 	var rep *scaling.Report
 	if o.from != "" {
@@ -156,26 +149,9 @@ func runBench(ctx context.Context, e *env, o *benchOptions) error {
 	} else if err != nil {
 		return err
 	}
-	if p := pending["--chart"]; p != nil {
-		if err := rep.WriteChart(p.f); err != nil {
-			return fmt.Errorf("chart: %w", err)
-		}
-		if err := p.commit(); err != nil {
-			return err
-		}
-	}
-	js, err := json.MarshalIndent(rep, "", "  ")
+	js, err := outs.write(rep.WriteChart, rep)
 	if err != nil {
 		return err
-	}
-	js = append(js, '\n')
-	if p := pending["--results"]; p != nil {
-		if _, err := p.f.Write(js); err != nil {
-			return err
-		}
-		if err := p.commit(); err != nil {
-			return err
-		}
 	}
 	switch {
 	case o.json:
@@ -198,3 +174,62 @@ func runBench(ctx context.Context, e *env, o *benchOptions) error {
 type quietRedis struct{}
 
 func (quietRedis) Printf(context.Context, string, ...any) {}
+
+// reportFiles are a bench command's --chart and --results outputs, each
+// written to a temporary file first (pendingFile), so that an unwritable
+// path fails before the measurement rather than after it.
+type reportFiles struct{ chart, results *pendingFile }
+
+// openReportFiles creates the pending outputs of the paths given ("" for
+// none).
+func openReportFiles(chart, results string) (*reportFiles, error) {
+	var r reportFiles
+	for _, out := range []struct {
+		flag, path string
+		p          **pendingFile
+	}{{"--chart", chart, &r.chart}, {"--results", results, &r.results}} {
+		if out.path == "" {
+			continue
+		}
+		p, err := createPending(out.path)
+		if err != nil {
+			r.discard()
+			return nil, badInput("%s: %v", out.flag, err)
+		}
+		*out.p = p
+	}
+	return &r, nil
+}
+
+// write writes the chart with writeChart (skipped when nil) and report as
+// indented JSON to the files asked for, and returns the JSON.
+func (r *reportFiles) write(writeChart func(io.Writer) error, report any) ([]byte, error) {
+	if r.chart != nil && writeChart != nil {
+		if err := writeChart(r.chart.f); err != nil {
+			return nil, fmt.Errorf("chart: %w", err)
+		}
+		if err := r.chart.commit(); err != nil {
+			return nil, err
+		}
+	}
+	js, err := json.MarshalIndent(report, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	js = append(js, '\n')
+	if r.results != nil {
+		if _, err := r.results.f.Write(js); err != nil {
+			return nil, err
+		}
+		if err := r.results.commit(); err != nil {
+			return nil, err
+		}
+	}
+	return js, nil
+}
+
+// discard removes the outputs not written.
+func (r *reportFiles) discard() {
+	r.chart.discard()
+	r.results.discard()
+}
