@@ -165,12 +165,12 @@ func sampleKafkaRange(ctx context.Context, client sarama.Client, topic string, p
 	var est vertexEstimate
 	for i := range strata {
 		est.sampled += strata[i].read
-		src := nearestStratum(strata, i, func(st kafkaStratum) bool { return st.counted > 0 })
+		src := nearestStratum(strata, i, func(st kafkaStratum) bool { return st.read > 0 })
 		if src < 0 {
 			continue
 		}
 		s := strata[src]
-		est.vertices += int64(float64(s.sum) / float64(s.counted) * float64(strata[i].size))
+		est.vertices += int64(float64(s.sum) / float64(s.read) * float64(strata[i].size))
 	}
 	return est, nil
 }
@@ -214,11 +214,11 @@ func spreadOrder(k int) []int {
 
 // kafkaStratum is one range of a partition's backlog, size records from
 // lo, of which [lo, hi) are to be read, and what was read of it: the
-// records up to next, how many, how many had a vertex_count, and those
-// counts' sum.
+// records up to next, how many, and the sum of their counts (an unstamped
+// record's at its charge).
 type kafkaStratum struct {
 	lo, next, hi, size int64
-	read, counted, sum int64
+	read, sum          int64
 	stopped            bool // a fetch brought nothing below hi
 }
 
@@ -272,7 +272,6 @@ func (st *kafkaStratum) fetch(client sarama.Client, topic string, p int32, maxBy
 			} else {
 				st.sum += unstamped
 			}
-			st.counted++
 		}
 	}
 	if !progressed {
