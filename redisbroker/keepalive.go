@@ -36,40 +36,29 @@ end
 return {taken, gone}
 `)
 
-// giveBackScript takes back the delivery Redis counted for entries a stuck
-// consumer let go without ever handing them to a handler (read-ahead
-// queued behind the stuck one): for each entry the consumer still owns, it
-// lowers the delivery count by one and leaves the owner and the idle time
-// as they are (XCLAIM to the same consumer with RETRYCOUNT, IDLE and
-// JUSTID), so a peer claims it on the same schedule and the count says how
-// many times a handler got it. KEYS[1] is the stream, ARGV[1] the group,
-// then consumer/ID pairs.
-var giveBackScript = redis.NewScript(`
-for i = 2, #ARGV, 2 do
-  local consumer, id = ARGV[i], ARGV[i + 1]
-  local p = redis.call('XPENDING', KEYS[1], ARGV[1], id, id, 1)
-  if #p > 0 and p[1][2] == consumer and p[1][4] > 0 then
-    redis.call('XCLAIM', KEYS[1], ARGV[1], consumer, 0, id, 'IDLE', p[1][3], 'RETRYCOUNT', p[1][4] - 1, 'JUSTID')
-  end
-end
-return 0
-`)
-
-// releaseScript makes entries a closing subscriber leaves behind claimable
-// at once: for each entry still pending for the consumer given, XCLAIM to
-// that same consumer with IDLE past MaxIdleTime (ARGV[2], milliseconds)
-// and JUSTID, so a peer's next claim pass takes it instead of waiting out
-// MaxIdleTime; for an entry never handed to a handler (giveBack "1") the
-// delivery Redis counted is taken back too. KEYS[1] is the stream,
-// ARGV[1] the group, then consumer/ID/giveBack triples.
-var releaseScript = redis.NewScript(`
+// reclaimScript re-claims entries for the consumer that owns them
+// (XCLAIM to that same consumer with IDLE, RETRYCOUNT and JUSTID), leaving
+// the owner as it is, for two purposes:
+//   - giving back the delivery Redis counted for entries a consumer let go
+//     without ever handing them to a handler (read-ahead queued behind a
+//     stuck one, or left by a closing subscriber): the delivery count is
+//     lowered by one, so it says how many times a handler got the entry;
+//   - releasing what a closing subscriber leaves: IDLE past MaxIdleTime,
+//     so a peer's next claim pass takes it instead of waiting that long.
+//
+// KEYS[1] is the stream, ARGV[1] the group, ARGV[2] the idle time to set
+// in milliseconds ("" keeps each entry's own), then consumer/ID/giveBack
+// triples (giveBack "1" lowers the count). Entries no longer pending for
+// that consumer are left alone.
+var reclaimScript = redis.NewScript(`
 for i = 3, #ARGV, 3 do
   local consumer, id, back = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local p = redis.call('XPENDING', KEYS[1], ARGV[1], id, id, 1)
   if #p > 0 and p[1][2] == consumer then
-    local count = p[1][4]
+    local count, idle = p[1][4], ARGV[2]
     if back == "1" and count > 0 then count = count - 1 end
-    redis.call('XCLAIM', KEYS[1], ARGV[1], consumer, 0, id, 'IDLE', ARGV[2], 'RETRYCOUNT', count, 'JUSTID')
+    if idle == "" then idle = p[1][3] end
+    redis.call('XCLAIM', KEYS[1], ARGV[1], consumer, 0, id, 'IDLE', idle, 'RETRYCOUNT', count, 'JUSTID')
   end
 end
 return 0
@@ -609,8 +598,7 @@ func (k *keepAlive) releaseLeft(ctx context.Context) int {
 	for stream, triples := range byStream {
 		for len(triples) > 0 {
 			m := min(len(triples), 3*refreshBatch)
-			args := append([]any{k.group, idle}, triples[:m]...)
-			if err := releaseScript.Run(ctx, k.client, []string{stream}, args...).Err(); err != nil {
+			if err := k.reclaim(ctx, stream, idle, triples[:m]); err != nil {
 				k.errs.Add(1)
 				k.logger.Error("Could not release the entries a closing subscriber left; peers claim them after MaxIdleTime", err,
 					watermill.LogFields{"stream": stream, "entries": m / 3})
@@ -810,14 +798,23 @@ func (k *keepAlive) refreshStream(ctx context.Context, stream string, pairs []an
 	}
 }
 
-// giveBack runs giveBackScript for consumer/ID pairs of stream. On failure
-// the entries keep the delivery: they may be dead-lettered one delivery
-// early, which is logged.
+// reclaim runs reclaimScript for consumer/ID/giveBack triples of stream,
+// setting their idle time to idle milliseconds ("" keeps it).
+func (k *keepAlive) reclaim(ctx context.Context, stream, idle string, triples []any) error {
+	args := append([]any{k.group, idle}, triples...)
+	return reclaimScript.Run(ctx, k.client, []string{stream}, args...).Err()
+}
+
+// giveBack takes back the delivery of consumer/ID pairs of stream, their
+// owner and idle time left as they are (reclaimScript). On failure the
+// entries keep the delivery: they may be dead-lettered one delivery early,
+// which is logged.
 func (k *keepAlive) giveBack(ctx context.Context, stream string, pairs []any) {
-	args := make([]any, 0, len(pairs)+1)
-	args = append(args, k.group)
-	args = append(args, pairs...)
-	if err := giveBackScript.Run(ctx, k.client, []string{stream}, args...).Err(); err != nil && ctx.Err() == nil {
+	triples := make([]any, 0, len(pairs)/2*3)
+	for i := 0; i+1 < len(pairs); i += 2 {
+		triples = append(triples, pairs[i], pairs[i+1], "1")
+	}
+	if err := k.reclaim(ctx, stream, "", triples); err != nil && ctx.Err() == nil {
 		k.errs.Add(1)
 		k.logger.Error("Could not take back the deliveries of entries a stuck consumer never started; they count as delivered", err,
 			watermill.LogFields{"stream": stream, "entries": len(pairs) / 2})
