@@ -11,9 +11,7 @@ import (
 
 	"github.com/IBM/sarama"
 	"github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
-	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/spillway-go/spillway/cmd/internal/kafkaproc"
 	"github.com/spillway-go/spillway/cmd/internal/redisproc"
@@ -151,19 +149,8 @@ func (b *broker) publish(ctx context.Context, topic string, items []Item, produc
 		}
 		return nil
 	}
-	m := redisstream.DefaultMarshallerUnmarshaller{}
-	for i := 0; i < len(msgs); i += batch {
-		pipe := b.redis.Client.Pipeline()
-		for _, msg := range msgs[i:min(i+batch, len(msgs))] {
-			values, err := m.Marshal(topic, msg)
-			if err != nil {
-				return err
-			}
-			pipe.XAdd(ctx, &redis.XAddArgs{Stream: topic, Values: values})
-		}
-		if _, err := pipe.Exec(ctx); err != nil {
-			return fmt.Errorf("autoscale: publishing to %s: %w", topic, err)
-		}
+	if err := b.redis.Publish(ctx, topic, msgs); err != nil {
+		return fmt.Errorf("autoscale: %w", err)
 	}
 	return nil
 }

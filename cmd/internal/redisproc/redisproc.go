@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -83,3 +85,25 @@ func (s *Server) Close() {
 
 // Pid is the server process's id.
 func (s *Server) Pid() int { return s.cmd.Process.Pid }
+
+// Publish appends msgs to the stream topic in pipelined batches of 200, in
+// watermill-redisstream's encoding, much faster than its publisher's one
+// round trip per message.
+func (s *Server) Publish(ctx context.Context, topic string, msgs []*message.Message) error {
+	m := redisstream.DefaultMarshallerUnmarshaller{}
+	const batch = 200
+	for i := 0; i < len(msgs); i += batch {
+		pipe := s.Client.Pipeline()
+		for _, msg := range msgs[i:min(i+batch, len(msgs))] {
+			values, err := m.Marshal(topic, msg)
+			if err != nil {
+				return err
+			}
+			pipe.XAdd(ctx, &redis.XAddArgs{Stream: topic, Values: values})
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			return fmt.Errorf("publishing to %s: %w", topic, err)
+		}
+	}
+	return nil
+}

@@ -10,7 +10,6 @@ import (
 
 	"github.com/IBM/sarama"
 	"github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
-	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 )
@@ -81,24 +80,3 @@ func startRedis() (*redisServer, error) {
 func (s *redisServer) flush(ctx context.Context) error { return s.client.FlushAll(ctx).Err() }
 
 func (s *redisServer) close() { s.Close() }
-
-// publishRedis appends msgs to the stream topic in pipelined batches, in
-// watermill-redisstream's encoding.
-func (s *redisServer) publish(ctx context.Context, topic string, msgs []*message.Message) error {
-	m := redisstream.DefaultMarshallerUnmarshaller{}
-	const batch = 200
-	for i := 0; i < len(msgs); i += batch {
-		pipe := s.client.Pipeline()
-		for _, msg := range msgs[i:min(i+batch, len(msgs))] {
-			values, err := m.Marshal(topic, msg)
-			if err != nil {
-				return err
-			}
-			pipe.XAdd(ctx, &redis.XAddArgs{Stream: topic, Values: values})
-		}
-		if _, err := pipe.Exec(ctx); err != nil {
-			return fmt.Errorf("scaling: publishing to %s: %w", topic, err)
-		}
-	}
-	return nil
-}

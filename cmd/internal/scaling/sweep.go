@@ -197,8 +197,8 @@ func runCell(ctx context.Context, o *Options, work refwork.Func, pl *payloads, r
 		}
 		t.redisAddr = rs.addr
 		for j, topic := range t.topics {
-			if err := rs.publish(ctx, topic, msgs[j*per:(j+1)*per]); err != nil {
-				return nil, err
+			if err := rs.Publish(ctx, topic, msgs[j*per:(j+1)*per]); err != nil {
+				return nil, fmt.Errorf("scaling: %w", err)
 			}
 		}
 	}
